@@ -1,0 +1,68 @@
+// mla/attention.hpp — one layer of MLA attention (HF DeepseekV3Attention, eager) behind
+// a backend interface: reference (double loops), cpu (Eigen), cuda (cuBLAS + kernels).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mla/checkpoint.hpp"
+#include "mla/config.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla {
+
+enum class Mask { Causal, None };       // causal: key t visible to query s iff t <= s
+enum class Precision { FP32, BF16 };    // bf16 = PyTorch bf16 eager rounding (mla-math.md §7)
+enum class BackendKind { Auto, Reference, Cpu, Cuda };
+
+const char* mask_name(Mask m);            // "causal" | "none"
+const char* precision_name(Precision p);  // "fp32" | "bf16"
+const char* backend_name(BackendKind b);  // "auto" | "reference" | "cpu" | "cuda"
+
+struct ForwardOptions {
+  Mask mask = Mask::Causal;
+  Precision precision = Precision::FP32;
+  double latent_norm_eps = 1e-6;   // q_a_layernorm / kv_a_layernorm eps (HF: 1e-6)
+  int64_t position_offset = 0;     // position ids = offset .. offset+S-1
+  bool keep_attn_weights = false;  // fill ForwardResult::attn_weights [n, S, S]
+  bool keep_states = false;        // fill query/key/value_states
+  bool allow_tf32 = false;         // cuda fp32 only
+  int threads = 0;                 // cpu: 0 = all cores
+};
+
+struct ForwardResult {
+  // Values are stored in double whatever the backend computed in; `computed_in_double`
+  // tells whether they are exact doubles (reference fp32 mode) or widened fp32/bf16 values.
+  bool computed_in_double = false;
+  TensorD attn_output;   // [S, H]
+  TensorD attn_weights;  // [n, S, S] post-softmax probabilities (if keep_attn_weights)
+  TensorD query_states;  // [n, S, d_n + d_r] rope half in HF's de-interleaved order (if keep_states)
+  TensorD key_states;    // [n, S, d_n + d_r]
+  TensorD value_states;  // [n, S, d_v]
+  std::vector<double> token_scores;  // [S]     attention mass received, summed over heads and queries
+  std::vector<double> head_scores;   // [n * S] the same per head (row h = head h)
+  std::vector<std::pair<std::string, double>> stage_seconds;  // in execution order
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;         // "reference" | "cpu" | "cuda"
+  virtual std::string description() const = 0;  // e.g. "Eigen 3.4 + OpenBLAS, 2 threads"
+  // Converts/uploads the layer's weights once (widening, bf16 rounding, device copy).
+  virtual void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) = 0;
+  // hidden: [S, H] fp32 values (rounded to bf16 first in bf16 mode, as HF's bf16 input is).
+  virtual ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) = 0;
+};
+
+std::unique_ptr<Backend> make_reference_backend();
+std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cuda_backend();  // throws Error(Cuda) when no usable GPU / not built
+bool cuda_available(std::string* why = nullptr);  // built with CUDA and a device is usable
+// Auto: cuda if available, else cpu.
+std::unique_ptr<Backend> make_backend(BackendKind kind);
+
+}  // namespace mla

@@ -1,0 +1,108 @@
+// mla/checkpoint.hpp — locating and loading one layer's attention weights from a checkpoint.
+//
+// A checkpoint is one of:
+//   * a directory with model.safetensors.index.json (+ config.json); shards are resolved
+//     through its "weight_map", whatever their names ("-of-000064" or "-of-00163");
+//   * a directory with a single model.safetensors (+ config.json);
+//   * one .safetensors file plus an explicit config path.
+// Tensor names are found whatever their prefix: "model.layers.L.self_attn.q_a_proj.weight"
+// (DeepSeek-V3, Kimi K2) or "language_model.model.layers.L.self_attn.q_a_proj.weight"
+// (Kimi K2.5/K2.6). Only the bytes of the requested tensors are read.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mla/config.hpp"
+#include "mla/safetensors.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla {
+
+// One layer's attention parameters, widened to fp32 exactly (BF16/F16/F32), or FP8 E4M3
+// dequantized in fp32 with its 128x128 `weight_scale_inv` blocks (mla-math.md §11).
+// Linear weights are [out, in] row-major (y = x W^T), exactly as stored.
+//   H = hidden_size, n = num_attention_heads, r_q = q_lora_rank, r_kv = kv_lora_rank,
+//   d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim
+struct LayerWeights {
+  int64_t layer = 0;
+  TensorF q_a_proj;            // [r_q, H]            (empty when q_lora_rank is null)
+  TensorF q_a_layernorm;       // [r_q]
+  TensorF q_b_proj;            // [n*(d_n+d_r), r_q]
+  TensorF q_proj;              // [n*(d_n+d_r), H]    (only when q_lora_rank is null)
+  TensorF kv_a_proj_with_mqa;  // [r_kv + d_r, H]     rows: latent c (r_kv) | k_pe (d_r)
+  TensorF kv_a_layernorm;      // [r_kv]
+  TensorF kv_b_proj;           // [n*(d_n+d_v), r_kv] head-major: k_nope (d_n) | v (d_v)
+  TensorF o_proj;              // [H, n*d_v]
+  // attention_bias = true only (empty otherwise):
+  TensorF q_a_proj_bias;            // [r_q]  (or q_proj bias [n*(d_n+d_r)] when q_lora_rank is null)
+  TensorF kv_a_proj_with_mqa_bias;  // [r_kv + d_r]
+  TensorF o_proj_bias;              // [H]
+  // Decoder norm in front of the attention, when requested (for --tokens): [H]
+  TensorF input_layernorm;
+  // dtype of each tensor in the checkpoint, by short name ("q_a_proj": "BF16")
+  std::map<std::string, std::string> source_dtype;
+  int64_t parameter_count() const;  // attention tensors only (the 7 of mla-math.md §12)
+};
+
+struct TensorLocation {
+  std::string name;   // full tensor name in the checkpoint
+  std::string shard;  // file path
+  TensorInfo info;
+};
+
+class Checkpoint {
+ public:
+  // path: directory or .safetensors file; config_path: "" to use <dir>/config.json.
+  static Checkpoint open(const std::string& path, const std::string& config_path = "");
+
+  const AttentionConfig& config() const { return config_; }
+  const std::string& path() const { return path_; }
+  const std::vector<std::string>& shards() const { return shard_paths_; }
+  // All tensors of all shards, in shard then offset order.
+  std::vector<TensorLocation> list_tensors() const;
+  // Layers for which all attention tensors are present.
+  std::vector<int64_t> layers_present() const;
+  // The prefix in use, e.g. "language_model.model." (empty if none).
+  const std::string& prefix() const { return prefix_; }
+
+  // Loads layer L's attention tensors (+ input_layernorm if with_input_layernorm), checking
+  // every shape against the config. Errors name the tensor, the shard and the expected shape.
+  LayerWeights load_layer(int64_t layer, bool with_input_layernorm = false) const;
+  // Rows of embed_tokens for the given token ids -> [ids.size(), H] (fp32). Errors name any
+  // id >= vocab rows.
+  TensorF embed_rows(const std::vector<int64_t>& token_ids) const;
+
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+  ~Checkpoint();
+
+ private:
+  Checkpoint();
+  struct Impl;
+  AttentionConfig config_;
+  std::string path_;
+  std::string prefix_;
+  std::vector<std::string> shard_paths_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// --- synthetic checkpoints (mla-h2o synth) ---------------------------------------------
+struct SynthOptions {
+  std::string preset = "tiny";   // "kimi-k2.6" or "tiny"
+  std::string out_dir;
+  std::string dtype = "bf16";    // "bf16" | "f32" | "f8_e4m3"
+  std::vector<int64_t> layers = {0};
+  int64_t vocab = 0;             // rows of embed_tokens; 0 = preset default
+  uint64_t seed = 0;
+  int64_t shards = 2;            // at least 2 (index + shards, real layout)
+};
+// Writes config.json, model.safetensors.index.json and the shards; returns the config used.
+AttentionConfig synthesize_checkpoint(const SynthOptions& opts);
+// Same, for an explicit config (tests use it for odd geometries).
+void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg);
+
+}  // namespace mla

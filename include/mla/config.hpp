@@ -1,0 +1,66 @@
+// mla/config.hpp — the attention geometry and RoPE settings of a checkpoint's config.json.
+//
+// Field names are the config.json keys. Accepted layouts:
+//   * flat (DeepSeek-V3, Kimi K2/K2-0905/K2-Thinking: model_type deepseek_v3 / kimi_k2)
+//   * nested under "text_config" (Kimi K2.5 / K2.6: model_type kimi_k25)
+//   * RoPE under "rope_scaling" (transformers 4.x) or "rope_parameters" (transformers 5,
+//     which may also hold rope_theta); the type under "type" or "rope_type";
+//     "rope_scaling": null means plain RoPE.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace mla {
+
+struct RopeConfig {
+  std::string rope_type = "default";  // "default" (plain RoPE) or "yarn"
+  double rope_theta = 10000.0;        // base
+  // yarn only:
+  double factor = 1.0;
+  double original_max_position_embeddings = 0;  // falls back to max_position_embeddings
+  double beta_fast = 32.0;                      // `get(...) or 32`: missing or 0 -> 32
+  double beta_slow = 1.0;                       // `get(...) or 1`
+  double mscale = 1.0;                          // 0 when absent (HF: get("mscale"))
+  double mscale_all_dim = 0.0;                  // 0 when absent
+  std::optional<double> attention_factor;       // explicit override of the cos/sin multiplier
+  bool truncate = true;
+  bool is_yarn() const { return rope_type == "yarn"; }
+};
+
+struct AttentionConfig {
+  std::string model_type;          // as found (outer one for nested configs)
+  bool nested_text_config = false;  // true when read from "text_config"
+  int64_t hidden_size = 0;          // H
+  int64_t num_attention_heads = 0;  // n_h
+  int64_t num_key_value_heads = 0;  // must equal num_attention_heads for MLA
+  int64_t q_lora_rank = 0;          // d_c' ; 0 when null (q_proj instead of q_a/q_b)
+  int64_t kv_lora_rank = 0;         // d_c
+  int64_t qk_nope_head_dim = 0;     // d_h
+  int64_t qk_rope_head_dim = 0;     // d_h^R
+  int64_t v_head_dim = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  bool attention_bias = false;   // biases on q_a_proj / q_proj? / kv_a_proj_with_mqa / o_proj
+  bool rope_interleave = true;   // HF default; Kimi configs don't set it
+  RopeConfig rope;
+
+  bool has_q_lora() const { return q_lora_rank > 0; }
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+// Parses config.json text. Throws Error(Config) naming the missing/inconsistent key.
+AttentionConfig parse_config(std::string_view json, const std::string& source_name = "config.json");
+AttentionConfig load_config(const std::string& path);
+
+// The Kimi K2.6 geometry (Kimi K2.5 values where K2.6's are unpublished) and a tiny one.
+AttentionConfig kimi_k26_config();
+AttentionConfig tiny_config();
+
+// Serializes a config in the nested Kimi K2.5/K2.6 layout (text_config, rope_scaling) or flat.
+std::string config_to_json(const AttentionConfig& cfg, bool nested);
+
+}  // namespace mla

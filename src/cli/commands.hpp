@@ -1,0 +1,17 @@
+// src/cli/commands.hpp — the subcommands of `mla-h2o`, one file each.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mla::cli {
+
+// Each returns the process exit code; errors are thrown as mla::Error and printed by main.
+int cmd_inspect(const std::vector<std::string>& argv);
+int cmd_synth(const std::vector<std::string>& argv);
+int cmd_run(const std::vector<std::string>& argv);
+int cmd_demo(const std::vector<std::string>& argv);
+int cmd_select(const std::vector<std::string>& argv);
+int cmd_compare(const std::vector<std::string>& argv);
+
+}  // namespace mla::cli

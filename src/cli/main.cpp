@@ -1,0 +1,69 @@
+// mla-h2o: MLA attention (Kimi K2.6 / DeepSeek-V3) + H2O KV-cache eviction, no ML framework.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "mla/error.hpp"
+#include "mla_build_config.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*fn)(const std::vector<std::string>&);
+  const char* summary;
+};
+
+const Command kCommands[] = {
+    {"demo", mla::cli::cmd_demo, "synthesize a Kimi K2.6-shaped layer 0 and run the starting demo on it"},
+    {"run", mla::cli::cmd_run, "one layer's attention + H2O selection on a checkpoint"},
+    {"select", mla::cli::cmd_select, "H2O selection on scores from any implementation (CSV or safetensors)"},
+    {"compare", mla::cli::cmd_compare, "tensor-by-tensor comparison of two safetensors dumps"},
+    {"inspect", mla::cli::cmd_inspect, "list a safetensors file's or checkpoint's tensors and geometry"},
+    {"synth", mla::cli::cmd_synth, "write a synthetic checkpoint with the real Kimi K2.6 layout"},
+};
+
+void usage(std::FILE* out) {
+  std::fprintf(out, "mla-h2o %s: MLA attention (HF DeepseekV3Attention) and H2O KV-cache eviction\n\n", MLA_VERSION);
+  std::fprintf(out, "usage: mla-h2o COMMAND [options]   (mla-h2o COMMAND --help for its options)\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-9s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::printf("mla-h2o %s (%s)\n", MLA_VERSION, MLA_COMPILER);
+    return 0;
+  }
+  std::vector<std::string> rest(argv + 2, argv + argc);
+  for (const auto& c : kCommands) {
+    if (cmd != c.name) continue;
+    try {
+      return c.fn(rest);
+    } catch (const mla::Error& e) {
+      std::fprintf(stderr, "mla-h2o %s: error: %s\n", c.name, e.what());
+      return e.kind() == mla::ErrorKind::InvalidArgument ? 2 : 1;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "mla-h2o %s: error: out of memory\n", c.name);
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mla-h2o %s: error: %s\n", c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "mla-h2o: error: unknown command '%s' (see mla-h2o --help)\n", cmd.c_str());
+  return 2;
+}

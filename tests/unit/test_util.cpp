@@ -1,0 +1,77 @@
+#include "test_util.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/test/unit_test.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace mla::test {
+namespace {
+
+std::string arg_value(const std::string& key) {
+  auto& m = boost::unit_test::framework::master_test_suite();
+  const std::string prefix = "--" + key + "=";
+  for (int i = 1; i < m.argc; ++i) {
+    std::string a = m.argv[i];
+    if (a.rfind(prefix, 0) == 0) return a.substr(prefix.size());
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string cli_path() {
+  std::string p = arg_value("cli");
+  if (p.empty()) throw std::runtime_error("unit_tests: pass -- --cli=PATH (meson does)");
+  return p;
+}
+
+std::string data_dir() {
+  std::string p = arg_value("data");
+  if (p.empty()) throw std::runtime_error("unit_tests: pass -- --data=DIR (meson does)");
+  return p;
+}
+
+std::string scratch_dir(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  namespace fs = std::filesystem;
+  fs::path base = fs::temp_directory_path() / ("mla-h2o-test-" + std::to_string(::getpid()));
+  fs::path p = base / (tag + "-" + std::to_string(counter++));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot write " + path);
+  f << text;
+}
+
+RunResult run_cli(const std::string& args) {
+  std::string dir = scratch_dir("cli");
+  std::string out = dir + "/stdout", err = dir + "/stderr";
+  std::string cmd = "'" + cli_path() + "' " + args + " >'" + out + "' 2>'" + err + "'";
+  int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  r.out = read_text(out);
+  r.err = read_text(err);
+  return r;
+}
+
+}  // namespace mla::test

@@ -1,0 +1,25 @@
+// tests/unit/test_util.hpp — helpers shared by the suites: paths passed by meson after
+// "--" (--cli=PATH, --data=DIR), a scratch directory, and running the CLI.
+#pragma once
+
+#include <string>
+
+namespace mla::test {
+
+std::string cli_path();   // the built mla-h2o binary
+std::string data_dir();   // tests/data in the source tree
+// A fresh empty directory under the build's temp area, unique per call.
+std::string scratch_dir(const std::string& tag);
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+// Runs `mla-h2o <args>` through /bin/sh (args are passed verbatim; quote as needed).
+RunResult run_cli(const std::string& args);
+
+std::string read_text(const std::string& path);
+void write_text(const std::string& path, const std::string& text);
+
+}  // namespace mla::test
