@@ -27,6 +27,7 @@ struct RopeConfig {
   std::optional<double> attention_factor;       // explicit override of the cos/sin multiplier
   bool truncate = true;
   bool is_yarn() const { return rope_type == "yarn"; }
+  bool operator==(const RopeConfig&) const = default;
 };
 
 struct AttentionConfig {
@@ -50,6 +51,7 @@ struct AttentionConfig {
 
   bool has_q_lora() const { return q_lora_rank > 0; }
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  bool operator==(const AttentionConfig&) const = default;  // field by field, exact
 };
 
 // Parses config.json text. Throws Error(Config) naming the missing/inconsistent key.

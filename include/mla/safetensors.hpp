@@ -85,6 +85,7 @@ class SafetensorsFile {
   uint64_t header_size_ = 0;
   std::map<std::string, std::string> metadata_;
   std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors_
   std::unique_ptr<Mapping> map_;
   const std::byte* data_ = nullptr;  // start of the data section
 };

@@ -1,7 +1,399 @@
-// PLACEHOLDER — replaced by the owner of this subcommand.
+// src/cli/cmd_run.cpp — `mla-h2o run` (one layer's attention + H2O on a checkpoint) and
+// `mla-h2o demo` (the starting demo's configuration on a cached synthetic Kimi K2.6 layer 0).
+//
+// Pipeline of both (execute_run), each stage timed:
+//   1. output directory      created first, so an unwritable --out fails before any work
+//   2. open checkpoint       config.json + index/shard headers          } timing_s.load
+//   3. load layer            the 7 attention tensors (+ input_layernorm) }
+//   4. build input           one of --input / --tokens / --seq-len+--seed }
+//   5. backend               make_backend + prepare (weight conversion)  } timing_s.forward
+//   6. forward               attention, attention weights, token scores  }
+//   7. h2o select            layer-level decision (+ per head)           } timing_s.h2o
+//   8. outputs               report.txt, scores.csv, report.json, scores.svg,
+//                            heads_kept.csv (--per-head), tensors.safetensors (--dump-tensors)
+//
+// Shape legend: S = tokens, H = hidden_size, n = heads.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "args.hpp"
 #include "commands.hpp"
+#include "inputs.hpp"
+#include "mla/attention.hpp"
+#include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
+#include "mla/h2o.hpp"
+#include "mla/report.hpp"
+#include "mla/rope.hpp"
+#include "mla_build_config.h"
+
 namespace mla::cli {
-int cmd_run(const std::vector<std::string>&) { fail(ErrorKind::Unsupported, "'run' is not implemented yet"); }
-int cmd_demo(const std::vector<std::string>&) { fail(ErrorKind::Unsupported, "demo is not implemented yet"); }
+namespace {
+
+// ---- settings shared by run and demo ------------------------------------------------------
+
+struct RunPlan {
+  std::string command;       // "run" | "demo"
+  std::string checkpoint;    // path
+  std::string config_path;   // --config ("" = beside the checkpoint)
+  int64_t layer = 0;
+  InputRequest input;
+  BackendKind backend = BackendKind::Auto;
+  ForwardOptions forward;    // mask, precision, latent eps, threads, allow_tf32
+  std::string latent_eps_arg = "hf";  // "hf" | "config" | a number
+  H2OOptions h2o;
+  bool per_head = false;
+  bool dump_tensors = false;
+  std::string out_dir = "mla-h2o-out";
+  std::vector<std::string> notes;
+};
+
+std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::string& default_precision) {
+  return {
+      {"mask", "causal|none", "causal mask, or none (HF eager called with attention_mask=None)", default_mask},
+      {"backend", "auto|reference|cpu|cuda", "auto = cuda when a GPU is usable, else cpu", "auto"},
+      {"precision", "fp32|bf16", "bf16 = PyTorch bf16 eager rounding (mla-math.md §7)", default_precision},
+      {"latent-norm-eps", "hf|config|VALUE",
+       "eps of q_a_layernorm/kv_a_layernorm: hf = 1e-6 (transformers), config = rms_norm_eps (vLLM/SGLang)", "hf"},
+      {"sinks", "N", "H2O: first N tokens always kept", "4"},
+      {"recent", "N", "H2O: last N tokens always kept", "32"},
+      {"budget", "N", "H2O: heavy hitters kept among the rest", "64"},
+      {"per-head", "", "also one H2O decision per head (heads_kept.csv)", ""},
+      {"out", "DIR", "output directory (created)", "./mla-h2o-out"},
+      {"dump-tensors", "", "write tensors.safetensors (HF layout) for `mla-h2o compare`", ""},
+      {"threads", "N", "cpu backend threads (0 = all cores)", "0"},
+      {"allow-tf32", "", "cuda fp32 only: allow TF32 tensor-core GEMMs", ""},
+  };
+}
+
+BackendKind backend_kind(const std::string& s) {
+  if (s == "reference") return BackendKind::Reference;
+  if (s == "cpu") return BackendKind::Cpu;
+  if (s == "cuda") return BackendKind::Cuda;
+  return BackendKind::Auto;
+}
+
+// Reads the flags of forward_flags() into `plan`.
+void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default_mask, const std::string& default_precision) {
+  plan.forward.mask = a.choice("mask", {"causal", "none"}, default_mask) == "causal" ? Mask::Causal : Mask::None;
+  plan.forward.precision = a.choice("precision", {"fp32", "bf16"}, default_precision) == "bf16" ? Precision::BF16 : Precision::FP32;
+  plan.backend = backend_kind(a.choice("backend", {"auto", "reference", "cpu", "cuda"}, "auto"));
+  plan.latent_eps_arg = a.str("latent-norm-eps", "hf");
+  plan.h2o.sinks = a.integer("sinks", plan.h2o.sinks, 0);
+  plan.h2o.recent = a.integer("recent", plan.h2o.recent, 0);
+  plan.h2o.budget = a.integer("budget", plan.h2o.budget, 0);
+  plan.per_head = a.has("per-head");
+  plan.dump_tensors = a.has("dump-tensors");
+  plan.out_dir = a.str("out", plan.out_dir);
+  plan.forward.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
+  plan.forward.allow_tf32 = a.has("allow-tf32");
+}
+
+// --latent-norm-eps: "hf" -> 1e-6, "config" -> rms_norm_eps, else a positive finite number.
+double latent_eps(const std::string& arg, const AttentionConfig& cfg, std::string& mode) {
+  if (arg == "hf") {
+    mode = "hf";
+    return 1e-6;
+  }
+  if (arg == "config") {
+    mode = "config";
+    return cfg.rms_norm_eps;
+  }
+  char* end = nullptr;
+  const double v = std::strtod(arg.c_str(), &end);
+  if (arg.empty() || *end != '\0' || !std::isfinite(v) || v <= 0)
+    fail(ErrorKind::InvalidArgument, "--latent-norm-eps: '" + arg + "' is not hf, config or a positive number");
+  mode = "value";
+  return v;
+}
+
+class Stopwatch {
+ public:
+  Stopwatch() : t0_(std::chrono::steady_clock::now()) {}
+  double lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - t0_).count();
+    t0_ = now;
+    return s;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+
+std::string join_path(const std::string& dir, const std::string& name) {
+  return (std::filesystem::path(dir) / name).string();
+}
+
+// ---- the pipeline -----------------------------------------------------------------------
+
+int execute_run(const RunPlan& plan) {
+  Report rep;
+  RunInfo& info = rep.info;
+  info.command = plan.command;
+  info.notes = plan.notes;
+  Stopwatch sw;
+
+  // 1. output directory
+  ensure_output_dir(plan.out_dir);
+
+  // 2-3. checkpoint and layer
+  const Checkpoint ckpt = Checkpoint::open(plan.checkpoint, plan.config_path);
+  info.stage_seconds.emplace_back("open checkpoint", sw.lap());
+  const AttentionConfig& cfg = ckpt.config();
+  if (plan.layer < 0 || plan.layer >= cfg.num_hidden_layers)
+    fail(ErrorKind::InvalidArgument, "--layer " + std::to_string(plan.layer) + " is out of range: the config has " +
+                                         std::to_string(cfg.num_hidden_layers) + " layers (0.." +
+                                         std::to_string(cfg.num_hidden_layers - 1) + ")");
+  const std::vector<int64_t> present = ckpt.layers_present();
+  if (std::find(present.begin(), present.end(), plan.layer) == present.end()) {
+    std::string list;
+    for (size_t i = 0; i < present.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(present[i]);
+    if (present.size() > 16) list += ", ...";
+    fail(ErrorKind::Checkpoint, "--layer " + std::to_string(plan.layer) + ": " + plan.checkpoint +
+                                    " does not hold that layer's attention tensors (layers present: " +
+                                    (list.empty() ? "none" : list) + ")");
+  }
+  const LayerWeights weights = ckpt.load_layer(plan.layer, plan.input.kind == InputKind::Tokens);
+  info.stage_seconds.emplace_back("load layer", sw.lap());
+
+  ForwardOptions fopt = plan.forward;
+  fopt.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg, info.latent_norm_eps_mode);
+  fopt.keep_attn_weights = plan.dump_tensors;
+  fopt.keep_states = plan.dump_tensors;
+
+  // 4. input
+  const HiddenInput input = load_input(plan.input, ckpt, weights, fopt.precision);
+  info.stage_seconds.emplace_back("build input", sw.lap());
+  const int64_t S = input.hidden.dim(0), n = cfg.num_attention_heads;
+  info.load_seconds = info.stage_seconds[0].second + info.stage_seconds[1].second + info.stage_seconds[2].second;
+
+  // 5-6. backend and forward
+  if (plan.backend == BackendKind::Auto) {
+    std::string why;
+    info.backend_reason = cuda_available(&why) ? "a CUDA device is usable" : "no usable CUDA device: " + why;
+  }
+  std::unique_ptr<Backend> backend = make_backend(plan.backend);
+  backend->prepare(cfg, weights, fopt);
+  info.stage_seconds.emplace_back("backend prepare (" + backend->name() + ")", sw.lap());
+  const ForwardResult fr = backend->forward(input.hidden, fopt);
+  const double forward_s = sw.lap();
+  info.stage_seconds.emplace_back("forward (" + backend->name() + ")", forward_s);
+  info.forward_stage_seconds = fr.stage_seconds;
+  info.forward_seconds = info.stage_seconds[3].second + forward_s;
+  if (static_cast<int64_t>(fr.token_scores.size()) != S)
+    fail(ErrorKind::Shape, "backend " + backend->name() + " returned " + std::to_string(fr.token_scores.size()) +
+                               " token scores for " + std::to_string(S) + " tokens");
+
+  // 7. H2O
+  rep.h2o = plan.h2o;
+  rep.scores = fr.token_scores;
+  rep.decision = h2o_select(rep.scores, plan.h2o);
+  if (plan.per_head) {
+    rep.n_heads = n;
+    rep.head_scores = fr.head_scores;
+    rep.head_decisions = h2o_select_per_head(rep.head_scores, n, plan.h2o);
+  }
+  info.h2o_seconds = sw.lap();
+  info.stage_seconds.emplace_back(plan.per_head ? "h2o select (+ per head)" : "h2o select", info.h2o_seconds);
+
+  // settings for the report
+  info.checkpoint = plan.checkpoint;
+  info.layer = plan.layer;
+  info.input_source = input.description;
+  info.mask = mask_name(fopt.mask);
+  if (fopt.mask == Mask::None) info.mask += " (every query sees every key, as HF eager with attention_mask=None)";
+  info.precision = precision_name(fopt.precision);
+  info.backend_requested = backend_name(plan.backend);
+  info.backend = backend->name();
+  info.backend_description = backend->description();
+  info.computed_in_double = fr.computed_in_double;
+  info.latent_norm_eps = fopt.latent_norm_eps;
+  info.config = cfg;
+  info.softmax_scale = softmax_scale(cfg);
+  info.parameter_count = weights.parameter_count();
+  info.hidden_shape = input.hidden.shape;
+  info.attn_output_shape = fr.attn_output.shape;
+  info.attn_weights_shape = {n, S, S};
+  info.threads = fopt.threads;
+  info.allow_tf32 = fopt.allow_tf32;
+
+  // 8. outputs
+  if (plan.dump_tensors) {
+    const std::string path = join_path(plan.out_dir, "tensors.safetensors");
+    std::map<std::string, std::string> meta = {
+        {"producer", std::string("mla-h2o ") + MLA_VERSION},
+        {"backend", backend->name() + " (" + backend->description() + ")"},
+        {"precision", precision_name(fopt.precision)},
+        {"mask", mask_name(fopt.mask)},
+        {"latent_norm_eps", format_double(fopt.latent_norm_eps)},
+        {"checkpoint", plan.checkpoint},
+        {"layer", std::to_string(plan.layer)},
+        {"input", input.description},
+        {"config", config_to_json(cfg, false)},
+    };
+    write_tensor_dump(path, input.hidden, fr, n, meta);
+    info.files.push_back(path);
+    info.stage_seconds.emplace_back("write tensors.safetensors", sw.lap());
+  }
+  const std::string csv = join_path(plan.out_dir, "scores.csv"), json = join_path(plan.out_dir, "report.json"),
+                    svg = join_path(plan.out_dir, "scores.svg"), txt = join_path(plan.out_dir, "report.txt"),
+                    heads = join_path(plan.out_dir, "heads_kept.csv");
+  info.files.insert(info.files.end(), {csv, json, svg, txt});
+  if (plan.per_head) info.files.push_back(heads);
+  write_text_file(csv, scores_csv(rep.scores, rep.decision));
+  if (plan.per_head) write_text_file(heads, heads_csv(rep.head_scores, rep.head_decisions));
+  std::ostringstream title;
+  title << "H2O on layer " << plan.layer << ": " << rep.decision.kept() << " of " << S << " tokens kept (" << info.backend
+        << ", " << info.precision << ", mask " << mask_name(fopt.mask) << ")";
+  write_text_file(svg, scores_svg(rep.scores, rep.decision, title.str()));
+  const std::string text = report_text(rep);
+  write_text_file(txt, text);
+  write_text_file(json, report_json(rep));
+  std::fputs(text.c_str(), stdout);
+  return 0;
+}
+
+// ---- run --------------------------------------------------------------------------------
+
+CommandSpec run_spec() {
+  CommandSpec spec;
+  spec.name = "run";
+  spec.synopsis = "mla-h2o run: one layer's MLA attention (HF DeepseekV3Attention, eager) + H2O selection";
+  spec.usage = "mla-h2o run --checkpoint PATH [--layer N] [input source] [options]";
+  spec.flags = {
+      {"checkpoint", "PATH", "checkpoint directory or .safetensors file (required)", ""},
+      {"config", "FILE", "config.json to use instead of the one beside the checkpoint", ""},
+      {"layer", "N", "decoder layer whose attention runs", "0"},
+  };
+  for (auto& f : input_flags()) spec.flags.push_back(f);
+  for (auto& f : forward_flags("causal", "fp32")) spec.flags.push_back(f);
+  spec.positional_help =
+      "input source (exactly one): --input FILE | --tokens IDS|FILE | --seq-len S --seed N (default: 256 tokens, seed 0)";
+  return spec;
+}
+
+// ---- demo -------------------------------------------------------------------------------
+
+CommandSpec demo_spec() {
+  CommandSpec spec;
+  spec.name = "demo";
+  spec.synopsis =
+      "mla-h2o demo: the starting demo (kimi-layer0-demo.md) on a synthetic Kimi K2.6-shaped layer 0 —\n"
+      "256 seeded normal embeddings, 4 sinks, 32 recent, 64 heavy, mask none, bf16. The checkpoint\n"
+      "(synth --preset kimi-k2.6 --seed 0 --layers 0) is written once into the cache directory.";
+  spec.usage = "mla-h2o demo [--cache-dir DIR] [--out DIR] [--backend B] [--precision P] [--mask none|causal]";
+  spec.flags = {
+      {"cache-dir", "DIR", "where the synthetic checkpoint is cached", "$XDG_CACHE_HOME/mla-h2o or ~/.cache/mla-h2o"},
+  };
+  for (auto& f : forward_flags("none", "bf16")) {
+    if (f.name == "sinks" || f.name == "recent" || f.name == "budget" || f.name == "latent-norm-eps") continue;
+    spec.flags.push_back(f);
+  }
+  return spec;
+}
+
+std::string default_cache_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return join_path(xdg, "mla-h2o");
+  if (const char* home = std::getenv("HOME"); home && *home) return join_path(join_path(home, ".cache"), "mla-h2o");
+  fail(ErrorKind::InvalidArgument, "no cache directory: set XDG_CACHE_HOME or HOME, or pass --cache-dir DIR");
+}
+
+// The cached demo checkpoint: <cache>/kimi-k2.6-seed0/, complete when its COMPLETE marker
+// (written last) names the same preset and seed. Otherwise it is synthesized into a
+// temporary sibling directory and renamed into place, so an interrupted run never leaves a
+// directory that looks complete.
+std::string demo_checkpoint(const std::string& cache_dir, bool& reused) {
+  namespace fs = std::filesystem;
+  const std::string preset = "kimi-k2.6";
+  const uint64_t seed = 0;
+  const std::string key = "preset=" + preset + " seed=" + std::to_string(seed) + " layers=0 dtype=bf16\n";
+  const std::string dir = join_path(cache_dir, preset + "-seed" + std::to_string(seed));
+  const std::string marker = join_path(dir, "COMPLETE");
+  {
+    std::ifstream in(marker);
+    std::stringstream ss;
+    if (in) ss << in.rdbuf();
+    if (in && ss.str() == key) {
+      reused = true;
+      return dir;
+    }
+  }
+  reused = false;
+  ensure_output_dir(cache_dir);
+  const std::string tmp = dir + ".partial-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  std::fprintf(stderr, "mla-h2o demo: synthesizing the Kimi K2.6-shaped layer 0 once into %s ...\n", dir.c_str());
+  SynthOptions so;
+  so.preset = preset;
+  so.out_dir = tmp;
+  so.seed = seed;
+  so.layers = {0};
+  synthesize_checkpoint(so);
+  write_text_file(join_path(tmp, "COMPLETE"), key);
+  fs::remove_all(dir, ec);
+  fs::rename(tmp, dir, ec);
+  if (ec) fail(ErrorKind::Io, "cannot move the synthesized checkpoint to " + dir + ": " + ec.message());
+  return dir;
+}
+
+}  // namespace
+
+int cmd_run(const std::vector<std::string>& argv) {
+  const CommandSpec spec = run_spec();
+  const Args a = Args::parse(spec, argv);
+  if (a.help()) {
+    std::fputs(help_text(spec).c_str(), stdout);
+    return 0;
+  }
+  RunPlan plan;
+  plan.command = "run";
+  plan.checkpoint = a.str("checkpoint");
+  if (plan.checkpoint.empty()) fail(ErrorKind::InvalidArgument, "--checkpoint PATH is required (see mla-h2o run --help)");
+  plan.config_path = a.str("config");
+  plan.layer = a.integer("layer", 0, 0);
+  plan.input = input_request(a);
+  read_forward_flags(a, plan, "causal", "fp32");
+  return execute_run(plan);
+}
+
+int cmd_demo(const std::vector<std::string>& argv) {
+  const CommandSpec spec = demo_spec();
+  const Args a = Args::parse(spec, argv);
+  if (a.help()) {
+    std::fputs(help_text(spec).c_str(), stdout);
+    return 0;
+  }
+  RunPlan plan;
+  plan.command = "demo";
+  plan.layer = 0;
+  plan.input.kind = InputKind::Seeded;
+  plan.input.seq_len = 256;
+  plan.input.seed = 0;
+  plan.h2o = H2OOptions{4, 32, 64};
+  read_forward_flags(a, plan, "none", "bf16");
+  const std::string cache = a.has("cache-dir") ? a.str("cache-dir") : default_cache_dir();
+  bool reused = false;
+  plan.checkpoint = demo_checkpoint(cache, reused);
+  plan.notes.push_back(std::string("weights: synthetic Kimi K2.6-shaped layer 0 (synth --preset kimi-k2.6 --seed 0), ") +
+                       (reused ? "reused from the cache" : "synthesized into the cache") +
+                       "; not the published weights, so the numbers differ from the demo write-up");
+  if (plan.forward.mask == Mask::None)
+    plan.notes.push_back(
+        "mask none: the starting demo called DeepseekV3Attention directly with attention_mask=None, so eager attention "
+        "applied no mask (mla-math.md §8); --mask causal gives what a model-level forward computes");
+  if (plan.forward.precision == Precision::BF16) plan.notes.push_back("precision bf16: the starting demo ran BF16");
+  return execute_run(plan);
+}
+
 }  // namespace mla::cli

@@ -1,7 +1,74 @@
-// PLACEHOLDER — replaced by the owner of this subcommand.
+// src/cli/cmd_synth.cpp — `mla-h2o synth`: write a synthetic checkpoint with the real Kimi
+// K2.6 layout (config.json nested under text_config, model.safetensors.index.json, shards
+// named model-0000i-of-0000NN.safetensors, names language_model.model.layers.L.self_attn.*).
+// The weight recipe and the random stream of every tensor are documented in
+// src/model/synth.cpp; the same --seed always gives the same bytes.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
 #include "commands.hpp"
+#include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
+
 namespace mla::cli {
-int cmd_synth(const std::vector<std::string>&) { fail(ErrorKind::Unsupported, "'synth' is not implemented yet"); }
+namespace {
+
+const CommandSpec kSpec = {
+    "synth",
+    "write a synthetic checkpoint with the real Kimi K2.6 layout (deterministic for a seed)",
+    "mla-h2o synth --out DIR [--preset kimi-k2.6|tiny] [--dtype bf16|f32|f8_e4m3] [--layers 0,1] [options]",
+    {
+        {"out", "DIR", "output directory (created if missing; existing files of the same names are replaced)", ""},
+        {"preset", "NAME", "geometry: kimi-k2.6 (hidden 7168, 64 heads, ~200 MB per bf16 layer) or tiny (hidden 64, 4 heads)",
+         "tiny"},
+        {"dtype", "TYPE", "bf16, f32, or f8_e4m3 (F8_E4M3 weights + F32 weight_scale_inv, 128x128 blocks; norms BF16)",
+         "bf16"},
+        {"layers", "LIST", "layers to write, e.g. 0,1,5 (config.json still says num_hidden_layers of the preset)", "0"},
+        {"vocab", "N", "rows of embed_tokens written; config.json's vocab_size is set to it", "1024 (kimi-k2.6), 97 (tiny)"},
+        {"seed", "N", "random seed (mla::Rng, one documented stream per tensor)", "0"},
+        {"shards", "N", "number of shards, >= 2: layers spread over 1..N-1, embed_tokens in the last", "2"},
+    },
+    0,
+    "",
+};
+
+}  // namespace
+
+int cmd_synth(const std::vector<std::string>& argv) {
+  const Args args = Args::parse(kSpec, argv);
+  if (args.help()) {
+    std::fputs(help_text(kSpec).c_str(), stdout);
+    return 0;
+  }
+  SynthOptions opts;
+  opts.out_dir = args.str("out");
+  if (opts.out_dir.empty()) fail(ErrorKind::InvalidArgument, "synth: --out DIR is required");
+  opts.preset = args.choice("preset", {"kimi-k2.6", "tiny"}, "tiny");
+  opts.dtype = args.choice("dtype", {"bf16", "f32", "f8_e4m3"}, "bf16");
+  opts.layers = args.int_list("layers", {0});
+  opts.vocab = args.integer("vocab", 0, 1, int64_t{1} << 31);
+  opts.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
+  opts.shards = args.integer("shards", 2, 2, 99999);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const AttentionConfig cfg = synthesize_checkpoint(opts);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  uintmax_t bytes = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(opts.out_dir, ec))
+    if (entry.is_regular_file(ec) && entry.path().extension() == ".safetensors") bytes += entry.file_size(ec);
+  std::string layers;
+  for (int64_t L : opts.layers) layers += (layers.empty() ? "" : ",") + std::to_string(L);
+  std::printf("wrote %s: preset %s, dtype %s, layers %s, vocab %lld, seed %llu, %lld shards, %.1f MB in %.2f s\n",
+              opts.out_dir.c_str(), opts.preset.c_str(), opts.dtype.c_str(), layers.c_str(),
+              static_cast<long long>(cfg.vocab_size), static_cast<unsigned long long>(opts.seed),
+              static_cast<long long>(opts.shards), static_cast<double>(bytes) / 1e6, secs);
+  return 0;
+}
 
 }  // namespace mla::cli

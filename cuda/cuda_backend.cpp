@@ -1,0 +1,511 @@
+// cuda/cuda_backend.cpp — the "cuda" backend: one layer of HF DeepseekV3Attention (eager) on
+// one GPU, projections through cuBLAS, the elementwise steps in the hand-written kernels of
+// rms_norm.cu, rope.cu, softmax.cu, attention_mass.cu and layout.cu.
+//
+// Shape legend: S = tokens (queries = keys, no cache), H = hidden_size, n = num_attention_heads,
+//   r_q = q_lora_rank, r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim,
+//   d_v = v_head_dim, d_qk = d_n + d_r. "T-storage" = fp32 in fp32 mode, bf16 in bf16 mode.
+//
+// Numerics (mla-math.md §7): activations are stored in T-storage between steps, so every HF
+// bf16 rounding point is a store. GEMMs: cublasGemmEx / cublasGemmStridedBatchedEx with
+// CUBLAS_COMPUTE_32F (fp32 accumulation; bf16 inputs and outputs in bf16 mode = one rounding
+// per output, as PyTorch), reduced-precision split-K reductions disallowed; TF32 only when
+// ForwardOptions::allow_tf32 in fp32 mode (CUBLAS_COMPUTE_32F_FAST_TF32). Kernels are built
+// with --fmad=false so no multiply-add is contracted behind the equations' back.
+//
+// Flow of forward(): host builds the bf16/fp32 input and cos/sin tables (src/math
+// rope_tables, in fp32 as HF) -> async uploads -> 15 enqueued steps on one stream, each stage
+// bracketed by cudaEvents -> ONE cudaStreamSynchronize -> downloads -> stage times read from the
+// events. No host synchronisation inside the enqueued part. The H2O selection is not done here:
+// it runs on the host from head_scores / token_scores, with the same code as for the CPU.
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/gemm_plan.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/launch_geometry.hpp"
+#include "cuda/workspace_layout.hpp"
+#include "mla/attention.hpp"
+#include "mla/bf16.hpp"
+#include "mla/error.hpp"
+#include "mla/rope.hpp"
+
+static_assert(static_cast<int>(cudaErrorInsufficientDriver) == mla::cuda::kCudaErrorInsufficientDriver);
+static_assert(static_cast<int>(cudaErrorNoDevice) == mla::cuda::kCudaErrorNoDevice);
+
+namespace mla {
+namespace cuda {
+namespace {
+
+// HF eager masks hidden keys with finfo(dtype).min of the model dtype (mla-math.md §3.6, §8).
+constexpr float kBf16Min = -3.3895313892515355e38f;  // bf16 0xFF7F, exact in fp32
+constexpr float kFp32Min = -std::numeric_limits<float>::max();
+
+// ---- RAII wrappers: every device resource is released when its owner goes away ----------
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(int64_t bytes, const std::string& what) : bytes_(bytes) {
+    if (bytes <= 0) return;
+    const cudaError_t st = cudaMalloc(&ptr_, static_cast<size_t>(bytes));
+    if (st != cudaSuccess) {
+      ptr_ = nullptr;
+      fail(ErrorKind::Cuda, failure_message("cudaMalloc(" + what + ", " + std::to_string(bytes) + " bytes)",
+                                            __FILE__, __LINE__, static_cast<int>(st), cudaGetErrorName(st),
+                                            cudaGetErrorString(st)));
+    }
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  ~DeviceBuffer() { release(); }
+
+  void* get() const { return ptr_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void release() noexcept {
+    if (ptr_) cudaFree(ptr_);  // a destructor cannot throw; a failed free leaves nothing to do
+    ptr_ = nullptr;
+  }
+  void* ptr_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+class Stream {
+ public:
+  Stream() { MLA_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { cudaStreamDestroy(s_); }
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+class CublasHandle {
+ public:
+  CublasHandle() { MLA_CUBLAS_CHECK(cublasCreate(&h_)); }
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  ~CublasHandle() { cublasDestroy(h_); }
+  cublasHandle_t get() const { return h_; }
+
+ private:
+  cublasHandle_t h_ = nullptr;
+};
+
+class Event {
+ public:
+  Event() { MLA_CUDA_CHECK(cudaEventCreate(&e_)); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() { cudaEventDestroy(e_); }
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+// ---- host <-> device value conversion ------------------------------------------------------
+
+// fp32 values -> T-storage bytes (bf16: mla::bf16 round to nearest even, the project's one rule).
+std::vector<unsigned char> to_storage(const float* v, int64_t count, Storage st) {
+  const int64_t eb = st == Storage::BF16 ? 2 : 4;
+  std::vector<unsigned char> bytes(static_cast<size_t>(count * eb));
+  if (st == Storage::F32) {
+    if (count > 0) std::memcpy(bytes.data(), v, static_cast<size_t>(count) * 4);
+  } else {
+    for (int64_t i = 0; i < count; ++i) {
+      const uint16_t b = bf16::round_bits(v[i]);
+      std::memcpy(bytes.data() + i * 2, &b, 2);
+    }
+  }
+  return bytes;
+}
+
+// T-storage bytes -> doubles (exact widening).
+std::vector<double> storage_to_double(const std::vector<unsigned char>& bytes, Storage st) {
+  const size_t eb = st == Storage::BF16 ? 2 : 4;
+  std::vector<double> out(bytes.size() / eb);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (st == Storage::F32) {
+      float f;
+      std::memcpy(&f, bytes.data() + i * 4, 4);
+      out[i] = f;
+    } else {
+      uint16_t b;
+      std::memcpy(&b, bytes.data() + i * 2, 2);
+      out[i] = bf16::from_bits(b).to_float();
+    }
+  }
+  return out;
+}
+
+cublasOperation_t cublas_op(Op op) { return op == Op::T ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+// ---- the backend ---------------------------------------------------------------------------
+
+// One layer's weights on the device, in T-storage. Linear weights stay [out, in] row-major.
+struct DeviceWeights {
+  DeviceBuffer q_a_proj;            // [r_q, H]
+  DeviceBuffer q_a_layernorm;       // [r_q]
+  DeviceBuffer q_b_proj;            // [n*d_qk, r_q]
+  DeviceBuffer q_proj;              // [n*d_qk, H]   (q_lora_rank null only)
+  DeviceBuffer kv_a_proj_with_mqa;  // [r_kv + d_r, H]
+  DeviceBuffer kv_a_layernorm;      // [r_kv]
+  DeviceBuffer kv_b_proj;           // [n*(d_n+d_v), r_kv]
+  DeviceBuffer o_proj;              // [H, n*d_v]
+  DeviceBuffer q_bias;              // [r_q] (or [n*d_qk] for q_proj)   attention_bias only
+  DeviceBuffer kv_a_bias;           // [r_kv + d_r]                     attention_bias only
+  DeviceBuffer o_bias;              // [H]                              attention_bias only
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    MLA_CUDA_CHECK(cudaSetDevice(0));
+    cudaDeviceProp prop{};
+    MLA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    int cublas_version = 0;
+    MLA_CUBLAS_CHECK(cublasGetVersion(blas_.get(), &cublas_version));
+    device_text_ = "cuBLAS " + std::to_string(cublas_version) + " on " + prop.name + " (cc " +
+                   std::to_string(prop.major) + "." + std::to_string(prop.minor) + ")";
+    MLA_CUBLAS_CHECK(cublasSetStream(blas_.get(), stream_.get()));
+    // One rounding per GEMM output: no split-K partial sums kept in bf16.
+    MLA_CUBLAS_CHECK(cublasSetMathMode(
+        blas_.get(), static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    // A workspace of our own: cuBLAS then never allocates behind our back and results do not
+    // depend on which stream ran first (cuBLAS reproducibility notes).
+    blas_workspace_ = DeviceBuffer(kCublasWorkspaceBytes, "cuBLAS workspace");
+    MLA_CUBLAS_CHECK(cublasSetWorkspace(blas_.get(), blas_workspace_.get(), static_cast<size_t>(kCublasWorkspaceBytes)));
+  }
+
+  std::string name() const override { return "cuda"; }
+  std::string description() const override { return device_text_; }
+
+  void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
+    weights_.reset();  // old layer freed first (peak = one layer); stays empty if this throws
+    cfg_ = cfg;
+    storage_ = opt.precision == Precision::BF16 ? Storage::BF16 : Storage::F32;
+    precision_ = opt.precision;
+    const int64_t H = cfg.hidden_size, n = cfg.num_attention_heads, r_q = cfg.q_lora_rank, r_kv = cfg.kv_lora_rank;
+    const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim;
+    const int64_t d_qk = d_n + d_r;
+    if (H <= 0 || n <= 0 || r_kv <= 0 || d_n < 0 || d_r <= 0 || d_v <= 0 || d_r % 2 != 0)
+      fail(ErrorKind::Config, "cuda: unusable attention geometry (hidden_size " + std::to_string(H) + ", heads " +
+                                  std::to_string(n) + ", kv_lora_rank " + std::to_string(r_kv) +
+                                  ", qk_rope_head_dim " + std::to_string(d_r) + ")");
+    DeviceWeights dw;
+    if (cfg.has_q_lora()) {
+      dw.q_a_proj = upload(w.q_a_proj, r_q * H);
+      dw.q_a_layernorm = upload(w.q_a_layernorm, r_q);
+      dw.q_b_proj = upload(w.q_b_proj, n * d_qk * r_q);
+    } else {
+      dw.q_proj = upload(w.q_proj, n * d_qk * H);
+    }
+    dw.kv_a_proj_with_mqa = upload(w.kv_a_proj_with_mqa, (r_kv + d_r) * H);
+    dw.kv_a_layernorm = upload(w.kv_a_layernorm, r_kv);
+    dw.kv_b_proj = upload(w.kv_b_proj, n * (d_n + d_v) * r_kv);
+    dw.o_proj = upload(w.o_proj, H * n * d_v);
+    if (cfg.attention_bias) {
+      dw.q_bias = upload(w.q_a_proj_bias, cfg.has_q_lora() ? r_q : n * d_qk);
+      dw.kv_a_bias = upload(w.kv_a_proj_with_mqa_bias, r_kv + d_r);
+      dw.o_bias = upload(w.o_proj_bias, H);
+    }
+    weights_ = std::make_unique<DeviceWeights>(std::move(dw));
+    workspace_ = DeviceBuffer();  // its layout depends on the geometry: rebuilt by the next forward
+    workspace_seq_len_ = -1;
+  }
+
+  ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) override;
+
+ private:
+  static constexpr int64_t kCublasWorkspaceBytes = int64_t(32) << 20;  // 32 MiB
+
+  int64_t elem_bytes() const { return storage_ == Storage::BF16 ? 2 : 4; }
+
+  DeviceBuffer upload(const TensorF& t, int64_t expected) const {
+    if (t.numel() != expected || static_cast<int64_t>(t.data.size()) != expected)
+      fail(ErrorKind::Shape, "cuda: weight '" + t.name + "' has " + std::to_string(t.numel()) + " values " +
+                                 shape_string(t.shape) + ", the config needs " + std::to_string(expected));
+    const std::vector<unsigned char> bytes = to_storage(t.ptr(), expected, storage_);
+    DeviceBuffer buf(static_cast<int64_t>(bytes.size()), "weight " + t.name);
+    MLA_CUDA_CHECK(cudaMemcpy(buf.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    return buf;
+  }
+
+  // The workspace for S tokens, reallocated only when S changes.
+  // (prepare() drops it, since the layout also depends on the geometry.)
+  void ensure_workspace(int64_t S) {
+    WorkspaceDims d;
+    d.seq_len = S;
+    d.hidden_size = cfg_.hidden_size;
+    d.heads = cfg_.num_attention_heads;
+    d.q_lora_rank = cfg_.q_lora_rank;
+    d.kv_lora_rank = cfg_.kv_lora_rank;
+    d.qk_nope_head_dim = cfg_.qk_nope_head_dim;
+    d.qk_rope_head_dim = cfg_.qk_rope_head_dim;
+    d.v_head_dim = cfg_.v_head_dim;
+    d.elem_bytes = elem_bytes();
+    if (workspace_.get() && workspace_seq_len_ == S && workspace_elem_bytes_ == d.elem_bytes) return;
+    workspace_ = DeviceBuffer();  // free the old one first: peak memory = one workspace
+    layout_ = workspace_layout(d);
+    workspace_ = DeviceBuffer(layout_.total_bytes, "workspace for S = " + std::to_string(S));
+    workspace_seq_len_ = S;
+    workspace_elem_bytes_ = d.elem_bytes;
+  }
+  void* slot(Slot s) const { return static_cast<unsigned char*>(workspace_.get()) + layout_.slots[s].offset; }
+
+  // One GEMM described by a GemmPlan (gemm_plan.hpp holds each derivation). beta = 1 adds C.
+  void gemm(const GemmPlan& g, const void* A, const void* B, void* C, float beta, bool allow_tf32) {
+    const cudaDataType_t dt = storage_ == Storage::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cublasComputeType_t ct =
+        (storage_ == Storage::F32 && allow_tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float alpha = 1.0f;
+    cublasStatus_t st;
+    if (g.batch == 1) {
+      st = cublasGemmEx(blas_.get(), cublas_op(g.op_a), cublas_op(g.op_b), int(g.m), int(g.n), int(g.k), &alpha, A, dt,
+                        int(g.lda), B, dt, int(g.ldb), &beta, C, dt, int(g.ldc), ct, CUBLAS_GEMM_DEFAULT);
+    } else {
+      st = cublasGemmStridedBatchedEx(blas_.get(), cublas_op(g.op_a), cublas_op(g.op_b), int(g.m), int(g.n), int(g.k),
+                                      &alpha, A, dt, int(g.lda), g.stride_a, B, dt, int(g.ldb), g.stride_b, &beta, C,
+                                      dt, int(g.ldc), g.stride_c, int(g.batch), ct, CUBLAS_GEMM_DEFAULT);
+    }
+    if (st != CUBLAS_STATUS_SUCCESS)
+      fail(ErrorKind::Cuda, failure_message(std::string(g.batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx") +
+                                                " (" + g.what + ")",
+                                            __FILE__, __LINE__, static_cast<int>(st), cublasGetStatusName(st),
+                                            cublasGetStatusString(st)));
+  }
+
+  // y = x·W^T (+ b): bias rows first, then the GEMM with beta = 1 (one rounding, as addmm).
+  void linear(const std::string& what, const void* x, int64_t rows, int64_t in, const DeviceBuffer& weight,
+              const DeviceBuffer& bias, int64_t out, void* y, bool allow_tf32) {
+    float beta = 0.0f;
+    if (bias.get()) {
+      MLA_CUDA_CHECK(launch_broadcast_rows(storage_, bias.get(), y, rows, out, stream_.get()));
+      beta = 1.0f;
+    }
+    gemm(linear_plan(what, rows, in, out), weight.get(), x, y, beta, allow_tf32);
+  }
+
+  AttentionConfig cfg_;
+  Storage storage_ = Storage::F32;
+  Precision precision_ = Precision::FP32;
+  std::string device_text_;
+  Stream stream_;
+  CublasHandle blas_;
+  DeviceBuffer blas_workspace_;
+  std::unique_ptr<DeviceWeights> weights_;
+  DeviceBuffer workspace_;
+  WorkspaceLayout layout_;
+  int64_t workspace_seq_len_ = -1, workspace_elem_bytes_ = 0;
+};
+
+ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& opt) {
+  if (!weights_) fail(ErrorKind::InvalidArgument, "cuda: forward() called before prepare()");
+  if (opt.precision != precision_)
+    fail(ErrorKind::InvalidArgument, std::string("cuda: forward precision ") + precision_name(opt.precision) +
+                                         " differs from the precision the weights were prepared in (" +
+                                         precision_name(precision_) + "); call prepare() again");
+  const AttentionConfig& c = cfg_;
+  const int64_t H = c.hidden_size, n = c.num_attention_heads, r_q = c.q_lora_rank, r_kv = c.kv_lora_rank;
+  const int64_t d_n = c.qk_nope_head_dim, d_r = c.qk_rope_head_dim, d_v = c.v_head_dim, d_qk = d_n + d_r;
+  if (hidden.shape.size() != 2 || hidden.dim(1) != H || hidden.dim(0) <= 0)
+    fail(ErrorKind::Shape, "cuda: hidden states '" + hidden.name + "' have shape " + shape_string(hidden.shape) +
+                               ", expected [S, " + std::to_string(H) + "] with S >= 1");
+  const int64_t S = hidden.dim(0);
+  for (int64_t i = 0; i < hidden.numel(); ++i)
+    if (!std::isfinite(hidden.data[static_cast<size_t>(i)]))
+      fail(ErrorKind::InvalidValue, "cuda: hidden states '" + hidden.name + "' hold a non-finite value at [" +
+                                        std::to_string(i / H) + ", " + std::to_string(i % H) + "]");
+  if (!row_launch_fits(n * S)) fail(ErrorKind::Unsupported, "cuda: n*S = " + std::to_string(n * S) + " softmax rows exceed the grid limit");
+  if (!(opt.latent_norm_eps > 0.0) || !std::isfinite(opt.latent_norm_eps))
+    fail(ErrorKind::InvalidArgument, "cuda: latent_norm_eps " + std::to_string(opt.latent_norm_eps) + " must be a positive finite number");
+  if (opt.position_offset < 0)
+    fail(ErrorKind::InvalidArgument, "cuda: position_offset " + std::to_string(opt.position_offset) + " is negative");
+
+  // Host side: input, cos/sin tables (fp32 as HF's rotary module; bf16-rounded in bf16 mode),
+  // softmax scale (double, then fp32 as PyTorch's scalar multiply uses it).
+  std::vector<int64_t> positions(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) positions[static_cast<size_t>(s)] = opt.position_offset + s;
+  const RopeTables tables = rope_tables(c, positions);
+  if (tables.seq_len != S || tables.rope_dim != d_r)
+    fail(ErrorKind::Shape, "cuda: rope_tables returned [" + std::to_string(tables.seq_len) + ", " +
+                               std::to_string(tables.rope_dim) + "], expected [S, qk_rope_head_dim]");
+  const float scaling = static_cast<float>(softmax_scale(c));
+  const float eps = static_cast<float>(opt.latent_norm_eps);
+  const float mask_value = storage_ == Storage::BF16 ? kBf16Min : kFp32Min;
+  const bool causal = opt.mask == Mask::Causal;
+  const std::vector<unsigned char> hidden_bytes = to_storage(hidden.ptr(), S * H, storage_);
+  const std::vector<unsigned char> cos_bytes = to_storage(tables.cos.data(), S * d_r, storage_);
+  const std::vector<unsigned char> sin_bytes = to_storage(tables.sin.data(), S * d_r, storage_);
+
+  ensure_workspace(S);
+  const DeviceWeights& w = *weights_;
+  const Storage st = storage_;
+  const cudaStream_t stream = stream_.get();
+  const bool tf32 = opt.allow_tf32;
+
+  // Stage events: mark[i] is recorded after stage i; mark 0 before everything.
+  const char* const stage_names[] = {"upload", "q_path", "kv_path", "rope", "scores", "softmax", "h2o_scores", "pv", "o_proj"};
+  constexpr size_t kStages = sizeof(stage_names) / sizeof(stage_names[0]);
+  std::vector<std::unique_ptr<Event>> marks;
+  for (size_t i = 0; i <= kStages; ++i) marks.push_back(std::make_unique<Event>());
+  size_t stage = 0;
+  auto mark = [&] { MLA_CUDA_CHECK(cudaEventRecord(marks[stage++]->get(), stream)); };
+  mark();
+
+  // upload
+  MLA_CUDA_CHECK(cudaMemcpyAsync(slot(kHidden), hidden_bytes.data(), hidden_bytes.size(), cudaMemcpyHostToDevice, stream));
+  MLA_CUDA_CHECK(cudaMemcpyAsync(slot(kCos), cos_bytes.data(), cos_bytes.size(), cudaMemcpyHostToDevice, stream));
+  MLA_CUDA_CHECK(cudaMemcpyAsync(slot(kSin), sin_bytes.data(), sin_bytes.size(), cudaMemcpyHostToDevice, stream));
+  mark();
+
+  // q_path (§3.1 / §3.2): q = q_b_proj(q_a_layernorm(q_a_proj(x)))  or  q = q_proj(x)
+  if (c.has_q_lora()) {
+    linear("q_a_proj", slot(kHidden), S, H, w.q_a_proj, w.q_bias, r_q, slot(kQa), tf32);
+    MLA_CUDA_CHECK(launch_rms_norm(st, slot(kQa), r_q, w.q_a_layernorm.get(), slot(kQaNorm), S, r_q, eps, stream));
+    linear("q_b_proj", slot(kQaNorm), S, r_q, w.q_b_proj, DeviceBuffer(), n * d_qk, slot(kQ), tf32);
+  } else {
+    linear("q_proj", slot(kHidden), S, H, w.q_proj, w.q_bias, n * d_qk, slot(kQ), tf32);
+  }
+  mark();
+
+  // kv_path (§3.3): [c | k_pe] = kv_a_proj_with_mqa(x); kv = kv_b_proj(kv_a_layernorm(c))
+  linear("kv_a_proj_with_mqa", slot(kHidden), S, H, w.kv_a_proj_with_mqa, w.kv_a_bias, r_kv + d_r, slot(kCkv), tf32);
+  MLA_CUDA_CHECK(launch_rms_norm(st, slot(kCkv), r_kv + d_r, w.kv_a_layernorm.get(), slot(kCkvNorm), S, r_kv, eps, stream));
+  linear("kv_b_proj", slot(kCkvNorm), S, r_kv, w.kv_b_proj, DeviceBuffer(), n * (d_n + d_v), slot(kKv), tf32);
+  mark();
+
+  // rope (§3.4, §6): HF-layout query/key/value states with RoPE on the rope halves
+  MLA_CUDA_CHECK(launch_build_query_states(st, slot(kQ), slot(kCos), slot(kSin), slot(kQueryStates), S, n, d_n, d_r,
+                                           c.rope_interleave, stream));
+  MLA_CUDA_CHECK(launch_build_key_value_states(st, slot(kKv), slot(kCkv), r_kv, slot(kCos), slot(kSin),
+                                               slot(kKeyStates), slot(kValueStates), S, n, d_n, d_r, d_v,
+                                               c.rope_interleave, stream));
+  mark();
+
+  // scores (§3.6 step 2): scores = query_states . key_states^T (stored, i.e. rounded, in T)
+  gemm(scores_plan(n, S, S, d_qk), slot(kKeyStates), slot(kQueryStates), slot(kScores), 0.0f, tf32);
+  mark();
+
+  // softmax (§3.6 steps 2-4): probs = softmax_fp32(round(round(scores*scaling) + mask)) in place
+  MLA_CUDA_CHECK(launch_scale_mask_softmax(st, slot(kScores), n, S, S, scaling, causal, mask_value, stream));
+  mark();
+
+  // h2o_scores (H2O statistic, attention_mass.cu): head_scores[h, t] = sum_s probs[h, s, t]
+  MLA_CUDA_CHECK(launch_attention_mass(st, slot(kScores), static_cast<double*>(slot(kHeadScores)), n, S, S, stream));
+  mark();
+
+  // pv (§3.6 step 6): attn_flat [S, n*d_v] = merge_heads(probs . value_states)
+  gemm(pv_plan(n, S, S, d_v), slot(kValueStates), slot(kScores), slot(kAttnFlat), 0.0f, tf32);
+  mark();
+
+  // o_proj (§3.6 step 7): out = attn_flat . W_o^T (+ b)
+  linear("o_proj", slot(kAttnFlat), S, n * d_v, w.o_proj, w.o_bias, H, slot(kOut), tf32);
+  mark();
+
+  // The one synchronisation of the forward.
+  MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  ForwardResult r;
+  r.computed_in_double = false;
+  for (size_t i = 0; i < kStages; ++i) {
+    float ms = 0.0f;
+    MLA_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[i]->get(), marks[i + 1]->get()));
+    r.stage_seconds.emplace_back(stage_names[i], static_cast<double>(ms) * 1e-3);
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto download = [&](Slot s, const std::string& name, std::vector<int64_t> shape) {
+    std::vector<unsigned char> bytes(static_cast<size_t>(layout_.slots[s].bytes()));
+    MLA_CUDA_CHECK(cudaMemcpy(bytes.data(), slot(s), bytes.size(), cudaMemcpyDeviceToHost));
+    TensorD t(name, std::move(shape));
+    t.data = storage_to_double(bytes, st);
+    return t;
+  };
+  r.attn_output = download(kOut, "attn_output", {S, H});
+  for (int64_t i = 0; i < S * H; ++i)
+    if (!std::isfinite(r.attn_output.data[static_cast<size_t>(i)]))
+      fail(ErrorKind::InvalidValue, std::string("cuda backend: attn_output[row ") + std::to_string(i / H) + ", col " +
+                                        std::to_string(i % H) + "] is not finite (overflow in " +
+                                        precision_name(precision_) + " arithmetic)");
+  if (opt.keep_attn_weights) r.attn_weights = download(kScores, "attn_weights", {n, S, S});
+  if (opt.keep_states) {
+    r.query_states = download(kQueryStates, "query_states", {n, S, d_qk});
+    r.key_states = download(kKeyStates, "key_states", {n, S, d_qk});
+    r.value_states = download(kValueStates, "value_states", {n, S, d_v});
+  }
+  r.head_scores.resize(static_cast<size_t>(n * S));
+  MLA_CUDA_CHECK(cudaMemcpy(r.head_scores.data(), slot(kHeadScores), r.head_scores.size() * sizeof(double),
+                            cudaMemcpyDeviceToHost));
+  // token_scores[t] = sum_h head_scores[h, t], h ascending, in double on the host.
+  r.token_scores.assign(static_cast<size_t>(S), 0.0);
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t t = 0; t < S; ++t) r.token_scores[static_cast<size_t>(t)] += r.head_scores[static_cast<size_t>(h * S + t)];
+  const auto t1 = std::chrono::steady_clock::now();
+  r.stage_seconds.emplace_back("download", std::chrono::duration<double>(t1 - t0).count());
+  return r;
+}
+
+}  // namespace
+}  // namespace cuda
+
+bool cuda_available(std::string* why) {
+  int count = 0;
+  const cudaError_t st = cudaGetDeviceCount(&count);
+  if (st != cudaSuccess) {
+    cudaGetLastError();  // clear the (non-sticky) error so later runtime calls start clean
+    if (why) *why = cuda::explain_device_count_error(static_cast<int>(st), cudaGetErrorName(st));
+    return false;
+  }
+  if (count <= 0) {
+    if (why) *why = cuda::explain_zero_devices();
+    return false;
+  }
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = "no usable CUDA device: cannot read device 0's compute capability";
+    return false;
+  }
+  if (major < 8) {
+    if (why)
+      *why = "no usable CUDA device: device 0 has compute capability " + std::to_string(major) + "." +
+             std::to_string(minor) + "; this build holds code for sm_80 and newer only (bf16 GEMMs need it)";
+    return false;
+  }
+  if (why) why->clear();
+  return true;
+}
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  std::string why;
+  if (!cuda_available(&why)) fail(ErrorKind::Cuda, "--backend cuda: " + why);
+  return std::make_unique<cuda::CudaBackend>();
+}
+
+}  // namespace mla

@@ -1,0 +1,104 @@
+// cuda/workspace_layout.hpp — the device buffers one forward needs, carved out of ONE
+// cudaMalloc (offsets aligned to 256 bytes). Plain C++ so the suite cuda_host checks sizes,
+// alignment and non-overlap without a GPU, and so the benchmark can print the expected size.
+//
+// Shape legend: S = tokens, H = hidden_size, n = num_attention_heads, r_q = q_lora_rank,
+//   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
+//   d_qk = d_n + d_r. "elem" = the storage element: 4 bytes (fp32) or 2 bytes (bf16).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mla/error.hpp"
+
+namespace mla::cuda {
+
+inline constexpr int64_t kWorkspaceAlign = 256;
+
+// Workspace slots, in allocation order. Names are printed in errors and in the benchmark.
+enum Slot : int {
+  kHidden = 0,    // [S, H]              elem   input hidden states
+  kQa,            // [S, r_q]            elem   q_a_proj output       (0 without q_lora_rank)
+  kQaNorm,        // [S, r_q]            elem   q_a_layernorm output  (0 without q_lora_rank)
+  kQ,             // [S, n*d_qk]         elem   q_b_proj (or q_proj) output, head-major
+  kCkv,           // [S, r_kv + d_r]     elem   kv_a_proj_with_mqa output: latent | k_pe
+  kCkvNorm,       // [S, r_kv]           elem   kv_a_layernorm output
+  kKv,            // [S, n*(d_n+d_v)]    elem   kv_b_proj output, head-major: k_nope | v
+  kCos,           // [S, d_r]            elem   cos table (bf16-rounded in bf16 mode)
+  kSin,           // [S, d_r]            elem   sin table
+  kQueryStates,   // [n, S, d_qk]        elem   HF query_states (rope half de-interleaved)
+  kKeyStates,     // [n, S, d_qk]        elem   HF key_states
+  kValueStates,   // [n, S, d_v]         elem   HF value_states
+  kScores,        // [n, S, S]           elem   scores, then probabilities in place
+  kAttnFlat,      // [S, n*d_v]          elem   P·V merged over heads (o_proj input)
+  kOut,           // [S, H]              elem   o_proj output = attn_output
+  kHeadScores,    // [n, S]              double attention mass per head and key
+  kSlotCount
+};
+
+struct WorkspaceSlot {
+  std::string name;
+  int64_t elements = 0;
+  int64_t elem_bytes = 0;
+  int64_t offset = 0;  // bytes from the workspace start, multiple of kWorkspaceAlign
+  int64_t bytes() const { return elements * elem_bytes; }
+};
+
+struct WorkspaceLayout {
+  std::vector<WorkspaceSlot> slots;  // indexed by Slot
+  int64_t total_bytes = 0;
+};
+
+struct WorkspaceDims {
+  int64_t seq_len = 0, hidden_size = 0, heads = 0, q_lora_rank = 0, kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  int64_t elem_bytes = 4;  // 4 = fp32, 2 = bf16
+};
+
+// a*b with a clear error instead of a wrapped int64 (S*S*n is the big one).
+inline int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t r = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
+    fail(ErrorKind::Unsupported, std::string("cuda: workspace size of ") + what + " overflows 64 bits");
+  return r;
+}
+
+inline WorkspaceLayout workspace_layout(const WorkspaceDims& d) {
+  const int64_t S = d.seq_len, H = d.hidden_size, n = d.heads;
+  const int64_t d_qk = d.qk_nope_head_dim + d.qk_rope_head_dim;
+  struct Item { const char* name; int64_t elements; int64_t elem_bytes; };
+  const int64_t e = d.elem_bytes;
+  const Item items[kSlotCount] = {
+      {"hidden", checked_mul(S, H, "hidden"), e},
+      {"q_a", checked_mul(S, d.q_lora_rank, "q_a"), e},
+      {"q_a_norm", checked_mul(S, d.q_lora_rank, "q_a_norm"), e},
+      {"q", checked_mul(S, checked_mul(n, d_qk, "q"), "q"), e},
+      {"ckv", checked_mul(S, d.kv_lora_rank + d.qk_rope_head_dim, "ckv"), e},
+      {"ckv_norm", checked_mul(S, d.kv_lora_rank, "ckv_norm"), e},
+      {"kv", checked_mul(S, checked_mul(n, d.qk_nope_head_dim + d.v_head_dim, "kv"), "kv"), e},
+      {"cos", checked_mul(S, d.qk_rope_head_dim, "cos"), e},
+      {"sin", checked_mul(S, d.qk_rope_head_dim, "sin"), e},
+      {"query_states", checked_mul(n, checked_mul(S, d_qk, "query_states"), "query_states"), e},
+      {"key_states", checked_mul(n, checked_mul(S, d_qk, "key_states"), "key_states"), e},
+      {"value_states", checked_mul(n, checked_mul(S, d.v_head_dim, "value_states"), "value_states"), e},
+      {"scores", checked_mul(n, checked_mul(S, S, "scores"), "scores"), e},
+      {"attn_flat", checked_mul(S, checked_mul(n, d.v_head_dim, "attn_flat"), "attn_flat"), e},
+      {"out", checked_mul(S, H, "out"), e},
+      {"head_scores", checked_mul(n, S, "head_scores"), 8},
+  };
+  WorkspaceLayout L;
+  int64_t offset = 0;
+  for (const Item& it : items) {
+    WorkspaceSlot s{it.name, it.elements, it.elem_bytes, offset};
+    const int64_t padded = checked_mul((s.bytes() + kWorkspaceAlign - 1) / kWorkspaceAlign, kWorkspaceAlign, it.name);
+    if (__builtin_add_overflow(offset, padded, &offset))
+      fail(ErrorKind::Unsupported, std::string("cuda: workspace offset of ") + it.name + " overflows 64 bits");
+    L.slots.push_back(s);
+  }
+  L.total_bytes = offset;
+  return L;
+}
+
+}  // namespace mla::cuda

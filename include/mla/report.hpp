@@ -1,0 +1,161 @@
+// mla/report.hpp — what `mla-h2o run / demo / select` print and write.
+//
+// One Report value holds everything a run produced (scores, H2O decision, settings,
+// geometry, timings). Each output format is one pure function of it, so tests check the
+// formats on hand-made reports and the CLI only gathers values and writes files:
+//
+//   report_text   the starting demo's "Results" block (kimi-layer0-demo.md) plus the
+//                 settings that decide the numbers (mask, precision, backend, latent eps, ...)
+//   scores_csv    token_idx,attention_score,kept,category   (the starting demo's CSV columns;
+//                 kept is True/False as pandas writes it; scores printed with %.17g so they
+//                 round-trip to the same double)
+//   heads_csv     head,token_idx,attention_score,kept,category   (--per-head)
+//   report_json   the same numbers plus config, options, versions, backend and timing_s
+//   scores_svg    score vs token index, bars coloured by category, axes, ticks, legend, title
+//
+// Shape legend: S = tokens, n = heads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mla/attention.hpp"
+#include "mla/config.hpp"
+#include "mla/h2o.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla {
+
+// Summary statistics of a score vector (population std, as numpy's default ddof=0).
+struct ScoreStats {
+  int64_t count = 0;
+  double min = 0, max = 0, mean = 0, std = 0, sum = 0;
+  int64_t argmin = 0, argmax = 0;  // lowest index on ties
+};
+ScoreStats score_stats(std::span<const double> scores);
+
+// The decision summarised as the starting demo printed it.
+struct DecisionSummary {
+  int64_t seq_len = 0;                          // S
+  int64_t middle = 0;                           // tokens that were neither sink nor recent
+  std::vector<std::pair<int64_t, double>> top_heavy;  // up to 10 heavy (index, score), score desc, index asc
+  double mean_heavy = 0;    // mean score of the heavy hitters kept (0 if none)
+  double mean_evicted = 0;  // mean score of the evicted tokens (0 if none)
+  double mean_kept = 0;     // mean score over all kept tokens (0 if none)
+  // mean_heavy / mean_evicted; nullopt when either set is empty or mean_evicted is 0.
+  std::optional<double> heavy_evicted_ratio;
+};
+DecisionSummary summarize_decision(std::span<const double> scores, const H2ODecision& d, size_t top_k = 10);
+
+// Settings and provenance printed next to the numbers. Empty strings / nullopt are omitted
+// from the text and written as null in JSON.
+struct RunInfo {
+  std::string command;             // "run" | "demo" | "select"
+  std::string checkpoint;          // path as given
+  std::optional<int64_t> layer;
+  std::string input_source;        // e.g. "seeded normal embeddings (seed 0, Rng stream ...)"
+  std::string mask;                // "none" | "causal"
+  std::string precision;           // "fp32" | "bf16"
+  std::string backend_requested;   // "auto" | "reference" | "cpu" | "cuda"
+  std::string backend;             // the backend that ran
+  std::string backend_reason;      // why auto chose it ("" when not auto)
+  std::string backend_description; // Backend::description()
+  bool computed_in_double = false;
+  std::string latent_norm_eps_mode;  // "hf" | "config" | "value"
+  std::optional<double> latent_norm_eps;
+  std::optional<AttentionConfig> config;
+  std::optional<double> softmax_scale;
+  std::optional<int64_t> parameter_count;         // the layer's attention parameters
+  std::vector<int64_t> hidden_shape;              // [S, H]
+  std::vector<int64_t> attn_output_shape;         // [S, H]
+  std::vector<int64_t> attn_weights_shape;        // [n, S, S]
+  int threads = 0;
+  bool allow_tf32 = false;
+  std::vector<std::string> notes;                 // free lines printed under "notes:"
+  // Time per stage in execution order (seconds), and the three headline groups.
+  std::vector<std::pair<std::string, double>> stage_seconds;
+  std::vector<std::pair<std::string, double>> forward_stage_seconds;  // the backend's own split of "forward"
+  double load_seconds = 0, forward_seconds = 0, h2o_seconds = 0;
+  std::vector<std::string> files;                 // outputs written (paths)
+};
+
+struct Report {
+  RunInfo info;
+  H2OOptions h2o;
+  std::vector<double> scores;  // [S]
+  H2ODecision decision;
+  // --per-head only (n_heads == 0 otherwise):
+  int64_t n_heads = 0;
+  std::vector<double> head_scores;          // [n * S]
+  std::vector<H2ODecision> head_decisions;  // [n]
+};
+
+std::string report_text(const Report& r);
+std::string scores_csv(std::span<const double> scores, const H2ODecision& d);
+std::string heads_csv(std::span<const double> head_scores, const std::vector<H2ODecision>& decisions);
+std::string report_json(const Report& r);
+std::string scores_svg(std::span<const double> scores, const H2ODecision& d, const std::string& title);
+
+// "%.17g": the shortest printf form that always round-trips a double.
+std::string format_double(double v);
+// JSON string literal with quotes: escapes " \ and control characters; invalid UTF-8
+// bytes become U+FFFD so the document is always valid JSON.
+std::string json_quote(std::string_view s);
+
+// A small streaming JSON writer (pretty-printed, 2-space indent). Commas and nesting are
+// tracked; non-finite doubles are written as null (JSON has no NaN/Inf).
+class JsonWriter {
+ public:
+  JsonWriter& begin_object();
+  JsonWriter& end_object();
+  JsonWriter& begin_array();
+  JsonWriter& end_array();
+  JsonWriter& key(std::string_view k);
+  JsonWriter& value(std::string_view s);
+  JsonWriter& value(const char* s) { return value(std::string_view(s)); }
+  JsonWriter& value(double v);
+  JsonWriter& value(int64_t v);
+  JsonWriter& value(int v) { return value(static_cast<int64_t>(v)); }
+  JsonWriter& value(bool v);
+  JsonWriter& null();
+  const std::string& str() const { return out_; }
+
+ private:
+  void before_value();
+  void newline();
+  std::string out_;
+  struct Level { bool array; bool empty; };
+  std::vector<Level> stack_;
+  bool after_key_ = false;
+};
+
+// --dump-tensors: writes `path` (safetensors) in HF's layout so other implementations can
+// compare tensor by tensor (`mla-h2o compare`):
+//   hidden_states [S, H]           the layer input as given (before any bf16 rounding)
+//   attn_output   [S, H]
+//   attn_weights  [n, S, S]        post-softmax probabilities (if the result holds them)
+//   query_states  [n, S, d_n+d_r]  rope half in HF's de-interleaved order (if held)
+//   key_states    [n, S, d_n+d_r]
+//   value_states  [n, S, d_v]
+//   token_scores  [S]              attention mass received, summed over heads and queries
+//   head_scores   [n, S]           the same per head
+// dtype: token_scores and head_scores always F64 (double accumulations); the others F64
+// when result.computed_in_double (reference backend), else F32 — and F64 anyway for a
+// tensor holding any value that is not exactly a float, so nothing is ever rounded.
+// `metadata` goes to __metadata__. Returns the list of tensor names written.
+std::vector<std::string> write_tensor_dump(const std::string& path, const TensorF& hidden,
+                                           const ForwardResult& result, int64_t n_heads,
+                                           const std::map<std::string, std::string>& metadata);
+
+// Output directory handling: creates `dir` (and parents); throws Error(Io) naming the
+// directory when it cannot be created or written to.
+void ensure_output_dir(const std::string& dir);
+// Writes `text` to `path` (temporary file + rename); throws Error(Io) naming the path.
+void write_text_file(const std::string& path, const std::string& text);
+
+}  // namespace mla

@@ -1,0 +1,503 @@
+// reference/mla_reference.cpp — the scalar double-precision reference of HF
+// `DeepseekV3Attention` (eager), one function per equation of mla-math.md §3.
+//
+// Read top to bottom, `forward` is HF's DeepseekV3Attention.forward line by line:
+//   q      = q_b_proj(q_a_layernorm(q_a_proj(x)))        (or q_proj(x) when q_lora_rank is null)
+//   c|k_pe = split(kv_a_proj_with_mqa(x), [r_kv, d_r])
+//   k|v    = split(kv_b_proj(kv_a_layernorm(c)).view(n, d_n + d_v), [d_n, d_v])
+//   q_pe, k_pe = RoPE(q_pe, k_pe)                        (interleaved pairs, §6)
+//   p      = softmax(q.k * scaling + mask)
+//   out    = o_proj(p.v)
+//
+// Shape legend: S tokens, H hidden_size, n heads, r_q q_lora_rank, r_kv kv_lora_rank,
+// d_n qk_nope_head_dim, d_r qk_rope_head_dim, d_v v_head_dim, d_qk = d_n + d_r.
+// Precision: see mla_reference.hpp (fp32 = exact double math; bf16 = HF bf16 eager emulation,
+// rounding points of mla-math.md §7, marked "§7 #k" below).
+#include "reference/mla_reference.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "mla/bf16.hpp"
+#include "mla/error.hpp"
+#include "mla/rope.hpp"
+
+namespace mla::ref {
+namespace {
+
+size_t idx(int64_t i) { return static_cast<size_t>(i); }
+
+// Round a double to float (an fp32 tensor's value). See src/math/rope.cpp for why a double
+// op on float operands rounded once equals the fp32 op.
+double f32(double x) { return static_cast<double>(static_cast<float>(x)); }
+
+void expect_shape(const std::string& name, const std::vector<int64_t>& got, const std::vector<int64_t>& want) {
+  if (got != want)
+    fail(ErrorKind::Shape, "tensor " + name + " has shape " + shape_string(got) + ", expected " +
+                               shape_string(want) + " from the config");
+}
+
+void expect_positive(const char* key, int64_t v) {
+  if (v <= 0) fail(ErrorKind::Config, std::string("config key ") + key + " must be > 0, got " + std::to_string(v));
+}
+
+}  // namespace
+
+double round_as(Precision p, double x) { return p == Precision::BF16 ? round_to_bf16(x) : x; }
+
+// ---- inputs --------------------------------------------------------------------------------
+
+void check_weights(const AttentionConfig& cfg, const LayerWeights& w) {
+  expect_positive("hidden_size", cfg.hidden_size);
+  expect_positive("num_attention_heads", cfg.num_attention_heads);
+  expect_positive("kv_lora_rank", cfg.kv_lora_rank);
+  expect_positive("qk_nope_head_dim", cfg.qk_nope_head_dim);
+  expect_positive("qk_rope_head_dim", cfg.qk_rope_head_dim);
+  expect_positive("v_head_dim", cfg.v_head_dim);
+  if (cfg.qk_rope_head_dim % 2 != 0)
+    fail(ErrorKind::Config, "config key qk_rope_head_dim must be even, got " + std::to_string(cfg.qk_rope_head_dim));
+  if (cfg.q_lora_rank < 0)
+    fail(ErrorKind::Config, "config key q_lora_rank must be >= 0 (0 = null), got " + std::to_string(cfg.q_lora_rank));
+  const int64_t H = cfg.hidden_size, n = cfg.num_attention_heads, r_q = cfg.q_lora_rank,
+                r_kv = cfg.kv_lora_rank, d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim,
+                d_v = cfg.v_head_dim, d_qk = cfg.qk_head_dim();
+  if (cfg.has_q_lora()) {
+    expect_shape("q_a_proj.weight", w.q_a_proj.shape, {r_q, H});
+    expect_shape("q_a_layernorm.weight", w.q_a_layernorm.shape, {r_q});
+    expect_shape("q_b_proj.weight", w.q_b_proj.shape, {n * d_qk, r_q});
+    if (!w.q_a_proj_bias.empty()) expect_shape("q_a_proj.bias", w.q_a_proj_bias.shape, {r_q});
+  } else {
+    expect_shape("q_proj.weight", w.q_proj.shape, {n * d_qk, H});
+    if (!w.q_a_proj_bias.empty()) expect_shape("q_proj.bias", w.q_a_proj_bias.shape, {n * d_qk});
+  }
+  expect_shape("kv_a_proj_with_mqa.weight", w.kv_a_proj_with_mqa.shape, {r_kv + d_r, H});
+  expect_shape("kv_a_layernorm.weight", w.kv_a_layernorm.shape, {r_kv});
+  expect_shape("kv_b_proj.weight", w.kv_b_proj.shape, {n * (d_n + d_v), r_kv});
+  expect_shape("o_proj.weight", w.o_proj.shape, {H, n * d_v});
+  if (!w.kv_a_proj_with_mqa_bias.empty())
+    expect_shape("kv_a_proj_with_mqa.bias", w.kv_a_proj_with_mqa_bias.shape, {r_kv + d_r});
+  if (!w.o_proj_bias.empty()) expect_shape("o_proj.bias", w.o_proj_bias.shape, {H});
+  // A tensor whose data does not match its own shape is a loader bug; name it anyway.
+  const std::pair<const char*, const TensorF*> all[] = {
+      {"q_a_proj.weight", &w.q_a_proj}, {"q_a_layernorm.weight", &w.q_a_layernorm},
+      {"q_b_proj.weight", &w.q_b_proj}, {"q_proj.weight", &w.q_proj},
+      {"kv_a_proj_with_mqa.weight", &w.kv_a_proj_with_mqa}, {"kv_a_layernorm.weight", &w.kv_a_layernorm},
+      {"kv_b_proj.weight", &w.kv_b_proj}, {"o_proj.weight", &w.o_proj},
+      {"q_a_proj.bias", &w.q_a_proj_bias}, {"kv_a_proj_with_mqa.bias", &w.kv_a_proj_with_mqa_bias},
+      {"o_proj.bias", &w.o_proj_bias}};
+  for (const auto& [name, t] : all)
+    if (!t->shape.empty() && static_cast<int64_t>(t->data.size()) != t->numel())
+      fail(ErrorKind::Shape, std::string("tensor ") + name + " holds " + std::to_string(t->data.size()) +
+                                 " values but its shape " + shape_string(t->shape) + " needs " +
+                                 std::to_string(t->numel()));
+}
+
+TensorD widen_hidden(const TensorF& hidden, int64_t hidden_size, Precision p) {
+  if (hidden.shape.size() != 2)
+    fail(ErrorKind::Shape, "hidden states have shape " + shape_string(hidden.shape) + ", expected [S, " +
+                               std::to_string(hidden_size) + "]");
+  const int64_t S = hidden.shape[0], H = hidden.shape[1];
+  if (S == 0) fail(ErrorKind::InvalidArgument, "hidden states have 0 tokens (S = 0); need at least one");
+  if (H != hidden_size)
+    fail(ErrorKind::Shape, "hidden states have shape " + shape_string(hidden.shape) + ", expected [S, " +
+                               std::to_string(hidden_size) + "] (hidden_size " + std::to_string(hidden_size) + ")");
+  if (static_cast<int64_t>(hidden.data.size()) != S * H)
+    fail(ErrorKind::Shape, "hidden states hold " + std::to_string(hidden.data.size()) +
+                               " values, shape " + shape_string(hidden.shape) + " needs " + std::to_string(S * H));
+  TensorD x("hidden_states", {S, H});
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t c = 0; c < H; ++c) {
+      const float v = hidden.data[idx(s * H + c)];
+      if (!std::isfinite(v))
+        fail(ErrorKind::InvalidValue, "hidden states contain " + std::string(std::isnan(v) ? "NaN" : "Inf") +
+                                          " at row " + std::to_string(s) + ", column " + std::to_string(c));
+      // HF's bf16 run receives the hidden states as a bf16 tensor.
+      x.data[idx(s * H + c)] = p == Precision::BF16 ? static_cast<double>(round_to_bf16(v)) : static_cast<double>(v);
+    }
+  return x;
+}
+
+// ---- one function per equation -------------------------------------------------------------
+
+// y[s, o] = sum_i x[s, i] W[o, i] + b[o]                  torch: F.linear(x, W, b)
+// x: [S, in], W: [out, in], b: [out] -> y: [S, out]       §7 #1, #3, #5, #7, #15
+TensorD linear(const std::string& name, const TensorD& x, const TensorF& weight, const TensorF& bias, Precision p) {
+  const int64_t S = x.dim(0), in = x.dim(1), out = weight.dim(0);
+  if (weight.dim(1) != in)
+    fail(ErrorKind::Shape, "linear " + name + ": input has " + std::to_string(in) + " features, weight " +
+                               shape_string(weight.shape) + " expects " + std::to_string(weight.dim(1)));
+  TensorD y(name, {S, out});
+  std::vector<double> w_row(idx(in));  // [in] row o of W, as the run sees it (bf16 in bf16 mode)
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) w_row[idx(i)] = round_as(p, weight.data[idx(o * in + i)]);
+    const double b = bias.empty() ? 0.0 : round_as(p, bias.data[idx(o)]);
+    for (int64_t s = 0; s < S; ++s) {
+      const double* xs = &x.data[idx(s * in)];
+      double acc = 0.0;
+      for (int64_t i = 0; i < in; ++i) acc += xs[i] * w_row[idx(i)];
+      y.data[idx(s * out + o)] = round_as(p, acc + b);  // one rounding of the GEMM output
+    }
+  }
+  return y;
+}
+
+// y = w * (x / sqrt(mean(x^2) + eps))                      §3.5, §7 #2, #6
+// torch (DeepseekV3RMSNorm.forward):
+//   x32 = x.to(float32); var = x32.pow(2).mean(-1, keepdim=True)
+//   x32 = x32 * torch.rsqrt(var + eps); return weight * x32.to(input_dtype)
+// x: [S, N], weight: [N] -> [S, N]
+TensorD rms_norm(const std::string& name, const TensorD& x, const TensorF& weight, double eps, Precision p) {
+  const int64_t S = x.dim(0), N = x.dim(1);
+  TensorD y(name, {S, N});
+  for (int64_t s = 0; s < S; ++s) {
+    const double* xs = &x.data[idx(s * N)];
+    double sum_sq = 0.0;
+    for (int64_t i = 0; i < N; ++i) sum_sq += xs[i] * xs[i];
+    if (p == Precision::FP32) {
+      // exact: inv_rms = 1 / sqrt(mean(x^2) + eps)
+      const double inv_rms = 1.0 / std::sqrt(sum_sq / static_cast<double>(N) + eps);
+      for (int64_t i = 0; i < N; ++i) y.data[idx(s * N + i)] = static_cast<double>(weight.data[idx(i)]) * (xs[i] * inv_rms);
+    } else {
+      // bf16 input: squares exact in fp32; the mean, +eps and rsqrt are fp32 values.
+      const double variance = f32(sum_sq / static_cast<double>(N));
+      const double inv_rms = f32(1.0 / std::sqrt(f32(variance + f32(eps))));
+      for (int64_t i = 0; i < N; ++i) {
+        const double normed = round_to_bf16(f32(xs[i] * inv_rms));                         // rounding #1
+        y.data[idx(s * N + i)] = round_to_bf16(round_to_bf16(weight.data[idx(i)]) * normed);  // rounding #2
+      }
+    }
+  }
+  return y;
+}
+
+// q [S, n*d_qk], feature h*d_qk + d (head-major, nope before rope inside each head)
+QueryHeads split_query_heads(const AttentionConfig& cfg, const TensorD& q) {
+  const int64_t S = q.dim(0), n = cfg.num_attention_heads, d_n = cfg.qk_nope_head_dim,
+                d_r = cfg.qk_rope_head_dim, d_qk = cfg.qk_head_dim();
+  QueryHeads out{TensorD("q_nope", {n, S, d_n}), TensorD("q_pe", {n, S, d_r})};
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t s = 0; s < S; ++s) {
+      const double* row = &q.data[idx(s * n * d_qk + h * d_qk)];
+      for (int64_t d = 0; d < d_n; ++d) out.q_nope.data[idx((h * S + s) * d_n + d)] = row[d];
+      for (int64_t d = 0; d < d_r; ++d) out.q_pe.data[idx((h * S + s) * d_r + d)] = row[d_n + d];
+    }
+  return out;
+}
+
+// kv_a [S, r_kv + d_r] = [latent c | k_pe]   (§3.3 step 1, pitfall 2)
+KvDown split_kv_a(const AttentionConfig& cfg, const TensorD& kv_a) {
+  const int64_t S = kv_a.dim(0), r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim;
+  KvDown out{TensorD("latent", {S, r_kv}), TensorD("k_pe", {S, d_r})};
+  for (int64_t s = 0; s < S; ++s) {
+    const double* row = &kv_a.data[idx(s * (r_kv + d_r))];
+    for (int64_t c = 0; c < r_kv; ++c) out.latent.data[idx(s * r_kv + c)] = row[c];
+    for (int64_t d = 0; d < d_r; ++d) out.k_pe.data[idx(s * d_r + d)] = row[r_kv + d];
+  }
+  return out;
+}
+
+// kv [S, n*(d_n+d_v)], feature h*(d_n+d_v) + d: k_nope (d < d_n) | v   (§3.3 step 3)
+KvHeads split_kv_heads(const AttentionConfig& cfg, const TensorD& kv) {
+  const int64_t S = kv.dim(0), n = cfg.num_attention_heads, d_n = cfg.qk_nope_head_dim, d_v = cfg.v_head_dim;
+  const int64_t width = d_n + d_v;
+  KvHeads out{TensorD("k_nope", {n, S, d_n}), TensorD("value_states", {n, S, d_v})};
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t s = 0; s < S; ++s) {
+      const double* row = &kv.data[idx(s * n * width + h * width)];
+      for (int64_t d = 0; d < d_n; ++d) out.k_nope.data[idx((h * S + s) * d_n + d)] = row[d];
+      for (int64_t d = 0; d < d_v; ++d) out.value.data[idx((h * S + s) * d_v + d)] = row[d_n + d];
+    }
+  return out;
+}
+
+// cos/sin = HF rotary tables (fp32, src/math/rope.cpp), `.to(x.dtype)`   §4, §7 #8
+CosSin rope_cos_sin(const AttentionConfig& cfg, const std::vector<int64_t>& positions, Precision p) {
+  const RopeTables t = rope_tables(cfg, positions);
+  CosSin cs{TensorD("cos", {t.seq_len, t.rope_dim}), TensorD("sin", {t.seq_len, t.rope_dim})};
+  for (size_t i = 0; i < t.cos.size(); ++i) {
+    cs.cos.data[i] = round_as(p, t.cos[i]);
+    cs.sin.data[i] = round_as(p, t.sin[i]);
+  }
+  return cs;
+}
+
+// out = y*cos + rotate_half(y)*sin, y = de-interleave(x) or x    §6, §7 #9
+//   torch (interleave): b, h, s, d = q.shape
+//                       q = q.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d)
+//                       q_embed = (q * cos) + (rotate_half(q) * sin)
+// x: [..., S, d_r] -> same shape
+TensorD apply_rope(const std::string& name, const TensorD& x, const CosSin& cs, bool interleave, Precision p) {
+  const int64_t S = cs.cos.dim(0), d_r = cs.cos.dim(1), half = d_r / 2;
+  const int64_t rows = x.numel() / d_r;
+  TensorD out(name, x.shape);
+  std::vector<double> y(idx(d_r)), rotated(idx(d_r));  // [d_r] each
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t s = r % S;
+    const double* xr = &x.data[idx(r * d_r)];
+    // 1. y: the pair (x[2j], x[2j+1]) becomes (y[j], y[half + j]) when interleaved.
+    for (int64_t j = 0; j < half; ++j) {
+      y[idx(j)] = interleave ? xr[2 * j] : xr[j];
+      y[idx(half + j)] = interleave ? xr[2 * j + 1] : xr[half + j];
+    }
+    // 2. rotate_half(y) = cat(-y[half:], y[:half])  (negation is exact)
+    for (int64_t j = 0; j < half; ++j) {
+      rotated[idx(j)] = -y[idx(half + j)];
+      rotated[idx(half + j)] = y[idx(j)];
+    }
+    // 3. y*cos + rotate_half(y)*sin, three roundings in bf16 mode.
+    for (int64_t d = 0; d < d_r; ++d) {
+      const double t1 = round_as(p, y[idx(d)] * cs.cos.data[idx(s * d_r + d)]);
+      const double t2 = round_as(p, rotated[idx(d)] * cs.sin.data[idx(s * d_r + d)]);
+      out.data[idx(r * d_r + d)] = round_as(p, t1 + t2);
+    }
+  }
+  return out;
+}
+
+// scores[h, s, t] = (q[h, s, :] . k[h, t, :]) * scale             §3.6 step 2, §7 #10, #11
+TensorD attention_scores(const TensorD& query, const TensorD& key, double scale, Precision p) {
+  const int64_t n = query.dim(0), S = query.dim(1), d_qk = query.dim(2), T = key.dim(1);
+  // `scores * self.scaling`: the python float enters the bf16 op as an fp32 scalar.
+  const double scaling = p == Precision::BF16 ? f32(scale) : scale;
+  TensorD scores("attn_scores", {n, S, T});
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t t = 0; t < T; ++t) {
+        const double* q = &query.data[idx((h * S + s) * d_qk)];
+        const double* k = &key.data[idx((h * T + t) * d_qk)];
+        double dot = 0.0;
+        for (int64_t d = 0; d < d_qk; ++d) dot += q[d] * k[d];
+        scores.data[idx((h * S + s) * T + t)] = round_as(p, round_as(p, dot) * scaling);
+      }
+  return scores;
+}
+
+// scores + mask (causal: t > s hidden)                             §3.6 step 3, §7 #12, §8
+TensorD apply_mask(const TensorD& scores, Mask mask, Precision p) {
+  const int64_t n = scores.dim(0), S = scores.dim(1), T = scores.dim(2);
+  TensorD out = scores;
+  out.name = "attn_scores_masked";
+  if (mask == Mask::None) return out;
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t t = s + 1; t < T; ++t) {
+        double& v = out.data[idx((h * S + s) * T + t)];
+        v = p == Precision::BF16 ? round_to_bf16(v + kBf16Min) : -std::numeric_limits<double>::infinity();
+      }
+  return out;
+}
+
+// p = exp(x - max) / sum(exp(x - max)) per row                     §3.6 step 4, §7 #13
+TensorD softmax_rows(const TensorD& masked_scores, Precision p) {
+  const int64_t rows = masked_scores.dim(0) * masked_scores.dim(1), T = masked_scores.dim(2);
+  TensorD probs("attn_weights", masked_scores.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* x = &masked_scores.data[idx(r * T)];
+    double* out = &probs.data[idx(r * T)];
+    // pass 1: the row maximum (numerical stability; exp of a hidden entry becomes exactly 0)
+    double max = -std::numeric_limits<double>::infinity();
+    for (int64_t t = 0; t < T; ++t) max = std::max(max, x[t]);
+    // pass 2: exponentials and their sum
+    double sum = 0.0;
+    for (int64_t t = 0; t < T; ++t) {
+      out[t] = std::exp(x[t] - max);
+      sum += out[t];
+    }
+    // pass 3: normalise (the fp32 softmax result -> bf16 in bf16 mode)
+    for (int64_t t = 0; t < T; ++t) out[t] = round_as(p, out[t] / sum);
+  }
+  return probs;
+}
+
+// o[s, h*d_v + d] = sum_t p[h, s, t] v[h, t, d]                    §3.6 step 6, §7 #14
+TensorD weighted_values(const TensorD& probs, const TensorD& value, Precision p) {
+  const int64_t n = probs.dim(0), S = probs.dim(1), T = probs.dim(2), d_v = value.dim(2);
+  TensorD o("attn_context", {S, n * d_v});
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t d = 0; d < d_v; ++d) {
+        double acc = 0.0;
+        for (int64_t t = 0; t < T; ++t) acc += probs.data[idx((h * S + s) * T + t)] * value.data[idx((h * T + t) * d_v + d)];
+        o.data[idx(s * n * d_v + h * d_v + d)] = round_as(p, acc);
+      }
+  return o;
+}
+
+// scores = (q~ . c + q_pe . k_pe) * scale, q~ = W_UK^T q_nope      §10
+TensorD absorbed_scores(const AttentionConfig& cfg, const LayerWeights& w, const TensorD& q_nope,
+                        const TensorD& q_pe_roped, const TensorD& latent_normed, const TensorD& k_pe_roped,
+                        double scale) {
+  const int64_t n = cfg.num_attention_heads, S = q_nope.dim(1), T = latent_normed.dim(0),
+                r_kv = cfg.kv_lora_rank, d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim,
+                width = cfg.qk_nope_head_dim + cfg.v_head_dim;
+  TensorD scores("absorbed_scores", {n, S, T});
+  std::vector<double> q_absorbed(idx(r_kv));  // [r_kv]  q~ for one (h, s)
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t s = 0; s < S; ++s) {
+      // 1. q~[c] = sum_d q_nope[h, s, d] W_UK^h[d, c],  W_UK^h[d, c] = kv_b_proj[h*(d_n+d_v) + d, c]
+      for (int64_t c = 0; c < r_kv; ++c) {
+        double acc = 0.0;
+        for (int64_t d = 0; d < d_n; ++d)
+          acc += q_nope.data[idx((h * S + s) * d_n + d)] * static_cast<double>(w.kv_b_proj.data[idx((h * width + d) * r_kv + c)]);
+        q_absorbed[idx(c)] = acc;
+      }
+      // 2. latent part q~ . c_t plus rotary part q_pe . k_pe_t, then the scale
+      for (int64_t t = 0; t < T; ++t) {
+        double latent_dot = 0.0, rope_dot = 0.0;
+        for (int64_t c = 0; c < r_kv; ++c) latent_dot += q_absorbed[idx(c)] * latent_normed.data[idx(t * r_kv + c)];
+        for (int64_t d = 0; d < d_r; ++d)
+          rope_dot += q_pe_roped.data[idx((h * S + s) * d_r + d)] * k_pe_roped.data[idx(t * d_r + d)];
+        scores.data[idx((h * S + s) * T + t)] = (latent_dot + rope_dot) * scale;
+      }
+    }
+  return scores;
+}
+
+void accumulate_scores(const TensorD& probs, std::vector<double>& head_scores, std::vector<double>& token_scores) {
+  const int64_t n = probs.dim(0), S = probs.dim(1), T = probs.dim(2);
+  head_scores.assign(idx(n * T), 0.0);
+  token_scores.assign(idx(T), 0.0);
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t t = 0; t < T; ++t) head_scores[idx(h * T + t)] += probs.data[idx((h * S + s) * T + t)];
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < n; ++h) token_scores[idx(t)] += head_scores[idx(h * T + t)];
+}
+
+// ---- the whole layer -----------------------------------------------------------------------
+
+Activations forward(const AttentionConfig& cfg, const LayerWeights& w, const TensorF& hidden,
+                    const ForwardOptions& opt) {
+  check_weights(cfg, w);
+  if (opt.position_offset < 0)
+    fail(ErrorKind::InvalidArgument, "position offset must be >= 0, got " + std::to_string(opt.position_offset));
+  if (!(opt.latent_norm_eps > 0.0))
+    fail(ErrorKind::InvalidArgument, "latent norm eps must be > 0, got " + std::to_string(opt.latent_norm_eps));
+  const Precision p = opt.precision;
+  const int64_t n = cfg.num_attention_heads, d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim,
+                d_qk = cfg.qk_head_dim();
+  Activations a;
+  using Clock = std::chrono::steady_clock;
+  auto stage_start = Clock::now();
+  auto end_stage = [&](const char* stage) {
+    const auto now = Clock::now();
+    a.stage_seconds.emplace_back(stage, std::chrono::duration<double>(now - stage_start).count());
+    stage_start = now;
+  };
+
+  a.hidden = widen_hidden(hidden, cfg.hidden_size, p);  // [S, H]
+  const int64_t S = a.hidden.dim(0);
+  const TensorF no_bias;
+
+  // 1. query path (§3.1 / §3.2): q = q_b(RMSNorm_q(q_a(x))) or q = q_proj(x)
+  if (cfg.has_q_lora()) {
+    a.q_a = linear("q_a_proj", a.hidden, w.q_a_proj, w.q_a_proj_bias, p);                      // [S, r_q]
+    a.q_a_normed = rms_norm("q_a_layernorm", a.q_a, w.q_a_layernorm, opt.latent_norm_eps, p);  // [S, r_q]
+    a.q = linear("q_b_proj", a.q_a_normed, w.q_b_proj, no_bias, p);                           // [S, n*d_qk]
+  } else {
+    a.q = linear("q_proj", a.hidden, w.q_proj, w.q_a_proj_bias, p);  // [S, n*d_qk]
+  }
+  const QueryHeads qh = split_query_heads(cfg, a.q);  // [n, S, d_n], [n, S, d_r]
+  end_stage("q_path");
+
+  // 2. kv path (§3.3): [c | k_pe] = kv_a(x); [k_nope | v] = kv_b(RMSNorm_kv(c))
+  a.kv_a = linear("kv_a_proj_with_mqa", a.hidden, w.kv_a_proj_with_mqa, w.kv_a_proj_with_mqa_bias, p);  // [S, r_kv+d_r]
+  KvDown down = split_kv_a(cfg, a.kv_a);
+  a.latent = std::move(down.latent);                                                                   // [S, r_kv]
+  a.k_pe = std::move(down.k_pe);                                                                       // [S, d_r]
+  a.latent_normed = rms_norm("kv_a_layernorm", a.latent, w.kv_a_layernorm, opt.latent_norm_eps, p);  // [S, r_kv]
+  a.kv = linear("kv_b_proj", a.latent_normed, w.kv_b_proj, no_bias, p);                               // [S, n*(d_n+d_v)]
+  KvHeads kvh = split_kv_heads(cfg, a.kv);  // [n, S, d_n], [n, S, d_v]
+  end_stage("kv_path");
+
+  // 3. RoPE at positions offset .. offset+S-1 (§3.4, §6)
+  std::vector<int64_t> positions(idx(S));
+  for (int64_t s = 0; s < S; ++s) positions[idx(s)] = opt.position_offset + s;
+  const CosSin cs = rope_cos_sin(cfg, positions, p);                                           // [S, d_r] each
+  a.cos = cs.cos;
+  a.sin = cs.sin;
+  a.q_pe_roped = apply_rope("q_pe_roped", qh.q_pe, cs, cfg.rope_interleave, p);  // [n, S, d_r]
+  a.k_pe_roped = apply_rope("k_pe_roped", a.k_pe, cs, cfg.rope_interleave, p);   // [S, d_r]
+
+  // 4. query = cat(q_nope, q_pe); key = cat(k_nope, k_pe expanded over heads) (exact copies)
+  a.query_states = TensorD("query_states", {n, S, d_qk});
+  a.key_states = TensorD("key_states", {n, S, d_qk});
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t s = 0; s < S; ++s) {
+      double* q = &a.query_states.data[idx((h * S + s) * d_qk)];
+      double* k = &a.key_states.data[idx((h * S + s) * d_qk)];
+      for (int64_t d = 0; d < d_n; ++d) {
+        q[d] = qh.q_nope.data[idx((h * S + s) * d_n + d)];
+        k[d] = kvh.k_nope.data[idx((h * S + s) * d_n + d)];
+      }
+      for (int64_t d = 0; d < d_r; ++d) {
+        q[d_n + d] = a.q_pe_roped.data[idx((h * S + s) * d_r + d)];
+        k[d_n + d] = a.k_pe_roped.data[idx(s * d_r + d)];
+      }
+    }
+  a.value_states = std::move(kvh.value);
+  end_stage("rope");
+
+  // 5. scores, mask, softmax (§3.6 steps 2-4)
+  a.scaling = softmax_scale(cfg);
+  a.scores = attention_scores(a.query_states, a.key_states, a.scaling, p);  // [n, S, S]
+  a.masked_scores = apply_mask(a.scores, opt.mask, p);                     // [n, S, S]
+  end_stage("scores");
+  a.probs = softmax_rows(a.masked_scores, p);  // [n, S, S]
+  end_stage("softmax");
+
+  // 6. P.V and o_proj (§3.6 steps 6-7)
+  a.attn_context = weighted_values(a.probs, a.value_states, p);  // [S, n*d_v]
+  end_stage("pv");
+  a.attn_output = linear("attn_output", a.attn_context, w.o_proj, w.o_proj_bias, p);  // [S, H]
+  end_stage("o_proj");
+  return a;
+}
+
+// ---- the Backend wrapper -------------------------------------------------------------------
+namespace {
+
+class ReferenceBackend final : public Backend {
+ public:
+  std::string name() const override { return "reference"; }
+  std::string description() const override {
+    return "scalar reference, double accumulation (fp32 = exact math; bf16 = HF bf16 eager rounding)";
+  }
+  void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions&) override {
+    check_weights(cfg, w);
+    cfg_ = cfg;
+    // The weights are kept as given (fp32 values); bf16 mode reads them rounded to bf16.
+    weights_ = std::make_unique<LayerWeights>(w);
+  }
+  ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) override {
+    if (!weights_) fail(ErrorKind::InvalidArgument, "reference backend: forward() called before prepare()");
+    Activations a = ref::forward(cfg_, *weights_, hidden, opt);
+    ForwardResult r;
+    r.computed_in_double = opt.precision == Precision::FP32;
+    accumulate_scores(a.probs, r.head_scores, r.token_scores);
+    r.attn_output = std::move(a.attn_output);
+    if (opt.keep_attn_weights) r.attn_weights = std::move(a.probs);
+    if (opt.keep_states) {
+      r.query_states = std::move(a.query_states);
+      r.key_states = std::move(a.key_states);
+      r.value_states = std::move(a.value_states);
+    }
+    r.stage_seconds = std::move(a.stage_seconds);
+    return r;
+  }
+
+ private:
+  AttentionConfig cfg_;
+  std::unique_ptr<LayerWeights> weights_;
+};
+
+}  // namespace
+}  // namespace mla::ref
+
+namespace mla {
+std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<ref::ReferenceBackend>(); }
+}  // namespace mla

@@ -1,0 +1,170 @@
+// src/cli/inputs.cpp — input sources of `mla-h2o run` (see inputs.hpp).
+//
+// Shape legend: S = tokens, H = hidden_size.
+#include "inputs.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "mla/bf16.hpp"
+#include "mla/error.hpp"
+#include "mla/random.hpp"
+#include "mla/safetensors.hpp"
+
+namespace mla::cli {
+
+std::vector<FlagSpec> input_flags() {
+  return {
+      {"input", "FILE", "hidden states from a safetensors file, [S, hidden] or [1, S, hidden], F32/BF16/F16", ""},
+      {"input-tensor", "NAME", "tensor to read from --input", "hidden_states"},
+      {"tokens", "IDS|FILE", "token ids (3,17,250 or a file of ids): embed_tokens rows + input_layernorm", ""},
+      {"seq-len", "S", "seeded standard-normal embeddings: number of tokens", "256"},
+      {"seed", "N", "seed of the seeded embeddings (Rng stream 1, row-major [S, hidden])", "0"},
+  };
+}
+
+InputRequest input_request(const Args& args) {
+  InputRequest req;
+  const bool file = args.has("input"), tokens = args.has("tokens"), seeded = args.has("seq-len") || args.has("seed");
+  std::vector<std::string> given;
+  if (file) given.push_back("--input");
+  if (tokens) given.push_back("--tokens");
+  if (seeded) given.push_back(args.has("seq-len") ? "--seq-len" : "--seed");
+  if (given.size() > 1)
+    fail(ErrorKind::InvalidArgument, "two input sources given (" + given[0] + " and " + given[1] +
+                                         "); use exactly one of --input, --tokens, --seq-len/--seed");
+  if (args.has("input-tensor") && !file) fail(ErrorKind::InvalidArgument, "--input-tensor needs --input FILE");
+  if (file) {
+    req.kind = InputKind::File;
+    req.file = args.str("input");
+    req.tensor = args.str("input-tensor", "hidden_states");
+  } else if (tokens) {
+    req.kind = InputKind::Tokens;
+    req.tokens = args.str("tokens");
+  } else {
+    req.kind = InputKind::Seeded;
+    req.seq_len = args.integer("seq-len", 256, 1, int64_t{1} << 20);
+    req.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
+  }
+  return req;
+}
+
+TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed) {
+  TensorF x("hidden_states", {seq_len, hidden_size});  // [S, H]
+  Rng rng(seed, kHiddenStatesStream);
+  for (float& v : x.data) v = static_cast<float>(rng.normal());
+  return x;
+}
+
+TensorF hidden_states_from_file(const std::string& path, const std::string& name, int64_t hidden_size) {
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  const TensorInfo* info = f.find(name);
+  if (!info) {
+    std::string names;
+    for (const auto& t : f.tensors()) names += (names.empty() ? "" : ", ") + t.name;
+    fail(ErrorKind::TensorNotFound, "--input " + path + " has no tensor '" + name + "' (it holds: " +
+                                        (names.empty() ? "nothing" : names) + "); choose one with --input-tensor");
+  }
+  const std::string where = "--input " + path + ", tensor '" + name + "'";
+  if (info->dtype != DType::F32 && info->dtype != DType::BF16 && info->dtype != DType::F16)
+    fail(ErrorKind::Unsupported, where + " has dtype " + std::string(dtype_name(info->dtype)) + "; expected F32, BF16 or F16");
+  std::vector<int64_t> shape(info->shape.begin(), info->shape.end());
+  const bool batched = shape.size() == 3 && shape[0] == 1;
+  if (!(shape.size() == 2 || batched))
+    fail(ErrorKind::Shape, where + " has shape " + shape_string(shape) + "; expected [S, hidden] or [1, S, hidden]");
+  const int64_t S = shape[shape.size() - 2], H = shape.back();
+  if (H != hidden_size)
+    fail(ErrorKind::Shape, where + " has hidden size " + std::to_string(H) + " (shape " + shape_string(shape) +
+                               ") but the checkpoint's hidden_size is " + std::to_string(hidden_size));
+  if (S < 1) fail(ErrorKind::Shape, where + " has no tokens (shape " + shape_string(shape) + ")");
+  TensorF x("hidden_states", {S, H});  // [S, H]
+  x.data = f.to_float(*info);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t j = 0; j < H; ++j)
+      if (!std::isfinite(x.data[static_cast<size_t>(s * H + j)]))
+        fail(ErrorKind::InvalidValue, where + " holds a non-finite value (" +
+                                          std::to_string(x.data[static_cast<size_t>(s * H + j)]) + ") at token " +
+                                          std::to_string(s) + ", column " + std::to_string(j));
+  return x;
+}
+
+std::vector<int64_t> parse_token_ids(const std::string& arg) {
+  std::string text = arg, what = "--tokens";
+  const bool looks_like_list = arg.find_first_not_of("0123456789-, \t\r\n") == std::string::npos;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(arg, ec)) {
+    std::ifstream in(arg, std::ios::binary);
+    if (!in) fail(ErrorKind::Io, "--tokens: cannot read " + arg);
+    std::ostringstream os;
+    os << in.rdbuf();
+    text = os.str();
+    what = "--tokens " + arg;
+  } else if (!looks_like_list) {
+    fail(ErrorKind::InvalidArgument, "--tokens: '" + arg + "' is neither a file nor a list of token ids like 3,17,250");
+  }
+  std::vector<int64_t> ids = parse_int_list(text, what);
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0)
+      fail(ErrorKind::InvalidArgument, what + ": token id " + std::to_string(ids[i]) + " (position " + std::to_string(i) +
+                                           ") is negative");
+  return ids;
+}
+
+void input_rms_norm(TensorF& x, const TensorF& weight, double eps, Precision precision) {
+  const int64_t S = x.dim(0), H = x.dim(1);
+  if (weight.numel() != H)
+    fail(ErrorKind::Shape, "input_layernorm has " + std::to_string(weight.numel()) + " values, expected hidden_size " +
+                               std::to_string(H));
+  const bool bf16 = precision == Precision::BF16;
+  const float eps32 = static_cast<float>(eps);
+  for (int64_t s = 0; s < S; ++s) {
+    float* row = x.ptr() + s * H;  // [H]
+    if (bf16)
+      for (int64_t j = 0; j < H; ++j) row[j] = round_to_bf16(row[j]);  // the bf16 hidden_states tensor
+    double sum_sq = 0.0;
+    for (int64_t j = 0; j < H; ++j) sum_sq += static_cast<double>(row[j]) * static_cast<double>(row[j]);
+    const float var = static_cast<float>(sum_sq / static_cast<double>(H));
+    const float r = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var + eps32)));
+    for (int64_t j = 0; j < H; ++j) {
+      const float normed = row[j] * r;  // fp32(x * r)
+      const float w = weight.data[static_cast<size_t>(j)];
+      row[j] = bf16 ? round_to_bf16(round_to_bf16(w) * round_to_bf16(normed)) : w * normed;
+    }
+  }
+}
+
+HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const LayerWeights& weights,
+                       Precision precision) {
+  const AttentionConfig& cfg = ckpt.config();
+  HiddenInput in;
+  switch (req.kind) {
+    case InputKind::File:
+      in.hidden = hidden_states_from_file(req.file, req.tensor, cfg.hidden_size);
+      in.description = "hidden states from " + req.file + " (tensor '" + req.tensor + "', " +
+                       std::to_string(in.hidden.dim(0)) + " tokens)";
+      break;
+    case InputKind::Tokens: {
+      in.token_ids = parse_token_ids(req.tokens);
+      in.hidden = ckpt.embed_rows(in.token_ids);
+      in.hidden.name = "hidden_states";
+      if (weights.input_layernorm.empty())
+        fail(ErrorKind::TensorNotFound, "--tokens needs layer " + std::to_string(weights.layer) + "'s input_layernorm");
+      input_rms_norm(in.hidden, weights.input_layernorm, cfg.rms_norm_eps, precision);
+      std::ostringstream os;
+      os << in.token_ids.size() << " token ids -> embed_tokens rows -> input_layernorm (eps " << cfg.rms_norm_eps << ")";
+      in.description = os.str();
+      break;
+    }
+    case InputKind::Seeded:
+      in.hidden = seeded_hidden_states(req.seq_len, cfg.hidden_size, req.seed);
+      in.description = std::to_string(req.seq_len) + " tokens of seeded standard-normal embeddings (seed " +
+                       std::to_string(req.seed) + ", mla::Rng stream " + std::to_string(kHiddenStatesStream) +
+                       ", row-major [S, hidden])";
+      break;
+  }
+  return in;
+}
+
+}  // namespace mla::cli

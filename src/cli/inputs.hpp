@@ -1,0 +1,80 @@
+// src/cli/inputs.hpp — the three input sources of `mla-h2o run` (exactly one per run):
+//
+//   --input FILE [--input-tensor NAME]   hidden states from a safetensors file: tensor NAME
+//                                        (default hidden_states), shape [S, H] or [1, S, H],
+//                                        dtype F32, BF16 or F16 (widened exactly to fp32)
+//   --tokens 3,17,250 | --tokens FILE    rows of embed_tokens, then the layer's input_layernorm
+//                                        (eps = rms_norm_eps), as the decoder layer feeds its
+//                                        attention; in bf16 mode with HF's two bf16 roundings
+//                                        (mla-math.md §3.5). FILE holds ids separated by commas,
+//                                        spaces or newlines.
+//   --seq-len S --seed N                 seeded standard-normal embeddings (the default source:
+//                                        256 tokens, seed 0) — see seeded_hidden_states.
+//
+// Shape legend: S = tokens, H = hidden_size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "mla/attention.hpp"
+#include "mla/checkpoint.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla::cli {
+
+enum class InputKind { File, Tokens, Seeded };
+
+struct InputRequest {
+  InputKind kind = InputKind::Seeded;
+  std::string file;                      // --input
+  std::string tensor = "hidden_states";  // --input-tensor
+  std::string tokens;                    // --tokens (list or file path)
+  int64_t seq_len = 256;                 // --seq-len
+  uint64_t seed = 0;                     // --seed
+};
+
+// The flags every input-taking command declares (appended to its FlagSpec list).
+std::vector<FlagSpec> input_flags();
+// Reads the flags above; more than one source (e.g. --input with --tokens, or --input with
+// --seq-len) or --input-tensor without --input is an Error(InvalidArgument).
+InputRequest input_request(const Args& args);
+
+struct HiddenInput {
+  TensorF hidden;                  // [S, H] fp32 values
+  std::string description;         // one line for the report
+  std::vector<int64_t> token_ids;  // --tokens only: [S]
+};
+
+// `weights` must hold input_layernorm when req.kind == Tokens (load_layer(L, true)).
+HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const LayerWeights& weights,
+                       Precision precision);
+
+// The Rng stream of the seeded hidden states (random.hpp: Rng(seed, stream)). Stream 1 is
+// unused by `synth` (which uses 0 and 1000*(L+1)+k), so a checkpoint and its inputs
+// drawn from the same seed are independent.
+inline constexpr uint64_t kHiddenStatesStream = 1;
+
+// hidden[s, j] = float(rng.normal()) for s in [0, S), j in [0, H), row-major, one
+// Rng(seed, kHiddenStatesStream). In Python:  rng = <Rng port>(seed, 1);
+//   x = np.array([rng.normal() for _ in range(S*H)], dtype=np.float64).astype(np.float32).reshape(S, H)
+TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed);
+
+// Reads tensor `name` of `path` as [S, H]; errors name the file, the tensor and what is
+// wrong (missing tensor, dtype, rank, hidden size, non-finite value at [s, j]).
+TensorF hidden_states_from_file(const std::string& path, const std::string& name, int64_t hidden_size);
+
+// "3,17,250" or a file of ids -> ids; negative ids and malformed entries are errors.
+std::vector<int64_t> parse_token_ids(const std::string& arg);
+
+// HF LlamaRMSNorm (DeepseekV3RMSNorm) on each row of x [S, H], in place, as PyTorch runs it
+// with an fp32 (FP32) or bf16 (BF16) hidden_states tensor:
+//   var  = fp32(mean_j x[s,j]^2)      (mean evaluated in double, rounded once)
+//   r    = fp32(1 / sqrt(fp32(var + fp32(eps))))
+//   FP32: y = fp32(w * fp32(x * r))
+//   BF16: x and w are bf16 values; y = bf16(fp32(w) * bf16(fp32(x * r)))  (two roundings)
+void input_rms_norm(TensorF& x, const TensorF& weight, double eps, Precision precision);
+
+}  // namespace mla::cli

@@ -1,0 +1,246 @@
+// src/cpu/cpu_kernels.cpp — the Eigen/BLAS kernels of the cpu backend; see cpu_kernels.hpp for
+// each equation, its shapes and its bf16 rounding points (mla-math.md §3, §7).
+//
+// Shape legend: S = sequence length, d_qk = qk_head_dim, d_v = v_head_dim (as in the header).
+#include "cpu_kernels.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "mla/bf16.hpp"
+#include "mla_build_config.h"
+
+#if MLA_HAVE_BLAS
+// OpenBLAS's run-time thread control (cblas.h of the pthread build). Declared here rather
+// than including cblas.h next to Eigen's own BLAS prototypes.
+extern "C" {
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+char* openblas_get_config(void);
+}
+#endif
+
+namespace mla::cpu {
+
+// ---- threading ---------------------------------------------------------------------------
+
+int resolve_threads(int requested) {
+  if (requested > 0) return requested;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+void parallel_for(int64_t count, int threads, const std::function<void(int64_t, int)>& body) {
+  const int workers = static_cast<int>(std::min<int64_t>(std::max(threads, 1), std::max<int64_t>(count, 1)));
+  if (workers <= 1) {
+    for (int64_t i = 0; i < count; ++i) body(i, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::exception_ptr first_error;
+  std::mutex error_mutex;
+  auto run = [&](int worker) {
+    try {
+      for (int64_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) body(i, worker);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!first_error) first_error = std::current_exception();
+      next.store(count);  // the other workers stop at their next item
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(workers - 1));
+  for (int w = 1; w < workers; ++w) pool.emplace_back(run, w);
+  run(0);
+  for (auto& t : pool) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+#if MLA_HAVE_BLAS
+BlasThreads::BlasThreads(int threads) : saved_(openblas_get_num_threads()) {
+  openblas_set_num_threads(std::max(threads, 1));
+}
+BlasThreads::~BlasThreads() { openblas_set_num_threads(saved_); }
+const char* blas_description() { return openblas_get_config(); }
+#else
+BlasThreads::BlasThreads(int threads) : saved_(threads) {}
+BlasThreads::~BlasThreads() = default;
+const char* blas_description() { return "Eigen's own GEMM kernel (no BLAS)"; }
+#endif
+
+// ---- elementwise -------------------------------------------------------------------------
+
+void round_to_bf16_inplace(float* x, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) x[i] = round_to_bf16(x[i]);
+}
+
+void round_to_bf16_block(float* x, int64_t rows, int64_t cols, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) round_to_bf16_inplace(x + r * ld, cols);
+}
+
+// ---- Linear ------------------------------------------------------------------------------
+
+void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, bool bf16, int threads,
+            MatrixRM& y) {
+  const int64_t seq_len = x.rows(), out_features = weight.rows();
+  y.resize(seq_len, out_features);
+#if MLA_HAVE_BLAS
+  // One sgemm: y[S, out] = x[S, in] * W^T; W [out, in] row-major is W^T [in, out] column-major.
+  {
+    BlasThreads blas(threads);
+    y.noalias() = x * weight.transpose();
+  }
+#else
+  // Eigen's kernel runs on one core without OpenMP: split the out-features over the workers.
+  const int64_t slices = std::min<int64_t>(std::max(threads, 1), out_features);
+  parallel_for(slices, threads, [&](int64_t slice, int) {
+    const int64_t begin = out_features * slice / slices, end = out_features * (slice + 1) / slices;
+    y.middleCols(begin, end - begin).noalias() = x * weight.middleRows(begin, end - begin).transpose();
+  });
+#endif
+  // epilogue: + bias, then one bf16 rounding of the output; rows split over the workers
+  if (bias == nullptr && !bf16) return;
+  const int64_t row_slices = std::min<int64_t>(std::max(threads, 1), seq_len);
+  parallel_for(row_slices, threads, [&](int64_t slice, int) {
+    const int64_t begin = seq_len * slice / row_slices, end = seq_len * (slice + 1) / row_slices;
+    for (int64_t s = begin; s < end; ++s) {
+      float* row = y.data() + s * out_features;
+      if (bias != nullptr) {
+        for (int64_t o = 0; o < out_features; ++o) row[o] += bias[o];
+      }
+      if (bf16) round_to_bf16_inplace(row, out_features);
+    }
+  });
+}
+
+// ---- RMSNorm -------------------------------------------------------------------------------
+
+void rms_norm(const float* x, int64_t ld_x, int64_t rows, int64_t width, const float* weight,
+              float eps, bool bf16, float* out, int64_t ld_out) {
+  for (int64_t s = 0; s < rows; ++s) {
+    const float* xs = x + s * ld_x;
+    float* ys = out + s * ld_out;
+    // pass 1: variance = mean(x^2)  (fp32 value; accumulated in double)
+    double sum_sq = 0.0;
+    for (int64_t i = 0; i < width; ++i) sum_sq += static_cast<double>(xs[i]) * static_cast<double>(xs[i]);
+    const float variance = static_cast<float>(sum_sq / static_cast<double>(width));
+    // pass 2: inv_rms = rsqrt(variance + eps)  (fp32 sum, one fp32 rounding of the rsqrt)
+    const float inv_rms = static_cast<float>(1.0 / std::sqrt(static_cast<double>(variance + eps)));
+    // pass 3: out = w * (x * inv_rms), rounded twice in bf16 mode
+    for (int64_t i = 0; i < width; ++i) {
+      float normed = xs[i] * inv_rms;
+      if (bf16) normed = round_to_bf16(normed);
+      const float scaled = weight[i] * normed;
+      ys[i] = bf16 ? round_to_bf16(scaled) : scaled;
+    }
+  }
+}
+
+// ---- RoPE ------------------------------------------------------------------------------------
+
+void rope_in_place(float* x, const float* cos, const float* sin, int64_t d_r, bool interleave,
+                   bool bf16) {
+  const int64_t half = d_r / 2;
+  float y[512];  // d_r <= 512 is checked by the backend
+  if (interleave) {
+    for (int64_t j = 0; j < half; ++j) {
+      y[j] = x[2 * j];
+      y[half + j] = x[2 * j + 1];
+    }
+  } else {
+    for (int64_t i = 0; i < d_r; ++i) y[i] = x[i];
+  }
+  for (int64_t i = 0; i < d_r; ++i) {
+    const float rotated = i < half ? -y[half + i] : y[i - half];  // rotate_half(y)[i]
+    float t1 = y[i] * cos[i];
+    float t2 = rotated * sin[i];
+    if (bf16) {
+      t1 = round_to_bf16(t1);
+      t2 = round_to_bf16(t2);
+    }
+    const float sum = t1 + t2;
+    x[i] = bf16 ? round_to_bf16(sum) : sum;
+  }
+}
+
+// ---- attention of one head --------------------------------------------------------------------
+
+namespace {
+
+// One query row: p = softmax(row[0:visible]) in place; row[visible:S] = 0 (masked keys).
+//   pass 1: max; pass 2: e = exp(x - max) (fp32, Eigen's vectorised expf);
+//   pass 3: sum in double; pass 4: p = fp32(e / sum), then bf16(p) in bf16 mode.
+void softmax_row(float* row, int64_t visible, int64_t seq_len, bool bf16) {
+  Eigen::Map<Eigen::ArrayXf> logits(row, visible);
+  const float max_logit = logits.maxCoeff();
+  logits = (logits - max_logit).exp();
+  double sum = 0.0;
+  for (int64_t t = 0; t < visible; ++t) sum += static_cast<double>(row[t]);
+  const double inv_sum = 1.0 / sum;
+  for (int64_t t = 0; t < visible; ++t) {
+    const float p = static_cast<float>(static_cast<double>(row[t]) * inv_sum);
+    row[t] = bf16 ? round_to_bf16(p) : p;
+  }
+  std::fill(row + visible, row + seq_len, 0.0f);
+}
+
+}  // namespace
+
+void head_scores_softmax(const HeadViews& head, int64_t seq_len, int64_t qk_head_dim, bool causal,
+                         float scaling, bool bf16, float* probs) {
+  const ConstStridedView query(head.query, seq_len, qk_head_dim, Eigen::OuterStride<>(head.ld_query));
+  const ConstStridedView key(head.key, seq_len, qk_head_dim, Eigen::OuterStride<>(head.ld_key));
+  Eigen::Map<MatrixRM> p(probs, seq_len, seq_len);
+  const int64_t block = causal ? kCausalRowBlock : seq_len;
+  for (int64_t row_begin = 0; row_begin < seq_len; row_begin += block) {
+    const int64_t rows = std::min(block, seq_len - row_begin);
+    const int64_t keys = causal ? row_begin + rows : seq_len;  // keys any row of the block sees
+    // pass 1: scores = q k^T for the block (one sgemm, fp32 accumulation)
+    p.block(row_begin, 0, rows, keys).noalias() =
+        query.middleRows(row_begin, rows) * key.topRows(keys).transpose();
+    for (int64_t s = row_begin; s < row_begin + rows; ++s) {
+      float* row = probs + s * seq_len;
+      const int64_t visible = causal ? s + 1 : seq_len;
+      // pass 2: scores * scaling (+ mask: 0 on the visible keys, exact)
+      for (int64_t t = 0; t < visible; ++t) {
+        if (bf16) {
+          row[t] = round_to_bf16(round_to_bf16(row[t]) * scaling);
+        } else {
+          row[t] *= scaling;
+        }
+      }
+      // pass 3: softmax over the visible keys; masked probabilities are exactly 0
+      softmax_row(row, visible, seq_len, bf16);
+    }
+  }
+}
+
+void head_probs_value(const HeadViews& head, const float* probs, int64_t seq_len, int64_t v_head_dim,
+                      bool causal, bool bf16, float* out, int64_t ld_out) {
+  const ConstStridedView value(head.value, seq_len, v_head_dim, Eigen::OuterStride<>(head.ld_value));
+  const Eigen::Map<const MatrixRM> p(probs, seq_len, seq_len);
+  StridedView o(out, seq_len, v_head_dim, Eigen::OuterStride<>(ld_out));
+  const int64_t block = causal ? kCausalRowBlock : seq_len;
+  for (int64_t row_begin = 0; row_begin < seq_len; row_begin += block) {
+    const int64_t rows = std::min(block, seq_len - row_begin);
+    const int64_t keys = causal ? row_begin + rows : seq_len;  // probs beyond are exactly 0
+    o.middleRows(row_begin, rows).noalias() = p.block(row_begin, 0, rows, keys) * value.topRows(keys);
+  }
+  if (bf16) round_to_bf16_block(out, seq_len, v_head_dim, ld_out);
+}
+
+void head_column_sums(const float* probs, int64_t seq_len, bool causal, double* head_scores) {
+  std::fill(head_scores, head_scores + seq_len, 0.0);
+  for (int64_t s = 0; s < seq_len; ++s) {
+    const float* row = probs + s * seq_len;
+    const int64_t visible = causal ? s + 1 : seq_len;
+    for (int64_t t = 0; t < visible; ++t) head_scores[t] += static_cast<double>(row[t]);
+  }
+}
+
+}  // namespace mla::cpu

@@ -1,0 +1,134 @@
+// src/cpu/cpu_kernels.hpp — the equations of one MLA attention layer (HF DeepseekV3Attention,
+// eager) as Eigen/BLAS kernels, fp32 or PyTorch-bf16 emulation, used by the cpu backend
+// (eigen_backend.cpp). One function per equation of /work/shared/docs/mla-math.md (§3).
+//
+// Shape legend (config names; mla-math.md symbols in brackets):
+//   S   = sequence length (tokens in this call)
+//   H   = hidden_size
+//   n   = num_attention_heads                    [n_h]
+//   r_q = q_lora_rank                            [d_c']
+//   r_kv= kv_lora_rank                           [d_c]
+//   d_n = qk_nope_head_dim                       [d_h]
+//   d_r = qk_rope_head_dim                       [d_h^R]
+//   d_v = v_head_dim
+//   d_qk= d_n + d_r                              (qk_head_dim)
+//
+// Layout: every matrix is row-major and contiguous (MatrixRM). A Linear weight is kept as
+// stored, [out, in], so y = x W^T is one sgemm with W read transposed (no copy).
+//
+// bf16 mode ("bf16 inputs, fp32 accumulation"): weights and activations hold bf16 VALUES in
+// fp32 storage. The product of two bf16 values is exact in fp32, so an sgemm on such floats
+// followed by one rounding of its output is the bf16 GEMM PyTorch runs (mla-math.md §7). Each
+// function below names the §7 rounding points it applies.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <Eigen/Core>
+
+namespace mla::cpu {
+
+using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+// A row-major view with an explicit row stride (one head's columns inside [S, n*d]).
+using StridedView = Eigen::Map<MatrixRM, 0, Eigen::OuterStride<>>;
+using ConstStridedView = Eigen::Map<const MatrixRM, 0, Eigen::OuterStride<>>;
+
+// ---- threading ---------------------------------------------------------------------------
+
+// Threads to use for `requested` (0 = all cores reported by the OS).
+int resolve_threads(int requested);
+
+// Runs body(i, worker) for i in [0, count) on `threads` workers (the caller is worker 0);
+// items are handed out one at a time. The first exception thrown by a body is rethrown.
+void parallel_for(int64_t count, int threads, const std::function<void(int64_t, int)>& body);
+
+// While alive, OpenBLAS uses `threads` threads per sgemm (no effect without OpenBLAS).
+class BlasThreads {
+ public:
+  explicit BlasThreads(int threads);
+  ~BlasThreads();
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+
+// "OpenBLAS 0.3.21 ... (sgemm)" or "Eigen's own GEMM kernel (no BLAS)".
+const char* blas_description();
+
+// ---- elementwise -------------------------------------------------------------------------
+
+// x[i] = bf16(x[i]) for i < count (round to nearest even on the bits, mla/bf16.hpp).
+void round_to_bf16_inplace(float* x, int64_t count);
+// The same on a rows x cols block with row stride `ld`.
+void round_to_bf16_block(float* x, int64_t rows, int64_t cols, int64_t ld);
+
+// ---- §3.1 / §3.3 / §3.6.7 Linear ----------------------------------------------------------
+
+// y = x W^T (+ b)                                   torch: y = F.linear(x, W, b)
+//   x: [S, in], weight: [out, in], bias: [out] or nullptr -> y: [S, out]
+//   bf16: y = bf16(fp32 sum) (§7 rows 1, 3, 5, 7, 15; the bias joins the fp32 sum).
+// With OpenBLAS one multi-threaded sgemm; without it the out-features are split over
+// `threads` workers, each running Eigen's kernel on its slice.
+void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, bool bf16, int threads,
+            MatrixRM& y);
+
+// ---- §3.5 RMSNorm --------------------------------------------------------------------------
+
+// out[s, i] = w[i] * (x[s, i] * rsqrt(mean_i x[s, i]^2 + eps))     torch: DeepseekV3RMSNorm
+//   x: rows x width at `x` (row stride ld_x) -> out: rows x width (row stride ld_out)
+//   mean of squares accumulated in double, rounded to fp32 (HF: fp32 mean); variance + eps
+//   in fp32; rsqrt evaluated in double and rounded once to fp32.
+//   bf16: yb = bf16(x * rsqrt(...)); out = bf16(w * yb)  (§7 rows 2 and 6: two roundings).
+void rms_norm(const float* x, int64_t ld_x, int64_t rows, int64_t width, const float* weight,
+              float eps, bool bf16, float* out, int64_t ld_out);
+
+// ---- §3.4 / §6 RoPE -------------------------------------------------------------------------
+
+// Rotates one d_r-wide vector in place, HF apply_rotary_pos_emb(_interleave):
+//   interleave: y[j] = x[2j], y[d_r/2 + j] = x[2j+1]   (de-interleave, exact)
+//   else:       y = x
+//   out = y * cos + rotate_half(y) * sin,  rotate_half(y) = [-y[d_r/2:], y[:d_r/2]]
+//   bf16: t1 = bf16(y*cos), t2 = bf16(rotate_half(y)*sin), out = bf16(t1 + t2)  (§7 row 9)
+// cos/sin: the token's d_r-wide table rows (already bf16 values in bf16 mode, §7 row 8).
+// The output is in HF's (de-interleaved) order, as HF's query/key states hold it.
+void rope_in_place(float* x, const float* cos, const float* sin, int64_t d_r, bool interleave,
+                   bool bf16);
+
+// ---- §3.6 attention of one head ---------------------------------------------------------------
+
+struct HeadViews {
+  const float* query;  // [S, d_qk] row stride ld_query  (q_nope | roped q_rot)
+  int64_t ld_query;
+  const float* key;    // [S, d_qk] row stride ld_key    (k_nope | roped k_rot)
+  int64_t ld_key;
+  const float* value;  // [S, d_v]  row stride ld_value
+  int64_t ld_value;
+};
+
+// Rows of one causal block: queries [row_begin, row_end) see keys [0, row_end) at most; the
+// keys past each query are masked, their probabilities are exactly 0 and are not computed.
+constexpr int64_t kCausalRowBlock = 64;
+
+// probs = softmax(mask(scaling * query key^T))         (§3.6 steps 2-4)
+//   probs: [S, S] row-major (contiguous). Masked / uncomputed entries are set to exactly 0.
+//   bf16: scores = bf16(q k^T) (§7 row 10), bf16(scores * fp32(scaling)) (row 11), + 0 for
+//   visible keys (row 12, exact), softmax in fp32 (max-subtracted exp; the sum in double,
+//   then one fp32 rounding of p), then bf16(p) (row 13).
+//   fp32: the same steps with fp32 results.
+void head_scores_softmax(const HeadViews& head, int64_t seq_len, int64_t qk_head_dim, bool causal,
+                         float scaling, bool bf16, float* probs);
+
+// out = probs value                                   (§3.6 step 6)
+//   probs: [S, S]; out: [S, d_v] row stride ld_out; bf16: out = bf16(fp32 sum) (§7 row 14).
+void head_probs_value(const HeadViews& head, const float* probs, int64_t seq_len, int64_t v_head_dim,
+                      bool causal, bool bf16, float* out, int64_t ld_out);
+
+// head_scores[t] = sum_s probs[s, t], in double          (H2O: attention mass key t receives)
+//   probs: [S, S] -> head_scores: [S]
+void head_column_sums(const float* probs, int64_t seq_len, bool causal, double* head_scores);
+
+}  // namespace mla::cpu

@@ -1,0 +1,546 @@
+// src/io/safetensors_reader.cpp — validating safetensors reader (mmap, lazy tensor bytes).
+//
+// File layout (N = header length):
+//   [0, 8)          N, u64 little-endian
+//   [8, 8+N)        UTF-8 JSON object {"__metadata__": {str: str} | null ?,
+//                                      "<name>": {"dtype", "shape", "data_offsets"}, ...}
+//   [8+N, EOF)      data section, data_len = file_size - 8 - N bytes; tensor offsets are
+//                   relative to its start, [begin, end) with end exclusive
+//
+// Checks, in the order of the reference crate (huggingface/safetensors tensor.rs,
+// read_metadata + Metadata::validate), each mapped to one ErrorKind:
+//   1. file_size < 8                                   -> HeaderTooSmall
+//   2. N > kMaxHeaderSize (100,000,000)                -> HeaderTooLarge
+//   3. 8 + N overflows or exceeds file_size            -> InvalidHeaderLength
+//   4. header bytes not UTF-8                          -> InvalidHeaderUtf8
+//   5. header not one JSON object (trailing bytes, NUL padding, bad nesting, lone
+//      surrogates included), schema violations        -> InvalidHeaderJson
+//      dtype string not in the table (case-sensitive)  -> UnknownDtype
+//      the same tensor name twice                      -> DuplicateTensor (stricter than
+//                                                         the crate, which keeps the last)
+//   6. tensors sorted by (begin, end), walked from 0:
+//      begin != previous end, or end < begin           -> InvalidOffset
+//      numel or numel * dtype_size overflows 64 bits   -> ValidationOverflow
+//      end - begin != numel * dtype_size               -> TensorInvalidInfo
+//   7. last end != data_len (short or trailing bytes)  -> MetadataIncompleteBuffer
+// Unknown extra fields inside a tensor entry are ignored, as the crate does.
+// Deliberate divergence: duplicate keys inside "__metadata__" are rejected
+// (InvalidHeaderJson); serde keeps the last one silently.
+//
+// Opening reads the 8-byte prefix and the N header bytes with pread, validates, and only
+// then maps the whole file read-only; tensor bytes are touched only by bytes()/to_*().
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include <simdjson.h>
+
+#include "mla/bf16.hpp"
+#include "mla/error.hpp"
+#include "mla/safetensors.hpp"
+
+static_assert(std::endian::native == std::endian::little,
+              "the safetensors reader assumes a little-endian host");
+
+namespace mla {
+
+// The bytes behind a SafetensorsFile: either a read-only mapping of the file (open) or an
+// owned copy (from_bytes).
+struct SafetensorsFile::Mapping {
+  void* addr = nullptr;           // mmap result, or nullptr
+  size_t length = 0;              // mapped length (= file_size)
+  std::vector<std::byte> owned;   // (file_size,) copy for from_bytes
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (addr != nullptr) ::munmap(addr, length);
+  }
+  const std::byte* base() const {
+    return addr != nullptr ? static_cast<const std::byte*>(addr) : owned.data();
+  }
+};
+
+namespace {
+
+constexpr uint64_t kPrefixSize = 8;  // the u64 header length
+
+// ---- message helpers ----------------------------------------------------------------------
+
+// A tensor name or JSON key as it appears in a message: control bytes, quote and backslash
+// escaped as \xNN, cut after 200 bytes (at a UTF-8 character boundary).
+std::string printable(std::string_view name) {
+  constexpr size_t kMaxShown = 200;
+  size_t shown = std::min(name.size(), kMaxShown);
+  if (shown < name.size()) {
+    while (shown > 0 && (static_cast<unsigned char>(name[shown]) & 0xC0u) == 0x80u) --shown;
+  }
+  std::string out;
+  out.reserve(shown + 16);
+  for (size_t i = 0; i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7F || c == '\'' || c == '\\') {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (shown < name.size()) out += "...(" + std::to_string(name.size()) + " bytes)";
+  return out;
+}
+
+std::string tensor_prefix(const std::string& file, std::string_view tensor) {
+  return file + ": tensor '" + printable(tensor) + "': ";
+}
+
+std::string shape_text(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string known_dtypes_text() {
+  std::string s;
+  for (int i = 0; i <= static_cast<int>(DType::U64); ++i) {
+    s += (i ? ", " : "");
+    s += dtype_name(static_cast<DType>(i));
+  }
+  return s;
+}
+
+// ---- steps 1-3: the 8-byte prefix ---------------------------------------------------------
+
+// Returns N after checks 1-3; `prefix` holds the first 8 bytes (file_size >= 8 checked by
+// the caller, which must not map or read anything before).
+uint64_t check_prefix(const std::string& file, uint64_t file_size, const std::byte* prefix) {
+  uint64_t n = 0;
+  std::memcpy(&n, prefix, sizeof n);  // little-endian host (static_assert above)
+  if (n > kMaxHeaderSize) {
+    fail(ErrorKind::HeaderTooLarge, file + ": header length " + std::to_string(n) +
+                                        " exceeds the limit of " + std::to_string(kMaxHeaderSize) +
+                                        " bytes");
+  }
+  uint64_t header_end = 0;
+  if (__builtin_add_overflow(kPrefixSize, n, &header_end) || header_end > file_size) {
+    fail(ErrorKind::InvalidHeaderLength, file + ": header length " + std::to_string(n) +
+                                             " runs past the end of the file (" +
+                                             std::to_string(file_size) + " bytes)");
+  }
+  return n;
+}
+
+void check_too_small(const std::string& file, uint64_t file_size) {
+  if (file_size < kPrefixSize) {
+    fail(ErrorKind::HeaderTooSmall, file + ": file is " + std::to_string(file_size) +
+                                        " bytes, shorter than the 8-byte header length");
+  }
+}
+
+// ---- step 5: JSON schema -------------------------------------------------------------------
+
+struct ParsedHeader {
+  std::map<std::string, std::string> metadata;
+  std::vector<TensorInfo> tensors;  // in header order until sort_and_validate
+};
+
+// A shape entry or data offset: a JSON integer >= 0 that fits in u64 (no fraction, no
+// exponent, no string, no null).
+uint64_t read_index(const std::string& where, simdjson::dom::element value) {
+  uint64_t u = 0;
+  if (value.get(u) == simdjson::SUCCESS) return u;  // a UINT64, or an INT64 >= 0
+  int64_t s = 0;
+  if (value.get(s) == simdjson::SUCCESS)
+    fail(ErrorKind::InvalidHeaderJson, where + "negative value " + std::to_string(s));
+  if (value.is_double())
+    fail(ErrorKind::InvalidHeaderJson, where + "value is not an integer (fraction or exponent form)");
+  fail(ErrorKind::InvalidHeaderJson, where + "value is not a non-negative integer");
+}
+
+// One "<name>": {"dtype": .., "shape": [..], "data_offsets": [b, e]} entry.
+TensorInfo parse_tensor_entry(const std::string& file, std::string_view name,
+                              simdjson::dom::element value) {
+  const std::string where = tensor_prefix(file, name);
+  simdjson::dom::object entry;
+  if (value.get(entry) != simdjson::SUCCESS)
+    fail(ErrorKind::InvalidHeaderJson, where + "entry is not a JSON object");
+
+  TensorInfo info;
+  info.name = std::string(name);
+  bool has_dtype = false, has_shape = false, has_offsets = false;
+  for (simdjson::dom::key_value_pair field : entry) {
+    const std::string_view key = field.key;
+    if (key == "dtype") {
+      if (has_dtype) fail(ErrorKind::InvalidHeaderJson, where + "duplicate field 'dtype'");
+      has_dtype = true;
+      std::string_view dtype;
+      if (field.value.get(dtype) != simdjson::SUCCESS)
+        fail(ErrorKind::InvalidHeaderJson, where + "dtype is not a string");
+      if (!parse_dtype(dtype, info.dtype)) {
+        fail(ErrorKind::UnknownDtype, where + "unknown dtype '" + printable(dtype) +
+                                          "' (known, case-sensitive: " + known_dtypes_text() + ")");
+      }
+    } else if (key == "shape") {
+      if (has_shape) fail(ErrorKind::InvalidHeaderJson, where + "duplicate field 'shape'");
+      has_shape = true;
+      simdjson::dom::array dims;
+      if (field.value.get(dims) != simdjson::SUCCESS)
+        fail(ErrorKind::InvalidHeaderJson, where + "shape is not a JSON array");
+      size_t axis = 0;
+      for (simdjson::dom::element dim : dims) {
+        info.shape.push_back(read_index(where + "shape[" + std::to_string(axis) + "]: ", dim));
+        ++axis;
+      }
+    } else if (key == "data_offsets") {
+      if (has_offsets) fail(ErrorKind::InvalidHeaderJson, where + "duplicate field 'data_offsets'");
+      has_offsets = true;
+      simdjson::dom::array offsets;
+      if (field.value.get(offsets) != simdjson::SUCCESS)
+        fail(ErrorKind::InvalidHeaderJson, where + "data_offsets is not a JSON array");
+      if (offsets.size() != 2) {
+        fail(ErrorKind::InvalidHeaderJson, where + "data_offsets has " +
+                                               std::to_string(offsets.size()) +
+                                               " entries, expected exactly 2 [begin, end]");
+      }
+      info.begin = read_index(where + "data_offsets[0]: ", offsets.at(0).value_unsafe());
+      info.end = read_index(where + "data_offsets[1]: ", offsets.at(1).value_unsafe());
+    }
+    // Any other field is ignored (reference-crate behaviour).
+  }
+  if (!has_dtype) fail(ErrorKind::InvalidHeaderJson, where + "missing field 'dtype'");
+  if (!has_shape) fail(ErrorKind::InvalidHeaderJson, where + "missing field 'shape'");
+  if (!has_offsets) fail(ErrorKind::InvalidHeaderJson, where + "missing field 'data_offsets'");
+  return info;
+}
+
+// "__metadata__": null or {str: str} with unique keys.
+void parse_metadata(const std::string& file, simdjson::dom::element value,
+                    std::map<std::string, std::string>& metadata) {
+  if (value.is_null()) return;
+  simdjson::dom::object object;
+  if (value.get(object) != simdjson::SUCCESS)
+    fail(ErrorKind::InvalidHeaderJson, file + ": __metadata__ is neither an object nor null");
+  for (simdjson::dom::key_value_pair field : object) {
+    std::string_view text;
+    if (field.value.get(text) != simdjson::SUCCESS) {
+      fail(ErrorKind::InvalidHeaderJson, file + ": __metadata__ value of key '" +
+                                             printable(field.key) + "' is not a string");
+    }
+    if (!metadata.emplace(std::string(field.key), std::string(text)).second) {
+      fail(ErrorKind::InvalidHeaderJson,
+           file + ": __metadata__ key '" + printable(field.key) + "' appears twice");
+    }
+  }
+}
+
+// Steps 4-5: UTF-8, then the JSON object and its schema.
+ParsedHeader parse_header(const std::string& file, std::string_view header) {
+  if (!simdjson::validate_utf8(header.data(), header.size()))
+    fail(ErrorKind::InvalidHeaderUtf8, file + ": header is not valid UTF-8");
+
+  // The DOM parser validates the whole document (structure, trailing content, string
+  // escapes, depth <= 1024 without recursion); the copy carries SIMDJSON_PADDING zero bytes.
+  const simdjson::padded_string padded(header);
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (const auto err = parser.parse(padded).get(root); err != simdjson::SUCCESS) {
+    fail(ErrorKind::InvalidHeaderJson,
+         file + ": header is not a single valid JSON document: " + simdjson::error_message(err));
+  }
+  simdjson::dom::object object;
+  if (root.get(object) != simdjson::SUCCESS)
+    fail(ErrorKind::InvalidHeaderJson, file + ": header root is not a JSON object");
+
+  ParsedHeader parsed;
+  std::set<std::string_view> seen;  // tensor names so far (views into the parser)
+  bool seen_metadata = false;
+  for (simdjson::dom::key_value_pair field : object) {
+    const std::string_view key = field.key;
+    if (key == "__metadata__") {
+      if (seen_metadata) fail(ErrorKind::InvalidHeaderJson, file + ": __metadata__ appears twice");
+      seen_metadata = true;
+      parse_metadata(file, field.value, parsed.metadata);
+      continue;
+    }
+    if (!seen.insert(key).second) {
+      fail(ErrorKind::DuplicateTensor,
+           tensor_prefix(file, key) + "the tensor name appears twice in the header");
+    }
+    parsed.tensors.push_back(parse_tensor_entry(file, key, field.value));
+  }
+  return parsed;
+}
+
+// ---- steps 6-7: offsets and sizes ----------------------------------------------------------
+
+void sort_and_validate(const std::string& file, uint64_t data_len, std::vector<TensorInfo>& tensors) {
+  std::sort(tensors.begin(), tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
+  uint64_t start = 0;  // where the next tensor must begin
+  for (const TensorInfo& t : tensors) {
+    const std::string where = tensor_prefix(file, t.name);
+    const std::string offsets = "data_offsets [" + std::to_string(t.begin) + ", " +
+                                std::to_string(t.end) + "]";
+    if (t.end < t.begin) fail(ErrorKind::InvalidOffset, where + offsets + " end before begin");
+    if (t.begin != start) {
+      fail(ErrorKind::InvalidOffset,
+           where + offsets + " must begin at byte " + std::to_string(start) +
+               (start == 0 ? " (start of the data section)" : " (end of the previous tensor)") +
+               (t.begin < start ? ": overlaps a previous tensor" : ": leaves a gap"));
+    }
+    uint64_t numel = 1;
+    for (uint64_t d : t.shape) {
+      if (__builtin_mul_overflow(numel, d, &numel)) {
+        fail(ErrorKind::ValidationOverflow,
+             where + "shape " + shape_text(t.shape) + " element count overflows 64 bits");
+      }
+    }
+    uint64_t nbytes = 0;
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &nbytes)) {
+      fail(ErrorKind::ValidationOverflow, where + "dtype " + std::string(dtype_name(t.dtype)) +
+                                              " shape " + shape_text(t.shape) +
+                                              " byte size overflows 64 bits");
+    }
+    if (t.end - t.begin != nbytes) {
+      fail(ErrorKind::TensorInvalidInfo,
+           where + "dtype " + std::string(dtype_name(t.dtype)) + " shape " + shape_text(t.shape) +
+               " needs " + std::to_string(nbytes) + " bytes but data_offsets span " +
+               std::to_string(t.end - t.begin));
+    }
+    start = t.end;
+  }
+  if (start != data_len) {
+    const std::string last =
+        tensors.empty() ? std::string(" (no tensors)")
+                        : " (last tensor '" + printable(tensors.back().name) + "' ends at byte " +
+                              std::to_string(start) + ")";
+    fail(ErrorKind::MetadataIncompleteBuffer,
+         file + ": tensors cover " + std::to_string(start) + " bytes" + last +
+             " but the data section holds " + std::to_string(data_len) +
+             (start < data_len ? ": trailing bytes after the last tensor"
+                               : ": data section is truncated"));
+  }
+}
+
+// ---- file access ---------------------------------------------------------------------------
+
+struct FdGuard {
+  int fd = -1;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Reads exactly `size` bytes at `offset`; a short read (file changed underneath) is Io.
+void pread_exact(const std::string& file, int fd, void* buf, uint64_t size, uint64_t offset) {
+  auto* out = static_cast<char*>(buf);
+  while (size > 0) {
+    const ssize_t got = ::pread(fd, out, size, static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      fail(ErrorKind::Io, file + ": read failed at byte " + std::to_string(offset) + ": " +
+                              std::strerror(errno));
+    }
+    if (got == 0) {
+      fail(ErrorKind::Io, file + ": unexpected end of file at byte " + std::to_string(offset));
+    }
+    out += got;
+    size -= static_cast<uint64_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+}
+
+// ---- element conversion --------------------------------------------------------------------
+
+// Element i of a little-endian array of T at p, loaded with memcpy (p may be misaligned).
+template <class T>
+T load(const std::byte* p, uint64_t i) {
+  T v;
+  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+template <class Out>
+std::vector<Out> convert(const std::string& file, const TensorInfo& info, const std::byte* p) {
+  const uint64_t n = info.nbytes() / dtype_size(info.dtype);
+  std::vector<Out> out(n);
+  switch (info.dtype) {
+    case DType::BOOL:
+      fail(ErrorKind::Unsupported, tensor_prefix(file, info.name) +
+                                       "dtype BOOL cannot be converted to floating point");
+    case DType::U8:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint8_t>(p, i));
+      break;
+    case DType::I8:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int8_t>(p, i));
+      break;
+    case DType::F8_E5M2:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(fp8_e5m2_to_float(load<uint8_t>(p, i)));
+      break;
+    case DType::F8_E4M3:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(fp8_e4m3fn_to_float(load<uint8_t>(p, i)));
+      break;
+    case DType::I16:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int16_t>(p, i));
+      break;
+    case DType::U16:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint16_t>(p, i));
+      break;
+    case DType::F16:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(f16_to_float(load<uint16_t>(p, i)));
+      break;
+    case DType::BF16:
+      for (uint64_t i = 0; i < n; ++i)
+        out[i] = static_cast<Out>(bf16::from_bits(load<uint16_t>(p, i)).to_float());
+      break;
+    case DType::I32:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int32_t>(p, i));
+      break;
+    case DType::U32:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint32_t>(p, i));
+      break;
+    case DType::F32:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<float>(p, i));
+      break;
+    case DType::F64:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<double>(p, i));
+      break;
+    case DType::I64:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int64_t>(p, i));
+      break;
+    case DType::U64:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint64_t>(p, i));
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- SafetensorsFile -----------------------------------------------------------------------
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
+SafetensorsFile::~SafetensorsFile() = default;
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  FdGuard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (fd.fd < 0) fail(ErrorKind::Io, path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd.fd, &st) != 0) fail(ErrorKind::Io, path + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(ErrorKind::Io, path + ": not a regular file");
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+
+  check_too_small(path, file_size);  // before any read or mmap (mmap of length 0 is EINVAL)
+  std::byte prefix[kPrefixSize];
+  pread_exact(path, fd.fd, prefix, kPrefixSize, 0);
+  const uint64_t n = check_prefix(path, file_size, prefix);
+  std::string header(n, '\0');  // allocated only now that 8 + n <= file_size
+  pread_exact(path, fd.fd, header.data(), n, kPrefixSize);
+
+  ParsedHeader parsed = parse_header(path, header);
+  sort_and_validate(path, file_size - kPrefixSize - n, parsed.tensors);
+
+  auto map = std::make_unique<Mapping>();
+  void* addr = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+  if (addr == MAP_FAILED) fail(ErrorKind::Io, path + ": mmap failed: " + std::strerror(errno));
+  map->addr = addr;
+  map->length = file_size;
+
+  SafetensorsFile file;
+  file.path_ = path;
+  file.file_size_ = file_size;
+  file.header_size_ = n;
+  file.metadata_ = std::move(parsed.metadata);
+  file.tensors_ = std::move(parsed.tensors);
+  for (size_t i = 0; i < file.tensors_.size(); ++i) file.index_.emplace(file.tensors_[i].name, i);
+  file.data_ = map->base() + kPrefixSize + n;
+  file.map_ = std::move(map);
+  return file;
+}
+
+SafetensorsFile SafetensorsFile::from_bytes(std::span<const std::byte> bytes, std::string display_name) {
+  const uint64_t file_size = bytes.size();
+  check_too_small(display_name, file_size);
+  const uint64_t n = check_prefix(display_name, file_size, bytes.data());
+  const std::string_view header(reinterpret_cast<const char*>(bytes.data()) + kPrefixSize, n);
+
+  ParsedHeader parsed = parse_header(display_name, header);
+  sort_and_validate(display_name, file_size - kPrefixSize - n, parsed.tensors);
+
+  auto map = std::make_unique<Mapping>();
+  map->owned.assign(bytes.begin(), bytes.end());
+
+  SafetensorsFile file;
+  file.path_ = std::move(display_name);
+  file.file_size_ = file_size;
+  file.header_size_ = n;
+  file.metadata_ = std::move(parsed.metadata);
+  file.tensors_ = std::move(parsed.tensors);
+  for (size_t i = 0; i < file.tensors_.size(); ++i) file.index_.emplace(file.tensors_[i].name, i);
+  file.data_ = map->base() + kPrefixSize + n;
+  file.map_ = std::move(map);
+  return file;
+}
+
+const TensorInfo* SafetensorsFile::find(std::string_view name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorInfo& SafetensorsFile::at(std::string_view name) const {
+  const TensorInfo* info = find(name);
+  if (info == nullptr) fail(ErrorKind::TensorNotFound, path_ + ": no tensor named '" + printable(name) + "'");
+  return *info;
+}
+
+std::span<const std::byte> SafetensorsFile::bytes(const TensorInfo& info) const {
+  const uint64_t data_len = file_size_ - kPrefixSize - header_size_;
+  if (info.end < info.begin || info.end > data_len || map_ == nullptr) {
+    fail(ErrorKind::InvalidArgument,
+         tensor_prefix(path_, info.name) + "data_offsets [" + std::to_string(info.begin) + ", " +
+             std::to_string(info.end) + "] are not inside this file's data section");
+  }
+  return {data_ + info.begin, static_cast<size_t>(info.nbytes())};
+}
+
+// A TensorInfo passed in by the caller (normally one of tensors()) must be self-consistent
+// before its bytes are decoded: numel * dtype_size == end - begin, without overflow.
+static void check_info_consistent(const std::string& file, const TensorInfo& info, size_t nbytes) {
+  uint64_t numel = 1, need = 0;
+  bool overflow = false;
+  for (uint64_t d : info.shape) overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
+  overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(info.dtype)), &need);
+  if (overflow || need != nbytes) {
+    fail(ErrorKind::InvalidArgument,
+         tensor_prefix(file, info.name) + "dtype " + std::string(dtype_name(info.dtype)) + " shape " +
+             shape_text(info.shape) + " does not match its byte range of " + std::to_string(nbytes));
+  }
+}
+
+std::vector<float> SafetensorsFile::to_float(const TensorInfo& info) const {
+  const std::span<const std::byte> raw = bytes(info);
+  check_info_consistent(path_, info, raw.size());
+  return convert<float>(path_, info, raw.data());
+}
+
+std::vector<double> SafetensorsFile::to_double(const TensorInfo& info) const {
+  const std::span<const std::byte> raw = bytes(info);
+  check_info_consistent(path_, info, raw.size());
+  return convert<double>(path_, info, raw.data());
+}
+
+}  // namespace mla

@@ -1,0 +1,435 @@
+// src/model/checkpoint.cpp — finding and loading one layer's attention weights.
+//
+// Purpose: turn a checkpoint on disk (sharded with model.safetensors.index.json, a single
+// model.safetensors, or one .safetensors file + config) into fp32 LayerWeights, reading
+// only the bytes of the requested tensors and checking every shape against config.json.
+//
+// Names (mla-math.md §1.1): <prefix>layers.{L}.self_attn.<suffix>, where <prefix> is whatever
+// precedes "layers." ("model." for DeepSeek-V3/Kimi K2, "language_model.model." for Kimi
+// K2.5/K2.6). The prefix is detected from the names of kv_a_proj_with_mqa (MLA-specific, so
+// a vision tower's "layers." cannot be mistaken for it), else from embed_tokens.
+//
+// Dtypes: BF16, F16, F32 are widened exactly. F8_E4M3 weights are block-dequantized with
+// `<name>_scale_inv` (mla-math.md §11):
+//   W[i, j] = fp32(fp8 W[i, j]) * scale_inv[i / 128, j / 128]      (one fp32 multiply)
+//   scale_inv: [ceil(out / 128), ceil(in / 128)], edge blocks partial.
+//
+// Shape legend: H = hidden_size, n = num_attention_heads, r_q = q_lora_rank,
+//   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
+//   V = rows of embed_tokens.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <simdjson.h>
+#include <string>
+#include <vector>
+
+#include "mla/bf16.hpp"
+#include "mla/checkpoint.hpp"
+#include "mla/error.hpp"
+
+namespace mla {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kIndexName = "model.safetensors.index.json";
+constexpr const char* kSingleName = "model.safetensors";
+constexpr int64_t kFp8Block = 128;  // weight_block_size [128, 128]
+
+std::string shape_u64_string(const std::vector<uint64_t>& s) {
+  std::vector<int64_t> v(s.begin(), s.end());
+  return shape_string(v);
+}
+
+// One attention tensor of a layer: its short name (LayerWeights field), checkpoint suffix
+// and expected shape with the config names it comes from.
+struct TensorSpec {
+  std::string field;                // "q_a_proj", "q_a_proj_bias", ...
+  std::string suffix;               // "self_attn.q_a_proj.weight"
+  std::vector<int64_t> shape;       // expected
+  std::string shape_names;          // "[q_lora_rank, hidden_size]"
+  TensorF LayerWeights::*member;    // destination
+};
+
+// The attention tensors HF DeepseekV3Attention holds for this config (biases follow
+// `bias=config.attention_bias` on q_a_proj, kv_a_proj_with_mqa and o_proj; q_proj, q_b_proj
+// and kv_b_proj never have a bias in HF).
+std::vector<TensorSpec> attention_specs(const AttentionConfig& c) {
+  const int64_t H = c.hidden_size, n = c.num_attention_heads, r_q = c.q_lora_rank, r_kv = c.kv_lora_rank;
+  const int64_t d_qk = c.qk_head_dim(), d_r = c.qk_rope_head_dim, d_n = c.qk_nope_head_dim, d_v = c.v_head_dim;
+  std::vector<TensorSpec> s;
+  if (c.has_q_lora()) {
+    s.push_back({"q_a_proj", "self_attn.q_a_proj.weight", {r_q, H}, "[q_lora_rank, hidden_size]", &LayerWeights::q_a_proj});
+    s.push_back({"q_a_layernorm", "self_attn.q_a_layernorm.weight", {r_q}, "[q_lora_rank]", &LayerWeights::q_a_layernorm});
+    s.push_back({"q_b_proj", "self_attn.q_b_proj.weight", {n * d_qk, r_q},
+                 "[num_attention_heads*(qk_nope_head_dim+qk_rope_head_dim), q_lora_rank]", &LayerWeights::q_b_proj});
+  } else {
+    s.push_back({"q_proj", "self_attn.q_proj.weight", {n * d_qk, H},
+                 "[num_attention_heads*(qk_nope_head_dim+qk_rope_head_dim), hidden_size]", &LayerWeights::q_proj});
+  }
+  s.push_back({"kv_a_proj_with_mqa", "self_attn.kv_a_proj_with_mqa.weight", {r_kv + d_r, H},
+               "[kv_lora_rank+qk_rope_head_dim, hidden_size]", &LayerWeights::kv_a_proj_with_mqa});
+  s.push_back({"kv_a_layernorm", "self_attn.kv_a_layernorm.weight", {r_kv}, "[kv_lora_rank]", &LayerWeights::kv_a_layernorm});
+  s.push_back({"kv_b_proj", "self_attn.kv_b_proj.weight", {n * (d_n + d_v), r_kv},
+               "[num_attention_heads*(qk_nope_head_dim+v_head_dim), kv_lora_rank]", &LayerWeights::kv_b_proj});
+  s.push_back({"o_proj", "self_attn.o_proj.weight", {H, n * d_v}, "[hidden_size, num_attention_heads*v_head_dim]",
+               &LayerWeights::o_proj});
+  if (c.attention_bias) {
+    if (c.has_q_lora())
+      s.push_back({"q_a_proj_bias", "self_attn.q_a_proj.bias", {r_q}, "[q_lora_rank]", &LayerWeights::q_a_proj_bias});
+    s.push_back({"kv_a_proj_with_mqa_bias", "self_attn.kv_a_proj_with_mqa.bias", {r_kv + d_r},
+                 "[kv_lora_rank+qk_rope_head_dim]", &LayerWeights::kv_a_proj_with_mqa_bias});
+    s.push_back({"o_proj_bias", "self_attn.o_proj.bias", {H}, "[hidden_size]", &LayerWeights::o_proj_bias});
+  }
+  return s;
+}
+
+std::string layer_name(const std::string& prefix, int64_t layer, const std::string& suffix) {
+  return prefix + "layers." + std::to_string(layer) + "." + suffix;
+}
+
+// "language_model.model." from "language_model.model.layers.7.self_attn.kv_a_proj_with_mqa.weight";
+// false if the name does not have that form.
+bool attention_prefix_of(const std::string& name, std::string& prefix) {
+  static const std::string tail = ".self_attn.kv_a_proj_with_mqa.weight";
+  if (name.size() <= tail.size() || name.compare(name.size() - tail.size(), tail.size(), tail) != 0) return false;
+  const std::string head = name.substr(0, name.size() - tail.size());  // "<prefix>layers.<L>"
+  const size_t dot = head.rfind('.');
+  if (dot == std::string::npos) return false;
+  const std::string digits = head.substr(dot + 1);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+    return false;
+  const std::string before = head.substr(0, dot + 1);  // "<prefix>layers."
+  static const std::string layers = "layers.";
+  if (before.size() < layers.size() || before.compare(before.size() - layers.size(), layers.size(), layers) != 0)
+    return false;
+  prefix = before.substr(0, before.size() - layers.size());
+  return true;
+}
+
+// Decodes one element of a float tensor's raw bytes (little-endian) to f32, exactly.
+float decode_element(DType dtype, const std::byte* p) {
+  switch (dtype) {
+    case DType::BF16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      return bf16::from_bits(b).to_float();
+    }
+    case DType::F16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return f16_to_float(h);
+    }
+    case DType::F32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DType::F8_E4M3: return fp8_e4m3fn_to_float(static_cast<uint8_t>(*p));
+    default: return NAN;  // callers check the dtype first
+  }
+}
+
+bool is_loadable_dtype(DType d) {
+  return d == DType::BF16 || d == DType::F16 || d == DType::F32 || d == DType::F8_E4M3;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+struct Checkpoint::Impl {
+  std::string index_path;  // "" for a single file
+  // tensor name -> shard path, from index.json's weight_map or the single file's header
+  std::map<std::string, std::string> weight_map;
+
+  mutable std::mutex mutex;
+  mutable std::map<std::string, SafetensorsFile> open_shards;  // shard path -> mapped file
+
+  // The shard, opened once. `why` names the tensor that needs it (for the error).
+  const SafetensorsFile& shard(const std::string& path, const std::string& why) const {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = open_shards.find(path);
+    if (it != open_shards.end()) return it->second;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) {
+      if (!index_path.empty())
+        fail(ErrorKind::Checkpoint, "shard '" + path + "' is missing (" + index_path + " maps " + why + " to it)");
+      fail(ErrorKind::Checkpoint, "file '" + path + "' does not exist");
+    }
+    return open_shards.emplace(path, SafetensorsFile::open(path)).first->second;
+  }
+
+  // Where a tensor lives: its shard (opened) and header entry. Throws TensorNotFound.
+  std::pair<const SafetensorsFile*, const TensorInfo*> locate(const std::string& name, const std::string& ckpt) const {
+    auto it = weight_map.find(name);
+    if (it == weight_map.end())
+      fail(ErrorKind::TensorNotFound,
+           "tensor '" + name + "' not found in checkpoint " + ckpt +
+               (index_path.empty() ? "" : " (no entry in " + index_path + ")"));
+    const SafetensorsFile& f = shard(it->second, "'" + name + "'");
+    const TensorInfo* info = f.find(name);
+    if (!info)
+      fail(ErrorKind::TensorNotFound,
+           "tensor '" + name + "' is mapped to shard '" + it->second + "' by " + index_path + " but that shard does not hold it");
+    return {&f, info};
+  }
+
+  // Loads one tensor as fp32 [expected], dequantizing FP8 with its `_scale_inv` blocks, and
+  // records its checkpoint dtype in dtypes[field].
+  TensorF load_checked(const std::string& ckpt, const std::string& name, const std::string& field,
+                       const std::vector<int64_t>& expected, const std::string& expected_names,
+                       std::map<std::string, std::string>& dtypes) const;
+};
+
+Checkpoint::Checkpoint() : impl_(std::make_unique<Impl>()) {}
+Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
+Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
+Checkpoint::~Checkpoint() = default;
+
+namespace {
+
+// model.safetensors.index.json -> {tensor name: shard file name}.
+std::map<std::string, std::string> read_index(const std::string& index_path) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string text;
+  if (simdjson::padded_string::load(index_path).get(text))
+    fail(ErrorKind::Checkpoint, index_path + ": cannot read the index file");
+  simdjson::dom::element root;
+  if (auto err = parser.parse(text).get(root))
+    fail(ErrorKind::Checkpoint, index_path + ": not valid JSON (" + simdjson::error_message(err) + ")");
+  simdjson::dom::object weight_map;
+  if (root["weight_map"].get(weight_map))
+    fail(ErrorKind::Checkpoint, index_path + ": key 'weight_map' is missing or not an object");
+  std::map<std::string, std::string> out;
+  for (auto [key, value] : weight_map) {
+    std::string_view shard;
+    if (value.get(shard))
+      fail(ErrorKind::Checkpoint, index_path + ": weight_map entry '" + std::string(key) + "' is not a string");
+    const std::string file(shard);
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+      fail(ErrorKind::Checkpoint, index_path + ": weight_map entry '" + std::string(key) + "' names shard '" + file +
+                                      "', which is not a plain file name in the checkpoint directory");
+    out.emplace(std::string(key), file);
+  }
+  if (out.empty()) fail(ErrorKind::Checkpoint, index_path + ": weight_map is empty");
+  return out;
+}
+
+}  // namespace
+
+Checkpoint Checkpoint::open(const std::string& path, const std::string& config_path) {
+  Checkpoint ck;
+  ck.path_ = path;
+  std::error_code ec;
+  std::string config_file = config_path;
+
+  if (fs::is_directory(path, ec)) {
+    const fs::path dir(path);
+    if (config_file.empty()) config_file = (dir / "config.json").string();
+    const fs::path index = dir / kIndexName, single = dir / kSingleName;
+    if (fs::exists(index, ec)) {
+      ck.impl_->index_path = index.string();
+      std::set<std::string> shard_set;
+      for (auto& [name, file] : read_index(index.string())) {
+        const std::string shard = (dir / file).string();
+        ck.impl_->weight_map.emplace(name, shard);
+        shard_set.insert(shard);
+      }
+      ck.shard_paths_.assign(shard_set.begin(), shard_set.end());
+    } else if (fs::exists(single, ec)) {
+      ck.shard_paths_ = {single.string()};
+    } else {
+      fail(ErrorKind::Checkpoint, "directory '" + path + "' has neither " + kIndexName + " nor " + kSingleName);
+    }
+  } else if (fs::exists(path, ec)) {
+    // One .safetensors file; its config comes from --config, else config.json beside it.
+    if (config_file.empty()) {
+      const fs::path beside = fs::path(path).parent_path() / "config.json";
+      if (!fs::exists(beside, ec))
+        fail(ErrorKind::Config, "'" + path + "' is a single file and no config.json is beside it; pass its config (--config FILE)");
+      config_file = beside.string();
+    }
+    ck.shard_paths_ = {path};
+  } else {
+    fail(ErrorKind::Checkpoint, "checkpoint '" + path + "' does not exist");
+  }
+
+  if (ck.impl_->index_path.empty()) {
+    // Single file: its header is the map.
+    const SafetensorsFile& f = ck.impl_->shard(ck.shard_paths_[0], "");
+    for (const TensorInfo& t : f.tensors()) ck.impl_->weight_map.emplace(t.name, ck.shard_paths_[0]);
+  }
+  ck.config_ = load_config(config_file);
+
+  // Prefix: whatever precedes "layers.L.self_attn.kv_a_proj_with_mqa.weight".
+  std::set<std::string> prefixes;
+  for (const auto& [name, shard] : ck.impl_->weight_map) {
+    std::string p;
+    if (attention_prefix_of(name, p)) prefixes.insert(p);
+  }
+  if (prefixes.size() > 1) {
+    std::string list;
+    for (const auto& p : prefixes) list += (list.empty() ? "'" : ", '") + p + "'";
+    fail(ErrorKind::Checkpoint, "checkpoint '" + path + "' holds attention layers under several prefixes: " + list);
+  }
+  if (prefixes.size() == 1) {
+    ck.prefix_ = *prefixes.begin();
+  } else {
+    // No attention layer at all (e.g. an embeddings-only shard): take embed_tokens' prefix.
+    static const std::string embed = "embed_tokens.weight";
+    for (const auto& [name, shard] : ck.impl_->weight_map)
+      if (name.size() >= embed.size() && name.compare(name.size() - embed.size(), embed.size(), embed) == 0) {
+        ck.prefix_ = name.substr(0, name.size() - embed.size());
+        break;
+      }
+  }
+  return ck;
+}
+
+std::vector<TensorLocation> Checkpoint::list_tensors() const {
+  std::vector<TensorLocation> out;
+  for (const std::string& shard : shard_paths_) {
+    const SafetensorsFile& f = impl_->shard(shard, "some tensors");
+    for (const TensorInfo& t : f.tensors()) out.push_back({t.name, shard, t});
+  }
+  return out;
+}
+
+std::vector<int64_t> Checkpoint::layers_present() const {
+  const auto specs = attention_specs(config_);
+  std::vector<int64_t> out;
+  for (int64_t L = 0; L < config_.num_hidden_layers; ++L) {
+    bool all = true;
+    for (const auto& s : specs) all = all && impl_->weight_map.count(layer_name(prefix_, L, s.suffix));
+    if (all) out.push_back(L);
+  }
+  return out;
+}
+
+TensorF Checkpoint::Impl::load_checked(const std::string& ckpt, const std::string& name, const std::string& field,
+                                       const std::vector<int64_t>& expected, const std::string& expected_names,
+                                       std::map<std::string, std::string>& dtypes) const {
+  auto [file, info] = locate(name, ckpt);
+  const std::string where = "tensor '" + name + "' in shard '" + file->path() + "'";
+  if (!is_loadable_dtype(info->dtype))
+    fail(ErrorKind::Shape, where + " has dtype " + std::string(dtype_name(info->dtype)) +
+                               "; expected BF16, F16, F32 or F8_E4M3");
+  const std::vector<int64_t> shape(info->shape.begin(), info->shape.end());
+  if (shape != expected)
+    fail(ErrorKind::Shape, where + " has shape " + shape_string(shape) + ", expected " + shape_string(expected) + " = " +
+                               expected_names + " from the config");
+
+  TensorF t(name, expected);
+  std::vector<float> values = file->to_float(*info);  // exact for BF16 / F16 / F32 / F8_E4M3
+  if (info->dtype == DType::F8_E4M3) {
+    // W[i, j] = fp8(W[i, j]) * scale_inv[i / 128, j / 128]   (mla-math.md §11)
+    if (expected.size() != 2)
+      fail(ErrorKind::Unsupported, where + " is F8_E4M3 but only 2-D weights can be block-quantized");
+    const std::string scale_name = name + "_scale_inv";
+    if (weight_map.find(scale_name) == weight_map.end())
+      fail(ErrorKind::TensorNotFound, where + " is F8_E4M3 but its block scale '" + scale_name + "' is missing");
+    auto [sfile, sinfo] = locate(scale_name, ckpt);
+    const int64_t rows = expected[0], cols = expected[1];
+    const int64_t brows = (rows + kFp8Block - 1) / kFp8Block, bcols = (cols + kFp8Block - 1) / kFp8Block;
+    const std::vector<int64_t> sshape(sinfo->shape.begin(), sinfo->shape.end());
+    if (sshape != std::vector<int64_t>{brows, bcols})
+      fail(ErrorKind::Shape, "tensor '" + scale_name + "' in shard '" + sfile->path() + "' has shape " +
+                                 shape_string(sshape) + ", expected " + shape_string({brows, bcols}) +
+                                 " = [ceil(rows/128), ceil(cols/128)] for the " + shape_string(expected) + " weight");
+    if (sinfo->dtype != DType::F32 && sinfo->dtype != DType::BF16 && sinfo->dtype != DType::F16)
+      fail(ErrorKind::Shape, "tensor '" + scale_name + "' has dtype " + std::string(dtype_name(sinfo->dtype)) +
+                                 "; expected F32");
+    const std::vector<float> scale = sfile->to_float(*sinfo);  // [brows, bcols]
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* srow = scale.data() + (i / kFp8Block) * bcols;
+      float* w = values.data() + i * cols;
+      for (int64_t j = 0; j < cols; ++j) w[j] = w[j] * srow[j / kFp8Block];
+    }
+  }
+  for (size_t k = 0; k < values.size(); ++k)
+    if (!std::isfinite(values[k]))
+      fail(ErrorKind::InvalidValue, where + " holds a non-finite value (" + std::to_string(values[k]) +
+                                        ") at flat index " + std::to_string(k));
+  t.data = std::move(values);
+  dtypes[field] = std::string(dtype_name(info->dtype));
+  return t;
+}
+
+LayerWeights Checkpoint::load_layer(int64_t layer, bool with_input_layernorm) const {
+  if (layer < 0 || layer >= config_.num_hidden_layers)
+    fail(ErrorKind::Checkpoint, "layer " + std::to_string(layer) + " is out of range [0, " +
+                                    std::to_string(config_.num_hidden_layers) + ") (num_hidden_layers of " + path_ + ")");
+  LayerWeights w;
+  w.layer = layer;
+  for (const TensorSpec& s : attention_specs(config_))
+    w.*(s.member) = impl_->load_checked(path_, layer_name(prefix_, layer, s.suffix), s.field, s.shape, s.shape_names,
+                                 w.source_dtype);
+  if (with_input_layernorm)
+    w.input_layernorm = impl_->load_checked(path_, layer_name(prefix_, layer, "input_layernorm.weight"),
+                                     "input_layernorm", {config_.hidden_size}, "[hidden_size]", w.source_dtype);
+  return w;
+}
+
+TensorF Checkpoint::embed_rows(const std::vector<int64_t>& token_ids) const {
+  const std::string name = prefix_ + "embed_tokens.weight";
+  auto [file, info] = impl_->locate(name, path_);
+  const std::string where = "tensor '" + name + "' in shard '" + file->path() + "'";
+  const int64_t H = config_.hidden_size;
+  if (!is_loadable_dtype(info->dtype))
+    fail(ErrorKind::Shape, where + " has dtype " + std::string(dtype_name(info->dtype)) + "; expected BF16, F16, F32 or F8_E4M3");
+  if (info->shape.size() != 2 || static_cast<int64_t>(info->shape[1]) != H)
+    fail(ErrorKind::Shape, where + " has shape " + shape_u64_string(info->shape) + ", expected [vocab, " +
+                               std::to_string(H) + "] = [vocab_size, hidden_size]");
+  const int64_t rows = static_cast<int64_t>(info->shape[0]);
+  for (size_t i = 0; i < token_ids.size(); ++i)
+    if (token_ids[i] < 0 || token_ids[i] >= rows)
+      fail(ErrorKind::InvalidArgument, "token id " + std::to_string(token_ids[i]) + " (position " + std::to_string(i) +
+                                           ") is out of range: " + name + " has " + std::to_string(rows) + " rows");
+
+  // FP8 embeddings (not used by any known checkpoint, handled for completeness).
+  std::vector<float> scale;
+  int64_t bcols = 0;
+  if (info->dtype == DType::F8_E4M3) {
+    auto [sfile, sinfo] = impl_->locate(name + "_scale_inv", path_);
+    bcols = (H + kFp8Block - 1) / kFp8Block;
+    const std::vector<int64_t> sshape(sinfo->shape.begin(), sinfo->shape.end());
+    if (sshape != std::vector<int64_t>{(rows + kFp8Block - 1) / kFp8Block, bcols})
+      fail(ErrorKind::Shape, "tensor '" + name + "_scale_inv' has shape " + shape_string(sshape) +
+                                 ", expected [ceil(vocab/128), ceil(hidden_size/128)]");
+    scale = sfile->to_float(*sinfo);
+  }
+
+  // Only the requested rows are touched: row r starts at byte r * H * dtype_size.
+  const std::span<const std::byte> bytes = file->bytes(*info);
+  const size_t esize = dtype_size(info->dtype);
+  TensorF out("embed_rows", {static_cast<int64_t>(token_ids.size()), H});
+  for (size_t i = 0; i < token_ids.size(); ++i) {
+    const int64_t r = token_ids[i];
+    const std::byte* row = bytes.data() + static_cast<size_t>(r) * static_cast<size_t>(H) * esize;
+    float* dst = out.ptr() + static_cast<int64_t>(i) * H;
+    for (int64_t j = 0; j < H; ++j) {
+      float v = decode_element(info->dtype, row + static_cast<size_t>(j) * esize);
+      if (!scale.empty()) v = v * scale[(r / kFp8Block) * bcols + j / kFp8Block];
+      if (!std::isfinite(v))
+        fail(ErrorKind::InvalidValue, where + " row " + std::to_string(r) + " holds a non-finite value at column " +
+                                          std::to_string(j));
+      dst[j] = v;
+    }
+  }
+  return out;
+}
+
+int64_t LayerWeights::parameter_count() const {
+  int64_t n = 0;
+  for (const TensorF* t : {&q_a_proj, &q_a_layernorm, &q_b_proj, &q_proj, &kv_a_proj_with_mqa, &kv_a_layernorm,
+                           &kv_b_proj, &o_proj, &q_a_proj_bias, &kv_a_proj_with_mqa_bias, &o_proj_bias})
+    n += t->empty() ? 0 : t->numel();
+  return n;
+}
+
+}  // namespace mla

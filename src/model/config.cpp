@@ -1,0 +1,409 @@
+// src/model/config.cpp — config.json -> AttentionConfig, the two built-in geometries, and
+// AttentionConfig -> config.json.
+//
+// Purpose: read exactly the keys HF `DeepseekV3Attention` and its rotary module read
+// (mla-math.md §1, §4, §5), from either layout a Kimi/DeepSeek checkpoint ships:
+//   flat    {"model_type": "deepseek_v3" | "kimi_k2", "hidden_size": 7168, ...}
+//   nested  {"model_type": "kimi_k25", "text_config": {"model_type": "kimi_k2", ...}}
+// and RoPE under "rope_scaling" (transformers 4.x) or "rope_parameters" (transformers 5,
+// which may hold rope_theta too), with the type under "type" or "rope_type".
+//
+// Rules (each mirrors HF; every deviation is an Error(Config) naming file and key):
+//   * geometry keys are required integers; sizes must be > 0 (q_lora_rank may be null or 0,
+//     meaning q_proj instead of q_a_proj/q_b_proj); qk_rope_head_dim must be even;
+//     num_key_value_heads (default num_attention_heads, as HF) must equal num_attention_heads.
+//   * rope_theta: rope_parameters.rope_theta if present (transformers 5), else the top-level
+//     key; required either way (the base is never guessed).
+//   * rope type "default" (or a null/absent rope dict) = plain RoPE; "yarn" needs "factor";
+//     any other type is rejected.
+//   * yarn: original_max_position_embeddings falls back to max_position_embeddings;
+//     beta_fast / beta_slow: `get(k) or 32` / `get(k) or 1` (missing, null or 0 -> default);
+//     mscale / mscale_all_dim: `get(k)` (missing or null -> 0); attention_factor optional;
+//     truncate optional (default true).
+//
+// Shape legend (for the geometry fields): H = hidden_size, n = num_attention_heads,
+//   r_q = q_lora_rank, r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim,
+//   d_v = v_head_dim.
+#include <simdjson.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "mla/config.hpp"
+#include "mla/error.hpp"
+
+namespace mla {
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
+
+// Short JSON description of a value, for "got ..." in error messages.
+std::string describe(const element& e) {
+  switch (e.type()) {
+    case element_type::ARRAY: return "an array";
+    case element_type::OBJECT: return "an object";
+    case element_type::INT64: return "integer " + std::to_string(int64_t(e));
+    case element_type::UINT64: return "integer " + std::to_string(uint64_t(e));
+    case element_type::DOUBLE: {
+      std::ostringstream os;
+      os << double(e);
+      return "number " + os.str();
+    }
+    case element_type::STRING: return "string \"" + std::string(std::string_view(e)) + "\"";
+    case element_type::BOOL: return bool(e) ? "true" : "false";
+    case element_type::NULL_VALUE: return "null";
+  }
+  return "an unknown value";
+}
+
+// One JSON object of the config plus where it is ("text_config." / "rope_scaling.") so
+// that every error names the file and the full key path.
+struct Section {
+  object obj;
+  std::string source;  // file name, e.g. "/ckpt/config.json"
+  std::string path;    // key prefix, e.g. "text_config."
+
+  [[noreturn]] void bad(const std::string& key, const std::string& what) const {
+    fail(ErrorKind::Config, source + ": key '" + path + key + "' " + what);
+  }
+  bool has(const std::string& key) const {
+    element e;
+    return !obj.at_key(key).get(e);
+  }
+  // present and not null
+  bool has_value(const std::string& key) const {
+    element e;
+    return !obj.at_key(key).get(e) && e.type() != element_type::NULL_VALUE;
+  }
+  element get(const std::string& key) const {
+    element e;
+    if (obj.at_key(key).get(e)) bad(key, "is missing");
+    return e;
+  }
+
+  int64_t integer(const std::string& key) const {
+    element e = get(key);
+    if (e.type() == element_type::INT64) return int64_t(e);
+    if (e.type() == element_type::UINT64) bad(key, "is too large (" + describe(e) + ")");
+    bad(key, "must be an integer, got " + describe(e));
+  }
+  // A size that must be > 0.
+  int64_t positive(const std::string& key) const {
+    int64_t v = integer(key);
+    if (v <= 0) bad(key, "must be > 0, got " + std::to_string(v));
+    return v;
+  }
+  double number(const std::string& key) const {
+    element e = get(key);
+    if (e.type() == element_type::INT64) return double(int64_t(e));
+    if (e.type() == element_type::UINT64) return double(uint64_t(e));
+    if (e.type() == element_type::DOUBLE) return double(e);
+    bad(key, "must be a number, got " + describe(e));
+  }
+  double finite_number(const std::string& key) const {
+    double v = number(key);
+    if (!std::isfinite(v)) bad(key, "must be finite");
+    return v;
+  }
+  bool boolean(const std::string& key) const {
+    element e = get(key);
+    if (e.type() != element_type::BOOL) bad(key, "must be true or false, got " + describe(e));
+    return bool(e);
+  }
+  std::string string(const std::string& key) const {
+    element e = get(key);
+    if (e.type() != element_type::STRING) bad(key, "must be a string, got " + describe(e));
+    return std::string(std::string_view(e));
+  }
+  Section child(const std::string& key) const {
+    element e = get(key);
+    if (e.type() != element_type::OBJECT) bad(key, "must be an object, got " + describe(e));
+    return Section{object(e), source, path + key + "."};
+  }
+};
+
+// The RoPE dictionary: rope_parameters (transformers 5) wins over rope_scaling (4.x).
+// Returns false for plain RoPE (key absent or null).
+bool find_rope_section(const Section& text, Section& out) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!text.has_value(key)) continue;
+    out = text.child(key);
+    return true;
+  }
+  return false;
+}
+
+// rope_theta, the rope type and (for yarn) every key of HF `_compute_yarn_parameters`.
+RopeConfig parse_rope(const Section& text, int64_t max_position_embeddings) {
+  RopeConfig rope;
+  Section r;
+  const bool has_rope_dict = find_rope_section(text, r);
+
+  // rope_theta: transformers 5 keeps it inside rope_parameters; 4.x at the top level.
+  if (has_rope_dict && r.has("rope_theta"))
+    rope.rope_theta = r.finite_number("rope_theta");
+  else
+    rope.rope_theta = text.finite_number("rope_theta");
+  if (rope.rope_theta <= 1.0)
+    fail(ErrorKind::Config, text.source + ": key '" + text.path + "rope_theta' must be > 1");
+
+  if (!has_rope_dict) return rope;  // "rope_scaling": null or absent -> plain RoPE
+
+  // type under "rope_type" (transformers 5) or "type" (4.x); both may be present.
+  std::string type;
+  if (r.has_value("rope_type")) type = r.string("rope_type");
+  if (r.has_value("type")) {
+    std::string t = r.string("type");
+    if (!type.empty() && t != type)
+      r.bad("type", "is \"" + t + "\" but rope_type is \"" + type + "\"");
+    type = t;
+  }
+  if (type.empty()) r.bad("rope_type", "is missing (neither 'rope_type' nor 'type' is given)");
+  if (type == "default") return rope;
+  if (type != "yarn")
+    r.bad(r.has_value("rope_type") ? "rope_type" : "type",
+          "is \"" + type + "\"; only \"default\" and \"yarn\" are supported (DeepSeek-V3 / Kimi use yarn)");
+  rope.rope_type = "yarn";
+
+  if (!r.has_value("factor")) r.bad("factor", "is missing (yarn needs a scaling factor)");
+  rope.factor = r.finite_number("factor");
+  if (rope.factor <= 0) r.bad("factor", "must be > 0");
+
+  rope.original_max_position_embeddings = r.has_value("original_max_position_embeddings")
+                                              ? r.finite_number("original_max_position_embeddings")
+                                              : double(max_position_embeddings);
+  if (rope.original_max_position_embeddings <= 0) r.bad("original_max_position_embeddings", "must be > 0");
+
+  // HF: `rope_parameters.get("beta_fast") or 32` — missing, null and 0 all give the default.
+  auto number_or = [&](const char* key, double fallback) {
+    if (!r.has_value(key)) return fallback;
+    double v = r.finite_number(key);
+    return v == 0.0 ? fallback : v;
+  };
+  rope.beta_fast = number_or("beta_fast", 32.0);
+  rope.beta_slow = number_or("beta_slow", 1.0);
+  // HF: `get("mscale")`, `get("mscale_all_dim")` — None when absent, falsy like 0.
+  rope.mscale = r.has_value("mscale") ? r.finite_number("mscale") : 0.0;
+  rope.mscale_all_dim = r.has_value("mscale_all_dim") ? r.finite_number("mscale_all_dim") : 0.0;
+  if (r.has_value("attention_factor")) rope.attention_factor = r.finite_number("attention_factor");
+  rope.truncate = r.has_value("truncate") ? r.boolean("truncate") : true;
+  return rope;
+}
+
+}  // namespace
+
+AttentionConfig parse_config(std::string_view json, const std::string& source_name) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(json);
+  element root;
+  if (auto err = parser.parse(padded).get(root))
+    fail(ErrorKind::Config, source_name + ": not valid JSON (" + simdjson::error_message(err) + ")");
+  if (root.type() != element_type::OBJECT)
+    fail(ErrorKind::Config, source_name + ": the top level must be a JSON object, got " + describe(root));
+
+  AttentionConfig cfg;
+  Section top{object(root), source_name, ""};
+  if (top.has_value("model_type")) cfg.model_type = top.string("model_type");
+
+  // Kimi K2.5 / K2.6: the language model's keys live under "text_config".
+  Section text = top;
+  if (top.has_value("text_config")) {
+    text = top.child("text_config");
+    cfg.nested_text_config = true;
+  }
+
+  cfg.hidden_size = text.positive("hidden_size");
+  cfg.num_attention_heads = text.positive("num_attention_heads");
+  cfg.num_key_value_heads =
+      text.has_value("num_key_value_heads") ? text.positive("num_key_value_heads") : cfg.num_attention_heads;
+  if (cfg.num_key_value_heads != cfg.num_attention_heads)
+    text.bad("num_key_value_heads", "is " + std::to_string(cfg.num_key_value_heads) +
+                                        " but must equal num_attention_heads (" +
+                                        std::to_string(cfg.num_attention_heads) + ") for MLA");
+  // q_lora_rank: null (or 0) = no query compression, q_proj [n*(d_n+d_r), H].
+  if (!text.has("q_lora_rank")) text.bad("q_lora_rank", "is missing (use null for q_proj without LoRA)");
+  cfg.q_lora_rank = text.has_value("q_lora_rank") ? text.integer("q_lora_rank") : 0;
+  if (cfg.q_lora_rank < 0) text.bad("q_lora_rank", "must be >= 0 or null, got " + std::to_string(cfg.q_lora_rank));
+  cfg.kv_lora_rank = text.positive("kv_lora_rank");
+  cfg.qk_nope_head_dim = text.positive("qk_nope_head_dim");
+  cfg.qk_rope_head_dim = text.positive("qk_rope_head_dim");
+  if (cfg.qk_rope_head_dim % 2 != 0)
+    text.bad("qk_rope_head_dim", "must be even (RoPE rotates pairs), got " + std::to_string(cfg.qk_rope_head_dim));
+  cfg.v_head_dim = text.positive("v_head_dim");
+  cfg.num_hidden_layers = text.positive("num_hidden_layers");
+  cfg.vocab_size = text.positive("vocab_size");
+  cfg.max_position_embeddings = text.positive("max_position_embeddings");
+  // HF DeepseekV3Config defaults: rms_norm_eps 1e-6, attention_bias false, rope_interleave true.
+  if (text.has_value("rms_norm_eps")) {
+    cfg.rms_norm_eps = text.finite_number("rms_norm_eps");
+    if (cfg.rms_norm_eps <= 0) text.bad("rms_norm_eps", "must be > 0");
+  }
+  if (text.has_value("attention_bias")) cfg.attention_bias = text.boolean("attention_bias");
+  if (text.has_value("rope_interleave")) cfg.rope_interleave = text.boolean("rope_interleave");
+  cfg.rope = parse_rope(text, cfg.max_position_embeddings);
+  return cfg;
+}
+
+AttentionConfig load_config(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(ErrorKind::Config, path + ": cannot open the config file");
+  std::ostringstream os;
+  os << f.rdbuf();
+  if (f.bad()) fail(ErrorKind::Config, path + ": read error");
+  return parse_config(os.str(), path);
+}
+
+AttentionConfig kimi_k26_config() {
+  AttentionConfig c;
+  c.model_type = "kimi_k25";  // K2.6 ships the K2.5 layout: text model under text_config
+  c.nested_text_config = true;
+  c.hidden_size = 7168;
+  c.num_attention_heads = 64;
+  c.num_key_value_heads = 64;
+  c.q_lora_rank = 1536;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  c.num_hidden_layers = 61;
+  c.vocab_size = 163840;
+  c.max_position_embeddings = 262144;
+  c.rms_norm_eps = 1e-5;
+  c.attention_bias = false;
+  c.rope_interleave = true;
+  // K2.6's rope values are unpublished; these are Kimi K2.5's (mla-math.md §1).
+  c.rope.rope_type = "yarn";
+  c.rope.rope_theta = 50000.0;
+  c.rope.factor = 64.0;
+  c.rope.original_max_position_embeddings = 4096;
+  c.rope.beta_fast = 32.0;
+  c.rope.beta_slow = 1.0;
+  c.rope.mscale = 1.0;
+  c.rope.mscale_all_dim = 1.0;
+  c.rope.truncate = true;
+  return c;
+}
+
+AttentionConfig tiny_config() {
+  // Every dimension distinct where the math allows, so a transposed or mixed-up buffer
+  // cannot pass: H 64, n 4, r_q 48, r_kv 32, d_n 16, d_r 8, d_v 16 (q_b 96x48, kv_b 128x32,
+  // o 64x64). Same rope settings as Kimi: with d_r = 8 the yarn ramp is low 1, high 3, so
+  // the 4 frequencies are unscaled, unscaled, half-blended and fully interpolated.
+  AttentionConfig c = kimi_k26_config();
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 4;
+  c.q_lora_rank = 48;
+  c.kv_lora_rank = 32;
+  c.qk_nope_head_dim = 16;
+  c.qk_rope_head_dim = 8;
+  c.v_head_dim = 16;
+  c.num_hidden_layers = 2;
+  c.vocab_size = 97;
+  return c;
+}
+
+namespace {
+
+// Shortest decimal that parses back to the same double, always with a '.' or exponent so
+// Python reads a float ("50000.0", "1e-05").
+std::string json_number(double v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, res.ptr);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+// A JSON string literal (quotes, backslashes and control characters escaped).
+std::string json_string(const std::string& v) {
+  std::string out = "\"";
+  for (char ch : v) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+void append_rope(std::ostringstream& os, const RopeConfig& r, const std::string& ind) {
+  if (!r.is_yarn()) {
+    os << ind << "\"rope_scaling\": null,\n";
+    return;
+  }
+  os << ind << "\"rope_scaling\": {\n";
+  os << ind << "  \"type\": \"yarn\",\n";
+  os << ind << "  \"factor\": " << json_number(r.factor) << ",\n";
+  os << ind << "  \"original_max_position_embeddings\": " << json_number(r.original_max_position_embeddings) << ",\n";
+  os << ind << "  \"beta_fast\": " << json_number(r.beta_fast) << ",\n";
+  os << ind << "  \"beta_slow\": " << json_number(r.beta_slow) << ",\n";
+  if (r.attention_factor) os << ind << "  \"attention_factor\": " << json_number(*r.attention_factor) << ",\n";
+  if (!r.truncate) os << ind << "  \"truncate\": false,\n";
+  os << ind << "  \"mscale\": " << json_number(r.mscale) << ",\n";
+  os << ind << "  \"mscale_all_dim\": " << json_number(r.mscale_all_dim) << "\n";
+  os << ind << "},\n";
+}
+
+void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const std::string& ind) {
+  os << ind << "\"hidden_size\": " << c.hidden_size << ",\n";
+  os << ind << "\"num_attention_heads\": " << c.num_attention_heads << ",\n";
+  os << ind << "\"num_key_value_heads\": " << c.num_key_value_heads << ",\n";
+  if (c.has_q_lora())
+    os << ind << "\"q_lora_rank\": " << c.q_lora_rank << ",\n";
+  else
+    os << ind << "\"q_lora_rank\": null,\n";
+  os << ind << "\"kv_lora_rank\": " << c.kv_lora_rank << ",\n";
+  os << ind << "\"qk_nope_head_dim\": " << c.qk_nope_head_dim << ",\n";
+  os << ind << "\"qk_rope_head_dim\": " << c.qk_rope_head_dim << ",\n";
+  os << ind << "\"v_head_dim\": " << c.v_head_dim << ",\n";
+  os << ind << "\"num_hidden_layers\": " << c.num_hidden_layers << ",\n";
+  os << ind << "\"vocab_size\": " << c.vocab_size << ",\n";
+  os << ind << "\"max_position_embeddings\": " << c.max_position_embeddings << ",\n";
+  os << ind << "\"rms_norm_eps\": " << json_number(c.rms_norm_eps) << ",\n";
+  os << ind << "\"attention_bias\": " << (c.attention_bias ? "true" : "false") << ",\n";
+  os << ind << "\"rope_interleave\": " << (c.rope_interleave ? "true" : "false") << ",\n";
+  append_rope(os, c.rope, ind);
+  os << ind << "\"rope_theta\": " << json_number(c.rope.rope_theta) << ",\n";
+  os << ind << "\"torch_dtype\": \"bfloat16\"";
+}
+
+}  // namespace
+
+std::string config_to_json(const AttentionConfig& cfg, bool nested) {
+  std::ostringstream os;
+  os << "{\n";
+  if (nested) {
+    const std::string outer = cfg.model_type.empty() ? "kimi_k25" : cfg.model_type;
+    os << "  \"architectures\": [\"KimiK25ForConditionalGeneration\"],\n";
+    os << "  \"model_type\": " << json_string(outer) << ",\n";
+    os << "  \"text_config\": {\n";
+    os << "    \"architectures\": [\"DeepseekV3ForCausalLM\"],\n";
+    os << "    \"model_type\": \"kimi_k2\",\n";
+    append_text_keys(os, cfg, "    ");
+    os << "\n  }\n";
+  } else {
+    const std::string type = cfg.model_type.empty() ? "deepseek_v3" : cfg.model_type;
+    os << "  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n";
+    os << "  \"model_type\": " << json_string(type) << ",\n";
+    append_text_keys(os, cfg, "  ");
+    os << "\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+}  // namespace mla

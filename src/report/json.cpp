@@ -1,0 +1,397 @@
+// src/report/json.cpp — a hand-written JSON writer and report.json.
+//
+// report.json holds the numbers of report_text at full precision (%.17g) plus what is
+// needed to reproduce them: config (geometry + rope), options, versions, backend and
+// timing_s {"load", "forward", "h2o", "total", "stages": [{"stage", "seconds"}, ...],
+// "forward_stages": [...]} (total = sum of "stages"; forward_stages split the forward stage).
+// Non-finite doubles are written as null; strings are escaped per RFC 8259 §7 and invalid
+// UTF-8 is replaced by U+FFFD, so the output always parses.
+//
+// Shape legend: S = tokens, n = heads.
+#include <cmath>
+#include <cstdio>
+
+#include "mla/error.hpp"
+#include "mla/report.hpp"
+#include "mla_build_config.h"
+
+namespace mla {
+
+// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not valid
+// (overlong forms, surrogates and code points above U+10FFFF are invalid).
+static size_t utf8_sequence_length(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n = 0;
+  uint32_t cp = 0;
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) { n = 2; cp = c & 0x1F; }
+  else if (c >= 0xE0 && c <= 0xEF) { n = 3; cp = c & 0x0F; }
+  else if (c >= 0xF0 && c <= 0xF4) { n = 4; cp = c & 0x07; }
+  else return 0;
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+std::string json_quote(std::string_view s) {
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '"') { out += "\\\""; ++i; continue; }
+    if (c == '\\') { out += "\\\\"; ++i; continue; }
+    if (c < 0x20) {
+      switch (c) {
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        default: {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        }
+      }
+      ++i;
+      continue;
+    }
+    const size_t n = utf8_sequence_length(s, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+      ++i;
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
+    }
+  }
+  return out + "\"";
+}
+
+// ---- JsonWriter ---------------------------------------------------------------------------
+
+void JsonWriter::newline() {
+  out_ += '\n';
+  out_.append(2 * stack_.size(), ' ');
+}
+
+void JsonWriter::before_value() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (stack_.empty()) {
+    if (!out_.empty()) fail(ErrorKind::InvalidArgument, "JsonWriter: a second top-level value");
+    return;
+  }
+  if (!stack_.back().array) fail(ErrorKind::InvalidArgument, "JsonWriter: value inside an object without a key");
+  if (!stack_.back().empty) out_ += ',';
+  stack_.back().empty = false;
+  newline();
+}
+
+JsonWriter& JsonWriter::key(std::string_view k) {
+  if (stack_.empty() || stack_.back().array || after_key_) fail(ErrorKind::InvalidArgument, "JsonWriter: key outside an object");
+  if (!stack_.back().empty) out_ += ',';
+  stack_.back().empty = false;
+  newline();
+  out_ += json_quote(k);
+  out_ += ": ";
+  after_key_ = true;
+  return *this;
+}
+
+JsonWriter& JsonWriter::begin_object() {
+  before_value();
+  out_ += '{';
+  stack_.push_back({false, true});
+  return *this;
+}
+
+JsonWriter& JsonWriter::begin_array() {
+  before_value();
+  out_ += '[';
+  stack_.push_back({true, true});
+  return *this;
+}
+
+JsonWriter& JsonWriter::end_object() {
+  if (stack_.empty() || stack_.back().array || after_key_) fail(ErrorKind::InvalidArgument, "JsonWriter: unbalanced end_object");
+  const bool empty = stack_.back().empty;
+  stack_.pop_back();
+  if (!empty) newline();
+  out_ += '}';
+  return *this;
+}
+
+JsonWriter& JsonWriter::end_array() {
+  if (stack_.empty() || !stack_.back().array) fail(ErrorKind::InvalidArgument, "JsonWriter: unbalanced end_array");
+  const bool empty = stack_.back().empty;
+  stack_.pop_back();
+  if (!empty) newline();
+  out_ += ']';
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(std::string_view s) {
+  before_value();
+  out_ += json_quote(s);
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(double v) {
+  before_value();
+  out_ += std::isfinite(v) ? format_double(v) : "null";
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(int64_t v) {
+  before_value();
+  out_ += std::to_string(v);
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(bool v) {
+  before_value();
+  out_ += v ? "true" : "false";
+  return *this;
+}
+
+JsonWriter& JsonWriter::null() {
+  before_value();
+  out_ += "null";
+  return *this;
+}
+
+// ---- report.json --------------------------------------------------------------------------
+namespace {
+
+void string_or_null(JsonWriter& w, const char* k, const std::string& v) {
+  w.key(k);
+  if (v.empty()) w.null();
+  else w.value(v);
+}
+
+void int_array(JsonWriter& w, const std::vector<int64_t>& v) {
+  w.begin_array();
+  for (int64_t x : v) w.value(x);
+  w.end_array();
+}
+
+void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale) {
+  w.begin_object();
+  w.key("model_type").value(c.model_type);
+  w.key("nested_text_config").value(c.nested_text_config);
+  w.key("hidden_size").value(c.hidden_size);
+  w.key("num_attention_heads").value(c.num_attention_heads);
+  w.key("num_key_value_heads").value(c.num_key_value_heads);
+  w.key("q_lora_rank");
+  if (c.has_q_lora()) w.value(c.q_lora_rank);
+  else w.null();
+  w.key("kv_lora_rank").value(c.kv_lora_rank);
+  w.key("qk_nope_head_dim").value(c.qk_nope_head_dim);
+  w.key("qk_rope_head_dim").value(c.qk_rope_head_dim);
+  w.key("qk_head_dim").value(c.qk_head_dim());
+  w.key("v_head_dim").value(c.v_head_dim);
+  w.key("num_hidden_layers").value(c.num_hidden_layers);
+  w.key("vocab_size").value(c.vocab_size);
+  w.key("max_position_embeddings").value(c.max_position_embeddings);
+  w.key("rms_norm_eps").value(c.rms_norm_eps);
+  w.key("attention_bias").value(c.attention_bias);
+  w.key("rope_interleave").value(c.rope_interleave);
+  w.key("rope").begin_object();
+  w.key("rope_type").value(c.rope.rope_type);
+  w.key("rope_theta").value(c.rope.rope_theta);
+  if (c.rope.is_yarn()) {
+    w.key("factor").value(c.rope.factor);
+    w.key("original_max_position_embeddings").value(c.rope.original_max_position_embeddings);
+    w.key("beta_fast").value(c.rope.beta_fast);
+    w.key("beta_slow").value(c.rope.beta_slow);
+    w.key("mscale").value(c.rope.mscale);
+    w.key("mscale_all_dim").value(c.rope.mscale_all_dim);
+    w.key("attention_factor");
+    if (c.rope.attention_factor) w.value(*c.rope.attention_factor);
+    else w.null();
+    w.key("truncate").value(c.rope.truncate);
+  }
+  w.end_object();
+  w.key("softmax_scale");
+  if (softmax_scale) w.value(*softmax_scale);
+  else w.null();
+  w.end_object();
+}
+
+void write_decision(JsonWriter& w, std::span<const double> scores, const H2ODecision& d, size_t top_k) {
+  const DecisionSummary sum = summarize_decision(scores, d, top_k);
+  const int64_t S = static_cast<int64_t>(d.category.size());
+  const auto frac = [&](int64_t k) { return S > 0 ? static_cast<double>(k) / static_cast<double>(S) : 0.0; };
+  w.key("seq_len").value(S);
+  w.key("kept").value(d.kept());
+  w.key("kept_fraction").value(frac(d.kept()));
+  w.key("n_sink").value(d.n_sink);
+  w.key("n_recent").value(d.n_recent);
+  w.key("n_heavy").value(d.n_heavy);
+  w.key("n_evicted").value(d.n_evicted);
+  w.key("evicted_fraction").value(frac(d.n_evicted));
+  w.key("middle").value(sum.middle);
+  w.key("mean_heavy_score");
+  if (d.n_heavy) w.value(sum.mean_heavy);
+  else w.null();
+  w.key("mean_evicted_score");
+  if (d.n_evicted) w.value(sum.mean_evicted);
+  else w.null();
+  w.key("mean_kept_score");
+  if (d.kept()) w.value(sum.mean_kept);
+  else w.null();
+  w.key("heavy_evicted_ratio");
+  if (sum.heavy_evicted_ratio) w.value(*sum.heavy_evicted_ratio);
+  else w.null();
+  w.key("top_heavy").begin_array();
+  for (const auto& [i, s] : sum.top_heavy) {
+    w.begin_object();
+    w.key("token_idx").value(i);
+    w.key("score").value(s);
+    w.end_object();
+  }
+  w.end_array();
+  for (TokenCategory c : {TokenCategory::Sink, TokenCategory::Heavy, TokenCategory::Recent}) {
+    w.key(std::string(category_name(c)) + "_indices").begin_array();
+    for (size_t i = 0; i < d.category.size(); ++i)
+      if (d.category[i] == c) w.value(static_cast<int64_t>(i));
+    w.end_array();
+  }
+}
+
+}  // namespace
+
+std::string report_json(const Report& r) {
+  const RunInfo& in = r.info;
+  JsonWriter w;
+  w.begin_object();
+  w.key("format").value("mla-h2o report v1");
+  string_or_null(w, "command", in.command);
+  w.key("versions").begin_object();
+  w.key("mla_h2o").value(MLA_VERSION);
+  w.key("compiler").value(MLA_COMPILER);
+  w.key("cuda_built").value(MLA_HAVE_CUDA != 0);
+  w.key("openblas").value(MLA_HAVE_BLAS != 0);
+  w.end_object();
+  string_or_null(w, "checkpoint", in.checkpoint);
+  w.key("layer");
+  if (in.layer) w.value(*in.layer);
+  else w.null();
+  string_or_null(w, "input", in.input_source);
+  w.key("config");
+  if (in.config) write_config(w, *in.config, in.softmax_scale);
+  else w.null();
+  w.key("layer_parameters");
+  if (in.parameter_count) w.value(*in.parameter_count);
+  else w.null();
+
+  w.key("options").begin_object();
+  string_or_null(w, "mask", in.mask);
+  string_or_null(w, "precision", in.precision);
+  string_or_null(w, "backend", in.backend_requested);
+  string_or_null(w, "latent_norm_eps_mode", in.latent_norm_eps_mode);
+  w.key("latent_norm_eps");
+  if (in.latent_norm_eps) w.value(*in.latent_norm_eps);
+  else w.null();
+  w.key("sinks").value(r.h2o.sinks);
+  w.key("recent").value(r.h2o.recent);
+  w.key("budget").value(r.h2o.budget);
+  w.key("per_head").value(r.n_heads > 0);
+  w.key("threads").value(in.threads);
+  w.key("allow_tf32").value(in.allow_tf32);
+  w.end_object();
+
+  w.key("backend").begin_object();
+  string_or_null(w, "name", in.backend);
+  string_or_null(w, "requested", in.backend_requested);
+  string_or_null(w, "reason", in.backend_reason);
+  string_or_null(w, "description", in.backend_description);
+  w.key("computed_in_double").value(in.computed_in_double);
+  w.end_object();
+
+  w.key("shapes").begin_object();
+  w.key("hidden_states");
+  int_array(w, in.hidden_shape);
+  w.key("attn_output");
+  int_array(w, in.attn_output_shape);
+  w.key("attn_weights");
+  int_array(w, in.attn_weights_shape);
+  w.key("token_scores");
+  int_array(w, {static_cast<int64_t>(r.scores.size())});
+  w.end_object();
+
+  const ScoreStats st = score_stats(r.scores);
+  w.key("scores").begin_object();
+  w.key("count").value(st.count);
+  w.key("min").value(st.min);
+  w.key("max").value(st.max);
+  w.key("mean").value(st.mean);
+  w.key("std").value(st.std);
+  w.key("sum").value(st.sum);
+  w.key("argmin").value(st.argmin);
+  w.key("argmax").value(st.argmax);
+  w.end_object();
+
+  w.key("h2o").begin_object();
+  w.key("sinks").value(r.h2o.sinks);
+  w.key("recent").value(r.h2o.recent);
+  w.key("budget").value(r.h2o.budget);
+  write_decision(w, r.scores, r.decision, 10);
+  w.end_object();
+
+  if (r.n_heads > 0) {
+    const size_t S = r.scores.size();
+    w.key("per_head").begin_array();
+    for (int64_t h = 0; h < r.n_heads; ++h) {
+      w.begin_object();
+      w.key("head").value(h);
+      write_decision(w, std::span<const double>(r.head_scores.data() + static_cast<size_t>(h) * S, S),
+                     r.head_decisions[static_cast<size_t>(h)], 10);
+      w.end_object();
+    }
+    w.end_array();
+  }
+
+  double total = 0;
+  for (const auto& st2 : in.stage_seconds) total += st2.second;
+  w.key("timing_s").begin_object();
+  w.key("load").value(in.load_seconds);
+  w.key("forward").value(in.forward_seconds);
+  w.key("h2o").value(in.h2o_seconds);
+  w.key("total").value(total);
+  w.key("stages").begin_array();
+  for (const auto& [name, sec] : in.stage_seconds) {
+    w.begin_object();
+    w.key("stage").value(name);
+    w.key("seconds").value(sec);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("forward_stages").begin_array();
+  for (const auto& [name, sec] : in.forward_stage_seconds) {
+    w.begin_object();
+    w.key("stage").value(name);
+    w.key("seconds").value(sec);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+
+  w.key("notes").begin_array();
+  for (const auto& n : in.notes) w.value(n);
+  w.end_array();
+  w.key("files").begin_array();
+  for (const auto& f : in.files) w.value(f);
+  w.end_array();
+  w.end_object();
+  return w.str() + "\n";
+}
+
+}  // namespace mla

@@ -1,0 +1,308 @@
+// tests/unit/test_cli.cpp — suite cli: `mla-h2o run / select / compare / demo` end to end on
+// a tiny synthetic checkpoint (`mla-h2o synth --preset tiny`: hidden 64, 4 heads, 2 layers in
+// config.json, layer 0 written, vocab 97), and every bad input giving one clear error line.
+//
+// The checks are consistency relations between independent paths (the same hidden states
+// given as --seq-len or as --input must give the same tensors; `select` on run's scores must
+// give run's decision) and exact counts from the H2O rule; no expected number is taken from
+// an earlier run of the code under test.
+#include <simdjson.h>
+
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mla/bf16.hpp"
+#include "mla/checkpoint.hpp"
+#include "mla/safetensors.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using mla::test::read_text;
+using mla::test::run_cli;
+using mla::test::RunResult;
+using mla::test::scratch_dir;
+using mla::test::write_text;
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+bool exists(const std::string& p) { return std::filesystem::exists(p); }
+
+// The tiny checkpoint, synthesized once per test process.
+const std::string& tiny() {
+  static const std::string dir = [] {
+    const std::string d = scratch_dir("cli-tiny") + "/ckpt";
+    const RunResult r = run_cli("synth --preset tiny --out '" + d + "'");
+    if (r.exit_code != 0) throw std::runtime_error("mla-h2o synth failed: " + r.err);
+    return d;
+  }();
+  return dir;
+}
+
+// A failing command: non-zero exit, nothing but one line on stderr, of the form
+// "mla-h2o <cmd>: error: ...", containing every word of `words`.
+void expect_failure(const std::string& args, const std::string& cmd, const std::vector<std::string>& words,
+                    int exit_code = -1) {
+  const RunResult r = run_cli(args);
+  BOOST_TEST_CONTEXT("mla-h2o " << args << "\nstderr: " << r.err) {
+    BOOST_TEST(r.exit_code != 0);
+    if (exit_code >= 0) BOOST_TEST(r.exit_code == exit_code);
+    BOOST_TEST(r.err.rfind("mla-h2o " + cmd + ": error: ", 0) == 0u);
+    BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    for (const auto& w : words) BOOST_TEST(contains(r.err, w), "missing '" << w << "'");
+  }
+}
+
+std::string run_args(const std::string& out, const std::string& extra) {
+  return "run --checkpoint '" + tiny() + "' --out '" + out + "' " + extra;
+}
+
+std::vector<float> tensor_f32(const mla::SafetensorsFile& f, const std::string& name) { return f.to_float(f.at(name)); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cli)
+
+BOOST_AUTO_TEST_CASE(help_for_every_subcommand) {
+  for (const std::string cmd : {"run", "demo", "select", "compare"}) {
+    const RunResult r = run_cli(cmd + " --help");
+    BOOST_TEST(r.exit_code == 0, cmd);
+    BOOST_TEST(contains(r.out, "usage: mla-h2o " + cmd), cmd);
+    BOOST_TEST(r.err.empty(), cmd);
+  }
+  BOOST_TEST(contains(run_cli("run --help").out, "--latent-norm-eps"));
+  BOOST_TEST(contains(run_cli("demo --help").out, "--cache-dir"));
+}
+
+BOOST_AUTO_TEST_CASE(run_seeded_outputs) {
+  // 24 tokens, 2 sinks, 4 recent, budget 5: kept = 2 + 4 + 5 = 11, evicted 13.
+  const std::string out = scratch_dir("cli-run") + "/out";
+  const RunResult r = run_cli(run_args(out, "--seq-len 24 --seed 3 --sinks 2 --recent 4 --budget 5"));
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.out, "kept       11 of 24 tokens (45.8%)"), r.out);
+  BOOST_TEST(contains(r.out, "evicted    13 (54.2%)"));
+  BOOST_TEST(contains(r.out, "mask:"));
+  BOOST_TEST(contains(r.out, "precision:"));
+  BOOST_TEST(contains(r.out, "backend:"));
+  BOOST_TEST(contains(r.out, "latent norm eps:"));
+  BOOST_TEST(contains(r.out, "score mean:       4.000"));  // 4 heads x 24 queries / 24 tokens
+  for (const char* f : {"scores.csv", "report.json", "scores.svg", "report.txt"}) BOOST_TEST(exists(out + "/" + f), f);
+  BOOST_TEST(!exists(out + "/tensors.safetensors"));
+  BOOST_TEST(read_text(out + "/report.txt") == r.out);
+
+  const std::string csv = read_text(out + "/scores.csv");
+  BOOST_TEST(csv.rfind("token_idx,attention_score,kept,category\n", 0) == 0u);
+  BOOST_TEST(std::count(csv.begin(), csv.end(), '\n') == 25);
+  BOOST_TEST(contains(csv, "\n0,"));
+  BOOST_TEST(contains(csv, ",True,sink\n"));
+  BOOST_TEST(contains(csv, "\n23,"));
+
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  const simdjson::padded_string json(read_text(out + "/report.json"));
+  BOOST_REQUIRE(p.parse(json).get(doc) == simdjson::SUCCESS);
+  int64_t k = 0;
+  double v = -1, sum = -1;
+  BOOST_TEST((doc["h2o"]["kept"].get(k) == simdjson::SUCCESS && k == 11));
+  BOOST_TEST((doc["h2o"]["n_heavy"].get(k) == simdjson::SUCCESS && k == 5));
+  for (const char* key : {"load", "forward", "h2o", "total"})
+    BOOST_TEST((doc["timing_s"][key].get(v) == simdjson::SUCCESS && v >= 0), key);
+  BOOST_TEST((doc["config"]["hidden_size"].get(k) == simdjson::SUCCESS && k == 64));
+  BOOST_TEST((doc["layer_parameters"].get(k) == simdjson::SUCCESS && k > 0));
+  // every softmax row sums to 1: the scores add up to heads x queries = 96
+  BOOST_TEST((doc["scores"]["sum"].get(sum) == simdjson::SUCCESS));
+  BOOST_TEST(std::fabs(sum - 96.0) < 1e-3);
+  std::string_view sv;
+  BOOST_TEST((doc["options"]["mask"].get(sv) == simdjson::SUCCESS && sv == "causal"));
+  BOOST_TEST((doc["backend"]["name"].get(sv) == simdjson::SUCCESS && !sv.empty()));
+  const std::string svg = read_text(out + "/scores.svg");
+  BOOST_TEST(svg.rfind("<svg", 0) == 0u);
+  BOOST_TEST(contains(svg, ">heavy (5)</text>"));
+}
+
+BOOST_AUTO_TEST_CASE(input_file_matches_seeded_and_compare) {
+  // The seeded run's dump holds its hidden_states; feeding them back with --input must give
+  // the same tensors (the same backend on the same values), so `compare` exits 0.
+  const std::string dir = scratch_dir("cli-input");
+  const RunResult a = run_cli(run_args(dir + "/a", "--seq-len 12 --dump-tensors --backend cpu"));
+  BOOST_REQUIRE_MESSAGE(a.exit_code == 0, a.err);
+  const std::string dump_a = dir + "/a/tensors.safetensors";
+  const RunResult b = run_cli(run_args(dir + "/b", "--input '" + dump_a + "' --dump-tensors --backend cpu"));
+  BOOST_REQUIRE_MESSAGE(b.exit_code == 0, b.err);
+  BOOST_TEST(contains(b.out, "hidden states from"));
+  const std::string dump_b = dir + "/b/tensors.safetensors";
+  const RunResult same = run_cli("compare '" + dump_a + "' '" + dump_b + "' --rtol 0 --atol 0");
+  BOOST_TEST(same.exit_code == 0, same.out << same.err);
+  BOOST_TEST(contains(same.out, "all 8 common tensors within tolerance"), same.out);
+  BOOST_TEST(read_text(dir + "/a/scores.csv") == read_text(dir + "/b/scores.csv"));
+
+  // The dump's layout: HF shapes with the batch dimension dropped.
+  const auto f = mla::SafetensorsFile::open(dump_a);
+  BOOST_TEST(f.at("attn_output").shape == (std::vector<uint64_t>{12, 64}), boost::test_tools::per_element());
+  BOOST_TEST(f.at("attn_weights").shape == (std::vector<uint64_t>{4, 12, 12}), boost::test_tools::per_element());
+  BOOST_TEST(f.at("query_states").shape == (std::vector<uint64_t>{4, 12, 24}), boost::test_tools::per_element());
+  BOOST_TEST(f.at("key_states").shape == (std::vector<uint64_t>{4, 12, 24}), boost::test_tools::per_element());
+  BOOST_TEST(f.at("value_states").shape == (std::vector<uint64_t>{4, 12, 16}), boost::test_tools::per_element());
+  BOOST_TEST(f.at("token_scores").shape == (std::vector<uint64_t>{12}), boost::test_tools::per_element());
+  BOOST_TEST(f.at("hidden_states").shape == (std::vector<uint64_t>{12, 64}), boost::test_tools::per_element());
+  BOOST_TEST(contains(f.metadata().at("precision"), "fp32"));
+
+  // [1, S, H] BF16 input is accepted too (values exactly bf16, so the fp32 run sees the same numbers).
+  std::vector<float> h = tensor_f32(f, "hidden_states");
+  for (float& x : h) x = mla::round_to_bf16(x);
+  const auto bytes = mla::encode_bf16(h);
+  mla::write_safetensors(dir + "/h.safetensors", {{"x", mla::DType::BF16, {1, 12, 64}, bytes}});
+  const RunResult c = run_cli(run_args(dir + "/c", "--input '" + dir + "/h.safetensors' --input-tensor x"));
+  BOOST_TEST(c.exit_code == 0, c.err);
+  BOOST_TEST(contains(c.out, "kept       12 of 12 tokens"));  // 12 tokens <= 4 sinks + 32 recent
+
+  // compare against a perturbed copy: exit 1 and the tensor flagged
+  std::vector<float> out = tensor_f32(f, "attn_output");
+  out[5 * 64 + 7] += 1e-3f;
+  const auto pb = mla::encode_f32(out);
+  mla::write_safetensors(dir + "/perturbed.safetensors", {{"attn_output", mla::DType::F32, {12, 64}, pb}});
+  const RunResult diff = run_cli("compare '" + dump_a + "' '" + dir + "/perturbed.safetensors'");
+  BOOST_TEST(diff.exit_code == 1, diff.out << diff.err);
+  BOOST_TEST(contains(diff.out, "OUTSIDE"));
+  BOOST_TEST(contains(diff.out, "[5, 7]"));
+  BOOST_TEST(contains(diff.out, "only in A: attn_weights"));
+  // ... but within a loose tolerance
+  BOOST_TEST(run_cli("compare '" + dump_a + "' '" + dir + "/perturbed.safetensors' --atol 2e-3").exit_code == 0);
+  BOOST_TEST(run_cli("compare '" + dump_a + "' '" + dir + "/perturbed.safetensors' --tensors attn_output --atol 2e-3").exit_code == 0);
+}
+
+BOOST_AUTO_TEST_CASE(tokens_input) {
+  const std::string dir = scratch_dir("cli-tokens");
+  write_text(dir + "/ids.txt", "3 17\n50\n");
+  const RunResult a = run_cli(run_args(dir + "/a", "--tokens 3,17,50 --dump-tensors"));
+  BOOST_REQUIRE_MESSAGE(a.exit_code == 0, a.err);
+  BOOST_TEST(contains(a.out, "3 token ids"));
+  const RunResult b = run_cli(run_args(dir + "/b", "--tokens '" + dir + "/ids.txt'"));
+  BOOST_REQUIRE_MESSAGE(b.exit_code == 0, b.err);
+  BOOST_TEST(read_text(dir + "/a/scores.csv") == read_text(dir + "/b/scores.csv"));
+
+  // hidden_states = input_layernorm(embed_tokens rows), fp32 mode, by the documented formula:
+  //   var = fp32(mean x^2), r = fp32(1/sqrt(fp32(var + fp32(eps)))), y = fp32(w * fp32(x * r))
+  const mla::Checkpoint ck = mla::Checkpoint::open(tiny());
+  const mla::TensorF rows = ck.embed_rows({3, 17, 50});
+  const mla::LayerWeights w = ck.load_layer(0, true);
+  const auto f = mla::SafetensorsFile::open(dir + "/a/tensors.safetensors");
+  const std::vector<float> got = tensor_f32(f, "hidden_states");
+  const int64_t H = 64;
+  BOOST_REQUIRE(got.size() == static_cast<size_t>(3 * H));
+  const float eps = static_cast<float>(ck.config().rms_norm_eps);
+  for (int64_t s = 0; s < 3; ++s) {
+    double ss = 0;
+    for (int64_t j = 0; j < H; ++j) ss += static_cast<double>(rows.data[s * H + j]) * rows.data[s * H + j];
+    const float var = static_cast<float>(ss / H);
+    const float r = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var + eps)));
+    for (int64_t j = 0; j < H; ++j) {
+      const float want = w.input_layernorm.data[j] * (rows.data[s * H + j] * r);
+      BOOST_TEST(got[s * H + j] == want, "token " << s << " column " << j);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(select_reproduces_run) {
+  const std::string dir = scratch_dir("cli-select");
+  const std::string h2o = "--sinks 3 --recent 5 --budget 6";
+  const RunResult r = run_cli(run_args(dir + "/run", "--seq-len 30 --per-head --dump-tensors " + h2o));
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.out, "head   3: kept 14 (heavy 6)"));
+  // from the CSV
+  const RunResult s = run_cli("select --scores '" + dir + "/run/scores.csv' --out '" + dir + "/sel' " + h2o);
+  BOOST_REQUIRE_MESSAGE(s.exit_code == 0, s.err);
+  BOOST_TEST(read_text(dir + "/sel/scores.csv") == read_text(dir + "/run/scores.csv"));
+  BOOST_TEST(contains(s.out, "kept       14 of 30 tokens"));
+  // from the dump's token_scores
+  const RunResult t = run_cli("select --scores '" + dir + "/run/tensors.safetensors' --out '" + dir + "/selt' " + h2o);
+  BOOST_REQUIRE_MESSAGE(t.exit_code == 0, t.err);
+  BOOST_TEST(read_text(dir + "/selt/scores.csv") == read_text(dir + "/run/scores.csv"));
+  // per head, from heads_kept.csv and from the dump's head_scores
+  const RunResult u = run_cli("select --per-head --scores '" + dir + "/run/heads_kept.csv' --out '" + dir + "/selh' " + h2o);
+  BOOST_REQUIRE_MESSAGE(u.exit_code == 0, u.err);
+  BOOST_TEST(read_text(dir + "/selh/heads_kept.csv") == read_text(dir + "/run/heads_kept.csv"));
+  const RunResult v = run_cli("select --per-head --scores '" + dir + "/run/tensors.safetensors' --out '" + dir + "/selv' " + h2o);
+  BOOST_REQUIRE_MESSAGE(v.exit_code == 0, v.err);
+  BOOST_TEST(read_text(dir + "/selv/heads_kept.csv") == read_text(dir + "/run/heads_kept.csv"));
+}
+
+BOOST_AUTO_TEST_CASE(run_bad_inputs) {
+  const std::string dir = scratch_dir("cli-bad");
+  const std::string o = "--out '" + dir + "/o' ";
+  expect_failure("run " + o + "--checkpoint '" + dir + "/nonexistent'", "run", {"nonexistent"});
+  expect_failure("run " + o, "run", {"--checkpoint", "required"}, 2);
+  expect_failure(run_args(dir + "/o", "--layer 5"), "run", {"--layer 5", "out of range"});
+  expect_failure(run_args(dir + "/o", "--layer 1"), "run", {"--layer 1", "layers present: 0"});
+  expect_failure(run_args(dir + "/o", "--bogus"), "run", {"unknown flag --bogus"}, 2);
+  expect_failure(run_args(dir + "/o", "--mask sideways"), "run", {"--mask", "sideways", "causal|none"}, 2);
+  expect_failure(run_args(dir + "/o", "--precision fp16"), "run", {"--precision", "fp16"}, 2);
+  expect_failure(run_args(dir + "/o", "--latent-norm-eps tiny"), "run", {"--latent-norm-eps", "tiny"}, 2);
+  expect_failure(run_args(dir + "/o", "--sinks -1"), "run", {"--sinks"}, 2);
+  expect_failure(run_args(dir + "/o", "--tokens 1,2 --seq-len 4"), "run", {"two input sources", "--tokens", "--seq-len"}, 2);
+  expect_failure(run_args(dir + "/o", "--input x.safetensors --tokens 1"), "run", {"two input sources"}, 2);
+  expect_failure(run_args(dir + "/o", "--input-tensor x"), "run", {"--input-tensor", "--input"}, 2);
+  expect_failure(run_args(dir + "/o", "--tokens 3,97"), "run", {"token id 97", "97 rows"});
+  expect_failure(run_args(dir + "/o", "--tokens 3,-4"), "run", {"-4", "negative"});
+  expect_failure(run_args(dir + "/o", "--tokens '" + dir + "/no-such-ids.txt'"), "run", {"no-such-ids.txt"});
+  expect_failure(run_args(dir + "/o", "--input '" + dir + "/missing.safetensors'"), "run", {"missing.safetensors"});
+
+  // wrong hidden size, NaN in the input, missing tensor name
+  const std::vector<float> narrow(4 * 32, 0.5f);
+  const auto nb = mla::encode_f32(narrow);
+  mla::write_safetensors(dir + "/narrow.safetensors", {{"hidden_states", mla::DType::F32, {4, 32}, nb}});
+  expect_failure(run_args(dir + "/o", "--input '" + dir + "/narrow.safetensors'"), "run", {"hidden size 32", "hidden_size is 64"});
+  std::vector<float> with_nan(3 * 64, 0.25f);
+  with_nan[64 + 5] = std::numeric_limits<float>::quiet_NaN();
+  const auto wb = mla::encode_f32(with_nan);
+  mla::write_safetensors(dir + "/nan.safetensors", {{"hidden_states", mla::DType::F32, {3, 64}, wb}});
+  expect_failure(run_args(dir + "/o", "--input '" + dir + "/nan.safetensors'"), "run", {"non-finite", "token 1", "column 5"});
+  expect_failure(run_args(dir + "/o", "--input '" + dir + "/nan.safetensors' --input-tensor h"), "run", {"no tensor 'h'", "hidden_states"});
+
+  // unwritable output: a path below a regular file
+  write_text(dir + "/plainfile", "x");
+  expect_failure("run --checkpoint '" + tiny() + "' --out '" + dir + "/plainfile/sub'", "run", {"output directory", "plainfile"});
+  expect_failure("run --checkpoint '" + tiny() + "' --out '" + dir + "/plainfile'", "run", {"not a directory"});
+}
+
+BOOST_AUTO_TEST_CASE(select_bad_inputs) {
+  const std::string dir = scratch_dir("cli-select-bad");
+  const std::string o = " --out '" + dir + "/o'";
+  auto sel = [&](const std::string& name, const std::string& text) {
+    write_text(dir + "/" + name, text);
+    return "select --scores '" + dir + "/" + name + "'" + o;
+  };
+  expect_failure(sel("nocol.csv", "token_idx,score\n0,1\n"), "select", {"nocol.csv", "line 1", "attention_score"});
+  expect_failure(sel("word.csv", "token_idx,attention_score\n0,1\n1,abc\n"), "select", {"word.csv line 3", "abc", "not a number"});
+  expect_failure(sel("nan.csv", "token_idx,attention_score\n0,nan\n"), "select", {"nan.csv line 2", "NaN"});
+  expect_failure(sel("neg.csv", "token_idx,attention_score\n0,1\n1,2\n2,-0.5\n"), "select", {"neg.csv line 4", "negative"});
+  expect_failure(sel("inf.csv", "token_idx,attention_score\n0,inf\n"), "select", {"inf.csv line 2", "infinite"});
+  expect_failure(sel("order.csv", "token_idx,attention_score\n0,1\n2,1\n"), "select", {"order.csv line 3", "token_idx 2"});
+  expect_failure(sel("fields.csv", "token_idx,attention_score\n0\n"), "select", {"fields.csv line 2", "fields"});
+  expect_failure(sel("empty.csv", "token_idx,attention_score\n"), "select", {"no data rows"});
+  expect_failure("select --scores '" + dir + "/absent.csv'" + o, "select", {"absent.csv"});
+  expect_failure("select" + o, "select", {"--scores", "required"}, 2);
+  // a good file with another column name works with --column
+  const RunResult ok = run_cli(sel("other.csv", "token_idx,mass\n0,1\n1,3\n2,2\n") + " --column mass --sinks 0 --recent 0 --budget 1");
+  BOOST_TEST(ok.exit_code == 0, ok.err);
+  BOOST_TEST(read_text(dir + "/o/scores.csv") ==
+             "token_idx,attention_score,kept,category\n0,1,False,evicted\n1,3,True,heavy\n2,2,False,evicted\n");
+}
+
+BOOST_AUTO_TEST_CASE(compare_usage_errors) {
+  const std::string dir = scratch_dir("cli-compare-bad");
+  expect_failure("compare", "compare", {"two files"}, 2);
+  expect_failure("compare '" + dir + "/a.safetensors' '" + dir + "/b.safetensors'", "compare", {"a.safetensors"}, 2);
+  write_text(dir + "/garbage.safetensors", "not a safetensors file at all");
+  expect_failure("compare '" + dir + "/garbage.safetensors' '" + dir + "/garbage.safetensors'", "compare", {"garbage.safetensors"}, 2);
+  expect_failure("compare a b --rtol x", "compare", {"--rtol"}, 2);
+  const auto p = mla::encode_f32(std::vector<float>{1, 2});
+  mla::write_safetensors(dir + "/x.safetensors", {{"t", mla::DType::F32, {2}, p}});
+  expect_failure("compare '" + dir + "/x.safetensors' '" + dir + "/x.safetensors' --tensors nope", "compare", {"nope"}, 2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

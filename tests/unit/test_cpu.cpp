@@ -1,0 +1,301 @@
+// tests/unit/test_cpu.cpp — suite cpu: the Eigen/OpenBLAS backend (src/cpu) against the scalar
+// double-precision reference (reference/mla_reference.cpp), which is the ground truth.
+//
+// For every small geometry of geometries.hpp, both masks, fp32 and bf16, and S = 1, 7, 113,
+// 256 (113 and 256 cross the 64-row causal blocks of the cpu backend), the two backends run
+// on the same seeded layer and hidden states, and these are compared with compare.hpp and
+// the "cpu-vs-reference" rows of tolerances.hpp:
+//   attn_output [S, H], attn_weights [n, S, S], query/key/value_states (HF layout
+//   [n, S, d]), head_scores [n*S] and token_scores [S] (H2O).
+// The full Kimi K2.6 geometry runs at S = 1 and 7 only (the reference costs ~0.2 GFLOP of
+// scalar double loops per token). A layer other than 0 is loaded from a synthesized tiny
+// checkpoint. Structural checks need no reference: masked probabilities are exactly 0,
+// the rope half of key_states is one vector per token shared by all heads, the last key's
+// H2O score is the last query's probabilities. Errors: bad shapes, NaN/Inf, misuse.
+//
+// Shape legend: S = tokens, H = hidden_size, n = num_attention_heads, d_qk = qk_head_dim,
+// d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "geometries.hpp"
+#include "mla/attention.hpp"
+#include "mla/checkpoint.hpp"
+#include "mla/error.hpp"
+#include "test_util.hpp"
+#include "tolerances.hpp"
+
+namespace {
+
+using mla::ForwardOptions;
+using mla::ForwardResult;
+using mla::Mask;
+using mla::Precision;
+
+// One comparison case (ggml-style printable parameters).
+struct Case {
+  std::string geometry;
+  int64_t seq_len;
+  Mask mask;
+  Precision precision;
+  std::string vars() const {
+    return geometry + " S=" + std::to_string(seq_len) + " mask=" + mla::mask_name(mask) +
+           " precision=" + mla::precision_name(precision);
+  }
+};
+
+ForwardOptions options_for(const Case& c) {
+  ForwardOptions opt;
+  opt.mask = c.mask;
+  opt.precision = c.precision;
+  opt.keep_attn_weights = true;
+  opt.keep_states = true;
+  opt.position_offset = 3;  // positions 3..S+2: rope is not the identity at the first token
+  return opt;
+}
+
+// Compares one tensor with its tolerance row; the case's vars() prefix every message.
+void check_tensor(const Case& c, const std::string& what, const mla::TensorD& ref, const mla::TensorD& got) {
+  const auto& tol = mla::test::tolerance(what, "cpu-vs-reference", mla::precision_name(c.precision));
+  const auto r = mla::test::compare(what, ref, got, tol);
+  BOOST_TEST(r.ok, c.vars() << ": " << r.message);
+}
+void check_vector(const Case& c, const std::string& what, const std::vector<double>& ref,
+                  const std::vector<double>& got) {
+  const auto& tol = mla::test::tolerance(what, "cpu-vs-reference", mla::precision_name(c.precision));
+  const auto r = mla::test::compare(what, ref, got, tol);
+  BOOST_TEST(r.ok, c.vars() << ": " << r.message);
+}
+
+// Runs both backends on (cfg, w, hidden) and compares every output.
+void compare_backends(const Case& c, const mla::AttentionConfig& cfg, const mla::LayerWeights& w,
+                      const mla::TensorF& hidden, int threads = 0) {
+  ForwardOptions opt = options_for(c);
+  opt.threads = threads;
+  auto reference = mla::make_reference_backend();
+  reference->prepare(cfg, w, opt);
+  const ForwardResult ref = reference->forward(hidden, opt);
+  auto cpu = mla::make_cpu_backend();
+  cpu->prepare(cfg, w, opt);
+  const ForwardResult got = cpu->forward(hidden, opt);
+
+  BOOST_TEST(!got.computed_in_double);
+  check_tensor(c, "attn_output", ref.attn_output, got.attn_output);
+  check_tensor(c, "attn_weights", ref.attn_weights, got.attn_weights);
+  check_tensor(c, "query_states", ref.query_states, got.query_states);
+  check_tensor(c, "key_states", ref.key_states, got.key_states);
+  check_tensor(c, "value_states", ref.value_states, got.value_states);
+  check_vector(c, "head_scores", ref.head_scores, got.head_scores);
+  check_vector(c, "token_scores", ref.token_scores, got.token_scores);
+
+  const std::vector<std::string> stages = {"q_path", "kv_path", "rope", "scores+softmax", "pv", "o_proj", "h2o_scores"};
+  BOOST_TEST_REQUIRE(got.stage_seconds.size() == stages.size(), c.vars());
+  for (size_t i = 0; i < stages.size(); ++i) {
+    BOOST_TEST(got.stage_seconds[i].first == stages[i], c.vars());
+    BOOST_TEST(got.stage_seconds[i].second >= 0.0, c.vars());
+  }
+}
+
+void run_case(const Case& c) {
+  const mla::AttentionConfig cfg = mla::test::geometry(c.geometry);
+  const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 1234);
+  const mla::TensorF hidden = mla::test::random_hidden(c.seq_len, cfg.hidden_size, 99 + static_cast<uint64_t>(c.seq_len));
+  compare_backends(c, cfg, w, hidden);
+}
+
+mla::ErrorKind error_kind_of(const std::function<void()>& f, std::string* message) {
+  try {
+    f();
+  } catch (const mla::Error& e) {
+    if (message) *message = e.what();
+    return e.kind();
+  }
+  BOOST_FAIL("expected an mla::Error");
+  return mla::ErrorKind::Io;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cpu)
+
+BOOST_AUTO_TEST_CASE(name_and_description) {
+  auto cpu = mla::make_cpu_backend();
+  BOOST_TEST(cpu->name() == "cpu");
+  const std::string d = cpu->description();
+  BOOST_TEST(d.find("Eigen 3.") != std::string::npos, d);
+  BOOST_TEST(d.find("thread") != std::string::npos, d);
+  auto by_kind = mla::make_backend(mla::BackendKind::Cpu);
+  BOOST_TEST(by_kind->name() == "cpu");
+}
+
+// Every small geometry x both masks x both precisions x S in {1, 7, 113, 256}.
+BOOST_AUTO_TEST_CASE(small_geometries_match_reference) {
+  for (const auto& g : mla::test::small_geometries()) {
+    for (int64_t seq_len : {1, 7, 113, 256}) {
+      for (Mask mask : {Mask::Causal, Mask::None}) {
+        for (Precision precision : {Precision::FP32, Precision::BF16}) {
+          BOOST_TEST_CONTEXT(mla::test::vars(g.cfg)) { run_case({g.name, seq_len, mask, precision}); }
+        }
+      }
+    }
+  }
+}
+
+// The full Kimi K2.6 geometry (H 7168, 64 heads, r_q 1536, r_kv 512, 128/64/128) at small S.
+BOOST_AUTO_TEST_CASE(kimi_geometry_matches_reference) {
+  const mla::AttentionConfig cfg = mla::test::geometry("kimi");
+  const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 7);
+  for (int64_t seq_len : {1, 7}) {
+    const mla::TensorF hidden = mla::test::random_hidden(seq_len, cfg.hidden_size, 11);
+    for (Precision precision : {Precision::FP32, Precision::BF16}) {
+      for (Mask mask : {Mask::Causal, Mask::None}) {
+        if (seq_len == 1 && mask == Mask::None) continue;  // one token: both masks are the same
+        compare_backends({"kimi", seq_len, mask, precision}, cfg, w, hidden);
+      }
+    }
+  }
+}
+
+// The thread count changes only the work split, never the math.
+BOOST_AUTO_TEST_CASE(thread_counts_match_reference) {
+  const mla::AttentionConfig cfg = mla::test::geometry("odd");
+  const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 5);
+  const mla::TensorF hidden = mla::test::random_hidden(150, cfg.hidden_size, 6);
+  for (int threads : {1, 3}) {
+    BOOST_TEST_CONTEXT("threads=" << threads) {
+      compare_backends({"odd", 150, Mask::Causal, Precision::BF16}, cfg, w, hidden, threads);
+      compare_backends({"odd", 150, Mask::None, Precision::FP32}, cfg, w, hidden, threads);
+    }
+  }
+}
+
+// A layer other than 0, loaded from a synthesized tiny checkpoint (bf16 tensors on disk).
+BOOST_AUTO_TEST_CASE(layer_from_synthesized_checkpoint) {
+  mla::SynthOptions so;
+  so.preset = "tiny";
+  so.out_dir = mla::test::scratch_dir("cpu_synth");
+  so.layers = {0, 1};  // the tiny preset has 2 layers
+  so.seed = 21;
+  const mla::AttentionConfig cfg = mla::synthesize_checkpoint(so);
+  const mla::Checkpoint ckpt = mla::Checkpoint::open(so.out_dir);
+  const mla::LayerWeights w0 = ckpt.load_layer(0);
+  const mla::LayerWeights w1 = ckpt.load_layer(1);
+  BOOST_TEST(w1.layer == 1);
+  const mla::TensorF hidden = mla::test::random_hidden(40, cfg.hidden_size, 8);
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
+    compare_backends({"synth-tiny-layer1", 40, Mask::Causal, precision}, cfg, w1, hidden);
+  }
+  // The layers hold different weights, so the outputs differ (the right layer was used).
+  ForwardOptions opt;
+  auto cpu = mla::make_cpu_backend();
+  cpu->prepare(cfg, w0, opt);
+  const auto out0 = cpu->forward(hidden, opt).attn_output;
+  cpu->prepare(cfg, w1, opt);
+  const auto out1 = cpu->forward(hidden, opt).attn_output;
+  BOOST_TEST(out0.data != out1.data);
+}
+
+// Structure that holds whatever the reference says: exact zeros above the diagonal, one
+// shared rope key per token, and the last key's mass = the last query's probabilities.
+BOOST_AUTO_TEST_CASE(causal_structure_and_state_layout) {
+  const mla::AttentionConfig cfg = mla::test::geometry("tiny");
+  const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 3);
+  const int64_t S = 130, n = cfg.num_attention_heads, d_n = cfg.qk_nope_head_dim, d_qk = cfg.qk_head_dim();
+  const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 4);
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
+    ForwardOptions opt;
+    opt.precision = precision;
+    opt.keep_attn_weights = true;
+    opt.keep_states = true;
+    auto cpu = mla::make_cpu_backend();
+    cpu->prepare(cfg, w, opt);
+    const ForwardResult r = cpu->forward(hidden, opt);
+    BOOST_TEST_REQUIRE((r.attn_weights.shape == std::vector<int64_t>{n, S, S}));
+    BOOST_TEST_REQUIRE((r.query_states.shape == std::vector<int64_t>{n, S, d_qk}));
+    BOOST_TEST_REQUIRE((r.key_states.shape == std::vector<int64_t>{n, S, d_qk}));
+    BOOST_TEST_REQUIRE((r.value_states.shape == std::vector<int64_t>{n, S, cfg.v_head_dim}));
+    BOOST_TEST_REQUIRE(r.head_scores.size() == static_cast<size_t>(n * S));
+    BOOST_TEST_REQUIRE(r.token_scores.size() == static_cast<size_t>(S));
+    int64_t nonzero_masked = 0;
+    for (int64_t h = 0; h < n; ++h)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t t = s + 1; t < S; ++t) nonzero_masked += r.attn_weights.data[static_cast<size_t>((h * S + s) * S + t)] != 0.0;
+    BOOST_TEST(nonzero_masked == 0);
+    for (int64_t h = 0; h < n; ++h) {
+      BOOST_TEST(r.head_scores[static_cast<size_t>(h * S + S - 1)] ==
+                 r.attn_weights.data[static_cast<size_t>((h * S + S - 1) * S + S - 1)]);
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t d = d_n; d < d_qk; ++d)
+          BOOST_TEST_REQUIRE(r.key_states.data[static_cast<size_t>((h * S + s) * d_qk + d)] ==
+                             r.key_states.data[static_cast<size_t>(s * d_qk + d)]);  // head 0
+    }
+    // attn_weights / states are filled only on request.
+    ForwardOptions lean;
+    lean.precision = precision;
+    const ForwardResult l = cpu->forward(hidden, lean);
+    BOOST_TEST(l.attn_weights.empty());
+    BOOST_TEST(l.query_states.empty());
+    BOOST_TEST(l.attn_output.data == r.attn_output.data);
+    BOOST_TEST(l.token_scores == r.token_scores);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_inputs_are_clear_errors) {
+  const mla::AttentionConfig cfg = mla::test::geometry("tiny");
+  const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 3);
+  ForwardOptions opt;
+  std::string msg;
+
+  auto fresh = mla::make_cpu_backend();
+  BOOST_TEST((error_kind_of([&] { fresh->forward(mla::test::random_hidden(2, cfg.hidden_size, 1), opt); }, &msg) ==
+              mla::ErrorKind::InvalidArgument));
+  BOOST_TEST(msg.find("before prepare") != std::string::npos, msg);
+
+  mla::LayerWeights bad = w;
+  bad.kv_b_proj.shape = {bad.kv_b_proj.shape[0] / 2, bad.kv_b_proj.shape[1] * 2};
+  BOOST_TEST((error_kind_of([&] { fresh->prepare(cfg, bad, opt); }, &msg) == mla::ErrorKind::Shape));
+  BOOST_TEST(msg.find("kv_b_proj") != std::string::npos, msg);
+
+  bad = w;
+  bad.o_proj.data[5] = std::numeric_limits<float>::infinity();
+  BOOST_TEST((error_kind_of([&] { fresh->prepare(cfg, bad, opt); }, &msg) == mla::ErrorKind::InvalidValue));
+  BOOST_TEST(msg.find("o_proj") != std::string::npos, msg);
+
+  auto cpu = mla::make_cpu_backend();
+  cpu->prepare(cfg, w, opt);
+  mla::TensorF hidden = mla::test::random_hidden(4, cfg.hidden_size, 1);
+  hidden.data[static_cast<size_t>(2 * cfg.hidden_size + 5)] = std::nanf("");
+  BOOST_TEST((error_kind_of([&] { cpu->forward(hidden, opt); }, &msg) == mla::ErrorKind::InvalidValue));
+  BOOST_TEST(msg.find("row 2") != std::string::npos, msg);
+  BOOST_TEST(msg.find("col 5") != std::string::npos, msg);
+
+  const mla::TensorF wrong_width = mla::test::random_hidden(4, cfg.hidden_size + 1, 1);
+  BOOST_TEST((error_kind_of([&] { cpu->forward(wrong_width, opt); }, &msg) == mla::ErrorKind::Shape));
+  BOOST_TEST((error_kind_of([&] { cpu->forward(mla::TensorF("hidden", {0, cfg.hidden_size}), opt); }, &msg) ==
+              mla::ErrorKind::InvalidArgument));
+
+  ForwardOptions other = opt;
+  other.precision = Precision::BF16;
+  BOOST_TEST((error_kind_of([&] { cpu->forward(mla::test::random_hidden(2, cfg.hidden_size, 1), other); }, &msg) ==
+              mla::ErrorKind::InvalidArgument));
+  BOOST_TEST(msg.find("prepare") != std::string::npos, msg);
+
+  other = opt;
+  other.latent_norm_eps = 0.0;
+  BOOST_TEST((error_kind_of([&] { cpu->forward(mla::test::random_hidden(2, cfg.hidden_size, 1), other); }, &msg) ==
+              mla::ErrorKind::InvalidArgument));
+  other = opt;
+  other.position_offset = -1;
+  BOOST_TEST((error_kind_of([&] { cpu->forward(mla::test::random_hidden(2, cfg.hidden_size, 1), other); }, &msg) ==
+              mla::ErrorKind::InvalidArgument));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

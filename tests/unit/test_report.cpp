@@ -1,0 +1,439 @@
+// tests/unit/test_report.cpp — suite report: the output formats (mla/report.hpp) and the
+// tensor comparison (mla/compare.hpp) on small hand-made values.
+//
+// Expected numbers are worked out by hand in the comments next to each check.
+#include <simdjson.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mla/compare.hpp"
+#include "mla/error.hpp"
+#include "mla/h2o.hpp"
+#include "mla/report.hpp"
+#include "mla/safetensors.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using mla::H2ODecision;
+using mla::H2OOptions;
+using mla::TokenCategory;
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+size_t count_of(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+  return n;
+}
+
+// A small but complete report: 8 tokens, 1 sink, 2 recent, budget 2.
+//   scores   0:10  1:1  2:4  3:0.5  4:4  5:2  6:3  7:6
+//   middle = 1..5 -> heavy = 2 (4) and 4 (4, tie -> both, lower first), evicted 1, 3, 5
+mla::Report small_report() {
+  mla::Report r;
+  r.scores = {10, 1, 4, 0.5, 4, 2, 3, 6};
+  r.h2o = H2OOptions{1, 2, 2};
+  r.decision = mla::h2o_select(r.scores, r.h2o);
+  mla::AttentionConfig c;
+  c.model_type = "kimi_k25";
+  c.hidden_size = 64;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 2;
+  c.q_lora_rank = 32;
+  c.kv_lora_rank = 16;
+  c.qk_nope_head_dim = 8;
+  c.qk_rope_head_dim = 4;
+  c.v_head_dim = 8;
+  c.num_hidden_layers = 1;
+  c.rope.rope_type = "yarn";
+  c.rope.factor = 64;
+  r.info.command = "run";
+  r.info.checkpoint = "ckpt \"quoted\"\\dir\n\x01\xff";  // escaping and invalid UTF-8
+  r.info.layer = 0;
+  r.info.input_source = "seeded normal";
+  r.info.mask = "none";
+  r.info.precision = "bf16";
+  r.info.backend_requested = "auto";
+  r.info.backend = "cpu";
+  r.info.backend_reason = "CUDA not built";
+  r.info.latent_norm_eps_mode = "hf";
+  r.info.latent_norm_eps = 1e-6;
+  r.info.config = c;
+  r.info.softmax_scale = 0.25;
+  r.info.attn_output_shape = {8, 64};
+  r.info.attn_weights_shape = {2, 8, 8};
+  r.info.stage_seconds = {{"open checkpoint", 0.5}, {"forward", 0.25}, {"h2o select", 0.125}};
+  r.info.load_seconds = 0.5;
+  r.info.forward_seconds = 0.25;
+  r.info.h2o_seconds = 0.125;
+  r.info.notes = {"mask none as in the starting demo"};
+  return r;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(report)
+
+BOOST_AUTO_TEST_CASE(score_stats_by_hand) {
+  // {1, 2, 3, 4}: sum 10, mean 2.5, squared deviations 2.25+0.25+0.25+2.25 = 5 -> std sqrt(1.25)
+  const std::vector<double> s = {3, 1, 4, 2};
+  const mla::ScoreStats st = mla::score_stats(s);
+  BOOST_TEST(st.count == 4);
+  BOOST_TEST(st.min == 1.0);
+  BOOST_TEST(st.max == 4.0);
+  BOOST_TEST(st.argmin == 1);
+  BOOST_TEST(st.argmax == 2);
+  BOOST_TEST(st.sum == 10.0);
+  BOOST_TEST(st.mean == 2.5);
+  BOOST_TEST(st.std == std::sqrt(1.25));
+}
+
+BOOST_AUTO_TEST_CASE(decision_summary_by_hand) {
+  const mla::Report r = small_report();
+  BOOST_TEST(mla::h2o_select(r.scores, r.h2o).n_heavy == 2);
+  const mla::DecisionSummary s = mla::summarize_decision(r.scores, r.decision);
+  BOOST_TEST(s.seq_len == 8);
+  BOOST_TEST(s.middle == 5);
+  BOOST_TEST(s.mean_heavy == 4.0);             // (4 + 4) / 2
+  BOOST_TEST(s.mean_evicted == 3.5 / 3.0);     // (1 + 0.5 + 2) / 3
+  BOOST_TEST(s.mean_kept == 27.0 / 5.0);       // (10 + 4 + 4 + 3 + 6) / 5
+  BOOST_TEST(s.heavy_evicted_ratio.has_value());
+  BOOST_TEST(*s.heavy_evicted_ratio == 4.0 / (3.5 / 3.0));
+  BOOST_TEST(s.top_heavy.size() == 2u);
+  BOOST_TEST(s.top_heavy[0].first == 2);
+  BOOST_TEST(s.top_heavy[1].first == 4);
+}
+
+BOOST_AUTO_TEST_CASE(csv_exact) {
+  // 1 sink, 1 recent, budget 1: middle = {1, 2}, heavy = 2.
+  const std::vector<double> s = {1.5, 0.1, 2, 0.25};
+  const H2ODecision d = mla::h2o_select(s, H2OOptions{1, 1, 1});
+  const std::string csv = mla::scores_csv(s, d);
+  BOOST_TEST(csv ==
+             "token_idx,attention_score,kept,category\n"
+             "0,1.5,True,sink\n"
+             "1,0.10000000000000001,False,evicted\n"
+             "2,2,True,heavy\n"
+             "3,0.25,True,recent\n");
+  // every printed score parses back to the same double
+  BOOST_TEST(std::strtod("0.10000000000000001", nullptr) == 0.1);
+  const double awkward = 1.0 / 3.0;
+  BOOST_TEST(std::strtod(mla::format_double(awkward).c_str(), nullptr) == awkward);
+  BOOST_CHECK_THROW(mla::scores_csv(std::vector<double>{1.0}, d), mla::Error);
+}
+
+BOOST_AUTO_TEST_CASE(heads_csv_exact) {
+  // 2 heads x 3 tokens, 0 sinks, 1 recent, budget 1.
+  const std::vector<double> hs = {1, 2, 0, 3, 3, 5};
+  const auto d = mla::h2o_select_per_head(hs, 2, H2OOptions{0, 1, 1});
+  BOOST_TEST(mla::heads_csv(hs, d) ==
+             "head,token_idx,attention_score,kept,category\n"
+             "0,0,1,False,evicted\n"
+             "0,1,2,True,heavy\n"
+             "0,2,0,True,recent\n"
+             "1,0,3,True,heavy\n"
+             "1,1,3,False,evicted\n"
+             "1,2,5,True,recent\n");
+}
+
+BOOST_AUTO_TEST_CASE(json_quote_escapes) {
+  BOOST_TEST(mla::json_quote("a\"b\\c\n\t\x01") == "\"a\\\"b\\\\c\\n\\t\\u0001\"");
+  BOOST_TEST(mla::json_quote("\xc3\xa9") == "\"\xc3\xa9\"");          // valid UTF-8 kept
+  BOOST_TEST(mla::json_quote("x\xff") == "\"x\xef\xbf\xbd\"");        // invalid byte -> U+FFFD
+  BOOST_TEST(mla::json_quote("\xc0\xaf") == "\"\xef\xbf\xbd\xef\xbf\xbd\"");  // overlong '/'
+}
+
+BOOST_AUTO_TEST_CASE(json_writer_structure) {
+  mla::JsonWriter w;
+  w.begin_object().key("a").value(int64_t{1}).key("b").begin_array().value(0.5).value(true).null().end_array();
+  w.key("c").begin_object().end_object().key("nan").value(std::numeric_limits<double>::quiet_NaN()).end_object();
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  BOOST_REQUIRE(p.parse(simdjson::padded_string(w.str())).get(doc) == simdjson::SUCCESS);
+  int64_t a = 0;
+  BOOST_TEST((doc["a"].get(a) == simdjson::SUCCESS && a == 1));
+  simdjson::dom::array arr;
+  BOOST_TEST((doc["b"].get(arr) == simdjson::SUCCESS && arr.size() == 3u));
+  BOOST_TEST(doc["nan"].is_null());
+  mla::JsonWriter bad;
+  bad.begin_object();
+  BOOST_CHECK_THROW(bad.value(1), mla::Error);  // a value without a key
+  BOOST_CHECK_THROW(bad.end_array(), mla::Error);
+}
+
+BOOST_AUTO_TEST_CASE(report_json_parses_and_has_the_keys) {
+  const mla::Report r = small_report();
+  const std::string json = mla::report_json(r);
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  BOOST_REQUIRE(p.parse(simdjson::padded_string(json)).get(doc) == simdjson::SUCCESS);
+  double v = -1;
+  BOOST_TEST((doc["timing_s"]["load"].get(v) == simdjson::SUCCESS && v == 0.5));
+  BOOST_TEST((doc["timing_s"]["forward"].get(v) == simdjson::SUCCESS && v == 0.25));
+  BOOST_TEST((doc["timing_s"]["h2o"].get(v) == simdjson::SUCCESS && v == 0.125));
+  BOOST_TEST((doc["timing_s"]["total"].get(v) == simdjson::SUCCESS && v == 0.875));
+  simdjson::dom::array stages;
+  BOOST_TEST((doc["timing_s"]["stages"].get(stages) == simdjson::SUCCESS && stages.size() == 3u));
+  int64_t k = -1;
+  BOOST_TEST((doc["h2o"]["kept"].get(k) == simdjson::SUCCESS && k == 5));
+  BOOST_TEST((doc["h2o"]["n_sink"].get(k) == simdjson::SUCCESS && k == 1));
+  BOOST_TEST((doc["h2o"]["n_recent"].get(k) == simdjson::SUCCESS && k == 2));
+  BOOST_TEST((doc["h2o"]["n_heavy"].get(k) == simdjson::SUCCESS && k == 2));
+  BOOST_TEST((doc["h2o"]["n_evicted"].get(k) == simdjson::SUCCESS && k == 3));
+  BOOST_TEST((doc["h2o"]["mean_heavy_score"].get(v) == simdjson::SUCCESS && v == 4.0));
+  BOOST_TEST((doc["h2o"]["heavy_evicted_ratio"].get(v) == simdjson::SUCCESS && v == 4.0 / (3.5 / 3.0)));
+  simdjson::dom::array heavy;
+  BOOST_TEST((doc["h2o"]["heavy_indices"].get(heavy) == simdjson::SUCCESS && heavy.size() == 2u));
+  BOOST_TEST((doc["scores"]["max"].get(v) == simdjson::SUCCESS && v == 10.0));
+  BOOST_TEST((doc["scores"]["mean"].get(v) == simdjson::SUCCESS && v == 30.5 / 8.0));
+  BOOST_TEST((doc["config"]["hidden_size"].get(k) == simdjson::SUCCESS && k == 64));
+  BOOST_TEST((doc["config"]["kv_lora_rank"].get(k) == simdjson::SUCCESS && k == 16));
+  BOOST_TEST((doc["config"]["rope"]["factor"].get(v) == simdjson::SUCCESS && v == 64.0));
+  BOOST_TEST((doc["config"]["softmax_scale"].get(v) == simdjson::SUCCESS && v == 0.25));
+  std::string_view sv;
+  BOOST_TEST((doc["options"]["mask"].get(sv) == simdjson::SUCCESS && sv == "none"));
+  BOOST_TEST((doc["options"]["precision"].get(sv) == simdjson::SUCCESS && sv == "bf16"));
+  BOOST_TEST((doc["backend"]["name"].get(sv) == simdjson::SUCCESS && sv == "cpu"));
+  BOOST_TEST((doc["backend"]["reason"].get(sv) == simdjson::SUCCESS && sv == "CUDA not built"));
+  BOOST_TEST((doc["versions"]["mla_h2o"].get(sv) == simdjson::SUCCESS && !sv.empty()));
+  BOOST_TEST((doc["versions"]["compiler"].get(sv) == simdjson::SUCCESS && !sv.empty()));
+  BOOST_TEST((doc["checkpoint"].get(sv) == simdjson::SUCCESS && sv == "ckpt \"quoted\"\\dir\n\x01\xef\xbf\xbd"));
+}
+
+BOOST_AUTO_TEST_CASE(report_json_per_head) {
+  mla::Report r = small_report();
+  r.n_heads = 2;
+  r.head_scores = {5, 0.5, 2, 0.25, 2, 1, 1.5, 3,   // head 0
+                   5, 0.5, 2, 0.25, 2, 1, 1.5, 3};  // head 1
+  r.head_decisions = mla::h2o_select_per_head(r.head_scores, 2, r.h2o);
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  BOOST_REQUIRE(p.parse(simdjson::padded_string(mla::report_json(r))).get(doc) == simdjson::SUCCESS);
+  simdjson::dom::array heads;
+  BOOST_REQUIRE(doc["per_head"].get(heads) == simdjson::SUCCESS);
+  BOOST_TEST(heads.size() == 2u);
+  int64_t k = -1;
+  BOOST_TEST((heads.at(1)["head"].get(k) == simdjson::SUCCESS && k == 1));
+  BOOST_TEST((heads.at(1)["kept"].get(k) == simdjson::SUCCESS && k == 5));
+  bool per_head = false;
+  BOOST_TEST((doc["options"]["per_head"].get(per_head) == simdjson::SUCCESS && per_head));
+  BOOST_TEST(contains(mla::report_text(r), "head   1: kept 5 (heavy 2)"));
+}
+
+BOOST_AUTO_TEST_CASE(report_text_has_the_demo_lines) {
+  // The starting demo's configuration on a linear score vector: 100 of 256 kept.
+  mla::Report r;
+  r.scores.resize(256);
+  for (size_t i = 0; i < 256; ++i) r.scores[i] = static_cast<double>(i % 7);
+  r.h2o = H2OOptions{4, 32, 64};
+  r.decision = mla::h2o_select(r.scores, r.h2o);
+  r.info.command = "demo";
+  r.info.mask = "none";
+  const std::string t = mla::report_text(r);
+  BOOST_TEST(contains(t, "kept      100 of 256 tokens (39.1%)"), t);
+  BOOST_TEST(contains(t, "sinks       4 (indices 0..3)"));
+  BOOST_TEST(contains(t, "heavy      64 of 220 middle tokens chosen"));
+  BOOST_TEST(contains(t, "recent     32 (last 32, indices 224..255)"));
+  BOOST_TEST(contains(t, "evicted   156 (60.9%)"));
+  BOOST_TEST(contains(t, "top 10 heavy-hitter scores:"));
+  BOOST_TEST(contains(t, "mean score of heavy-hitters kept:"));
+  BOOST_TEST(contains(t, "heavy / evicted score ratio:"));
+  BOOST_TEST(contains(t, "mask:"));
+  const std::string t2 = mla::report_text(small_report());
+  BOOST_TEST(contains(t2, "backend:" + std::string(12, ' ') + "cpu (auto: CUDA not built)"), t2);
+  BOOST_TEST(contains(t2, "latent norm eps:    1e-06 (hf"));
+  BOOST_TEST(contains(t2, "softmax scale=0.25"));
+  BOOST_TEST(contains(t2, "load     0.5000"));
+}
+
+BOOST_AUTO_TEST_CASE(svg_well_formed_ish) {
+  const mla::Report r = small_report();
+  const std::string svg = mla::scores_svg(r.scores, r.decision, "layer 0 <scores> & H2O");
+  BOOST_TEST(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0u);
+  BOOST_TEST(svg.size() >= 7u);
+  BOOST_TEST(svg.substr(svg.size() - 7) == "</svg>\n");
+  BOOST_TEST(contains(svg, "layer 0 &lt;scores&gt; &amp; H2O"));
+  BOOST_TEST(!contains(svg, "<scores>"));
+  BOOST_TEST(contains(svg, ">sink (1)</text>"));
+  BOOST_TEST(contains(svg, ">heavy (2)</text>"));
+  BOOST_TEST(contains(svg, ">recent (2)</text>"));
+  BOOST_TEST(contains(svg, ">evicted (3)</text>"));
+  BOOST_TEST(contains(svg, "token index"));
+  // one bar per token (each carries a <title>), + background + 4 legend swatches
+  BOOST_TEST(count_of(svg, "<rect") == 8u + 1u + 4u);
+  BOOST_TEST(count_of(svg, "<g") == count_of(svg, "</g>"));
+  // y axis: max 10 -> nice step 2 -> ticks 0, 2, ..., 10
+  BOOST_TEST(contains(svg, ">10</text>"));
+}
+
+BOOST_AUTO_TEST_CASE(compare_values_by_hand) {
+  // a = [[1, 2], [3, 4]], b = [[1, 2.5], [3, 4]]
+  const std::vector<double> a = {1, 2, 3, 4}, b = {1, 2.5, 3, 4};
+  const std::vector<uint64_t> shape = {2, 2};
+  const mla::TensorComparison c = mla::compare_values("t", a, b, shape, shape, 0.0, 0.5);
+  BOOST_TEST(c.shape_match);
+  BOOST_TEST(c.numel == 4u);
+  BOOST_TEST(c.max_abs == 0.5);
+  BOOST_TEST(c.max_rel == 0.25);                          // 0.5 / 2
+  BOOST_TEST(c.norm_error == 0.5 / std::sqrt(30.0));      // ||a-b|| = 0.5, ||a||^2 = 30
+  BOOST_TEST(c.cosine == 31.0 / (std::sqrt(30.0) * std::sqrt(32.25)), boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(c.worst_index == (std::vector<uint64_t>{0, 1}), boost::test_tools::per_element());
+  BOOST_TEST(c.worst_a == 2.0);
+  BOOST_TEST(c.worst_b == 2.5);
+  BOOST_TEST(c.n_outside == 0u);  // 0.5 <= 0.5 + 0*2
+  BOOST_TEST(c.within());
+  const mla::TensorComparison tight = mla::compare_values("t", a, b, shape, shape, 0.0, 0.49);
+  BOOST_TEST(tight.n_outside == 1u);
+  BOOST_TEST(!tight.within());
+  // rtol counts |a|: 0.5 <= 0 + 0.25 * 2
+  BOOST_TEST(mla::compare_values("t", a, b, shape, shape, 0.25, 0.0).within());
+  BOOST_TEST(!mla::compare_values("t", a, b, shape, shape, 0.24, 0.0).within());
+}
+
+BOOST_AUTO_TEST_CASE(compare_values_edge_cases) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<uint64_t> s3 = {3};
+  // equal non-finite values are within; the rest of the statistics ignore them
+  const auto same = mla::compare_values("t", std::vector<double>{nan, inf, 1}, std::vector<double>{nan, inf, 1}, s3, s3, 0, 0);
+  BOOST_TEST(same.within());
+  BOOST_TEST(same.max_abs == 0.0);
+  BOOST_TEST(same.cosine == 1.0);
+  // a NaN against a number is outside and is the worst element
+  const auto bad = mla::compare_values("t", std::vector<double>{1, 2, 3}, std::vector<double>{1.5, nan, 3}, s3, s3, 1, 1);
+  BOOST_TEST(!bad.within());
+  BOOST_TEST(bad.n_nonfinite_mismatch == 1u);
+  BOOST_TEST(bad.worst_index == (std::vector<uint64_t>{1}), boost::test_tools::per_element());
+  BOOST_TEST(std::isinf(bad.max_abs));
+  // zero reference: max_rel skips a == 0, norm_error is inf, cosine 0
+  const auto zero = mla::compare_values("t", std::vector<double>{0, 0, 0}, std::vector<double>{0, 1e-7, 0}, s3, s3, 0, 1e-6);
+  BOOST_TEST(zero.within());
+  BOOST_TEST(zero.max_rel == 0.0);
+  BOOST_TEST(std::isinf(zero.norm_error));
+  BOOST_TEST(zero.cosine == 0.0);
+  // near-zero reference values (|a| <= atol) do not enter max_rel: |1e-9 - 2e-9| / 1e-9 = 1 is
+  // ignored with atol 1e-6, and the relative error of the other element, 0.1 / 1, remains
+  const auto tiny_ref = mla::compare_values("t", std::vector<double>{1e-9, 1}, std::vector<double>{2e-9, 1.1}, {2}, {2}, 0.2, 1e-6);
+  BOOST_TEST(tiny_ref.max_rel == std::fabs(1.1 - 1.0));
+  BOOST_TEST(tiny_ref.within());
+  const auto no_atol = mla::compare_values("t", std::vector<double>{1e-9, 1}, std::vector<double>{2e-9, 1.1}, {2}, {2}, 0.2, 0);
+  BOOST_TEST(no_atol.max_rel == 1.0);
+  const auto both_zero = mla::compare_values("t", std::vector<double>{0, 0}, std::vector<double>{0, 0}, {2}, {2}, 0, 0);
+  BOOST_TEST(both_zero.norm_error == 0.0);
+  BOOST_TEST(both_zero.cosine == 1.0);
+  // shape mismatch
+  const auto shp = mla::compare_values("t", {}, {}, {2, 3}, {3, 2}, 0, 0);
+  BOOST_TEST(!shp.shape_match);
+  BOOST_TEST(!shp.within());
+  // a 3-d worst index: shape [2, 3, 4], flat 23 -> [1, 2, 3]
+  std::vector<double> x(24, 1.0), y(24, 1.0);
+  y[23] = 2.0;
+  const auto c3 = mla::compare_values("t", x, y, {2, 3, 4}, {2, 3, 4}, 0, 0);
+  BOOST_TEST(c3.worst_index == (std::vector<uint64_t>{1, 2, 3}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(compare_safetensors_files) {
+  const std::string dir = mla::test::scratch_dir("report-compare");
+  const std::vector<float> a1 = {1, 2, 3, 4}, b1 = {1, 2, 3, 4.5f};
+  const std::vector<double> shared_d = {0.5, 0.25};
+  const auto pa = mla::encode_f32(a1), pb = mla::encode_f32(b1), pc = mla::encode_f64(shared_d), pd = mla::encode_f32(a1);
+  const auto pe = mla::encode_f32(std::vector<float>{0.5f, 0.25f});
+  mla::write_safetensors(dir + "/a.safetensors", {{"x", mla::DType::F32, {2, 2}, pa},
+                                                  {"s", mla::DType::F64, {2}, pc},
+                                                  {"only_a", mla::DType::F32, {4}, pd},
+                                                  {"shape", mla::DType::F32, {4}, pd}});
+  mla::write_safetensors(dir + "/b.safetensors", {{"x", mla::DType::F32, {2, 2}, pb},
+                                                  {"s", mla::DType::F32, {2}, pe},
+                                                  {"shape", mla::DType::F32, {2, 2}, pd},
+                                                  {"only_b", mla::DType::F32, {4}, pd}});
+  const auto fa = mla::SafetensorsFile::open(dir + "/a.safetensors");
+  const auto fb = mla::SafetensorsFile::open(dir + "/b.safetensors");
+  const mla::CompareResult r = mla::compare_safetensors(fa, fb, mla::CompareOptions{});
+  BOOST_TEST(r.tensors.size() == 3u);
+  BOOST_TEST(r.only_in_a == (std::vector<std::string>{"only_a"}), boost::test_tools::per_element());
+  BOOST_TEST(r.only_in_b == (std::vector<std::string>{"only_b"}), boost::test_tools::per_element());
+  BOOST_TEST(!r.all_within());
+  for (const auto& t : r.tensors) {
+    if (t.name == "x") {
+      BOOST_TEST(t.max_abs == 0.5);
+      BOOST_TEST(!t.within());
+    } else if (t.name == "s") {
+      BOOST_TEST(t.within());  // F64 vs F32 of exactly representable values
+      BOOST_TEST(t.dtype_a == "F64");
+      BOOST_TEST(t.dtype_b == "F32");
+    } else {
+      BOOST_TEST(t.name == "shape");
+      BOOST_TEST(!t.shape_match);
+    }
+  }
+  const std::string table = mla::compare_table(r, "a", "b");
+  BOOST_TEST(contains(table, "only in A: only_a"));
+  BOOST_TEST(contains(table, "only in B: only_b"));
+  BOOST_TEST(contains(table, "shape mismatch"));
+  BOOST_TEST(contains(table, "2 of 3 common tensors outside tolerance"));
+  // restricted to tensors that agree
+  mla::CompareOptions only_s;
+  only_s.tensors = {"s"};
+  BOOST_TEST(mla::compare_safetensors(fa, fb, only_s).all_within());
+  only_s.tensors = {"only_a"};
+  BOOST_CHECK_THROW(mla::compare_safetensors(fa, fb, only_s), mla::Error);
+}
+
+BOOST_AUTO_TEST_CASE(tensor_dump_layout) {
+  const std::string dir = mla::test::scratch_dir("report-dump");
+  mla::TensorF hidden("hidden_states", {2, 3});
+  hidden.data = {1, 2, 3, 4, 5, 6};
+  mla::ForwardResult fr;
+  fr.attn_output = mla::TensorD("attn_output", {2, 3});
+  fr.attn_output.data = {0.5, 1, 1.5, 2, 2.5, 3};
+  fr.attn_weights = mla::TensorD("attn_weights", {1, 2, 2});
+  fr.attn_weights.data = {1, 0, 0.5, 0.5};
+  fr.token_scores = {1.5, 0.5};
+  fr.head_scores = {1.5, 0.5};
+  const auto names = mla::write_tensor_dump(dir + "/f32.safetensors", hidden, fr, 1, {{"backend", "cpu"}});
+  BOOST_TEST(names == (std::vector<std::string>{"hidden_states", "attn_output", "attn_weights", "token_scores", "head_scores"}),
+             boost::test_tools::per_element());
+  const auto f = mla::SafetensorsFile::open(dir + "/f32.safetensors");
+  BOOST_TEST(mla::dtype_name(f.at("attn_output").dtype) == "F32");
+  BOOST_TEST(f.at("attn_weights").shape == (std::vector<uint64_t>{1, 2, 2}), boost::test_tools::per_element());
+  BOOST_TEST(f.at("head_scores").shape == (std::vector<uint64_t>{1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(f.to_double(f.at("token_scores")) == (std::vector<double>{1.5, 0.5}), boost::test_tools::per_element());
+  BOOST_TEST(f.metadata().at("backend") == "cpu");
+  BOOST_TEST(mla::dtype_name(f.at("token_scores").dtype) == "F64");  // scores: always F64
+  BOOST_TEST(mla::dtype_name(f.at("head_scores").dtype) == "F64");
+  // a non-double result holding a value that is not a float is written as F64, not rounded
+  fr.attn_weights.data[2] = 0.1;
+  mla::write_tensor_dump(dir + "/mixed.safetensors", hidden, fr, 1, {});
+  const auto m = mla::SafetensorsFile::open(dir + "/mixed.safetensors");
+  BOOST_TEST(mla::dtype_name(m.at("attn_weights").dtype) == "F64");
+  BOOST_TEST(mla::dtype_name(m.at("attn_output").dtype) == "F32");
+  BOOST_TEST(m.to_double(m.at("attn_weights"))[2] == 0.1);
+  fr.computed_in_double = true;
+  fr.attn_output.data[0] = 0.1;  // not representable in fp32: must survive as F64
+  mla::write_tensor_dump(dir + "/f64.safetensors", hidden, fr, 1, {});
+  const auto g = mla::SafetensorsFile::open(dir + "/f64.safetensors");
+  BOOST_TEST(mla::dtype_name(g.at("attn_output").dtype) == "F64");
+  BOOST_TEST(g.to_double(g.at("attn_output"))[0] == 0.1);
+}
+
+BOOST_AUTO_TEST_CASE(output_files_errors) {
+  const std::string dir = mla::test::scratch_dir("report-files");
+  mla::ensure_output_dir(dir + "/a/b");
+  mla::write_text_file(dir + "/a/b/x.txt", "hello\n");
+  BOOST_TEST(mla::test::read_text(dir + "/a/b/x.txt") == "hello\n");
+  try {
+    mla::ensure_output_dir(dir + "/a/b/x.txt");
+    BOOST_ERROR("a file is not a directory");
+  } catch (const mla::Error& e) {
+    BOOST_TEST(contains(e.what(), "x.txt"));
+    BOOST_TEST(contains(e.what(), "not a directory"));
+  }
+  BOOST_CHECK_THROW(mla::write_text_file(dir + "/missing/y.txt", "x"), mla::Error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

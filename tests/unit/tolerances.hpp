@@ -1,0 +1,159 @@
+// tests/unit/tolerances.hpp — THE table of numerical tolerances of the test suites.
+//
+// Every comparison of two floating-point results in the unit tests takes its bounds from one
+// row here (looked up by what is compared, which pair of implementations, which precision),
+// and every row says why its numbers are what they are, derived from the unit roundoff and
+// the reduction length where possible (gemma.cpp's AssertClose style). Do not widen a row to
+// make a test pass: find the cause. Add rows (additive edits only), each with its reason.
+//
+// Checks made with a row (tests/unit/compare.hpp), in this order:
+//   1. no NaN/Inf in either tensor;
+//   2. elementwise |got - ref| <= atol + rtol * |ref|;
+//   3. normalized error ||got - ref||_2 / ||ref||_2 <= max_norm_error;
+//   4. cosine(got, ref) >= min_cosine.
+// A bound of kNoBound (infinity) disables that check.
+//
+// Unit roundoffs used in the reasons: u64 = 2^-53 = 1.1e-16, u32 = 2^-24 = 6.0e-8,
+// ubf16 = 2^-8 = 3.9e-3 (bf16 has 8 significant bits; one ulp is 2^-7 relative at most).
+#pragma once
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace mla::test {
+
+inline constexpr double kNoBound = std::numeric_limits<double>::infinity();
+
+struct Tolerance {
+  std::string_view what;       // tensor compared ("attn_output", "attn_weights", ...); "*" = any
+  std::string_view pair;       // "<got>-vs-<ref>", e.g. "cpu-vs-reference"
+  std::string_view precision;  // "fp32" | "bf16" | "double"
+  double atol;                 // elementwise absolute bound
+  double rtol;                 // elementwise bound relative to |ref|
+  double max_norm_error;       // ||got - ref|| / ||ref||
+  double min_cosine;           // cosine similarity lower bound
+  std::string_view reason;
+};
+
+// clang-format off
+inline constexpr Tolerance kTolerances[] = {
+  // ---- exact identities inside the reference (double arithmetic, reordered sums) -------
+  {"*", "reference-identity", "double", 1e-12, 1e-12, 1e-13, 1.0 - 1e-12,
+   "two double evaluations of the same real number that differ only in summation order "
+   "(absorbed vs naive scores, permuted rope rows, S=1 masks): error <= K*u64*sum|terms| "
+   "with K <= 1024 terms of O(1) values in the test geometries -> ~1e-13; 10x margin"},
+
+  // ---- rope tables against the printed spec tables (mla-math.md §4) -----------------------
+  {"inv_freq", "rope-vs-spec-table", "fp32", 0.0, 6e-7, kNoBound, -1.0,
+   "the spec prints 7 significant digits (half a unit of the 7th digit is <= 5e-7 relative) "
+   "and our value is an fp32 rounding of it (u32 = 6e-8): rtol 5e-7 + 6e-8 ~ 6e-7"},
+  {"inv_freq", "fp32-vs-double", "fp32", 0.0, 4.8e-7, kNoBound, -1.0,
+   "fp32 evaluation of pow, 1/x, factor*x, the ramp and the blend: at most ~6 chained fp32 "
+   "roundings of u32 each plus 1 ulp of pow -> <= 8*u32 = 4.8e-7 relative"},
+
+  // ---- reference bf16 emulation vs the exact reference ---------------------------------
+  {"attn_output", "reference-bf16-vs-fp32", "bf16", kNoBound, kNoBound, 3e-2, 0.9995,
+   "bf16 mode rounds ~12 times along each path (§7); each rounding has rms relative error "
+   "ubf16/sqrt(12)/2 ~ 1.1e-3, so sqrt(12)*1.1e-3 ~ 4e-3 accumulates, amplified through the "
+   "softmax (exp turns absolute score error into relative weight error) by the score scale "
+   "~2-3: ~1e-2; bound 3e-2. Elementwise bounds off: single elements near zero have "
+   "unbounded relative error. cosine >= 1 - (3e-2)^2/2"},
+  {"attn_weights", "reference-bf16-vs-fp32", "bf16", 2e-2, 0.0, 3e-2, 0.9995,
+   "probabilities in [0, 1]: the score error (bf16 score ~2-4 rounded with ubf16 relative: "
+   "<= ~1.6e-2 absolute, plus upstream q/k error) moves p by <= p*|ds| <= ~2e-2; normalized "
+   "error as for attn_output"},
+
+  // ---- cpu (Eigen) vs reference ---------------------------------------------------------
+  {"*", "cpu-vs-reference", "fp32", 1e-4, 1e-3, 1e-5, 1.0 - 1e-9,
+   "fp32 accumulation over K <= 8192 terms (o_proj): typical dot error sqrt(K)*u32*|x||w| "
+   "~ 5.4e-6 relative, worst K*u32 ~ 4.9e-4; five chained GEMMs plus RMSNorm/softmax on "
+   "O(1) values -> atol 1e-4, rtol 1e-3 for single elements, norm error 1e-5 (~2x the "
+   "typical sqrt(K)*u32 of the longest reduction)"},
+  {"*", "cpu-vs-reference", "bf16", 3e-2, 3e-2, 1e-2, 0.9999,
+   "both round to bf16 at the same points (§7); they differ only where fp32 vs double "
+   "accumulation decides a rounding differently (a 1-ulp flip = 2^-7 relative), and a flip "
+   "propagates through later roundings. Elementwise: ~4 bf16 ulps (4*2^-7 = 3.1e-2) of O(1) "
+   "values; normalized error 1e-2 (a few percent of elements flipped by one ulp); H2O "
+   "decisions compared exactly only where the scores are well separated"},
+  // (rows added by "cpu": the wildcard row above bounds a 1-ulp flip; these two bound how
+  //  many flips there are, so that a missing or extra bf16 rounding point, which moves every
+  //  element by up to half an ulp and gives a normalized error ~1e-2, is caught.)
+  {"attn_output", "cpu-vs-reference", "bf16", 3e-2, 3e-2, 3e-3, 1.0 - 4.5e-6,
+   "a rounding flips only where the exact value lies within the fp32-vs-double accumulation "
+   "difference (typical sqrt(K)*u32, K <= 8192: ~5.4e-6 relative) of a bf16 rounding "
+   "boundary, i.e. for a fraction f ~ 2*5.4e-6/2^-8 ~ 2.8e-3 of the elements of a stage; one "
+   "ulp (<= 2^-8 rms relative) on sqrt(f) ~ 5.3e-2 of the norm gives ~2e-4 per stage, over "
+   "~12 stages sqrt(12)*2e-4 ~ 7e-4, times ~3 through the softmax: ~2e-3; bound 3e-3 "
+   "(measured 6.4e-4 on Kimi at S=7, 1.2e-4 on the small geometries); cosine 1 - (3e-3)^2/2"},
+  {"attn_weights", "cpu-vs-reference", "bf16", 3e-2, 3e-2, 3e-3, 1.0 - 4.5e-6,
+   "as attn_output (the probabilities are the softmax of scores that went through the same "
+   "flipped roundings; measured 2.5e-4 on Kimi at S=7, 5.7e-5 on the small geometries)"},
+
+  // ---- cuda vs reference ----------------------------------------------------------------
+  {"*", "cuda-vs-reference", "fp32", 1e-4, 1e-3, 1e-5, 1.0 - 1e-9,
+   "as cpu-vs-reference fp32 (cuBLAS fp32 GEMM without TF32, fp32 kernels)"},
+  {"*", "cuda-vs-reference", "bf16", 3e-2, 3e-2, 1e-2, 0.9999,
+   "as cpu-vs-reference bf16 (same rounding points, different accumulation order)"},
+  {"*", "cuda-vs-cpu", "fp32", 2e-4, 2e-3, 2e-5, 1.0 - 2e-9,
+   "Kimi geometry at S = 2048, where the double reference is too slow: both backends are "
+   "within the cpu/cuda-vs-reference fp32 bounds of the true value (cuBLAS and OpenBLAS sum "
+   "in different orders; cuBLAS math mode without TF32), so by the triangle inequality their "
+   "difference is within twice those bounds"},
+  {"*", "cuda-vs-cpu", "bf16", 6e-2, 6e-2, 2e-2, 0.9998,
+   "as cuda-vs-cpu fp32: twice the bf16 rows against the reference (each backend may flip "
+   "a bf16 rounding the other does not; cuBLAS runs with reduced-precision reductions "
+   "disallowed, so each GEMM output is still rounded once)"},
+
+  // ---- golden fixtures: our backends vs HF transformers' DeepseekV3Attention (suite golden) --
+  // HF ran on CPU (PyTorch 2.15, oneDNN/MKL GEMMs with fp32 accumulation); see
+  // tests/data/golden/README.md. Measured errors are logged by the suite (--log_level=message).
+  {"*", "reference-vs-hf", "fp32", 1e-4, 1e-3, 1e-5, 1.0 - 1e-9,
+   "HF's fp32 run vs the exact (double) reference: the error is HF's own fp32 accumulation, "
+   "the same analysis as cpu-vs-reference fp32 (K <= 8192 terms: typical sqrt(K)*u32 ~ 5.4e-6 "
+   "relative, worst K*u32 ~ 4.9e-4; five chained GEMMs plus RMSNorm/softmax on O(1) values)"},
+  {"*", "cpu-vs-hf", "fp32", 2e-4, 2e-3, 2e-5, 1.0 - 2e-9,
+   "two fp32 evaluations (Eigen/OpenBLAS and PyTorch/oneDNN) summing in different orders: each "
+   "is within the reference-vs-hf fp32 bounds of the exact value, so their difference is "
+   "within twice those bounds (triangle inequality)"},
+  {"*", "reference-vs-hf", "bf16", 3e-2, 3e-2, 1e-2, 0.9999,
+   "the reference rounds to bf16 at exactly HF's points (mla-math.md §7), so values differ only "
+   "where HF's fp32 accumulation and our double accumulation land on different sides of a bf16 "
+   "rounding boundary: a 1-ulp flip (<= 2^-7 relative), which later roundings can propagate. A "
+   "flip needs the accumulation error (~sqrt(K)*u32 ~ 5e-6 relative for K <= 8192) to reach a "
+   "boundary, which happens for a fraction ~5e-6/2^-8 ~ 1e-3 of the values. Elementwise: "
+   "~4 bf16 ulps (4*2^-7 = 3.1e-2) of O(1) values; normalized error 1e-2; same as "
+   "cpu-vs-reference bf16"},
+  {"*", "cpu-vs-hf", "bf16", 3e-2, 3e-2, 1e-2, 0.9999,
+   "as reference-vs-hf bf16: the CPU backend also rounds at HF's points and differs only where "
+   "its fp32 accumulation order decides a bf16 rounding differently from HF's"},
+  {"inv_freq", "ours-vs-hf", "fp32", 0.0, 4.8e-7, kNoBound, -1.0,
+   "both evaluate the same fp32 expression (pow, 1/x, factor*x, ramp blend); only the last bit "
+   "of pow may differ between libm and PyTorch's vectorized pow (<= 1 ulp), propagated through "
+   "<= 6 further fp32 roundings -> <= 8*u32 = 4.8e-7 relative (as the fp32-vs-double row)"},
+  {"*", "ours-vs-hf", "fp32", 3e-6, 0.0, kNoBound, -1.0,
+   "cos/sin tables in fp32: the angle fp32(inv_freq*pos) differs by at most 2 ulps of the angle "
+   "when inv_freq does (|angle| <= S-1 = 23 in the fixtures: 2*23*u32 = 2.8e-6), plus <= 1 ulp "
+   "(6e-8) of PyTorch's vectorized cos/sin vs our correctly rounded value; |cos|,|sin| <= 1"},
+  {"*", "ours-vs-hf", "bf16", 3.9e-3, 0.0, kNoBound, -1.0,
+   "cos/sin cast to bf16: the fp32 values (row above) can straddle a bf16 rounding boundary, "
+   "giving one bf16 ulp, which is <= 2^-8 = 3.9e-3 for |value| < 1"},
+};
+// clang-format on
+
+// The row for (what, pair, precision); a row with what == "*" matches any tensor when no
+// specific row exists. Throws std::logic_error when the table has no such row.
+inline const Tolerance& tolerance(std::string_view what, std::string_view pair, std::string_view precision) {
+  const Tolerance* wildcard = nullptr;
+  for (const Tolerance& t : kTolerances) {
+    if (t.pair != pair || t.precision != precision) continue;
+    if (t.what == what) return t;
+    if (t.what == "*" && wildcard == nullptr) wildcard = &t;
+  }
+  if (wildcard != nullptr) return *wildcard;
+  throw std::logic_error("tolerances.hpp has no row for what=" + std::string(what) + " pair=" + std::string(pair) +
+                         " precision=" + std::string(precision));
+}
+
+}  // namespace mla::test
