@@ -287,7 +287,7 @@ BOOST_AUTO_TEST_CASE(round_trip_all_dtypes_byte_exact) {
     BOOST_TEST(mla::dtype_name(t.dtype) == mla::dtype_name(items[k].dtype));
     BOOST_TEST(t.shape == items[k].shape);
     const auto raw = f.bytes(t);
-    BOOST_TEST(std::memcmp(raw.data(), payloads[k].data(), raw.size()) == 0);
+    BOOST_TEST((raw.empty() || std::memcmp(raw.data(), payloads[k].data(), raw.size()) == 0));
     BOOST_TEST(raw.size() == payloads[k].size());
     second.push_back({t.name, t.dtype, t.shape, raw});
   }
