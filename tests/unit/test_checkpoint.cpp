@@ -642,7 +642,9 @@ BOOST_AUTO_TEST_CASE(cli_synth_and_inspect) {
 
   // A corrupt file: one error line on stderr, exit 1, nothing on stdout.
   const std::string bad = mla::test::scratch_dir("cli-bad") + "/broken.safetensors";
-  mla::test::write_text(bad, std::string("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": 1,      ", 24));
+  // N = 16, but only 14 header bytes follow: the file ends inside the header.
+  static const char kBroken[] = "\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": 1,      ";
+  mla::test::write_text(bad, std::string(kBroken, sizeof(kBroken) - 1));
   r = mla::test::run_cli("inspect '" + bad + "'");
   BOOST_TEST(r.exit_code == 1);
   BOOST_TEST(r.out.empty());

@@ -231,6 +231,42 @@ BOOST_AUTO_TEST_CASE(select_reproduces_run) {
   BOOST_TEST(read_text(dir + "/selv/heads_kept.csv") == read_text(dir + "/run/heads_kept.csv"));
 }
 
+// `mla-h2o demo` end to end: the starting demo's configuration (256 tokens, 4 sinks, 32 recent,
+// 64 heavy) on the synthesized Kimi K2.6-shaped layer 0 must keep exactly 100 of 256, with the
+// categories where the H2O rule puts them; a second run reuses the cached checkpoint.
+BOOST_AUTO_TEST_CASE(demo_keeps_100_of_256) {
+  const std::string dir = scratch_dir("cli-demo");
+  const std::string args = "demo --backend cpu --cache-dir '" + dir + "/cache' --out '" + dir + "/out'";
+  const RunResult first = run_cli(args);
+  BOOST_TEST_REQUIRE(first.exit_code == 0, first.err);
+  BOOST_TEST(contains(first.out, "100 of 256"));
+  BOOST_TEST(contains(first.out, "synthesized into the cache"));
+  const std::string csv = read_text(dir + "/out/scores.csv");
+  std::vector<std::string> category;
+  size_t pos = csv.find('\n') + 1;  // skip the header
+  while (pos < csv.size()) {
+    const size_t end = csv.find('\n', pos);
+    const std::string line = csv.substr(pos, end - pos);
+    category.push_back(line.substr(line.rfind(',') + 1));
+    pos = end + 1;
+  }
+  BOOST_TEST_REQUIRE(category.size() == 256u);
+  for (size_t i = 0; i < 256; ++i) {
+    BOOST_TEST_CONTEXT("token " << i) {
+      if (i < 4) BOOST_TEST(category[i] == "sink");
+      else if (i >= 224) BOOST_TEST(category[i] == "recent");
+      else BOOST_TEST((category[i] == "heavy" || category[i] == "evicted"));
+    }
+  }
+  BOOST_TEST(std::count(category.begin(), category.end(), "heavy") == 64);
+  BOOST_TEST(std::count(category.begin(), category.end(), "evicted") == 156);
+
+  const RunResult second = run_cli(args);
+  BOOST_TEST_REQUIRE(second.exit_code == 0, second.err);
+  BOOST_TEST(contains(second.out, "reused from the cache"));
+  BOOST_TEST(read_text(dir + "/out/scores.csv") == csv);  // deterministic
+}
+
 BOOST_AUTO_TEST_CASE(run_bad_inputs) {
   const std::string dir = scratch_dir("cli-bad");
   const std::string o = "--out '" + dir + "/o' ";

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <boost/test/unit_test.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -38,10 +39,29 @@ std::string data_dir() {
   return p;
 }
 
+namespace {
+
+std::filesystem::path scratch_base() {
+  return std::filesystem::temp_directory_path() / ("mla-h2o-test-" + std::to_string(::getpid()));
+}
+
+// Removes this process's scratch tree when the test module ends (synthesized Kimi layers are
+// ~200 MB each), unless MLA_KEEP_SCRATCH is set for debugging.
+struct RemoveScratchAtExit {
+  ~RemoveScratchAtExit() {
+    if (std::getenv("MLA_KEEP_SCRATCH")) return;
+    std::error_code ec;
+    std::filesystem::remove_all(scratch_base(), ec);
+  }
+};
+BOOST_TEST_GLOBAL_FIXTURE(RemoveScratchAtExit);
+
+}  // namespace
+
 std::string scratch_dir(const std::string& tag) {
   static std::atomic<int> counter{0};
   namespace fs = std::filesystem;
-  fs::path base = fs::temp_directory_path() / ("mla-h2o-test-" + std::to_string(::getpid()));
+  fs::path base = scratch_base();
   fs::path p = base / (tag + "-" + std::to_string(counter++));
   fs::remove_all(p);
   fs::create_directories(p);
