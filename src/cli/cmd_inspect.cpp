@@ -22,6 +22,7 @@
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/rope.hpp"
+#include "mla/report.hpp"
 #include "mla/safetensors.hpp"
 
 namespace mla::cli {
@@ -40,23 +41,7 @@ const CommandSpec kSpec = {
     "PATH  a .safetensors file, or a checkpoint directory (model.safetensors.index.json or model.safetensors)",
 };
 
-std::string json_str(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
+std::string json_str(const std::string& s) { return json_quote(s); }  // mla/report.hpp
 
 // Shortest decimal that reads back as the same double.
 std::string num(double v) {

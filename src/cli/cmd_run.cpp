@@ -180,7 +180,7 @@ int execute_run(const RunPlan& plan) {
   // 5-6. backend and forward
   if (plan.backend == BackendKind::Auto) {
     std::string why;
-    info.backend_reason = cuda_available(&why) ? "a CUDA device is usable" : "no usable CUDA device: " + why;
+    info.backend_reason = cuda_available(&why) ? "a CUDA device is usable" : why;
   }
   std::unique_ptr<Backend> backend = make_backend(plan.backend);
   backend->prepare(cfg, weights, fopt);
