@@ -32,7 +32,7 @@ cudaError_t launch(const void* probs, double* head_scores, int64_t heads, int64_
                    cudaStream_t stream) {
   const LaunchShape ls = column_launch(heads * keys);
   if (ls.grid == 0) return cudaSuccess;
-  attention_mass_kernel<T><<<static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block), 0, stream>>>(
+  MLA_LAUNCH(attention_mass_kernel<T>, static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block), 0, stream)(
       static_cast<const T*>(probs), head_scores, heads, queries, keys);
   return cudaGetLastError();
 }

@@ -61,6 +61,7 @@ class DeviceBuffer {
     const cudaError_t st = cudaMalloc(&ptr_, static_cast<size_t>(bytes));
     if (st != cudaSuccess) {
       ptr_ = nullptr;
+      clear_last_error();  // see cuda_check.hpp
       fail(ErrorKind::Cuda, failure_message("cudaMalloc(" + what + ", " + std::to_string(bytes) + " bytes)",
                                             __FILE__, __LINE__, static_cast<int>(st), cudaGetErrorName(st),
                                             cudaGetErrorString(st)));

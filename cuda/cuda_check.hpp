@@ -12,8 +12,15 @@
 
 namespace mla::cuda {
 
+// A failed runtime call also leaves its code as the thread's "last error", which the next
+// cudaGetLastError() returns: the launch check after the next kernel would then report this
+// old failure as its own. So the error is read and cleared here, before throwing (a sticky
+// error — a crashed context — stays, and every later call reports it).
+inline void clear_last_error() { static_cast<void>(cudaGetLastError()); }
+
 inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
   if (status == cudaSuccess) return;
+  clear_last_error();
   fail(ErrorKind::Cuda, failure_message(call, file, line, static_cast<int>(status), cudaGetErrorName(status),
                                         cudaGetErrorString(status)));
 }

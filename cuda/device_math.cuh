@@ -13,6 +13,16 @@
 
 #include <cuda_bf16.h>
 
+// The two places where a kernel file touches CUDA-only syntax go through macros, so that the
+// same .cu text also compiles as plain C++ under the host SIMT emulator (tests/emulation,
+// which defines MLA_SIMT_EMULATION and its own versions of both before including a .cu file):
+//   MLA_DYNAMIC_SHARED(float, buf);            extern __shared__ float buf[];
+//   MLA_LAUNCH(k, grid, block, smem, st)(args) k<<<grid, block, smem, st>>>(args)
+#ifndef MLA_SIMT_EMULATION
+#define MLA_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#define MLA_LAUNCH(kernel, grid, block, shared_bytes, stream) kernel<<<grid, block, shared_bytes, stream>>>
+#endif
+
 namespace mla::cuda {
 
 __device__ __forceinline__ float load(const float* p) { return *p; }

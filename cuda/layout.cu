@@ -26,7 +26,7 @@ template <class T>
 cudaError_t launch(const void* bias, void* out, int64_t rows, int64_t cols, cudaStream_t stream) {
   const LaunchShape ls = elementwise_launch(rows * cols);
   if (ls.grid == 0) return cudaSuccess;
-  broadcast_rows_kernel<T><<<static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block), 0, stream>>>(
+  MLA_LAUNCH(broadcast_rows_kernel<T>, static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block), 0, stream)(
       static_cast<const T*>(bias), static_cast<T*>(out), rows, cols);
   return cudaGetLastError();
 }

@@ -22,7 +22,7 @@ namespace {
 template <class T>
 __global__ void rms_norm_kernel(const T* x, int64_t x_row_stride, const T* weight, T* out, int64_t dim,
                                 float eps) {
-  extern __shared__ float shared[];  // [blockDim.x]
+  MLA_DYNAMIC_SHARED(float, shared);  // [blockDim.x]
   const int64_t row = blockIdx.x;
   const T* xr = x + row * x_row_stride;
   T* outr = out + row * dim;
@@ -49,8 +49,8 @@ cudaError_t launch(const void* x, int64_t x_row_stride, const void* weight, void
                    float eps, cudaStream_t stream) {
   const LaunchShape ls = row_launch(rows, dim);
   if (ls.grid == 0) return cudaSuccess;
-  rms_norm_kernel<T><<<static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block),
-                       static_cast<size_t>(ls.block) * sizeof(float), stream>>>(
+  MLA_LAUNCH(rms_norm_kernel<T>, static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block),
+             static_cast<size_t>(ls.block) * sizeof(float), stream)(
       static_cast<const T*>(x), x_row_stride, static_cast<const T*>(weight), static_cast<T*>(out), dim, eps);
   return cudaGetLastError();
 }

@@ -95,7 +95,7 @@ cudaError_t launch_q(const void* q, const void* cos, const void* sin, void* quer
                      int64_t d_nope, int64_t d_rope, bool interleave, cudaStream_t stream) {
   const LaunchShape ls = elementwise_launch(n * S * (d_nope + d_rope));
   if (ls.grid == 0) return cudaSuccess;
-  build_query_states_kernel<T><<<static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block), 0, stream>>>(
+  MLA_LAUNCH(build_query_states_kernel<T>, static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block), 0, stream)(
       static_cast<const T*>(q), static_cast<const T*>(cos), static_cast<const T*>(sin), static_cast<T*>(query_states),
       S, n, d_nope, d_rope, interleave);
   return cudaGetLastError();
@@ -107,7 +107,7 @@ cudaError_t launch_kv(const void* kv, const void* ckv, int64_t r_kv, const void*
                       int64_t d_v, bool interleave, cudaStream_t stream) {
   const LaunchShape ls = elementwise_launch(n * S * (d_nope + d_rope + d_v));
   if (ls.grid == 0) return cudaSuccess;
-  build_key_value_states_kernel<T><<<static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block), 0, stream>>>(
+  MLA_LAUNCH(build_key_value_states_kernel<T>, static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block), 0, stream)(
       static_cast<const T*>(kv), static_cast<const T*>(ckv), r_kv, static_cast<const T*>(cos),
       static_cast<const T*>(sin), static_cast<T*>(key_states), static_cast<T*>(value_states), S, n, d_nope, d_rope,
       d_v, interleave);

@@ -35,7 +35,7 @@ __device__ __forceinline__ float masked_scaled(const T* row, int64_t t, int64_t 
 template <class T>
 __global__ void scale_mask_softmax_kernel(T* scores, int64_t S, int64_t keys, float scaling, bool causal,
                                           float mask_value) {
-  extern __shared__ float shared[];  // [blockDim.x]
+  MLA_DYNAMIC_SHARED(float, shared);  // [blockDim.x]
   const int64_t row = blockIdx.x;    // = h * S + s
   const int64_t s = row % S;
   T* r = scores + row * keys;
@@ -62,8 +62,8 @@ cudaError_t launch(void* scores, int64_t heads, int64_t queries, int64_t keys, f
                    float mask_value, cudaStream_t stream) {
   const LaunchShape ls = row_launch(heads * queries, keys);
   if (ls.grid == 0 || keys == 0) return cudaSuccess;
-  scale_mask_softmax_kernel<T><<<static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block),
-                                 static_cast<size_t>(ls.block) * sizeof(float), stream>>>(
+  MLA_LAUNCH(scale_mask_softmax_kernel<T>, static_cast<unsigned>(ls.grid), static_cast<unsigned>(ls.block),
+             static_cast<size_t>(ls.block) * sizeof(float), stream)(
       static_cast<T*>(scores), queries, keys, scaling, causal, mask_value);
   return cudaGetLastError();
 }
