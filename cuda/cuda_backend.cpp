@@ -177,7 +177,7 @@ struct DeviceWeights {
   DeviceBuffer kv_a_layernorm;      // [r_kv]
   DeviceBuffer kv_b_proj;           // [n*(d_n+d_v), r_kv]
   DeviceBuffer o_proj;              // [H, n*d_v]
-  DeviceBuffer q_bias;              // [r_q] (or [n*d_qk] for q_proj)   attention_bias only
+  DeviceBuffer q_bias;              // [r_q]                            attention_bias + q_lora only
   DeviceBuffer kv_a_bias;           // [r_kv + d_r]                     attention_bias only
   DeviceBuffer o_bias;              // [H]                              attention_bias only
 };
@@ -229,8 +229,9 @@ class CudaBackend final : public Backend {
     dw.kv_a_layernorm = upload(w.kv_a_layernorm, r_kv);
     dw.kv_b_proj = upload(w.kv_b_proj, n * (d_n + d_v) * r_kv);
     dw.o_proj = upload(w.o_proj, H * n * d_v);
+    check_no_foreign_bias(cfg, w, "cuda");
     if (cfg.attention_bias) {
-      dw.q_bias = upload(w.q_a_proj_bias, cfg.has_q_lora() ? r_q : n * d_qk);
+      if (cfg.has_q_lora()) dw.q_bias = upload(w.q_a_proj_bias, r_q);
       dw.kv_a_bias = upload(w.kv_a_proj_with_mqa_bias, r_kv + d_r);
       dw.o_bias = upload(w.o_proj_bias, H);
     }
@@ -259,16 +260,7 @@ class CudaBackend final : public Backend {
   // The workspace for S tokens, reallocated only when S changes.
   // (prepare() drops it, since the layout also depends on the geometry.)
   void ensure_workspace(int64_t S) {
-    WorkspaceDims d;
-    d.seq_len = S;
-    d.hidden_size = cfg_.hidden_size;
-    d.heads = cfg_.num_attention_heads;
-    d.q_lora_rank = cfg_.q_lora_rank;
-    d.kv_lora_rank = cfg_.kv_lora_rank;
-    d.qk_nope_head_dim = cfg_.qk_nope_head_dim;
-    d.qk_rope_head_dim = cfg_.qk_rope_head_dim;
-    d.v_head_dim = cfg_.v_head_dim;
-    d.elem_bytes = elem_bytes();
+    const WorkspaceDims d = workspace_dims(cfg_, S, elem_bytes());
     if (workspace_.get() && workspace_seq_len_ == S && workspace_elem_bytes_ == d.elem_bytes) return;
     workspace_ = DeviceBuffer();  // free the old one first: peak memory = one workspace
     layout_ = workspace_layout(d);

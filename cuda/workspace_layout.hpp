@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mla/config.hpp"
 #include "mla/error.hpp"
 
 namespace mla::cuda {
@@ -56,6 +57,21 @@ struct WorkspaceDims {
   int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   int64_t elem_bytes = 4;  // 4 = fp32, 2 = bf16
 };
+
+// The dimensions of a forward over `seq_len` tokens of layer geometry `c`.
+inline WorkspaceDims workspace_dims(const AttentionConfig& c, int64_t seq_len, int64_t elem_bytes) {
+  WorkspaceDims d;
+  d.seq_len = seq_len;
+  d.hidden_size = c.hidden_size;
+  d.heads = c.num_attention_heads;
+  d.q_lora_rank = c.q_lora_rank;
+  d.kv_lora_rank = c.kv_lora_rank;
+  d.qk_nope_head_dim = c.qk_nope_head_dim;
+  d.qk_rope_head_dim = c.qk_rope_head_dim;
+  d.v_head_dim = c.v_head_dim;
+  d.elem_bytes = elem_bytes;
+  return d;
+}
 
 // a*b with a clear error instead of a wrapped int64 (S*S*n is the big one).
 inline int64_t checked_mul(int64_t a, int64_t b, const char* what) {

@@ -72,7 +72,7 @@ void check_weights(const AttentionConfig& cfg, const LayerWeights& w) {
     if (!w.q_a_proj_bias.empty()) expect_shape("q_a_proj.bias", w.q_a_proj_bias.shape, {r_q});
   } else {
     expect_shape("q_proj.weight", w.q_proj.shape, {n * d_qk, H});
-    if (!w.q_a_proj_bias.empty()) expect_shape("q_proj.bias", w.q_a_proj_bias.shape, {n * d_qk});
+    check_no_foreign_bias(cfg, w, "reference");
   }
   expect_shape("kv_a_proj_with_mqa.weight", w.kv_a_proj_with_mqa.shape, {r_kv + d_r, H});
   expect_shape("kv_a_layernorm.weight", w.kv_a_layernorm.shape, {r_kv});
@@ -399,7 +399,7 @@ Activations forward(const AttentionConfig& cfg, const LayerWeights& w, const Ten
     a.q_a_normed = rms_norm("q_a_layernorm", a.q_a, w.q_a_layernorm, opt.latent_norm_eps, p);  // [S, r_q]
     a.q = linear("q_b_proj", a.q_a_normed, w.q_b_proj, no_bias, p);                           // [S, n*d_qk]
   } else {
-    a.q = linear("q_proj", a.hidden, w.q_proj, w.q_a_proj_bias, p);  // [S, n*d_qk]
+    a.q = linear("q_proj", a.hidden, w.q_proj, no_bias, p);  // [S, n*d_qk] (q_proj: bias=False)
   }
   const QueryHeads qh = split_query_heads(cfg, a.q);  // [n, S, d_n], [n, S, d_r]
   end_stage("q_path");

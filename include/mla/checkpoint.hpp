@@ -38,7 +38,9 @@ struct LayerWeights {
   TensorF kv_b_proj;           // [n*(d_n+d_v), r_kv] head-major: k_nope (d_n) | v (d_v)
   TensorF o_proj;              // [H, n*d_v]
   // attention_bias = true only (empty otherwise):
-  TensorF q_a_proj_bias;            // [r_q]  (or q_proj bias [n*(d_n+d_r)] when q_lora_rank is null)
+  // (HF DeepseekV3Attention: q_a_proj, kv_a_proj_with_mqa and o_proj take bias=attention_bias;
+  //  q_proj, q_b_proj and kv_b_proj never have one, so with a null q_lora_rank there is no q bias.)
+  TensorF q_a_proj_bias;            // [r_q]  (q_lora_rank set only)
   TensorF kv_a_proj_with_mqa_bias;  // [r_kv + d_r]
   TensorF o_proj_bias;              // [H]
   // Decoder norm in front of the attention, when requested (for --tokens): [H]
@@ -47,6 +49,11 @@ struct LayerWeights {
   std::map<std::string, std::string> source_dtype;
   int64_t parameter_count() const;  // attention tensors only (the 7 of mla-math.md §12)
 };
+
+// Every backend's prepare() calls this: Error(Shape) when the weights carry a bias that
+// DeepseekV3Attention does not have (a q bias with a null q_lora_rank, where q_proj is
+// bias-free), naming the tensor and `who` ("cpu backend", ...).
+void check_no_foreign_bias(const AttentionConfig& cfg, const LayerWeights& w, const std::string& who);
 
 struct TensorLocation {
   std::string name;   // full tensor name in the checkpoint

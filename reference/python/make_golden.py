@@ -166,13 +166,14 @@ def shard_map(checkpoint_dir: str) -> dict[str, str]:
     return out
 
 
-def load_layer_weights(torch, checkpoint_dir: str, layer: int) -> tuple[dict, dict]:
-    """{module key: tensor as stored} for layer L's self_attn, and {module key: full name}."""
+def load_layer_weights(torch, checkpoint_dir: str, layer: int) -> tuple[dict, dict, dict]:
+    """{module key: tensor as stored (FP8: dequantized to fp32)} for layer L's self_attn,
+    {module key: full name} and {module key: stored dtype name}."""
     from safetensors import safe_open
 
     names = shard_map(checkpoint_dir)
     marker = f"layers.{layer}.self_attn."
-    found, full = {}, {}
+    found, full, stored = {}, {}, {}
     for name, path in names.items():
         pos = name.find(marker)
         if pos < 0 or (pos > 0 and name[pos - 1] != "."):
@@ -183,9 +184,29 @@ def load_layer_weights(torch, checkpoint_dir: str, layer: int) -> tuple[dict, di
         with safe_open(path, framework="pt") as f:
             found[key] = f.get_tensor(name)
         full[key] = name
+        stored[key] = str(found[key].dtype).removeprefix("torch.")
+        if found[key].dtype == torch.float8_e4m3fn:
+            scale_name = name + "_scale_inv"
+            if scale_name not in names:
+                sys.exit(f"make_golden: {name} is float8_e4m3fn but {scale_name} is missing")
+            with safe_open(names[scale_name], framework="pt") as f:
+                found[key] = dequantize_fp8_blocks(torch, found[key], f.get_tensor(scale_name), name)
     if not found:
         sys.exit(f"make_golden: {checkpoint_dir}: no tensors '*{marker}*' (layer {layer} absent?)")
-    return found, full
+    return found, full, stored
+
+
+def dequantize_fp8_blocks(torch, w, scale_inv, name: str, block: int = 128):
+    """DeepSeek-V3 FP8 weights (mla-math.md §11): W = fp32(w) * scale_inv[i // 128, j // 128].
+
+    Written here with torch ops (float8 -> float32 conversion, repeat_interleave), independently
+    of the C++ loader, so the fixture's weight checksums cross-check our dequantization."""
+    out_f, in_f = w.shape
+    want = ((out_f + block - 1) // block, (in_f + block - 1) // block)
+    if tuple(scale_inv.shape) != want:
+        sys.exit(f"make_golden: {name}_scale_inv is {list(scale_inv.shape)}, expected {list(want)}")
+    s = scale_inv.to(torch.float32).repeat_interleave(block, 0).repeat_interleave(block, 1)[:out_f, :in_f]
+    return w.to(torch.float32) * s  # one fp32 multiply per element
 
 
 def weight_checksum(torch, w) -> int:
@@ -305,7 +326,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     config_text, text_cfg = read_config(args.checkpoint)
     hf_cfg = build_hf_config(text_cfg)
-    weights, full_names = load_layer_weights(torch, args.checkpoint, args.layer)
+    weights, full_names, stored_dtypes = load_layer_weights(torch, args.checkpoint, args.layer)
 
     if args.hidden_states:
         hidden = load_file(args.hidden_states)["hidden_states"].to(torch.float32)
@@ -320,9 +341,8 @@ def main(argv=None) -> int:
         hidden_source = "seeded"
 
     checksums = ",".join(f"{k.removesuffix('.weight')}:{weight_checksum(torch, v):#018x}"
-                         for k, v in weights.items() if k.endswith(".weight"))
-    dtypes = ",".join(f"{k.removesuffix('.weight')}:{str(v.dtype).removeprefix('torch.')}"
-                      for k, v in weights.items())
+                         for k, v in weights.items())
+    dtypes = ",".join(f"{k.removesuffix('.weight')}:{stored_dtypes[k]}" for k in weights)
     precisions = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
     masks = ["causal", "none"] if args.mask == "both" else [args.mask]
     os.makedirs(args.out_dir, exist_ok=True)

@@ -432,4 +432,11 @@ int64_t LayerWeights::parameter_count() const {
   return n;
 }
 
+void check_no_foreign_bias(const AttentionConfig& cfg, const LayerWeights& w, const std::string& who) {
+  if (!cfg.has_q_lora() && !w.q_a_proj_bias.empty())
+    fail(ErrorKind::Shape, who + ": a q bias '" + w.q_a_proj_bias.name + "' " + shape_string(w.q_a_proj_bias.shape) +
+                               " was given with q_lora_rank null, but DeepseekV3Attention's q_proj has no bias "
+                               "(only q_a_proj, kv_a_proj_with_mqa and o_proj take attention_bias)");
+}
+
 }  // namespace mla

@@ -37,11 +37,9 @@ dim3 gridDim;
 namespace mla::simt {
 namespace {
 
-#ifdef MLA_SIMT_ASAN
-constexpr size_t kStackBytes = size_t(512) << 10;  // ASan frames are several times larger
-#else
-constexpr size_t kStackBytes = size_t(128) << 10;
-#endif
+// A kernel's frames are small (a lambda, std::apply, the kernel); ASan clears a switched-to
+// stack's shadow on every swapcontext, so the stacks are kept small.
+constexpr size_t kStackBytes = size_t(64) << 10;
 constexpr size_t kMaxDynamicShared = size_t(48) << 10;  // default limit without cudaFuncSetAttribute
 constexpr unsigned kMaxThreadsPerBlock = 1024;
 constexpr unsigned kMaxGridX = 2147483647u;
@@ -62,6 +60,8 @@ struct Scheduler {
   const std::function<void()>* body = nullptr;
   unsigned current = 0;           // thread index of the running fiber
   bool in_kernel = false;
+  bool direct = false;            // threads run as plain calls on the main stack (see run_block)
+  unsigned direct_barriers = 0;   // __syncthreads() calls seen in direct mode
   std::vector<std::string> log;
 #ifdef MLA_SIMT_ASAN
   const void* main_stack_bottom = nullptr;
@@ -89,6 +89,17 @@ void fiber_entry() {
 #endif
 }
 
+// Gives `f` a fresh context that starts in fiber_entry on its own stack. Kept out of line:
+// getcontext "returns twice", which makes GCC warn about (and forbids keeping) the caller's
+// loop variables in registers (-Wclobbered).
+[[gnu::noinline]] void init_fiber(Fiber& f, ucontext_t* link) {
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.get();
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = link;
+  makecontext(&f.ctx, fiber_entry, 0);
+}
+
 // Scheduler -> fiber `tid`, returning when the fiber yields or returns.
 void resume(Scheduler& s, unsigned tid) {
   s.current = tid;
@@ -112,6 +123,10 @@ ThreadOrder thread_order() { return sched().order; }
 
 void syncthreads() {
   Scheduler& s = sched();
+  if (s.direct) {  // the block's first thread returned without a barrier: this one diverges
+    ++s.direct_barriers;
+    return;
+  }
   Fiber& f = s.fibers[s.current];
   f.state = FiberState::AtBarrier;
 #ifdef MLA_SIMT_ASAN
@@ -152,23 +167,51 @@ cudaError_t run_grid(const char* kernel, dim3 grid, dim3 block, size_t shared_by
     if (!s.fibers[t].stack) s.fibers[t].stack = std::make_unique<unsigned char[]>(kStackBytes);
 
   cudaError_t status = cudaSuccess;
-  for (unsigned b = 0; b < grid.x && status == cudaSuccess; ++b) {
+  for (unsigned i = 0; i < grid.x && status == cudaSuccess; ++i) {
+    const unsigned b = s.order == ThreadOrder::Ascending ? i : grid.x - 1 - i;  // blocks too
     blockIdx.x = b;
     blockIdx.y = 0;
     blockIdx.z = 0;
     s.shared.assign(shared_bytes, 0xFF);
-    for (unsigned t = 0; t < block.x; ++t) {
-      Fiber& f = s.fibers[t];
-      f.state = FiberState::Runnable;
-      getcontext(&f.ctx);
-      f.ctx.uc_stack.ss_sp = f.stack.get();
-      f.ctx.uc_stack.ss_size = kStackBytes;
-      f.ctx.uc_link = &s.main_ctx;
-      makecontext(&f.ctx, fiber_entry, 0);
+    auto thread_at = [&](unsigned k) { return s.order == ThreadOrder::Ascending ? k : block.x - 1 - k; };
+
+    // The block's first thread runs as a fiber. If it returns without reaching a barrier,
+    // no other thread may reach one either (uniform barriers), so the others run as plain
+    // calls, in order, on this stack — far cheaper than a context switch each; a barrier
+    // reached in that mode is a divergent barrier.
+    const unsigned first = thread_at(0);
+    s.fibers[first].state = FiberState::Runnable;
+    init_fiber(s.fibers[first], &s.main_ctx);
+    resume(s, first);
+    if (s.fibers[first].state == FiberState::Returned) {
+      s.direct = true;
+      s.direct_barriers = 0;
+      for (unsigned k = 1; k < block.x; ++k) {
+        const unsigned t = thread_at(k);
+        s.current = t;
+        threadIdx.x = t;
+        threadIdx.y = 0;
+        threadIdx.z = 0;
+        body();
+      }
+      s.direct = false;
+      if (s.direct_barriers != 0) {
+        std::fprintf(stderr,
+                     "simt: %s block %u: thread %u returned without __syncthreads() while other threads reached "
+                     "%u barrier(s) (divergent barrier)\n",
+                     kernel, b, first, s.direct_barriers);
+        status = cudaErrorLaunchFailure;
+      }
+      continue;
+    }
+    for (unsigned k = 1; k < block.x; ++k) {
+      const unsigned t = thread_at(k);
+      s.fibers[t].state = FiberState::Runnable;
+      init_fiber(s.fibers[t], &s.main_ctx);
     }
     for (;;) {
-      for (unsigned i = 0; i < block.x; ++i) {
-        const unsigned t = s.order == ThreadOrder::Ascending ? i : block.x - 1 - i;
+      for (unsigned k = 0; k < block.x; ++k) {
+        const unsigned t = thread_at(k);
         if (s.fibers[t].state == FiberState::Runnable) resume(s, t);
       }
       unsigned at_barrier = 0, returned = 0;

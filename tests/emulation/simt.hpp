@@ -10,13 +10,14 @@
 //
 // Semantics (stricter than a GPU where a GPU is undefined):
 //   * Blocks run one after another; the threads of a block are cooperative fibers run in a
-//     fixed order (ascending or descending thread index, set_thread_order) between barriers.
-//     Running a kernel in both orders and comparing is a race detector: a read and a write of
-//     the same location by two threads with no barrier between them gives order-dependent
-//     results.
+//     fixed order between barriers. set_thread_order(Descending) reverses both the block order
+//     and the thread order. Running a kernel in both orders and comparing is a race detector: a
+//     read and a write of the same location by two threads (or two blocks) with no barrier
+//     between them gives order-dependent results.
 //   * __syncthreads() must be reached by every thread of the block that has not returned and by
 //     none that has: a barrier reached by only some threads (undefined on a GPU) is reported as
-//     a launch error naming the kernel.
+//     a launch error naming the kernel. (When the block's first thread returns without a
+//     barrier, the other threads run as plain calls instead of fibers; same order, same checks.)
 //   * Dynamic shared memory starts filled with 0xFF bytes (a NaN for floats) in every block, so
 //     a kernel reading shared memory it did not write produces NaNs instead of luck.
 //   * Launch configuration is validated as the CUDA runtime does (block 1..1024 threads, grid

@@ -99,17 +99,7 @@ ForwardResult run(mla::Backend& b, const mla::AttentionConfig& cfg, const mla::L
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 int64_t workspace_bytes(const mla::AttentionConfig& c, int64_t S, int64_t elem_bytes) {
-  mla::cuda::WorkspaceDims d;
-  d.seq_len = S;
-  d.hidden_size = c.hidden_size;
-  d.heads = c.num_attention_heads;
-  d.q_lora_rank = c.q_lora_rank;
-  d.kv_lora_rank = c.kv_lora_rank;
-  d.qk_nope_head_dim = c.qk_nope_head_dim;
-  d.qk_rope_head_dim = c.qk_rope_head_dim;
-  d.v_head_dim = c.v_head_dim;
-  d.elem_bytes = elem_bytes;
-  return mla::cuda::workspace_layout(d).total_bytes;
+  return mla::cuda::workspace_layout(mla::cuda::workspace_dims(c, S, elem_bytes)).total_bytes;
 }
 
 auto kind_is(mla::ErrorKind k) {
@@ -168,7 +158,7 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_FIXTURE_TEST_SUITE(cuda_launches, DefaultDevice)
 
 BOOST_AUTO_TEST_CASE(one_forward_is_a_fixed_sequence_with_one_sync) {
-  for (const char* name : {"tiny", "q_lora_null", "bias"}) {
+  for (const char* name : {"tiny", "q_lora_null", "bias", "bias_q_lora_null"}) {
     const mla::AttentionConfig cfg = mla::test::geometry(name);
     const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 11);
     const mla::TensorF hidden = mla::test::random_hidden(9, cfg.hidden_size, 12);
@@ -185,8 +175,9 @@ BOOST_AUTO_TEST_CASE(one_forward_is_a_fixed_sequence_with_one_sync) {
       const emu::Counters c = emu::counters();
       BOOST_TEST_CONTEXT(std::string(name) + " forward #" + std::to_string(repeat + 2)) {
         // Launches: RMSNorm per latent (q only with q_lora), 2 rope/layout kernels, softmax,
-        // attention mass, and one bias broadcast per biased Linear (q, kv_a, o).
-        const int64_t want_launches = (cfg.has_q_lora() ? 2 : 1) + 2 + 1 + 1 + (cfg.attention_bias ? 3 : 0);
+        // attention mass, and one bias broadcast per biased Linear (q_a with q_lora, kv_a, o).
+        const int64_t biases = cfg.attention_bias ? (cfg.has_q_lora() ? 3 : 2) : 0;
+        const int64_t want_launches = (cfg.has_q_lora() ? 2 : 1) + 2 + 1 + 1 + biases;
         // GEMMs: q_a + q_b (or q_proj), kv_a, kv_b, scores, P.V, o_proj.
         const int64_t want_gemms = (cfg.has_q_lora() ? 2 : 1) + 5;
         BOOST_TEST(c.kernel_launches == want_launches);
@@ -332,6 +323,18 @@ BOOST_AUTO_TEST_CASE(injected_failures_are_typed_errors_naming_the_call) {
   const ForwardResult again = gpu->forward(hidden, o);
   BOOST_TEST(again.attn_output.data == clean.attn_output.data);
   BOOST_TEST(again.head_scores == clean.head_scores);
+}
+
+BOOST_AUTO_TEST_CASE(q_proj_bias_is_refused) {
+  const mla::AttentionConfig cfg = mla::test::geometry("bias_q_lora_null");
+  mla::LayerWeights w = mla::test::random_layer_weights(cfg, 33);
+  auto gpu = mla::make_cuda_backend();
+  ForwardOptions o;
+  gpu->prepare(cfg, w, o);
+  w.q_a_proj_bias = mla::TensorF("q_proj.bias", {cfg.num_attention_heads * cfg.qk_head_dim()});
+  BOOST_CHECK_EXCEPTION(gpu->prepare(cfg, w, o), mla::Error, [](const mla::Error& e) {
+    return e.kind() == mla::ErrorKind::Shape && std::string(e.what()).find("q_proj has no bias") != std::string::npos;
+  });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -99,6 +99,12 @@ std::vector<Geometry> build_small() {
     c.attention_bias = true;
     g.push_back({"bias", "attention_bias true: q_a / kv_a / o_proj biases", c});
   }
+  {
+    AttentionConfig c = tiny();
+    c.attention_bias = true;
+    c.q_lora_rank = 0;
+    g.push_back({"bias_q_lora_null", "attention_bias true with q_lora null: kv_a / o_proj biases, q_proj none", c});
+  }
   return g;
 }
 
@@ -176,7 +182,7 @@ LayerWeights random_layer_weights(const AttentionConfig& c, uint64_t seed) {
   w.kv_b_proj = linear_weight("kv_b_proj.weight", n * (d_n + d_v), r_kv, seed, 7);
   w.o_proj = linear_weight("o_proj.weight", H, n * d_v, seed, 8);
   if (c.attention_bias) {
-    w.q_a_proj_bias = bias(c.has_q_lora() ? "q_a_proj.bias" : "q_proj.bias", c.has_q_lora() ? r_q : n * d_qk, seed, 9);
+    if (c.has_q_lora()) w.q_a_proj_bias = bias("q_a_proj.bias", r_q, seed, 9);  // q_proj has none (HF)
     w.kv_a_proj_with_mqa_bias = bias("kv_a_proj_with_mqa.bias", r_kv + d_r, seed, 10);
     w.o_proj_bias = bias("o_proj.bias", H, seed, 11);
   }

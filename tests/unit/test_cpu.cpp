@@ -248,6 +248,26 @@ BOOST_AUTO_TEST_CASE(causal_structure_and_state_layout) {
   }
 }
 
+// HF's q_proj (q_lora_rank null) has no bias even with attention_bias: a q bias there is a
+// weight set DeepseekV3Attention cannot load, so every backend refuses it with one line.
+BOOST_AUTO_TEST_CASE(q_proj_bias_is_refused_by_cpu_and_reference) {
+  const mla::AttentionConfig cfg = mla::test::geometry("bias_q_lora_null");
+  mla::LayerWeights w = mla::test::random_layer_weights(cfg, 4);
+  BOOST_TEST(w.q_a_proj_bias.empty());
+  ForwardOptions opt;
+  auto cpu = mla::make_cpu_backend();
+  auto ref = mla::make_reference_backend();
+  cpu->prepare(cfg, w, opt);  // kv_a and o biases only: fine
+  ref->prepare(cfg, w, opt);
+  w.q_a_proj_bias = mla::TensorF("q_proj.bias", {cfg.num_attention_heads * cfg.qk_head_dim()});
+  std::string msg;
+  for (mla::Backend* b : {cpu.get(), ref.get()}) {
+    BOOST_TEST((error_kind_of([&] { b->prepare(cfg, w, opt); b->forward(mla::test::random_hidden(2, cfg.hidden_size, 1), opt); }, &msg) ==
+                mla::ErrorKind::Shape));
+    BOOST_TEST(msg.find("q_proj has no bias") != std::string::npos, msg);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(bad_inputs_are_clear_errors) {
   const mla::AttentionConfig cfg = mla::test::geometry("tiny");
   const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 3);

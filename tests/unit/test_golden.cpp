@@ -95,6 +95,9 @@ const mla::TensorF* weight_by_short_name(const mla::LayerWeights& w, const std::
   if (name == "kv_a_layernorm") return &w.kv_a_layernorm;
   if (name == "kv_b_proj") return &w.kv_b_proj;
   if (name == "o_proj") return &w.o_proj;
+  if (name == "q_a_proj.bias") return &w.q_a_proj_bias;
+  if (name == "kv_a_proj_with_mqa.bias") return &w.kv_a_proj_with_mqa_bias;
+  if (name == "o_proj.bias") return &w.o_proj_bias;
   return nullptr;
 }
 
@@ -300,7 +303,7 @@ BOOST_AUTO_TEST_SUITE(golden)
 
 BOOST_AUTO_TEST_CASE(manifest_lists_every_fixture) {
   // Every committed fixture is listed (a stray file would silently go unchecked), and the
-  // set covers what the suite promises: both masks, both precisions, four geometries.
+  // set covers what the suite promises: both masks, both precisions, six geometries.
   std::vector<std::string> on_disk;
   for (const auto& e : fs::recursive_directory_iterator(golden_dir()))
     if (e.path().extension() == ".safetensors") on_disk.push_back(fs::relative(e.path(), golden_dir()).string());
@@ -308,7 +311,7 @@ BOOST_AUTO_TEST_CASE(manifest_lists_every_fixture) {
   std::vector<std::string> listed = manifest();
   std::sort(listed.begin(), listed.end());
   BOOST_TEST(on_disk == listed, boost::test_tools::per_element());
-  BOOST_TEST(listed.size() == 16u);
+  BOOST_TEST(listed.size() == 24u);
 }
 
 BOOST_AUTO_TEST_CASE(small_geometries_match_hf) {
