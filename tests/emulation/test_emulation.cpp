@@ -12,11 +12,15 @@
 //   cuda_faults         injected cudaMalloc / cuBLAS failures become Error(Cuda) naming the
 //                       call, leak nothing, and the backend keeps working afterwards;
 //   cuda_devices        --backend auto / cuda with no device, an old device, a good device;
-//   cuda_tf32           --allow-tf32 reaches cuBLAS and stays within its tolerance row.
+//   cuda_tf32           --allow-tf32 reaches cuBLAS and stays within its tolerance row;
+//   cli_on_emulated_gpu the mla-h2o CLI linked with the emulator (mla-h2o-emulated): --backend
+//                       auto picks cuda and says so, and its H2O decision equals the CPU's.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,6 +31,7 @@
 #include "mla/attention.hpp"
 #include "mla/error.hpp"
 #include "simt.hpp"
+#include "test_util.hpp"
 #include "tolerances.hpp"
 
 namespace {
@@ -389,6 +394,58 @@ BOOST_AUTO_TEST_CASE(allow_tf32_reaches_cublas_within_its_tolerance) {
         mla::test::compare(name, a, b, mla::test::tolerance(name, "cuda-tf32-vs-reference", "fp32"));
     BOOST_TEST_MESSAGE(std::string("tf32 ") + name + " norm_error=" + std::to_string(r.norm_error));
     BOOST_TEST(r.ok, r.message);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// -------------------------------------------------------------------------------------------------
+BOOST_FIXTURE_TEST_SUITE(cli_on_emulated_gpu, DefaultDevice)
+
+namespace {
+
+// scores.csv without its score column: "token_idx,kept,category" per line (the decision).
+std::vector<std::string> decisions(const std::string& csv_path) {
+  std::istringstream in(mla::test::read_text(csv_path));
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(in, line);) {
+    const size_t a = line.find(','), b = line.find(',', a + 1);
+    BOOST_REQUIRE_MESSAGE(a != std::string::npos && b != std::string::npos, csv_path << ": bad line " << line);
+    rows.push_back(line.substr(0, a) + line.substr(b));
+  }
+  return rows;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(auto_picks_cuda_and_decides_as_the_cpu) {
+  using mla::test::run_cli;
+  const std::string dir = mla::test::scratch_dir("emulated-cli");
+  const mla::test::RunResult synth = run_cli("synth --preset tiny --seed 5 --out '" + dir + "/ckpt'");
+  BOOST_REQUIRE_MESSAGE(synth.exit_code == 0, synth.err);
+  const std::string common = "run --checkpoint '" + dir + "/ckpt' --seq-len 40 --seed 3 --sinks 2 --recent 6 "
+                             "--budget 8 --dump-tensors";
+  for (const char* precision : {"fp32", "bf16"}) {
+    BOOST_TEST_CONTEXT(precision) {
+      const std::string gpu_out = dir + "/auto-" + precision, cpu_out = dir + "/cpu-" + precision;
+      const mla::test::RunResult gpu = run_cli(common + " --precision " + precision + " --out '" + gpu_out + "'");
+      BOOST_REQUIRE_MESSAGE(gpu.exit_code == 0, gpu.err);
+      BOOST_TEST(gpu.out.find("backend:            cuda (auto: a CUDA device is usable)") != std::string::npos, gpu.out);
+      BOOST_TEST(mla::test::read_text(gpu_out + "/report.json").find("\"name\": \"cuda\"") != std::string::npos);
+      const mla::test::RunResult cpu =
+          run_cli(common + " --precision " + precision + " --backend cpu --out '" + cpu_out + "'");
+      BOOST_REQUIRE_MESSAGE(cpu.exit_code == 0, cpu.err);
+      // The same tokens kept, for the same reasons.
+      BOOST_TEST(decisions(gpu_out + "/scores.csv") == decisions(cpu_out + "/scores.csv"),
+                 boost::test_tools::per_element());
+      // Every dumped tensor within the cuda-vs-cpu row of the tolerance table.
+      const mla::test::Tolerance tol = mla::test::tolerance("attn_output", "cuda-vs-cpu", precision);
+      std::ostringstream cmd;
+      cmd << "compare '" << cpu_out << "/tensors.safetensors' '" << gpu_out << "/tensors.safetensors' --rtol "
+          << tol.rtol << " --atol " << tol.atol;
+      const mla::test::RunResult cmp = run_cli(cmd.str());
+      BOOST_TEST(cmp.exit_code == 0, cmp.out << cmp.err);
+    }
   }
 }
 
