@@ -7,11 +7,14 @@
 // values, softmax scale), the layers whose attention tensors are all present, and the
 // parameter count of layer 0's attention. Only headers are read (no tensor bytes).
 // A broken file is one error line (`mla-h2o inspect: error: ...`) and exit status 1.
-// Progress goes to stderr once reading the shard headers has taken over a second.
+// Progress goes to stderr once reading the shard headers has taken over a second (the
+// environment variable MLA_PROGRESS_AFTER=SECONDS changes the delay; 0 = always).
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -172,18 +175,32 @@ std::vector<std::pair<std::string, std::string>> geometry(const AttentionConfig&
   return g;
 }
 
+// Seconds after which a slow step starts printing progress: MLA_PROGRESS_AFTER, default 1.
+double progress_after_seconds() {
+  const char* v = std::getenv("MLA_PROGRESS_AFTER");
+  if (!v || !*v) return 1.0;
+  double s = -1.0;
+  const char* end = v + std::char_traits<char>::length(v);
+  const auto [p, ec] = std::from_chars(v, end, s);
+  if (ec != std::errc() || p != end || !(s >= 0.0) || !std::isfinite(s))
+    fail(ErrorKind::InvalidArgument,
+         std::string("environment variable MLA_PROGRESS_AFTER='") + v + "' is not a number of seconds >= 0");
+  return s;
+}
+
 int inspect_checkpoint(const std::string& path, const std::string& config, bool json) {
+  const double progress_after = progress_after_seconds();
   const Checkpoint ck = Checkpoint::open(path, config);
   const auto& shards = ck.shards();
 
-  // Shard headers, with progress on stderr once this takes over a second.
+  // Shard headers, with progress on stderr once this takes longer than progress_after.
   const auto t0 = std::chrono::steady_clock::now();
   bool progress_shown = false;
   std::vector<Row> rows;
   std::vector<std::string> missing;
   for (size_t i = 0; i < shards.size(); ++i) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (elapsed > 1.0) {
+    if (elapsed >= progress_after) {
       std::fprintf(stderr, "\rinspect: reading shard header %zu/%zu", i + 1, shards.size());
       progress_shown = true;
     }

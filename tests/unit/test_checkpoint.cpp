@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -628,6 +629,22 @@ BOOST_AUTO_TEST_CASE(cli_synth_and_inspect) {
                         "language_model.model.embed_tokens.weight", "[128, 32]", "kv_lora_rank", "softmax_scale",
                         "yarn_high", "layers present: 2 of 2: 0,1", "18,512"})
     BOOST_TEST(r.out.find(s) != std::string::npos, "'" << s << "' not in inspect output:\n" << r.out);
+
+  // Progress on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1; 0 = at once), and
+  // stdout identical with and without it.
+  const std::string plain = r.out;
+  BOOST_TEST(r.err.empty(), r.err);
+  ::setenv("MLA_PROGRESS_AFTER", "0", 1);
+  r = mla::test::run_cli("inspect '" + dir + "'");
+  BOOST_TEST(r.exit_code == 0, r.err);
+  BOOST_TEST(r.out == plain);
+  BOOST_TEST(r.err.find("\rinspect: reading shard header 1/2\rinspect: reading shard header 2/2") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find("\rinspect: read 2 shard headers in ") != std::string::npos, r.err);
+  ::setenv("MLA_PROGRESS_AFTER", "soon", 1);
+  r = mla::test::run_cli("inspect '" + dir + "'");
+  BOOST_TEST(r.exit_code != 0);
+  BOOST_TEST(r.err.find("MLA_PROGRESS_AFTER='soon'") != std::string::npos, r.err);
+  ::unsetenv("MLA_PROGRESS_AFTER");
 
   r = mla::test::run_cli("inspect '" + dir + "' --json");
   BOOST_TEST(r.exit_code == 0, r.err);
