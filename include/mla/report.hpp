@@ -27,6 +27,7 @@
 #include "mla/attention.hpp"
 #include "mla/config.hpp"
 #include "mla/h2o.hpp"
+#include "mla/json_text.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla {
@@ -103,9 +104,7 @@ std::string scores_svg(std::span<const double> scores, const H2ODecision& d, con
 
 // "%.17g": the shortest printf form that always round-trips a double.
 std::string format_double(double v);
-// JSON string literal with quotes: escapes " \ and control characters; invalid UTF-8
-// bytes become U+FFFD so the document is always valid JSON.
-std::string json_quote(std::string_view s);
+// json_quote (JSON string literals) lives in mla/json_text.hpp, included above.
 
 // A small streaming JSON writer (pretty-printed, 2-space indent). Commas and nesting are
 // tracked; non-finite doubles are written as null (JSON has no NaN/Inf).

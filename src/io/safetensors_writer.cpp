@@ -24,6 +24,7 @@
 
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
+#include "mla/json_text.hpp"
 #include "mla/safetensors.hpp"
 
 static_assert(std::endian::native == std::endian::little,
@@ -32,34 +33,6 @@ static_assert(std::endian::native == std::endian::little,
 namespace mla {
 
 namespace {
-
-// Appends `text` as a JSON string literal: quote, backslash and control bytes escaped
-// (\" \\ \b \f \n \r \t, others \u00XX); UTF-8 bytes >= 0x80 copied as they are.
-void append_json_string(std::string& out, std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out += kHex[c >> 4];
-          out += kHex[c & 0xF];
-        } else {
-          out += ch;
-        }
-    }
-  }
-  out += '"';
-}
 
 void require_utf8(std::string_view text, const std::string& what) {
   if (!simdjson::validate_utf8(text.data(), text.size()))
@@ -93,9 +66,9 @@ std::vector<std::byte> serialize_safetensors(const std::vector<TensorToWrite>& t
       require_utf8(value, "metadata value of key '" + key + "'");
       if (!first_key) header += ',';
       first_key = false;
-      append_json_string(header, key);
+      header += json_quote(key);
       header += ':';
-      append_json_string(header, value);
+      header += json_quote(value);
     }
     header += '}';
     first = false;
@@ -117,7 +90,7 @@ std::vector<std::byte> serialize_safetensors(const std::vector<TensorToWrite>& t
     }
     if (!first) header += ',';
     first = false;
-    append_json_string(header, t.name);
+    header += json_quote(t.name);
     header += ":{\"dtype\":\"";
     header += dtype_name(t.dtype);
     header += "\",\"shape\":[";

@@ -35,6 +35,7 @@
 
 #include "mla/config.hpp"
 #include "mla/error.hpp"
+#include "mla/json_text.hpp"
 
 namespace mla {
 namespace {
@@ -321,25 +322,6 @@ std::string json_number(double v) {
   return s;
 }
 
-// A JSON string literal (quotes, backslashes and control characters escaped).
-std::string json_string(const std::string& v) {
-  std::string out = "\"";
-  for (char ch : v) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
 void append_rope(std::ostringstream& os, const RopeConfig& r, const std::string& ind) {
   if (!r.is_yarn()) {
     os << ind << "\"rope_scaling\": null,\n";
@@ -389,7 +371,7 @@ std::string config_to_json(const AttentionConfig& cfg, bool nested) {
   if (nested) {
     const std::string outer = cfg.model_type.empty() ? "kimi_k25" : cfg.model_type;
     os << "  \"architectures\": [\"KimiK25ForConditionalGeneration\"],\n";
-    os << "  \"model_type\": " << json_string(outer) << ",\n";
+    os << "  \"model_type\": " << json_quote(outer) << ",\n";
     os << "  \"text_config\": {\n";
     os << "    \"architectures\": [\"DeepseekV3ForCausalLM\"],\n";
     os << "    \"model_type\": \"kimi_k2\",\n";
@@ -398,7 +380,7 @@ std::string config_to_json(const AttentionConfig& cfg, bool nested) {
   } else {
     const std::string type = cfg.model_type.empty() ? "deepseek_v3" : cfg.model_type;
     os << "  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n";
-    os << "  \"model_type\": " << json_string(type) << ",\n";
+    os << "  \"model_type\": " << json_quote(type) << ",\n";
     append_text_keys(os, cfg, "  ");
     os << "\n";
   }
