@@ -10,7 +10,7 @@
 //   CXX=clang++ meson setup build-fuzz -Dcuda=disabled -Dfuzz=true -Dbuildtype=debugoptimized \
 //       -Db_sanitize=address,undefined -Db_lundef=false
 //   ninja -C build-fuzz tests/fuzz_safetensors
-//   build-fuzz/tests/fuzz_safetensors -max_total_time=30 -max_len=4096 <corpus-dir> tests/data/fuzz_seeds
+//   build-fuzz/tests/fuzz_safetensors -max_total_time=30 -max_len=4096 <corpus-dir> tests/data/fuzz_seeds/safetensors
 #include <cstddef>
 #include <cstdint>
 #include <span>
