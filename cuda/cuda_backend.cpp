@@ -217,6 +217,7 @@ class CudaBackend final : public Backend {
       fail(ErrorKind::Config, "cuda: unusable attention geometry (hidden_size " + std::to_string(H) + ", heads " +
                                   std::to_string(n) + ", kv_lora_rank " + std::to_string(r_kv) +
                                   ", qk_rope_head_dim " + std::to_string(d_r) + ")");
+    check_no_foreign_bias(cfg, w, "cuda");
     DeviceWeights dw;
     if (cfg.has_q_lora()) {
       dw.q_a_proj = upload(w.q_a_proj, r_q * H);
@@ -229,7 +230,6 @@ class CudaBackend final : public Backend {
     dw.kv_a_layernorm = upload(w.kv_a_layernorm, r_kv);
     dw.kv_b_proj = upload(w.kv_b_proj, n * (d_n + d_v) * r_kv);
     dw.o_proj = upload(w.o_proj, H * n * d_v);
-    check_no_foreign_bias(cfg, w, "cuda");
     if (cfg.attention_bias) {
       if (cfg.has_q_lora()) dw.q_bias = upload(w.q_a_proj_bias, r_q);
       dw.kv_a_bias = upload(w.kv_a_proj_with_mqa_bias, r_kv + d_r);

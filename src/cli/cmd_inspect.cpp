@@ -24,8 +24,8 @@
 #include "commands.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
+#include "mla/json_text.hpp"
 #include "mla/rope.hpp"
-#include "mla/report.hpp"
 #include "mla/safetensors.hpp"
 
 namespace mla::cli {
@@ -43,8 +43,6 @@ const CommandSpec kSpec = {
     1,
     "PATH  a .safetensors file, or a checkpoint directory (model.safetensors.index.json or model.safetensors)",
 };
-
-std::string json_str(const std::string& s) { return json_quote(s); }  // mla/report.hpp
 
 // Shortest decimal that reads back as the same double.
 std::string num(double v) {
@@ -101,8 +99,8 @@ std::string rows_json(const std::vector<Row>& rows, bool with_shard) {
   std::string s = "[";
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& t = rows[i].info;
-    s += std::string(i ? "," : "") + "\n    {" + (with_shard ? "\"shard\": " + json_str(rows[i].shard) + ", " : "") +
-         "\"name\": " + json_str(t.name) + ", \"dtype\": " + json_str(std::string(dtype_name(t.dtype))) +
+    s += std::string(i ? "," : "") + "\n    {" + (with_shard ? "\"shard\": " + json_quote(rows[i].shard) + ", " : "") +
+         "\"name\": " + json_quote(t.name) + ", \"dtype\": " + json_quote(dtype_name(t.dtype)) +
          ", \"shape\": " + json_shape(t.shape) + ", \"bytes\": " + std::to_string(t.nbytes()) +
          ", \"data_offsets\": [" + std::to_string(t.begin) + "," + std::to_string(t.end) + "]}";
   }
@@ -116,11 +114,11 @@ int inspect_file(const std::string& path, bool json) {
   if (json) {
     std::string meta = "{";
     size_t k = 0;
-    for (const auto& [key, value] : f.metadata()) meta += (k++ ? ", " : "") + json_str(key) + ": " + json_str(value);
+    for (const auto& [key, value] : f.metadata()) meta += (k++ ? ", " : "") + json_quote(key) + ": " + json_quote(value);
     meta += "}";
     std::printf("{\n  \"kind\": \"file\",\n  \"path\": %s,\n  \"file_size\": %" PRIu64 ",\n  \"header_size\": %" PRIu64
                 ",\n  \"metadata\": %s,\n  \"tensors\": %s\n}\n",
-                json_str(path).c_str(), f.file_size(), f.header_size(), meta.c_str(), rows_json(rows, false).c_str());
+                json_quote(path).c_str(), f.file_size(), f.header_size(), meta.c_str(), rows_json(rows, false).c_str());
     return 0;
   }
   std::printf("file %s: %s bytes, header %s bytes, %zu tensors\n", path.c_str(), grouped(f.file_size()).c_str(),
@@ -133,7 +131,7 @@ int inspect_file(const std::string& path, bool json) {
 // The attention geometry as "key value" lines (text) or a JSON object.
 std::vector<std::pair<std::string, std::string>> geometry(const AttentionConfig& c) {
   std::vector<std::pair<std::string, std::string>> g = {
-      {"model_type", json_str(c.model_type)},
+      {"model_type", json_quote(c.model_type)},
       {"nested_text_config", c.nested_text_config ? "true" : "false"},
       {"hidden_size", std::to_string(c.hidden_size)},
       {"num_attention_heads", std::to_string(c.num_attention_heads)},
@@ -150,7 +148,7 @@ std::vector<std::pair<std::string, std::string>> geometry(const AttentionConfig&
       {"rms_norm_eps", num(c.rms_norm_eps)},
       {"attention_bias", c.attention_bias ? "true" : "false"},
       {"rope_interleave", c.rope_interleave ? "true" : "false"},
-      {"rope_type", json_str(c.rope.rope_type)},
+      {"rope_type", json_quote(c.rope.rope_type)},
       {"rope_theta", num(c.rope.rope_theta)},
   };
   if (c.rope.is_yarn()) {
@@ -233,14 +231,14 @@ int inspect_checkpoint(const std::string& path, const std::string& config, bool 
   if (json) {
     std::string pres = "[", miss = "[";
     for (size_t i = 0; i < present.size(); ++i) pres += (i ? "," : "") + std::to_string(present[i]);
-    for (size_t i = 0; i < missing.size(); ++i) miss += (i ? "," : "") + json_str(missing[i]);
+    for (size_t i = 0; i < missing.size(); ++i) miss += (i ? "," : "") + json_quote(missing[i]);
     std::string g = "{";
-    for (size_t i = 0; i < geo.size(); ++i) g += std::string(i ? ", " : "") + json_str(geo[i].first) + ": " + geo[i].second;
+    for (size_t i = 0; i < geo.size(); ++i) g += std::string(i ? ", " : "") + json_quote(geo[i].first) + ": " + geo[i].second;
     g += "}";
     std::printf("{\n  \"kind\": \"checkpoint\",\n  \"path\": %s,\n  \"prefix\": %s,\n  \"shards\": %zu,\n"
                 "  \"missing_shards\": %s],\n  \"tensors\": %s,\n  \"config\": %s,\n  \"layers_present\": %s],\n"
                 "  \"layer0_attention_parameters\": %s\n}\n",
-                json_str(path).c_str(), json_str(ck.prefix()).c_str(), shards.size(), miss.c_str(),
+                json_quote(path).c_str(), json_quote(ck.prefix()).c_str(), shards.size(), miss.c_str(),
                 rows_json(rows, true).c_str(), g.c_str(), pres.c_str(),
                 layer0_complete ? std::to_string(params0).c_str() : "null");
     return 0;

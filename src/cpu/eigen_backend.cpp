@@ -163,6 +163,7 @@ class CpuBackend final : public Backend {
   void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
     prepared_ = false;
     check_config(cfg);
+    check_no_foreign_bias(cfg, w, "cpu backend");
     if (opt.threads < 0) fail(ErrorKind::InvalidArgument, "cpu backend: threads = " + std::to_string(opt.threads) + " (0 = all cores)");
     const bool bf16 = opt.precision == Precision::BF16;
     const int threads = cpu::resolve_threads(opt.threads);
@@ -180,7 +181,6 @@ class CpuBackend final : public Backend {
     p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, "kv_a_layernorm", r_kv, bf16);
     p.kv_b_proj = prepare_matrix(w.kv_b_proj, "kv_b_proj", n * (d_n + d_v), r_kv, bf16, threads);
     p.o_proj = prepare_matrix(w.o_proj, "o_proj", H, n * d_v, bf16, threads);
-    check_no_foreign_bias(cfg, w, "cpu backend");
     if (cfg.attention_bias) {
       if (cfg.has_q_lora()) p.q_bias = prepare_vector(w.q_a_proj_bias, "q_a_proj_bias", r_q, bf16);
       p.kv_a_bias = prepare_vector(w.kv_a_proj_with_mqa_bias, "kv_a_proj_with_mqa_bias", r_kv + d_r, bf16);

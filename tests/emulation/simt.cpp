@@ -100,12 +100,17 @@ void fiber_entry() {
   makecontext(&f.ctx, fiber_entry, 0);
 }
 
-// Scheduler -> fiber `tid`, returning when the fiber yields or returns.
-void resume(Scheduler& s, unsigned tid) {
+// Makes `tid` the running thread: what threadIdx and the barrier bookkeeping see.
+void enter_thread(Scheduler& s, unsigned tid) {
   s.current = tid;
   threadIdx.x = tid;
   threadIdx.y = 0;
   threadIdx.z = 0;
+}
+
+// Scheduler -> fiber `tid`, returning when the fiber yields or returns.
+void resume(Scheduler& s, unsigned tid) {
+  enter_thread(s, tid);
 #ifdef MLA_SIMT_ASAN
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, s.fibers[tid].stack.get(), kStackBytes);
@@ -187,11 +192,7 @@ cudaError_t run_grid(const char* kernel, dim3 grid, dim3 block, size_t shared_by
       s.direct = true;
       s.direct_barriers = 0;
       for (unsigned k = 1; k < block.x; ++k) {
-        const unsigned t = thread_at(k);
-        s.current = t;
-        threadIdx.x = t;
-        threadIdx.y = 0;
-        threadIdx.z = 0;
+        enter_thread(s, thread_at(k));
         body();
       }
       s.direct = false;

@@ -83,15 +83,9 @@ struct Launch {
     const cudaError_t st =
         run_grid(name, grid, block, shared_bytes, stream, [&] { std::apply(kernel, params); });
     note_launch();
-    record_launch_status(st);
+    if (st != cudaSuccess) set_last_launch_error(st);
   }
-  static void record_launch_status(cudaError_t st);
 };
-template <class... Params>
-void Launch<Params...>::record_launch_status(cudaError_t st) {
-  if (st != cudaSuccess) set_last_launch_error(st);
-}
-
 template <class... Params>
 Launch<Params...> make_launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                               cudaStream_t stream) {
