@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,6 +32,9 @@ struct ForwardOptions {
   bool keep_states = false;        // fill query/key/value_states
   bool allow_tf32 = false;         // cuda fp32 only
   int threads = 0;                 // cpu: 0 = all cores
+  // Long work reports progress here: (stage, units done, total units), e.g. ("attention
+  // blocks", 12, 4096). Called by the forward's threads one at a time; empty = no reports.
+  std::function<void(const char* stage, int64_t done, int64_t total)> progress;
 };
 
 struct ForwardResult {

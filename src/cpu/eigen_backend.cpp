@@ -11,16 +11,16 @@
 //   q_path        q = q_b(RMSNorm_q(q_a(x)))  or  q = q_proj(x)            [S, n*d_qk]
 //   kv_path       [c | k_pe] = kv_a(x); kv = kv_b(RMSNorm_kv(c))          [S, n*(d_n+d_v)]
 //   rope          q_rot of every head and k_pe rotated in place (HF order)
-//   scores+softmax  per head: p = softmax(mask(scaling * q k^T))           [n, S, S]
-//   pv            per head: o_h = p v_h                                      [S, n*d_v]
-//   h2o_scores    per head: column sums of p (double)                       [n*S], [S]
+//   attend        per head and block of 64 queries (streaming_attention.hpp):
+//                 p = softmax(mask(scaling * q k^T)), o_h = p v_h, column sums of p (double)
+//                 -> attn_context [S, n*d_v], head_scores [n*S]  (attn_weights [n, S, S] if asked)
 //   o_proj        out = o W_o^T                                             [S, H]
-// The three per-head stages run heads in parallel (one single-threaded sgemm per worker);
-// the projections use OpenBLAS's own threads. With a causal mask, query block
-// [r0, r0+64) only multiplies keys [0, r0+64): the skipped probabilities are exactly 0 in
-// HF too (exp(min_float - max) underflows to 0), so skipping them changes no value.
-// Heads are processed in chunks whose probability buffers fit in kProbsBudgetBytes, so a
-// long sequence never needs [n, S, S] floats at once (unless keep_attn_weights asks).
+//   h2o_scores    token_scores = sum over heads of head_scores (double)     [S]
+// The attention runs heads in parallel (one single-threaded sgemm per worker); the
+// projections use OpenBLAS's own threads. With a causal mask, query block [r0, r0+64) only
+// multiplies keys [0, r0+64): the skipped probabilities are exactly 0 in HF too
+// (exp(min_float - max) underflows to 0), so skipping them changes no value. Memory is O(S)
+// unless attn_weights [n, S, S] is asked for (docs/long-context.md).
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "cpu_kernels.hpp"
+#include "streaming_attention.hpp"
 #include "mla/attention.hpp"
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
@@ -44,7 +45,6 @@ namespace {
 using cpu::MatrixRM;
 using Clock = std::chrono::steady_clock;
 
-constexpr int64_t kProbsBudgetBytes = int64_t{256} << 20;  // probability buffers per chunk
 constexpr int64_t kMaxRopeDim = 512;                       // rope_in_place's stack buffer
 
 double seconds_since(Clock::time_point t0) {
@@ -255,6 +255,7 @@ class CpuBackend final : public Backend {
     MatrixRM compressed_kv;  // [S, r_kv + d_r]  latent c (r_kv) | k_pe (d_r)
     cpu::linear(x, w.kv_a_proj_with_mqa, w.kv_a_bias.empty() ? nullptr : w.kv_a_bias.data(), bf16, threads,
                 compressed_kv);
+    x = MatrixRM();  // [S, H] no longer needed
     MatrixRM kv_normed(S, r_kv);  // [S, r_kv]
     cpu::rms_norm(compressed_kv.data(), r_kv + d_r, S, r_kv, w.kv_a_layernorm.data(), eps, bf16, kv_normed.data(), r_kv);
     MatrixRM kv;  // [S, n*(d_n+d_v)]  head-major: feature h*(d_n+d_v) + (k_nope d_n | value d_v)
@@ -282,57 +283,28 @@ class CpuBackend final : public Backend {
     });
     result.stage_seconds.emplace_back("rope", seconds_since(t0));
 
-    // ---- per-head attention (§3.6), in chunks of heads ----
-    MatrixRM attn(S, n * d_v);  // [S, n*d_v]  feature h*d_v + d (HF's transpose + reshape)
-    result.head_scores.assign(static_cast<size_t>(n * S), 0.0);
-    if (opt.keep_attn_weights) result.attn_weights = TensorD("attn_weights", {n, S, S});
-    const int64_t probs_bytes = S * S * static_cast<int64_t>(sizeof(float));
-    const int64_t chunk_heads = std::clamp<int64_t>(kProbsBudgetBytes / probs_bytes, 1, n);
-    std::vector<float> probs(static_cast<size_t>(chunk_heads * S * S));  // [chunk, S, S]
-    // key of head h = [k_nope_h | k_rot], built per worker: [S, d_qk] each
-    std::vector<MatrixRM> key_buffers(static_cast<size_t>(threads), MatrixRM(S, d_qk));
-    auto head_views = [&](int64_t h, int worker) {
-      MatrixRM& key = key_buffers[static_cast<size_t>(worker)];
-      for (int64_t s = 0; s < S; ++s) {
-        std::copy_n(kv.data() + s * n * (d_n + d_v) + h * (d_n + d_v), d_n, key.data() + s * d_qk);
-        std::copy_n(k_rot.data() + s * d_r, d_r, key.data() + s * d_qk + d_n);
-      }
-      return cpu::HeadViews{q.data() + h * d_qk, n * d_qk, key.data(), d_qk,
-                            kv.data() + h * (d_n + d_v) + d_n, n * (d_n + d_v)};
-    };
-    double seconds_scores = 0.0, seconds_pv = 0.0, seconds_h2o = 0.0;
+    // ---- per-head attention (§3.6), streamed (docs/long-context.md) ----
+    // No [S, S] buffer: per head and block of 64 queries, logits -> softmax -> P.V and the H2O
+    // mass; keys/values stored in the run's precision. attn_weights only when asked (dumps).
+    t0 = Clock::now();
+    MatrixRM attn;  // [S, n*d_v]  feature h*d_v + d (HF's transpose + reshape)
     {
-      cpu::BlasThreads one_blas_thread_per_worker(1);
-      for (int64_t first = 0; first < n; first += chunk_heads) {
-        const int64_t heads = std::min(chunk_heads, n - first);
-        t0 = Clock::now();
-        cpu::parallel_for(heads, threads, [&](int64_t i, int worker) {
-          const cpu::HeadViews views = head_views(first + i, worker);
-          cpu::head_scores_softmax(views, S, d_qk, causal, scaling_, bf16, probs.data() + i * S * S);
-        });
-        seconds_scores += seconds_since(t0);
-        t0 = Clock::now();
-        cpu::parallel_for(heads, threads, [&](int64_t i, int) {
-          const int64_t h = first + i;
-          const cpu::HeadViews views{nullptr, 0, nullptr, 0, kv.data() + h * (d_n + d_v) + d_n, n * (d_n + d_v)};
-          cpu::head_probs_value(views, probs.data() + i * S * S, S, d_v, causal, bf16, attn.data() + h * d_v, n * d_v);
-        });
-        seconds_pv += seconds_since(t0);
-        t0 = Clock::now();
-        cpu::parallel_for(heads, threads, [&](int64_t i, int) {
-          const int64_t h = first + i;
-          cpu::head_column_sums(probs.data() + i * S * S, S, causal, result.head_scores.data() + h * S);
-        });
-        seconds_h2o += seconds_since(t0);
-        if (opt.keep_attn_weights) {
-          const float* src = probs.data();
-          double* dst = result.attn_weights.ptr() + first * S * S;
-          for (int64_t i = 0; i < heads * S * S; ++i) dst[i] = static_cast<double>(src[i]);
-        }
-      }
+      cpu::KeyValueStates states(S, n, d_n, d_r, d_v, bf16);
+      states.set_kv_rows(0, S, kv.data(), n * (d_n + d_v));
+      states.set_k_pe_rows(0, S, k_rot.data(), d_r);
+      if (!opt.keep_states) kv = MatrixRM();  // [S, n*(d_n+d_v)] fp32 no longer needed
+      attn.resize(S, n * d_v);                // allocated after kv is freed: a lower peak
+      result.head_scores.assign(static_cast<size_t>(n * S), 0.0);
+      if (opt.keep_attn_weights) result.attn_weights = TensorD("attn_weights", {n, S, S});
+      cpu::BlockProgress progress;
+      if (opt.progress) progress = [&](int64_t done, int64_t total) { opt.progress("attention blocks", done, total); };
+      cpu::streaming_attention(q.data(), n * d_qk, states, causal, scaling_, bf16, threads, progress,
+                               {attn.data(), n * d_v, result.head_scores.data(),
+                                opt.keep_attn_weights ? result.attn_weights.ptr() : nullptr});
     }
-    result.stage_seconds.emplace_back("scores+softmax", seconds_scores);
-    result.stage_seconds.emplace_back("pv", seconds_pv);
+    if (!opt.keep_states) q = MatrixRM();  // [S, n*d_qk] no longer needed
+    // logits, softmax, P.V and the mass are fused per block: one stage
+    result.stage_seconds.emplace_back("attend", seconds_since(t0));
 
     // ---- o_proj (§3.6 step 7) ----
     t0 = Clock::now();
@@ -346,7 +318,7 @@ class CpuBackend final : public Backend {
     for (int64_t h = 0; h < n; ++h) {
       for (int64_t t = 0; t < S; ++t) result.token_scores[static_cast<size_t>(t)] += result.head_scores[static_cast<size_t>(h * S + t)];
     }
-    result.stage_seconds.emplace_back("h2o_scores", seconds_h2o + seconds_since(t0));
+    result.stage_seconds.emplace_back("h2o_scores", seconds_since(t0));
 
     check_finite(out.data(), S, H, std::string("cpu backend: attn_output (overflow in ") + precision_name(precision_) + " arithmetic)");
     result.attn_output = widen("attn_output", {S, H}, out.data());
