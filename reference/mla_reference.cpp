@@ -24,6 +24,7 @@
 
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
+#include "mla/memory_plan.hpp"
 #include "mla/rope.hpp"
 
 namespace mla::ref {
@@ -383,10 +384,18 @@ Activations forward(const AttentionConfig& cfg, const LayerWeights& w, const Ten
   Activations a;
   using Clock = std::chrono::steady_clock;
   auto stage_start = Clock::now();
+  // progress: millions of FLOP done after each stage (estimated, mla/memory_plan.hpp)
+  const auto stage_flops = reference_stage_flops(cfg, hidden.shape.empty() ? 0 : hidden.shape[0]);
+  double flops_total = 0, flops_done = 0;
+  for (const auto& sf : stage_flops) flops_total += sf.second;
   auto end_stage = [&](const char* stage) {
     const auto now = Clock::now();
     a.stage_seconds.emplace_back(stage, std::chrono::duration<double>(now - stage_start).count());
     stage_start = now;
+    if (!opt.progress) return;
+    for (const auto& [name, f] : stage_flops)
+      if (name == stage) flops_done += f;
+    opt.progress("reference MFLOP", static_cast<int64_t>(flops_done / 1e6), static_cast<int64_t>(flops_total / 1e6));
   };
 
   a.hidden = widen_hidden(hidden, cfg.hidden_size, p);  // [S, H]

@@ -4,6 +4,7 @@
 // Pipeline of both (execute_run), each stage timed:
 //   1. output directory      created first, so an unwritable --out fails before any work
 //   2. open checkpoint       config.json + index/shard headers          } timing_s.load
+//      memory plan           refuses a run that cannot fit (mla/memory_plan.hpp), before 3-6
 //   3. load layer            the 7 attention tensors (+ input_layernorm) }
 //   4. build input           one of --input / --tokens / --seq-len+--seed }
 //   5. backend               make_backend + prepare (weight conversion)  } timing_s.forward
@@ -13,6 +14,7 @@
 //                            heads_kept.csv (--per-head), tensors.safetensors (--dump-tensors)
 //
 // Shape legend: S = tokens, H = hidden_size, n = heads.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,14 +26,17 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "args.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "progress.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
+#include "mla/memory_plan.hpp"
 #include "mla/report.hpp"
 #include "mla/rope.hpp"
 #include "mla_build_config.h"
@@ -53,6 +58,7 @@ struct RunPlan {
   H2OOptions h2o;
   bool per_head = false;
   bool dump_tensors = false;
+  bool quiet = false;        // --quiet: no progress on stderr
   std::string out_dir = "mla-h2o-out";
   std::vector<std::string> notes;
 };
@@ -72,6 +78,7 @@ std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::
       {"dump-tensors", "", "write tensors.safetensors (HF layout) for `mla-h2o compare`", ""},
       {"threads", "N", "cpu backend threads (0 = all cores)", "0"},
       {"allow-tf32", "", "cuda fp32 only: allow TF32 tensor-core GEMMs", ""},
+      {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
   };
 }
 
@@ -93,6 +100,7 @@ void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default
   plan.h2o.budget = a.integer("budget", plan.h2o.budget, 0);
   plan.per_head = a.has("per-head");
   plan.dump_tensors = a.has("dump-tensors");
+  plan.quiet = a.has("quiet");
   plan.out_dir = a.str("out", plan.out_dir);
   plan.forward.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
   plan.forward.allow_tf32 = a.has("allow-tf32");
@@ -134,6 +142,53 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
 
+// ---- memory plan, cost, peak (docs/long-context.md) ------------------------------------------
+
+// The peak resident set of this process so far (getrusage: ru_maxrss in KiB on Linux).
+int64_t peak_rss_bytes() {
+  struct rusage u {};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return -1;
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+// Plans the memory of this run from the geometry and the request, before the layer and the
+// input are loaded: refuses with one line when it cannot fit, drops the attn_weights dump
+// (with a note) when only that cannot fit, and records the plan in the report.
+void check_memory(const RunPlan& plan, const AttentionConfig& cfg, ForwardOptions& fopt, RunInfo& info) {
+  MemoryRequest req;
+  req.seq_len = input_seq_len(plan.input);
+  if (req.seq_len <= 0) return;  // load_input reports what is wrong with the input
+  req.backend = plan.backend != BackendKind::Auto ? plan.backend : cuda_available() ? BackendKind::Cuda : BackendKind::Cpu;
+  req.precision = fopt.precision;
+  req.dump_tensors = plan.dump_tensors;
+  req.attn_weights = plan.dump_tensors;
+  req.tokens_input = plan.input.kind == InputKind::Tokens;
+  req.threads = fopt.threads > 0 ? fopt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const MemoryPlan mp = plan_memory(cfg, req, host_memory_budget());
+  if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
+  if (mp.attn_weights_dropped) {
+    fopt.keep_attn_weights = false;
+    info.notes.push_back(mp.note);
+    std::fprintf(stderr, "mla-h2o %s: note: %s\n", plan.command.c_str(), mp.note.c_str());
+  }
+  info.memory_planned_bytes = mp.estimate.host_peak_bytes;
+  info.memory_planned_phase = mp.estimate.peak_phase;
+  if (req.backend == BackendKind::Cuda) info.memory_device_planned_bytes = mp.estimate.device_peak_bytes;
+  info.memory_available_bytes = mp.budget.host_bytes;
+  info.memory_available_source = mp.budget.host_source;
+}
+
+// The reference backend is O(S^2 * d) scalar double loops: say what it will cost first.
+void announce_reference_cost(const std::string& command, const AttentionConfig& cfg, int64_t S) {
+  double flops = 0;
+  for (const auto& [stage, f] : reference_stage_flops(cfg, S)) flops += f;
+  const double seconds = flops / kReferenceFlopsPerSecond;
+  if (seconds < progress_after_seconds()) return;
+  std::fprintf(stderr, "mla-h2o %s: reference backend: %.3g FLOP in scalar double loops, estimated %s on this "
+               "machine's rate (%.2g FLOP/s); --backend cpu computes the same layer in fp32/bf16 far faster\n",
+               command.c_str(), flops, format_duration(seconds).c_str(), kReferenceFlopsPerSecond);
+}
+
 // ---- the pipeline -----------------------------------------------------------------------
 
 int execute_run(const RunPlan& plan) {
@@ -163,13 +218,15 @@ int execute_run(const RunPlan& plan) {
                                     " does not hold that layer's attention tensors (layers present: " +
                                     (list.empty() ? "none" : list) + ")");
   }
+  ForwardOptions fopt = plan.forward;
+  fopt.keep_attn_weights = plan.dump_tensors;
+  fopt.keep_states = plan.dump_tensors;
+  check_memory(plan, cfg, fopt, info);  // refuses before anything large is allocated
+
   const LayerWeights weights = ckpt.load_layer(plan.layer, plan.input.kind == InputKind::Tokens);
   info.stage_seconds.emplace_back("load layer", sw.lap());
 
-  ForwardOptions fopt = plan.forward;
   fopt.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg, info.latent_norm_eps_mode);
-  fopt.keep_attn_weights = plan.dump_tensors;
-  fopt.keep_states = plan.dump_tensors;
 
   // 4. input
   const HiddenInput input = load_input(plan.input, ckpt, weights, fopt.precision);
@@ -185,7 +242,11 @@ int execute_run(const RunPlan& plan) {
   std::unique_ptr<Backend> backend = make_backend(plan.backend);
   backend->prepare(cfg, weights, fopt);
   info.stage_seconds.emplace_back("backend prepare (" + backend->name() + ")", sw.lap());
+  ProgressLine progress(plan.command, plan.quiet);
+  fopt.progress = progress.callback();
+  if (backend->name() == "reference" && !plan.quiet) announce_reference_cost(plan.command, cfg, S);
   const ForwardResult fr = backend->forward(input.hidden, fopt);
+  progress.finish();
   const double forward_s = sw.lap();
   info.stage_seconds.emplace_back("forward (" + backend->name() + ")", forward_s);
   info.forward_stage_seconds = fr.stage_seconds;
@@ -256,6 +317,7 @@ int execute_run(const RunPlan& plan) {
   title << "H2O on layer " << plan.layer << ": " << rep.decision.kept() << " of " << S << " tokens kept (" << info.backend
         << ", " << info.precision << ", mask " << mask_name(fopt.mask) << ")";
   write_text_file(svg, scores_svg(rep.scores, rep.decision, title.str()));
+  info.memory_peak_rss_bytes = peak_rss_bytes();
   const std::string text = report_text(rep);
   write_text_file(txt, text);
   write_text_file(json, report_json(rep));

@@ -51,6 +51,22 @@ InputRequest input_request(const Args& args) {
   return req;
 }
 
+int64_t input_seq_len(const InputRequest& req) {
+  switch (req.kind) {
+    case InputKind::Seeded: return req.seq_len;
+    case InputKind::Tokens: return static_cast<int64_t>(parse_token_ids(req.tokens).size());
+    case InputKind::File: {
+      const SafetensorsFile f = SafetensorsFile::open(req.file);
+      const TensorInfo* t = f.find(req.tensor);
+      if (t == nullptr) return -1;
+      if (t->shape.size() == 2) return static_cast<int64_t>(t->shape[0]);
+      if (t->shape.size() == 3 && t->shape[0] == 1) return static_cast<int64_t>(t->shape[1]);
+      return -1;
+    }
+  }
+  return -1;
+}
+
 TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed) {
   TensorF x("hidden_states", {seq_len, hidden_size});  // [S, H]
   Rng rng(seed, kHiddenStatesStream);

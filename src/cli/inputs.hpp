@@ -48,6 +48,11 @@ struct HiddenInput {
   std::vector<int64_t> token_ids;  // --tokens only: [S]
 };
 
+// The number of tokens the request will give, found without building the input (a token
+// list is parsed, a file's header read); -1 when it cannot be told (load_input then reports
+// what is wrong). Used by the memory plan before anything large is allocated.
+int64_t input_seq_len(const InputRequest& req);
+
 // `weights` must hold input_layernorm when req.kind == Tokens (load_layer(L, true)).
 HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const LayerWeights& weights,
                        Precision precision);

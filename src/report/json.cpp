@@ -329,6 +329,16 @@ std::string report_json(const Report& r) {
   w.end_array();
   w.end_object();
 
+  if (in.memory_planned_bytes >= 0 || in.memory_peak_rss_bytes >= 0) {
+    w.key("memory").begin_object();
+    w.key("planned_peak_bytes").value(in.memory_planned_bytes);
+    w.key("planned_peak_phase").value(in.memory_planned_phase);
+    if (in.memory_device_planned_bytes >= 0) w.key("planned_device_peak_bytes").value(in.memory_device_planned_bytes);
+    w.key("available_bytes").value(in.memory_available_bytes);
+    w.key("available_source").value(in.memory_available_source);
+    w.key("measured_peak_rss_bytes").value(in.memory_peak_rss_bytes);
+    w.end_object();
+  }
   w.key("notes").begin_array();
   for (const auto& n : in.notes) w.value(n);
   w.end_array();
