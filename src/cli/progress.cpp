@@ -51,23 +51,25 @@ ProgressLine::~ProgressLine() { finish(); }
 void ProgressLine::update(const std::string& stage, int64_t done, int64_t total) {
   if (quiet_) return;
   const auto now = Clock::now();
-  if (stage != stage_) {
+  if (stage != stage_) {  // the estimate's rate is measured from a stage's first report on
     finish();
     stage_ = stage;
     stage_start_ = now;
+    stage_first_done_ = done;
   }
   const double since_start = std::chrono::duration<double>(now - created_).count();
   const double since_print = std::chrono::duration<double>(now - last_print_).count();
   const bool last = done >= total;
   if (since_start < after_ || (shown_ && since_print < 0.25 && !last)) return;
-  const double elapsed = std::chrono::duration<double>(now - stage_start_).count();
   std::string line = command_ + ": " + stage_ + " " + std::to_string(done) + "/" + std::to_string(total);
   char pct[32];
   std::snprintf(pct, sizeof pct, " (%.1f%%)", total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0);
   line += pct;
-  line += ", " + format_duration(elapsed) + " elapsed";
-  if (!last && done > 0) {
-    line += ", ~" + format_duration(elapsed * static_cast<double>(total - done) / static_cast<double>(done)) + " left";
+  line += ", " + format_duration(since_start) + " elapsed";
+  const double rate_seconds = std::chrono::duration<double>(now - stage_start_).count();
+  if (!last && done > stage_first_done_ && rate_seconds > 0) {
+    const double per_unit = rate_seconds / static_cast<double>(done - stage_first_done_);
+    line += ", ~" + format_duration(per_unit * static_cast<double>(total - done)) + " left";
   }
   std::fprintf(stderr, "\r%s\033[K", line.c_str());
   std::fflush(stderr);

@@ -2,6 +2,7 @@
 // nothing during the first MLA_PROGRESS_AFTER seconds (default 1; 0 = always), then one line
 // rewritten in place (at most 4 times a second):
 //   run: attention blocks 1234/32768 (3.8%), 12.4 s elapsed, ~5 min 14 s left
+// where "elapsed" counts from the start of the work (the forward) and "left" extrapolates.
 // ended by a newline when the work finishes. --quiet turns it off; stdout is never touched.
 #pragma once
 
@@ -26,8 +27,9 @@ class ProgressLine {
   ProgressLine(const ProgressLine&) = delete;
   ProgressLine& operator=(const ProgressLine&) = delete;
 
-  // `done` of `total` units of `stage` finished. A new stage name starts a new line and a
-  // new clock for its estimate. Not thread-safe: callers serialise (ForwardOptions::progress).
+  // `done` of `total` units of `stage` finished. "elapsed" counts from the construction; the
+  // estimate of what is left extrapolates the rate seen since the stage's first report. A new
+  // stage name starts a new line. Not thread-safe: callers serialise (ForwardOptions::progress).
   void update(const std::string& stage, int64_t done, int64_t total);
   // Ends the current line (if one was shown).
   void finish();
@@ -41,6 +43,7 @@ class ProgressLine {
   double after_;
   Clock::time_point created_, stage_start_, last_print_;
   std::string stage_;
+  int64_t stage_first_done_ = 0;
   bool shown_ = false;
 };
 
