@@ -89,8 +89,8 @@ MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, con
 // ---- the cost of the reference backend (its announced estimate and its progress) ----------
 
 // Floating-point operations of each stage of ref::forward (multiply-add = 2), in its order:
-// q_path, kv_path, rope, scores, softmax, pv, o_proj. The reference computes every (query,
-// key) pair whatever the mask, so the mask does not change the count.
+// q_path, kv_path, rope, attend, o_proj. The reference computes every (query, key) pair
+// whatever the mask, so the mask does not change the count.
 std::vector<std::pair<std::string, double>> reference_stage_flops(const AttentionConfig& cfg, int64_t seq_len);
 // Its rate measured on the development machine (AMD EPYC, 2 cores, g++ 12.2 -O3; Kimi
 // layer 0, S = 8: 1.6 GFLOP in ~1.0 s of CPU; docs/long-context.md): scalar double loops

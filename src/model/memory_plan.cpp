@@ -197,12 +197,11 @@ std::vector<std::pair<std::string, double>> reference_stage_flops(const Attentio
                                     : 2.0 * S * H * n * d.d_qk;
   const double kv = 2.0 * S * (H * (d.r_kv + d.d_r) + static_cast<double>(d.r_kv) * n * (d.d_n + d.d_v)) + 4.0 * S * d.r_kv;
   const double pairs = n * S * S;  // every (head, query, key)
+  // attend: scores (q.k, *scale, +mask), softmax (max, exp ~6, sum, divide), P.V
   return {{"q_path", q},
           {"kv_path", kv},
           {"rope", 6.0 * S * (n + 1) * d.d_r},
-          {"scores", pairs * (2.0 * d.d_qk + 2.0)},
-          {"softmax", pairs * 10.0},  // max, exp (~6), sum, divide
-          {"pv", pairs * 2.0 * d.d_v},
+          {"attend", pairs * (2.0 * d.d_qk + 2.0 + 10.0 + 2.0 * d.d_v)},
           {"o_proj", 2.0 * S * n * d.d_v * H}};
 }
 
