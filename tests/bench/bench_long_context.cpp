@@ -221,8 +221,9 @@ void torch_rows(const Flags& f) {
 int main(int argc, char** argv) {
   const Flags f = parse_flags(argc, argv);
   std::filesystem::create_directories(f.work_dir);
-  const Shell cpu = shell("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2; nproc; cat /proc/loadavg");
-  std::printf("bench_long_context — machine:%s", cpu.out.c_str());
+  const Shell cpu = shell("echo \"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, "
+                          "$(grep MemTotal /proc/meminfo | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg)\"");
+  std::printf("bench_long_context — machine: %s", cpu.out.c_str());
   attend_table(f);
 
   const std::string ckpt = kimi_checkpoint(f);
