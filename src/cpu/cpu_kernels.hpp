@@ -115,9 +115,9 @@ struct HeadViews {
 // and are not computed. Without a mask a block sees every key.
 constexpr int64_t kQueryRowBlock = 64;
 
-// The attention of one head is computed per block of query rows (streaming_attention.hpp
-// runs these three on every block, so no [S, S] matrix is needed).
-// A block of query rows [row_begin, row_begin + rows) against keys [0, keys):
+// The attention of one head is computed per block of query rows by the three functions
+// below (streaming_attention.hpp runs them on every block, so no [S, S] matrix is needed).
+// A block: query rows [row_begin, row_begin + rows) against keys [0, keys), where
 //   keys = row_begin + rows (causal: later keys are masked for every row of the block) or S.
 struct RowBlock {
   int64_t row_begin;
