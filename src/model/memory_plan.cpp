@@ -22,9 +22,10 @@
 namespace mla {
 namespace {
 
-// The process itself: code, libraries, OpenBLAS's per-thread buffers, allocator slack
-// (measured: maxrss of a Kimi run at S = 16 is ~0.9 GiB of which the weights are 0.75).
-constexpr int64_t kProcessBytes = int64_t{256} << 20;
+// The process itself: code, libraries, OpenBLAS's per-thread buffers, thread stacks, allocator
+// slack. Measured on Kimi layer 0 (maxrss minus the buffers below): ~200 MiB at S = 1024,
+// ~260 MiB at S = 32768; 320 MiB keeps the plan above the measured peak.
+constexpr int64_t kProcessBytes = int64_t{320} << 20;
 // cuBLAS workspace and context allowance on the device.
 constexpr int64_t kCublasBytes = int64_t{256} << 20;
 
@@ -87,6 +88,7 @@ std::vector<MemoryPhase> cpu_phases(const Dims& d, const MemoryRequest& r, bool 
   const MemoryPart ckv{"compressed_kv + latent_normed f32", mul(d.S, d.r_kv + d.d_r + d.r_kv, kF32)};
   const MemoryPart kv{"kv [S,n*(d_n+d_v)] f32", mul(d.S, d.n, d.d_n + d.d_v, kF32)};
   const MemoryPart ctx{"attn_context [S,n*d_v] f32", mul(d.S, d.n, d.d_v, kF32)};
+  const MemoryPart k_pe{"k_pe_roped [S,d_r] f32", mul(d.S, d.d_r, kF32)};
   const MemoryPart heads{"head_scores [n,S] f64", mul(d.n, d.S, kF64)};
   const MemoryPart out{"o_proj output [S,H] f32", mul(d.S, d.H, kF32)};
   const MemoryPart output{"attn_output [S,H] f64", mul(d.S, d.H, kF64)};
@@ -99,11 +101,11 @@ std::vector<MemoryPhase> cpu_phases(const Dims& d, const MemoryRequest& r, bool 
   const MemoryPart work{"streaming workspace (per worker)",
                         mul(std::max(r.threads, 1), d.S, d.d_qk + d.d_v + cpu::kQueryRowBlock, kF32)};
   const MemoryPart weights{"attn_weights [n,S,S] f64", attn_weights ? mul(d.n, d.S, d.S, kF64) : 0};
-  ph.push_back(phase("attend (storing keys/values)", held, {q, ckv, kv, states}));
-  std::vector<MemoryPart> during = {q, ckv, ctx, heads, states, work, weights};
+  ph.push_back(phase("attend (storing keys/values)", held, {q, ckv, k_pe, kv, states}));
+  std::vector<MemoryPart> during = {q, ckv, k_pe, ctx, heads, states, work, weights};
   if (r.dump_tensors) during.push_back(kv);
   ph.push_back(phase("attend", held, during));
-  std::vector<MemoryPart> tail = {ckv, ctx, heads, out, output};
+  std::vector<MemoryPart> tail = {ckv, k_pe, ctx, heads, out, output};
   if (r.dump_tensors) {
     tail.push_back(q);
     tail.push_back(kv);
