@@ -607,6 +607,16 @@ bool cuda_available(std::string* why) {
   return true;
 }
 
+int64_t cuda_free_memory() {
+  if (!cuda_available()) return -1;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: leave the runtime clean for the backend
+    return -1;
+  }
+  return static_cast<int64_t>(free_bytes);
+}
+
 std::unique_ptr<Backend> make_cuda_backend() {
   std::string why;
   if (!cuda_available(&why)) fail(ErrorKind::Cuda, "--backend cuda: " + why);

@@ -75,6 +75,9 @@ std::unique_ptr<Backend> make_reference_backend();
 std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_cuda_backend();  // throws Error(Cuda) when no usable GPU / not built
 bool cuda_available(std::string* why = nullptr);  // built with CUDA and a device is usable
+// Free memory of device 0 in bytes (cudaMemGetInfo), or -1 without a usable device. The
+// memory plan (mla/memory_plan.hpp) compares its device estimate with it.
+int64_t cuda_free_memory();
 // Auto: cuda if available, else cpu.
 std::unique_ptr<Backend> make_backend(BackendKind kind);
 

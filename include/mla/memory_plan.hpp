@@ -59,7 +59,7 @@ MemoryEstimate estimate_memory(const AttentionConfig& cfg, const MemoryRequest& 
 struct MemoryBudget {
   int64_t host_bytes = -1;   // -1 = unknown (no check)
   std::string host_source;   // "MemAvailable", "cgroup v2 memory.max", "MLA_MEMORY_AVAILABLE"
-  int64_t device_bytes = -1; // cuda free bytes; -1 = unknown
+  int64_t device_bytes = -1; // cuda: free device memory (cuda_free_memory()); -1 = unknown
 };
 
 // What this process may still allocate (see the file comment). Never throws for a missing

@@ -154,7 +154,9 @@ MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg) {
     none.request = req;
     return none;
   }
-  MemoryPlan mp = plan_memory(cfg, req, host_memory_budget());
+  MemoryBudget budget = host_memory_budget();
+  if (req.backend == BackendKind::Cuda) budget.device_bytes = cuda_free_memory();
+  MemoryPlan mp = plan_memory(cfg, req, budget);
   if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
   if (mp.attn_weights_dropped) std::fprintf(stderr, "mla-h2o %s: note: %s\n", plan.command.c_str(), mp.note.c_str());
   return mp;

@@ -134,6 +134,14 @@ BOOST_AUTO_TEST_CASE(decision_fits_drops_attn_weights_or_refuses) {
   BOOST_TEST(!p.fits);
   BOOST_TEST(contains(p.refusal, "--backend cpu"), p.refusal);
 
+  // cuda: the device estimate against the device's free memory (cudaMemGetInfo)
+  mla::MemoryBudget gpu = b;
+  gpu.device_bytes = 8 * kGiB;
+  p = mla::plan_memory(kimi, request(BackendKind::Cuda, 16384, Precision::BF16), gpu);
+  BOOST_TEST(!p.fits);
+  for (const char* w : {"of GPU memory at its peak", "but 8.0 GiB is available (cudaMemGetInfo)", "--backend cpu (~"})
+    BOOST_TEST(contains(p.refusal, w), "missing '" << w << "' in: " << p.refusal);
+
   // nothing fits: said so
   b.host_bytes = 1;
   p = mla::plan_memory(kimi, request(BackendKind::Cpu, 1, Precision::BF16), b);
