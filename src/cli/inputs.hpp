@@ -21,6 +21,7 @@
 #include "args.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/safetensors.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla::cli {
@@ -66,6 +67,11 @@ inline constexpr uint64_t kHiddenStatesStream = 1;
 // Rng(seed, kHiddenStatesStream). In Python:  rng = <Rng port>(seed, 1);
 //   x = np.array([rng.normal() for _ in range(S*H)], dtype=np.float64).astype(np.float32).reshape(S, H)
 TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed);
+
+// Tensor `name` of f (opened from `path` for `flag`), or Error(TensorNotFound):
+// "<flag> <path> has no tensor '<name>' (it holds: a, b); choose one with <choose_flag>".
+const TensorInfo& find_tensor_or_fail(const SafetensorsFile& f, const std::string& flag, const std::string& path,
+                                      const std::string& name, const std::string& choose_flag);
 
 // Reads tensor `name` of `path` as [S, H]; errors name the file, the tensor and what is
 // wrong (missing tensor, dtype, rank, hidden size, non-finite value at [s, j]).
