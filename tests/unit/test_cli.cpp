@@ -137,7 +137,7 @@ BOOST_AUTO_TEST_CASE(input_file_matches_seeded_and_compare) {
   const std::string dump_b = dir + "/b/tensors.safetensors";
   const RunResult same = run_cli("compare '" + dump_a + "' '" + dump_b + "' --rtol 0 --atol 0");
   BOOST_TEST(same.exit_code == 0, same.out << same.err);
-  BOOST_TEST(contains(same.out, "all 8 common tensors within tolerance"), same.out);
+  BOOST_TEST(contains(same.out, "all 9 common tensors within tolerance"), same.out);
   BOOST_TEST(read_text(dir + "/a/scores.csv") == read_text(dir + "/b/scores.csv"));
 
   // The dump's layout: HF shapes with the batch dimension dropped.
@@ -147,6 +147,7 @@ BOOST_AUTO_TEST_CASE(input_file_matches_seeded_and_compare) {
   BOOST_TEST(f.at("query_states").shape == (std::vector<uint64_t>{4, 12, 24}), boost::test_tools::per_element());
   BOOST_TEST(f.at("key_states").shape == (std::vector<uint64_t>{4, 12, 24}), boost::test_tools::per_element());
   BOOST_TEST(f.at("value_states").shape == (std::vector<uint64_t>{4, 12, 16}), boost::test_tools::per_element());
+  BOOST_TEST(f.at("latent_cache").shape == (std::vector<uint64_t>{12, 40}), boost::test_tools::per_element());  // r_kv 32 + d_r 8
   BOOST_TEST(f.at("token_scores").shape == (std::vector<uint64_t>{12}), boost::test_tools::per_element());
   BOOST_TEST(f.at("hidden_states").shape == (std::vector<uint64_t>{12, 64}), boost::test_tools::per_element());
   BOOST_TEST(contains(f.metadata().at("precision"), "fp32"));
