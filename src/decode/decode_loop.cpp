@@ -267,8 +267,9 @@ DecodeResult run_decode(const DecodeOptions& opt, const PrefillView& pre, Decode
       r.budget = K;
       r.slot = slot++;
       r.rng = Rng(opt.seed, kRandomDecodeStream + static_cast<uint64_t>(K) * 16);
-      if (policy == Policy::Oracle) {
-        r.cache.clear();
+      if (policy == Policy::Oracle) {  // no cut: it picks from every token at each step
+        r.cache.resize(idx(P));
+        std::iota(r.cache.begin(), r.cache.end(), 0);
       } else {
         if (!scores_of.count(policy)) scores_of[policy] = prefill_scores(policy, opt, pre, kernel);
         r.cache = prefill_cut(scores_of[policy], opt, K);
@@ -366,14 +367,18 @@ std::vector<DecodeSummary> summarize(const DecodeResult& r) {
     s.budget = t.budget;
     const double N = static_cast<double>(t.steps.size());
     std::vector<double> errors;
-    s.mean_rel_error = s.mean_cosine = s.mean_mass_recall = s.mean_cache_len = 0;
+    double rel = 0, cosine = 0, recall = 0, cache = 0;  // sums, divided once (a mean of equal values is exact)
     for (const DecodeStep& st : t.steps) {
       errors.push_back(st.rel_error);
-      s.mean_rel_error += st.rel_error / N;
-      s.mean_cosine += st.cosine / N;
-      s.mean_mass_recall += st.mass_recall / N;
-      s.mean_cache_len += static_cast<double>(st.cache_len) / N;
+      rel += st.rel_error;
+      cosine += st.cosine;
+      recall += st.mass_recall;
+      cache += static_cast<double>(st.cache_len);
     }
+    s.mean_rel_error = rel / N;
+    s.mean_cosine = cosine / N;
+    s.mean_mass_recall = recall / N;
+    s.mean_cache_len = cache / N;
     std::sort(errors.begin(), errors.end());
     if (!errors.empty()) {
       // nearest rank: the smallest value with at least 95 % of the steps at or below it
