@@ -66,7 +66,7 @@ CommandSpec decode_spec() {
       {"threads", "N", "cpu threads (0 = all cores)", "0"},
       {"out", "DIR", "output directory (created)", "./mla-h2o-out"},
       {"dump-tensors", "", "write decode_tensors.safetensors (latent cache, outputs of every policy)", ""},
-      {"quiet", "", "no progress lines on stderr", ""},
+      {"quiet", "", "no progress lines on stderr (else every 10 % of the steps after MLA_PROGRESS_AFTER s, default 1)", ""},
   };
   for (auto& f : own) spec.flags.push_back(f);
   spec.positional_help =
@@ -197,6 +197,7 @@ int cmd_decode(const std::vector<std::string>& argv) {
   fopt.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
   const std::string out_dir = a.str("out", "mla-h2o-out");
   const bool quiet = a.has("quiet");
+  const double progress_after = progress_after_seconds();
   if (a.has("steps") && a.integer("steps", 0) < 1)
     fail(ErrorKind::InvalidArgument, "--steps " + a.str("steps") + ": nothing to measure (need at least one decode step)");
 
@@ -216,7 +217,7 @@ int cmd_decode(const std::vector<std::string>& argv) {
 
   // 4. backend: prefill + the held queries
   t0 = std::chrono::steady_clock::now();
-  if (!quiet) std::fprintf(stderr, "mla-h2o decode: prefill of %lld rows and projections of %lld more ...\n",
+  if (!quiet && (progress_after <= 0 || opt.prompt_len >= 1024)) std::fprintf(stderr, "mla-h2o decode: prefill of %lld rows and projections of %lld more ...\n",
                            static_cast<long long>(opt.prompt_len), static_cast<long long>(T - opt.prompt_len));
   std::unique_ptr<Backend> backend = reference ? make_reference_backend() : make_cpu_backend();
   backend->prepare(cfg, weights, fopt);
@@ -240,7 +241,7 @@ int cmd_decode(const std::vector<std::string>& argv) {
   int64_t last_tenth = 0;
   const auto progress = [&](int64_t done, int64_t total) {
     const int64_t tenth = done * 10 / total;
-    if (quiet || tenth == last_tenth || seconds_since(t0) < 1.0) return;  // only for long runs
+    if (quiet || tenth == last_tenth || seconds_since(t0) < progress_after) return;  // only for long runs
     last_tenth = tenth;
     std::fprintf(stderr, "mla-h2o decode: step %lld of %lld (%.1f s)\n", static_cast<long long>(done),
                  static_cast<long long>(total), seconds_since(t0));

@@ -173,19 +173,6 @@ std::vector<std::pair<std::string, std::string>> geometry(const AttentionConfig&
   return g;
 }
 
-// Seconds after which a slow step starts printing progress: MLA_PROGRESS_AFTER, default 1.
-double progress_after_seconds() {
-  const char* v = std::getenv("MLA_PROGRESS_AFTER");
-  if (!v || !*v) return 1.0;
-  double s = -1.0;
-  const char* end = v + std::char_traits<char>::length(v);
-  const auto [p, ec] = std::from_chars(v, end, s);
-  if (ec != std::errc() || p != end || !(s >= 0.0) || !std::isfinite(s))
-    fail(ErrorKind::InvalidArgument,
-         std::string("environment variable MLA_PROGRESS_AFTER='") + v + "' is not a number of seconds >= 0");
-  return s;
-}
-
 int inspect_checkpoint(const std::string& path, const std::string& config, bool json) {
   const double progress_after = progress_after_seconds();
   const Checkpoint ck = Checkpoint::open(path, config);

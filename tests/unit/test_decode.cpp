@@ -18,6 +18,7 @@
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <numeric>
 #include <set>
@@ -550,6 +551,17 @@ BOOST_AUTO_TEST_CASE(cli_outputs) {
   BOOST_TEST(one.err.empty());
   BOOST_TEST(!std::filesystem::exists(out1 + "/budget.svg"));
   BOOST_TEST(lines(test::read_text(out1 + "/decode.csv")) == 1u + 2u * 5u);
+  // progress on stderr once a run takes MLA_PROGRESS_AFTER seconds (0 = at once); not with --quiet
+  ::setenv("MLA_PROGRESS_AFTER", "0", 1);
+  const std::string out2 = scratch_dir("decode-cli2");
+  const std::string base = "decode --checkpoint '" + tiny_checkpoint() + "' --seq-len 20 --prompt-len 15 " +
+                           "--cache-budget 9 --sinks 1 --recent 2 --policy h2o --out '" + out2 + "'";
+  const RunResult loud = run_cli(base);
+  const RunResult silent = run_cli(base + " --quiet");
+  ::unsetenv("MLA_PROGRESS_AFTER");
+  BOOST_TEST(contains(loud.err, "mla-h2o decode: prefill of 15 rows"), loud.err);
+  BOOST_TEST(contains(loud.err, "mla-h2o decode: step 5 of 5"), loud.err);
+  BOOST_TEST(silent.err.empty(), silent.err);
   BOOST_TEST(contains(run_cli("decode --help").out, "--cache-budget"));
   BOOST_TEST(contains(run_cli("demo --help").out, "--decode"));
 }
