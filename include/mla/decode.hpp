@@ -71,7 +71,6 @@ struct DecodeInputs {
   TensorD query_states;                 // [n, T - query_begin, d_qk]  q_nope | q_pe roped (HF order)
   std::vector<double> prefill_scores;   // [P] attention mass each prompt token received in the
                                         //     causal prefill, summed over heads and queries
-  TensorD prefill_output;               // [P, H] attn_output of the causal prefill
   int64_t total_rows() const { return latent_cache.empty() ? 0 : latent_cache.dim(0); }
 };
 
@@ -80,6 +79,10 @@ struct DecodeInputs {
 // (queries, latent cache rows >= P). hidden: [T, H]. opt: the run's mask must be causal.
 DecodeInputs compute_decode_inputs(Backend& backend, const TensorF& hidden, int64_t prompt_len,
                                    int64_t query_window, const ForwardOptions& opt);
+// The same from the cpu backend's stage functions in one pass (q/kv/rope over all T rows, the
+// prefill's attention for its scores, no o_proj): what `mla-h2o decode --backend cpu` uses.
+DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWeights& w, const TensorF& hidden,
+                                       int64_t prompt_len, int64_t query_window, const ForwardOptions& opt);
 
 // ---- the attention arithmetic of a decode step ------------------------------------------
 

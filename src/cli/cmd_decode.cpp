@@ -220,12 +220,17 @@ int cmd_decode(const std::vector<std::string>& argv) {
   if (!quiet && (progress_after <= 0 || opt.prompt_len >= 1024)) std::fprintf(stderr, "mla-h2o decode: prefill of %lld rows and projections of %lld more ...\n",
                            static_cast<long long>(opt.prompt_len), static_cast<long long>(T - opt.prompt_len));
   std::unique_ptr<Backend> backend = reference ? make_reference_backend() : make_cpu_backend();
-  backend->prepare(cfg, weights, fopt);
   const int64_t rows_used = opt.prompt_len + opt.steps;
   TensorF hidden = input.hidden;
   hidden.shape[0] = rows_used;
   hidden.data.resize(static_cast<size_t>(rows_used * cfg.hidden_size));
-  const DecodeInputs inputs = compute_decode_inputs(*backend, hidden, opt.prompt_len, opt.snapkv_window, fopt);
+  DecodeInputs inputs;
+  if (reference) {
+    backend->prepare(cfg, weights, fopt);
+    inputs = compute_decode_inputs(*backend, hidden, opt.prompt_len, opt.snapkv_window, fopt);
+  } else {  // the cpu stages in one pass (no o_proj for the prefill)
+    inputs = compute_cpu_decode_inputs(cfg, weights, hidden, opt.prompt_len, opt.snapkv_window, fopt);
+  }
   timing.emplace_back("prefill", seconds_since(t0));
 
   // 5. decode
@@ -261,6 +266,7 @@ int cmd_decode(const std::vector<std::string>& argv) {
       {"precision", precision_name(fopt.precision)},
       {"attention", decode_attention_name(attention)},
       {"backend", backend_line},
+      {"threads", fopt.threads == 0 ? std::string("all cores") : std::to_string(fopt.threads)},
       {"rope_order", "latent_cache rope half in HF's de-interleaved order (as key_states)"},
   };
   std::vector<std::string> files = {join(out_dir, "decode.csv"), join(out_dir, "summary.csv"), join(out_dir, "decode.svg")};

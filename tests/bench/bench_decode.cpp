@@ -6,8 +6,9 @@
 //     only comparable within one run when the machine is shared);
 //   * one layer with random bf16-valued weights in memory (tests/unit/geometries.hpp,
 //     random_layer_weights("kimi", seed 1)) and hidden states [P + N, 7168];
-//   * per repetition, the cpu backend end to end as `mla-h2o decode` runs it: prepare + the
-//     causal prefill over P rows + the projections of the N decode rows (compute_decode_inputs),
+//   * per repetition, the cpu backend end to end as `mla-h2o decode` runs it: the weights'
+//     preparation, the projections of all P + N rows and the causal prefill's attention over P
+//     rows (compute_cpu_decode_inputs),
 //     then the decode kernel and every policy at budget K over N steps (run_decode);
 //   * the MEDIAN over --reps of prefill, decode and total wall seconds, the process's CPU time
 //     (user + sys: on a shared machine wall time / CPU time shows the contention) and its peak
@@ -81,12 +82,9 @@ int main(int argc, char** argv) {
   std::vector<double> prefill_s, decode_s, total_s;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = Clock::now();
-    auto backend = mla::make_cpu_backend();
     mla::ForwardOptions f;
     f.precision = precision;
-    backend->prepare(cfg, w, f);
-    const mla::DecodeInputs in = mla::compute_decode_inputs(*backend, hidden, P, opt.snapkv_window, f);
-    backend.reset();
+    const mla::DecodeInputs in = mla::compute_cpu_decode_inputs(cfg, w, hidden, P, opt.snapkv_window, f);
     prefill_s.push_back(seconds_since(t0));
     const auto t1 = Clock::now();
     mla::DecodeKernelSpec ks;

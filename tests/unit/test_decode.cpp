@@ -249,10 +249,12 @@ Layer tiny_layer(int64_t T, const std::string& geometry = "tiny", uint64_t seed 
   return l;
 }
 
+// The reference backend's inputs (two forwards), or the cpu stages' one pass.
 DecodeInputs inputs_of(Backend& b, const Layer& l, int64_t P, Precision p, int64_t window = 32) {
   ForwardOptions f;
   f.precision = p;
-  b.prepare(l.cfg, l.w, f);
+  b.prepare(l.cfg, l.w, f);  // also for the callers' own forwards
+  if (b.name() == "cpu") return compute_cpu_decode_inputs(l.cfg, l.w, l.hidden, P, window, f);
   return compute_decode_inputs(b, l.hidden, P, window, f);
 }
 
@@ -358,6 +360,28 @@ BOOST_AUTO_TEST_CASE(nothing_evicted_means_full) {
 }
 
 // ---- 3. numerics ------------------------------------------------------------------------
+
+// The cpu stages' one-pass inputs (what the CLI uses) = the two reference forwards' inputs.
+BOOST_AUTO_TEST_CASE(cpu_stage_inputs_equal_backend_forwards) {
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    const int64_t P = 13, T = 21;
+    const Layer l = tiny_layer(T, "odd", 3);
+    auto ref = make_reference_backend();
+    const DecodeInputs a = inputs_of(*ref, l, P, p, 5);
+    ForwardOptions f;
+    f.precision = p;
+    const DecodeInputs b = compute_cpu_decode_inputs(l.cfg, l.w, l.hidden, P, 5, f);
+    const std::string prec = precision_name(p);
+    BOOST_TEST(b.prompt_len == P);
+    BOOST_TEST(b.query_begin == P - 5);
+    const auto c1 = compare("latent_cache", a.latent_cache, b.latent_cache, tolerance("latent_cache", "cpu-vs-reference", prec));
+    BOOST_TEST(c1.ok, c1.message);
+    const auto c2 = compare("query_states", a.query_states, b.query_states, tolerance("query_states", "cpu-vs-reference", prec));
+    BOOST_TEST(c2.ok, c2.message);
+    const auto c3 = compare("token_scores", a.prefill_scores, b.prefill_scores, tolerance("token_scores", "cpu-vs-reference", prec));
+    BOOST_TEST(c3.ok, c3.message);
+  }
+}
 
 // latent_cache = kv_a_layernorm(c) | roped k_pe: its rope half is key_states' rope half of
 // every head (HF's de-interleaved order), for the reference and the cpu backend.
