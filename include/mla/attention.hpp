@@ -30,7 +30,7 @@ struct ForwardOptions {
   int64_t position_offset = 0;     // position ids = offset .. offset+S-1
   bool keep_attn_weights = false;  // fill ForwardResult::attn_weights [n, S, S]
   bool keep_states = false;        // fill query/key/value_states
-  bool keep_latent_cache = false;  // fill ForwardResult::latent_cache (cpu, reference)
+  bool keep_latent_cache = false;  // fill ForwardResult::latent_cache
   bool allow_tf32 = false;         // cuda fp32 only
   int threads = 0;                 // cpu: 0 = all cores
 };
