@@ -32,16 +32,7 @@ using mla::test::write_text;
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 bool exists(const std::string& p) { return std::filesystem::exists(p); }
 
-// The tiny checkpoint, synthesized once per test process.
-const std::string& tiny() {
-  static const std::string dir = [] {
-    const std::string d = scratch_dir("cli-tiny") + "/ckpt";
-    const RunResult r = run_cli("synth --preset tiny --out '" + d + "'");
-    if (r.exit_code != 0) throw std::runtime_error("mla-h2o synth failed: " + r.err);
-    return d;
-  }();
-  return dir;
-}
+const std::string& tiny() { return mla::test::tiny_checkpoint(); }
 
 // A failing command: non-zero exit, nothing but one line on stderr, of the form
 // "mla-h2o <cmd>: error: ...", containing every word of `words`.

@@ -40,6 +40,7 @@ using mla::test::compare;
 using mla::test::run_cli;
 using mla::test::RunResult;
 using mla::test::scratch_dir;
+using mla::test::tiny_checkpoint;
 using mla::test::tolerance;
 using Positions = std::vector<int64_t>;
 
@@ -514,16 +515,6 @@ BOOST_AUTO_TEST_CASE(absorbed_equals_naive_and_cpu_equals_reference) {
 // ---- 4. the CLI -----------------------------------------------------------------------------
 
 namespace {
-
-const std::string& tiny_checkpoint() {
-  static const std::string dir = [] {
-    const std::string d = scratch_dir("decode-tiny") + "/ckpt";
-    const RunResult r = run_cli("synth --preset tiny --out '" + d + "'");
-    if (r.exit_code != 0) throw std::runtime_error("mla-h2o synth failed: " + r.err);
-    return d;
-  }();
-  return dir;
-}
 
 void expect_error(const std::string& args, const std::string& word) {
   const RunResult r = run_cli("decode --checkpoint '" + tiny_checkpoint() + "' --out '" + scratch_dir("decode-err") +
