@@ -114,7 +114,8 @@ struct DecodeKernelSpec {
 // cpu backend (Eigen/BLAS, fp32 or the bf16 rounding of docs/decode.md §3).
 std::unique_ptr<DecodeKernel> make_cpu_decode_kernel(const AttentionConfig& cfg, const LayerWeights& w,
                                                      const DecodeInputs& in, const DecodeKernelSpec& spec);
-// The reference (reference/mla_decode.cpp): double loops, fp32 = exact math.
+// The reference (reference/mla_decode.cpp): double loops, fp32 = exact math. It keeps
+// references to cfg, w and in (they must outlive it); the cpu kernel copies what it needs.
 std::unique_ptr<DecodeKernel> make_reference_decode_kernel(const AttentionConfig& cfg, const LayerWeights& w,
                                                            const DecodeInputs& in, const DecodeKernelSpec& spec);
 
