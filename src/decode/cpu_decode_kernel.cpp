@@ -31,6 +31,7 @@
 #include "mla/decode.hpp"
 #include "mla/error.hpp"
 #include "mla/rope.hpp"
+#include "mla/validate.hpp"
 #include "src/cpu/cpu_kernels.hpp"
 
 namespace mla {
@@ -209,6 +210,7 @@ class CpuDecodeKernel final : public DecodeKernel {
     cpu::linear(context_[idx(slot)], o_proj_, o_bias_.empty() ? nullptr : o_bias_.data(), bf16_, threads_, out);
     TensorD t("attn_output", {out.rows(), out.cols()});
     for (int64_t i = 0; i < out.size(); ++i) t.data[idx(i)] = static_cast<double>(out.data()[i]);
+    check_attn_output_finite(t, bf16_ ? Precision::BF16 : Precision::FP32);
     return t;
   }
 

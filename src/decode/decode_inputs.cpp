@@ -18,6 +18,7 @@
 
 #include "mla/decode.hpp"
 #include "mla/error.hpp"
+#include "mla/validate.hpp"
 #include "src/cpu/cpu_stages.hpp"
 
 namespace mla {
@@ -71,16 +72,13 @@ DecodeInputs compute_decode_inputs(Backend& backend, const TensorF& hidden, int6
 
 DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWeights& w, const TensorF& hidden,
                                        int64_t P, int64_t window, const ForwardOptions& opt) {
-  if (hidden.shape.size() != 2 || hidden.dim(1) != cfg.hidden_size)
-    fail(ErrorKind::Shape, "decode: hidden states must be [T, " + std::to_string(cfg.hidden_size) + "], got " +
-                               shape_string(hidden.shape));
+  validate_layer(cfg, w, opt);  // the same checks and messages as every backend's prepare + forward
+  validate_input(cfg, hidden, opt);
   const int64_t T = hidden.dim(0), n = cfg.num_attention_heads, r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim,
                 d_qk = cfg.qk_head_dim();
   if (P < 1 || P >= T)
     fail(ErrorKind::InvalidArgument, "decode: prompt length " + std::to_string(P) + " must be in [1, " +
                                          std::to_string(T - 1) + "] for " + std::to_string(T) + " rows");
-  if (!(opt.latent_norm_eps > 0.0) || !std::isfinite(opt.latent_norm_eps))
-    fail(ErrorKind::InvalidArgument, "decode: latent norm eps must be finite and > 0");
   const int64_t w_rows = std::clamp<int64_t>(window, 1, P), query_begin = P - w_rows;
   const bool bf16 = opt.precision == Precision::BF16;
   const int threads = cpu::resolve_threads(opt.threads);
