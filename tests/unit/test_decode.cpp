@@ -591,6 +591,10 @@ BOOST_AUTO_TEST_CASE(cli_errors) {
   expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --steps 11", "but the input has 20");
   expect_error("--seq-len 20 --cache-budget 40", "--prompt-len P is required");
   expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --attention flash", "--attention");
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --backend cuda", "--backend");
+  const RunResult demo = run_cli("demo --decode --mask none --cache-dir '" + scratch_dir("decode-demo") + "'");
+  BOOST_TEST(demo.exit_code == 2);
+  BOOST_TEST(demo.err == "mla-h2o demo: error: --mask does not apply to --decode (decode attention is causal)\n");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
