@@ -554,6 +554,17 @@ ForwardResult CudaBackend::export_result(const RunSettings& run, const ForwardOp
     r.key_states = download(kKeyStates, "key_states", {n, S, d_qk});
     r.value_states = download(kValueStates, "value_states", {n, S, d_v});
   }
+  if (opt.keep_latent_cache) {  // [S, r_kv + d_r] = latent_normed | k_pe_roped (= head 0's key rope half)
+    const int64_t r_kv = c.kv_lora_rank, d_n = c.qk_nope_head_dim, d_r = c.qk_rope_head_dim;
+    const TensorD latent = download(kLatentNormed, "latent_normed", {S, r_kv});
+    const TensorD keys = opt.keep_states ? r.key_states : download(kKeyStates, "key_states", {n, S, d_qk});
+    r.latent_cache = TensorD("latent_cache", {S, r_kv + d_r});
+    for (int64_t s = 0; s < S; ++s) {
+      double* row = r.latent_cache.ptr() + s * (r_kv + d_r);
+      for (int64_t k = 0; k < r_kv; ++k) row[k] = latent.data[static_cast<size_t>(s * r_kv + k)];
+      for (int64_t d = 0; d < d_r; ++d) row[r_kv + d] = keys.data[static_cast<size_t>(s * d_qk + d_n + d)];
+    }
+  }
   r.head_scores.resize(static_cast<size_t>(n * S));
   MLA_CUDA_CHECK(cudaMemcpy(r.head_scores.data(), slot(kHeadScores), r.head_scores.size() * sizeof(double),
                             cudaMemcpyDeviceToHost));

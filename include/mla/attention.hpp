@@ -31,6 +31,7 @@ struct ForwardOptions {
   int64_t position_offset = 0;     // position ids = offset .. offset+S-1
   bool keep_attn_weights = false;  // fill ForwardResult::attn_weights [n, S, S]
   bool keep_states = false;        // fill query/key/value_states
+  bool keep_latent_cache = false;  // fill ForwardResult::latent_cache
   bool allow_tf32 = false;         // cuda fp32 only
   int threads = 0;                 // cpu: 0 = all cores
   // Long work reports progress here: (stage, units done, total units), e.g. ("attention
@@ -55,6 +56,9 @@ struct ForwardResult {
   TensorD query_states;  // [n, S, d_n + d_r] rope half in HF's de-interleaved order (if keep_states)
   TensorD key_states;    // [n, S, d_n + d_r]
   TensorD value_states;  // [n, S, d_v]
+  // What an MLA engine caches per token (docs/decode.md): kv_a_layernorm(c) | k_pe roped,
+  // the rope half in HF's de-interleaved order (the order of key_states' rope half).
+  TensorD latent_cache;  // [S, r_kv + d_r] (if keep_latent_cache)
   std::vector<double> token_scores;  // [S]     attention mass received, summed over heads and queries
   std::vector<double> head_scores;   // [n * S] the same per head (row h = head h)
   StageSeconds stage_seconds;  // in execution order

@@ -150,6 +150,8 @@ class JsonWriter {
 //   query_states  [n, S, d_n+d_r]  rope half in HF's de-interleaved order (if held)
 //   key_states    [n, S, d_n+d_r]
 //   value_states  [n, S, d_v]
+//   latent_cache  [S, r_kv + d_r]  kv_a_layernorm(c) | roped k_pe in HF's de-interleaved order
+//                                  (what an MLA engine caches; if held, docs/decode.md)
 //   token_scores  [S]              attention mass received, summed over heads and queries
 //   head_scores   [n, S]           the same per head
 // dtype: token_scores and head_scores always F64 (double accumulations); the others F64

@@ -197,25 +197,13 @@ LoadedRun load(const RunPlan& plan) {
   const AttentionConfig& cfg = r.ckpt.config();
   r.memory = check_memory(plan, cfg);  // refuses before anything large is allocated
   r.weights = timed(r.stages, "load layer", [&] {
-    if (plan.layer < 0 || plan.layer >= cfg.num_hidden_layers)
-      fail(ErrorKind::InvalidArgument, "--layer " + std::to_string(plan.layer) + " is out of range: the config has " +
-                                           std::to_string(cfg.num_hidden_layers) + " layers (0.." +
-                                           std::to_string(cfg.num_hidden_layers - 1) + ")");
-    const std::vector<int64_t> present = r.ckpt.layers_present();
-    if (std::find(present.begin(), present.end(), plan.layer) == present.end()) {
-      std::string list;
-      for (size_t i = 0; i < present.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(present[i]);
-      if (present.size() > 16) list += ", ...";
-      fail(ErrorKind::Checkpoint, "--layer " + std::to_string(plan.layer) + ": " + plan.checkpoint +
-                                      " does not hold that layer's attention tensors (layers present: " +
-                                      (list.empty() ? "none" : list) + ")");
-    }
-    return r.ckpt.load_layer(plan.layer, plan.input.kind == InputKind::Tokens);
+    return load_checked_layer(r.ckpt, plan.checkpoint, plan.layer, plan.input.kind == InputKind::Tokens);
   });
   r.options = plan.forward;
   r.options.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg, r.latent_eps_mode);
   r.options.keep_attn_weights = plan.dump_tensors && !r.memory.attn_weights_dropped;
   r.options.keep_states = plan.dump_tensors;
+  r.options.keep_latent_cache = plan.dump_tensors;
   r.input = timed(r.stages, "build input", [&] { return load_input(plan.input, r.ckpt, r.weights, r.options.precision); });
   return r;
 }
@@ -387,6 +375,7 @@ CommandSpec demo_spec() {
   spec.usage = "mla-h2o demo [--cache-dir DIR] [--out DIR] [--backend B] [--precision P] [--mask none|causal]";
   spec.flags = {
       {"cache-dir", "DIR", "where the synthetic checkpoint is cached", "$XDG_CACHE_HOME/mla-h2o or ~/.cache/mla-h2o"},
+      {"decode", "", "decode-time eviction instead (mla-h2o decode: 256 prompt tokens, 64 steps, budget 100)", ""},
   };
   for (auto& f : forward_flags("none", "bf16")) {
     if (f.name == "sinks" || f.name == "recent" || f.name == "budget" || f.name == "latent-norm-eps") continue;
@@ -394,6 +383,8 @@ CommandSpec demo_spec() {
   }
   return spec;
 }
+
+}  // namespace
 
 std::string default_cache_dir() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return join_path(xdg, "mla-h2o");
@@ -440,7 +431,21 @@ std::string demo_checkpoint(const std::string& cache_dir, bool& reused) {
   return dir;
 }
 
-}  // namespace
+// `demo --decode`: mla-h2o decode on the demo's layer and inputs (docs/decode.md): 320 seeded
+// rows, the first 256 the prompt, 64 decode steps, budget 100 = the demo's 4 + 32 + 64.
+static int demo_decode(const Args& a) {
+  if (a.has("mask")) fail(ErrorKind::InvalidArgument, "--mask does not apply to --decode (decode attention is causal)");
+  const std::string cache = a.has("cache-dir") ? a.str("cache-dir") : default_cache_dir();
+  bool reused = false;
+  std::vector<std::string> argv = {"--checkpoint", demo_checkpoint(cache, reused), "--seq-len", "320", "--seed", "0",
+                                   "--prompt-len", "256", "--steps", "64", "--cache-budget", "100",
+                                   "--sinks", "4", "--recent", "32",
+                                   "--precision", a.str("precision", "bf16"), "--out", a.str("out", "mla-h2o-out")};
+  if (a.has("backend")) argv.insert(argv.end(), {"--backend", a.str("backend")});
+  if (a.has("threads")) argv.insert(argv.end(), {"--threads", a.str("threads")});
+  if (a.has("dump-tensors")) argv.push_back("--dump-tensors");
+  return cmd_decode(argv);
+}
 
 int cmd_run(const std::vector<std::string>& argv) {
   const CommandSpec spec = run_spec();
@@ -461,6 +466,7 @@ int cmd_demo(const std::vector<std::string>& argv) {
   const CommandSpec spec = demo_spec();
   const Args a = Args::parse(spec, argv);
   if (print_help_if_asked(a, spec)) return 0;
+  if (a.has("decode")) return demo_decode(a);
   RunPlan plan;
   plan.command = "demo";
   plan.layer = 0;

@@ -13,5 +13,11 @@ int cmd_run(const std::vector<std::string>& argv);
 int cmd_demo(const std::vector<std::string>& argv);
 int cmd_select(const std::vector<std::string>& argv);
 int cmd_compare(const std::vector<std::string>& argv);
+int cmd_decode(const std::vector<std::string>& argv);
+
+// The demo's cache directory ($XDG_CACHE_HOME/mla-h2o or ~/.cache/mla-h2o) and its synthetic
+// Kimi K2.6 layer-0 checkpoint there, synthesized once (cmd_run.cpp).
+std::string default_cache_dir();
+std::string demo_checkpoint(const std::string& cache_dir, bool& reused);
 
 }  // namespace mla::cli

@@ -3,6 +3,7 @@
 // Shape legend: S = tokens, H = hidden_size.
 #include "inputs.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -184,6 +185,24 @@ HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const La
       break;
   }
   return in;
+}
+
+LayerWeights load_checked_layer(const Checkpoint& ckpt, const std::string& path, int64_t layer, bool input_norm) {
+  const AttentionConfig& cfg = ckpt.config();
+  if (layer < 0 || layer >= cfg.num_hidden_layers)
+    fail(ErrorKind::InvalidArgument, "--layer " + std::to_string(layer) + " is out of range: the config has " +
+                                         std::to_string(cfg.num_hidden_layers) + " layers (0.." +
+                                         std::to_string(cfg.num_hidden_layers - 1) + ")");
+  const std::vector<int64_t> present = ckpt.layers_present();
+  if (std::find(present.begin(), present.end(), layer) == present.end()) {
+    std::string list;
+    for (size_t i = 0; i < present.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(present[i]);
+    if (present.size() > 16) list += ", ...";
+    fail(ErrorKind::Checkpoint, "--layer " + std::to_string(layer) + ": " + path +
+                                    " does not hold that layer's attention tensors (layers present: " +
+                                    (list.empty() ? "none" : list) + ")");
+  }
+  return ckpt.load_layer(layer, input_norm);
 }
 
 }  // namespace mla::cli

@@ -58,6 +58,11 @@ int64_t input_seq_len(const InputRequest& req);
 HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const LayerWeights& weights,
                        Precision precision);
 
+// The attention tensors of `layer` (+ input_layernorm when input_norm), after checking that
+// the config has that layer (Error InvalidArgument) and that `path` holds it (Error Checkpoint,
+// listing the layers present).
+LayerWeights load_checked_layer(const Checkpoint& ckpt, const std::string& path, int64_t layer, bool input_norm);
+
 // The Rng stream of the seeded hidden states (random.hpp: Rng(seed, stream)). Stream 1 is
 // unused by `synth` (which uses 0 and 1000*(L+1)+k), so a checkpoint and its inputs
 // drawn from the same seed are independent.

@@ -202,6 +202,15 @@ ForwardResult export_result(const AttentionConfig& cfg, const ForwardOptions& op
   result.head_scores = std::move(att.head_scores);
   result.token_scores = token_scores_from_heads(result.head_scores, n);
   result.attn_weights = std::move(att.attn_weights);
+  if (opt.keep_latent_cache) {  // [S, r_kv + d_r] = latent_normed | k_pe_roped
+    const int64_t r_kv = cfg.kv_lora_rank;
+    result.latent_cache = TensorD("latent_cache", {S, r_kv + d_r});
+    for (int64_t s = 0; s < S; ++s) {
+      double* row = result.latent_cache.ptr() + s * (r_kv + d_r);
+      for (int64_t c = 0; c < r_kv; ++c) row[c] = kvp.latent_normed(s, c);
+      for (int64_t d = 0; d < d_r; ++d) row[r_kv + d] = k_pe_roped(s, d);
+    }
+  }
   if (!opt.keep_states) return result;
   result.query_states = TensorD("query_states", {n, S, d_qk});
   result.key_states = TensorD("key_states", {n, S, d_qk});

@@ -50,6 +50,7 @@ std::vector<std::string> write_tensor_dump(const std::string& path, const Tensor
   if (!result.query_states.empty()) add("query_states", result.query_states.shape, result.query_states.data, f64);
   if (!result.key_states.empty()) add("key_states", result.key_states.shape, result.key_states.data, f64);
   if (!result.value_states.empty()) add("value_states", result.value_states.shape, result.value_states.data, f64);
+  if (!result.latent_cache.empty()) add("latent_cache", result.latent_cache.shape, result.latent_cache.data, f64);
   // The scores are sums accumulated in double by every backend: always F64, so `select` on
   // the dump reproduces run's decision bit for bit.
   const int64_t seq_len = static_cast<int64_t>(result.token_scores.size());  // S

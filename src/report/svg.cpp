@@ -15,6 +15,7 @@
 #include <string>
 
 #include "mla/report.hpp"
+#include "svg_util.hpp"
 
 namespace mla {
 namespace {
@@ -32,43 +33,10 @@ const char* category_colour(TokenCategory c) {
   return "#000000";
 }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') out += ' ';  // not allowed in XML 1.0
-        else out += c;
-    }
-  }
-  return out;
-}
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
-}
-
-std::string tick_label(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
-// Step of about `target` ticks over [0, span]: 1, 2 or 5 x 10^k.
-double nice_step(double span, double target) {
-  if (!(span > 0)) return 1.0;
-  const double raw = span / target;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  const double norm = raw / mag;
-  return (norm < 1.5 ? 1.0 : norm < 3.0 ? 2.0 : norm < 7.0 ? 5.0 : 10.0) * mag;
-}
+using svg::nice_step;
+using svg::num;
+using svg::tick_label;
+using svg::xml_escape;
 
 }  // namespace
 

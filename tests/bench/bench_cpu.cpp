@@ -33,13 +33,18 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "geometries.hpp"
 #include "mla/attention.hpp"
 #include "mla/error.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using mla::bench::Clock;
+using mla::bench::cpu_model;
+using mla::bench::load_average;
+using mla::bench::median;
+using mla::bench::seconds_since;
 
 struct Flags {
   int64_t seq_len = 256;
@@ -82,32 +87,6 @@ Flags parse_flags(int argc, char** argv) {
   return f;
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
-    }
-  }
-  return "unknown CPU";
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // FLOPs per stage (2 per multiply-add; docs/math.md §12), for S tokens.
 std::map<std::string, double> stage_flops(const mla::AttentionConfig& c, int64_t S) {

@@ -68,6 +68,7 @@ void compare_results(const std::string& label, const ForwardResult& ref, const F
   tensor("query_states", ref.query_states, got.query_states);
   tensor("key_states", ref.key_states, got.key_states);
   tensor("value_states", ref.value_states, got.value_states);
+  tensor("latent_cache", ref.latent_cache, got.latent_cache);
   BOOST_TEST_REQUIRE(ref.head_scores.size() == got.head_scores.size());
   BOOST_TEST_REQUIRE(ref.token_scores.size() == got.token_scores.size());
   report(label, "head_scores",
@@ -106,7 +107,8 @@ BOOST_AUTO_TEST_CASE(small_geometries_all_masks_and_precisions) {
             o.mask = m;
             o.position_offset = offset;
             o.keep_attn_weights = true;
-            o.keep_states = true;
+            o.keep_states = offset == 0;  // latent_cache with and without the states' download
+            o.keep_latent_cache = true;
             const std::string label = label_of(g.name, S, o);
             BOOST_TEST_CONTEXT(label + " | " + mla::test::vars(g.cfg)) {
               const ForwardResult want = run(*ref, g.cfg, w, hidden, o);
@@ -184,6 +186,7 @@ BOOST_AUTO_TEST_CASE(result_fields_and_stage_times) {
   BOOST_TEST(r.attn_output.shape == (std::vector<int64_t>{S, cfg.hidden_size}));
   BOOST_TEST(r.attn_weights.empty());
   BOOST_TEST(r.query_states.empty());
+  BOOST_TEST(r.latent_cache.empty());
   BOOST_TEST(r.head_scores.size() == static_cast<size_t>(cfg.num_attention_heads * S));
   BOOST_TEST(r.token_scores.size() == static_cast<size_t>(S));
   // Causal probabilities: every query's row sums to 1 (up to fp32 rounding), so the total mass

@@ -33,16 +33,7 @@ using mla::test::write_text;
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 bool exists(const std::string& p) { return std::filesystem::exists(p); }
 
-// The tiny checkpoint, synthesized once per test process.
-const std::string& tiny() {
-  static const std::string dir = [] {
-    const std::string d = scratch_dir("cli-tiny") + "/ckpt";
-    const RunResult r = run_cli("synth --preset tiny --out '" + d + "'");
-    if (r.exit_code != 0) throw std::runtime_error("mla-h2o synth failed: " + r.err);
-    return d;
-  }();
-  return dir;
-}
+const std::string& tiny() { return mla::test::tiny_checkpoint(); }
 
 // A failing command: non-zero exit, nothing but one line on stderr, of the form
 // "mla-h2o <cmd>: error: ...", containing every word of `words`.
@@ -138,7 +129,7 @@ BOOST_AUTO_TEST_CASE(input_file_matches_seeded_and_compare) {
   const std::string dump_b = dir + "/b/tensors.safetensors";
   const RunResult same = run_cli("compare '" + dump_a + "' '" + dump_b + "' --rtol 0 --atol 0");
   BOOST_TEST(same.exit_code == 0, same.out << same.err);
-  BOOST_TEST(contains(same.out, "all 8 common tensors within tolerance"), same.out);
+  BOOST_TEST(contains(same.out, "all 9 common tensors within tolerance"), same.out);
   BOOST_TEST(read_text(dir + "/a/scores.csv") == read_text(dir + "/b/scores.csv"));
 
   // The dump's layout: HF shapes with the batch dimension dropped.
@@ -148,6 +139,7 @@ BOOST_AUTO_TEST_CASE(input_file_matches_seeded_and_compare) {
   BOOST_TEST(f.at("query_states").shape == (std::vector<uint64_t>{4, 12, 24}), boost::test_tools::per_element());
   BOOST_TEST(f.at("key_states").shape == (std::vector<uint64_t>{4, 12, 24}), boost::test_tools::per_element());
   BOOST_TEST(f.at("value_states").shape == (std::vector<uint64_t>{4, 12, 16}), boost::test_tools::per_element());
+  BOOST_TEST(f.at("latent_cache").shape == (std::vector<uint64_t>{12, 40}), boost::test_tools::per_element());  // r_kv 32 + d_r 8
   BOOST_TEST(f.at("token_scores").shape == (std::vector<uint64_t>{12}), boost::test_tools::per_element());
   BOOST_TEST(f.at("hidden_states").shape == (std::vector<uint64_t>{12, 64}), boost::test_tools::per_element());
   BOOST_TEST(contains(f.metadata().at("precision"), "fp32"));

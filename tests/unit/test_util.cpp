@@ -94,4 +94,14 @@ RunResult run_cli(const std::string& args) {
   return r;
 }
 
+const std::string& tiny_checkpoint() {
+  static const std::string dir = [] {
+    const std::string d = scratch_dir("tiny-checkpoint") + "/ckpt";
+    const RunResult r = run_cli("synth --preset tiny --out '" + d + "'");
+    if (r.exit_code != 0) throw std::runtime_error("mla-h2o synth failed: " + r.err);
+    return d;
+  }();
+  return dir;
+}
+
 }  // namespace mla::test

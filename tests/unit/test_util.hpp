@@ -19,6 +19,10 @@ struct RunResult {
 // Runs `mla-h2o <args>` through /bin/sh (args are passed verbatim; quote as needed).
 RunResult run_cli(const std::string& args);
 
+// `mla-h2o synth --preset tiny` (hidden 64, 4 heads, layer 0 written, vocab 97), synthesized
+// once per test process into the scratch area; throws if synth fails.
+const std::string& tiny_checkpoint();
+
 std::string read_text(const std::string& path);
 void write_text(const std::string& path, const std::string& text);
 

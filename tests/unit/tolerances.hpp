@@ -166,6 +166,32 @@ inline constexpr Tolerance kTolerances[] = {
   {"*", "ours-vs-hf", "bf16", 3.9e-3, 0.0, kNoBound, -1.0,
    "cos/sin cast to bf16: the fp32 values (row above) can straddle a bf16 rounding boundary, "
    "giving one bf16 ulp, which is <= 2^-8 = 3.9e-3 for |value| < 1"},
+
+  // ---- decode (suite decode): decode rows against the causal prefill, absorbed vs naive ----
+  {"attn_output", "decode-full-vs-prefill", "fp32", 1e-4, 1e-3, 1e-5, 1.0 - 1e-9,
+   "cpu decode with the whole cache vs the cpu causal prefill's row of the same token: two fp32 "
+   "evaluations of the same real number (the absorbed form reassociates q_nope . W_UK c as "
+   "(W_UK^T q_nope) . c and sum p W_UV c as W_UV sum p c; the naive form sums in another order); "
+   "each is within the cpu-vs-reference fp32 analysis (typical sqrt(K)*u32 per GEMM, K <= 8192), "
+   "so 1e-5 normalized as that row (measured 1.5e-7 .. 2.6e-7 on the small geometries)"},
+  {"attn_output", "decode-absorbed-vs-naive", "fp32", 1e-4, 1e-3, 1e-5, 1.0 - 1e-9,
+   "the same real number in two summation orders, both fp32 (as decode-full-vs-prefill fp32; "
+   "measured 2.2e-7 .. 3.3e-7 on the odd geometry, every policy)"},
+  {"attn_output", "decode-naive-vs-prefill", "bf16", 3e-2, 3e-2, 3e-3, 1.0 - 4.5e-6,
+   "naive bf16 decode rounds at exactly HF's points (kv, q.k, *scale, softmax, p.v, o_proj: "
+   "docs/math.md §7), as the prefill does, so the two differ only where their fp32 accumulation "
+   "orders put a value on different sides of a bf16 rounding boundary: the analysis of "
+   "cpu-vs-reference bf16 attn_output (measured 0 on tiny, odd and Kimi at T <= 18)"},
+  {"attn_output", "decode-absorbed-vs-prefill", "bf16", kNoBound, kNoBound, 2e-2, 1.0 - 2e-4,
+   "absorbed bf16 decode rounds other intermediates than HF's eager prefill (docs/decode.md §3): "
+   "it rounds q~ and the latent context and never k_nope, v or p. About 5 roundings differ on "
+   "each side, each of rms relative error ubf16/sqrt(12)/2 ~ 1.1e-3: sqrt(10)*1.1e-3 ~ 3.5e-3, "
+   "times ~2 through the softmax: ~7e-3 (measured 5.5e-3 .. 7.1e-3, cosine >= 0.99997, on tiny, "
+   "odd and Kimi); bound 2e-2, cosine 1 - (2e-2)^2/2. Elementwise bounds off: elements near zero "
+   "have unbounded relative error"},
+  {"attn_output", "decode-absorbed-vs-naive", "bf16", kNoBound, kNoBound, 2e-2, 1.0 - 2e-4,
+   "the same two rounding schedules as decode-absorbed-vs-prefill bf16, on an evicted cache "
+   "(measured 5.1e-3 .. 7.3e-3 on the odd geometry, every policy)"},
 };
 // clang-format on
 

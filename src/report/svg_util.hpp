@@ -1,0 +1,49 @@
+// src/report/svg_util.hpp — small helpers shared by the hand-written SVG charts
+// (scores.svg in svg.cpp, decode.svg / budget.svg in src/decode/decode_report.cpp).
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace mla::svg {
+
+inline std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') out += ' ';  // not allowed in XML 1.0
+        else out += c;
+    }
+  }
+  return out;
+}
+
+inline std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+inline std::string tick_label(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// Step of about `target` ticks over [0, span]: 1, 2 or 5 x 10^k.
+inline double nice_step(double span, double target) {
+  if (!(span > 0)) return 1.0;
+  const double raw = span / target;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double norm = raw / mag;
+  return (norm < 1.5 ? 1.0 : norm < 3.0 ? 2.0 : norm < 7.0 ? 5.0 : 10.0) * mag;
+}
+
+}  // namespace mla::svg
