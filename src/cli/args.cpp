@@ -1,7 +1,6 @@
 #include "args.hpp"
 
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -163,19 +162,6 @@ bool print_help_if_asked(const Args& a, const CommandSpec& spec) {
   if (!a.help()) return false;
   std::fputs(help_text(spec).c_str(), stdout);
   return true;
-}
-
-// Seconds after which a slow step starts printing progress: MLA_PROGRESS_AFTER, default 1.
-double progress_after_seconds() {
-  const char* v = std::getenv("MLA_PROGRESS_AFTER");
-  if (!v || !*v) return 1.0;
-  double s = -1.0;
-  const char* end = v + std::char_traits<char>::length(v);
-  const auto [p, ec] = std::from_chars(v, end, s);
-  if (ec != std::errc() || p != end || !(s >= 0.0) || !std::isfinite(s))
-    fail(ErrorKind::InvalidArgument,
-         std::string("environment variable MLA_PROGRESS_AFTER='") + v + "' is not a number of seconds >= 0");
-  return s;
 }
 
 }  // namespace mla::cli

@@ -60,8 +60,4 @@ bool print_help_if_asked(const Args& a, const CommandSpec& spec);
 // Parses "3,17,250" (spaces and newlines allowed as separators too); errors name `what`.
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);
 
-// Seconds after which a slow step starts printing progress on stderr: the environment variable
-// MLA_PROGRESS_AFTER (0 = always), default 1; a bad value is an Error(InvalidArgument).
-double progress_after_seconds();
-
 }  // namespace mla::cli

@@ -23,6 +23,7 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "progress.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/decode.hpp"

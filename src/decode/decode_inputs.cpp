@@ -92,7 +92,9 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
   for (int64_t t = 0; t < T; ++t) positions[static_cast<size_t>(t)] = t;
   const cpu::MatrixRM k_pe_roped = cpu::rope(L, positions, q, kvp.compressed_kv);  // [T, d_r]; q roped in place
   // the causal prefill's attention over rows [0, P): its H2O scores
-  const cpu::Attention att = cpu::attend(L, q.topRows(P), kvp.kv.topRows(P), k_pe_roped.topRows(P), true, false);
+  const cpu::MatrixRM q_prompt = q.topRows(P), kv_prompt = kvp.kv.topRows(P), k_pe_prompt = k_pe_roped.topRows(P);
+  const cpu::Attention att =
+      cpu::attend(L, q_prompt, cpu::key_value_states(L, kv_prompt, k_pe_prompt), true, false, cpu::BlockProgress{});
 
   DecodeInputs in;
   in.prompt_len = P;
