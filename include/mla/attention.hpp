@@ -17,10 +17,17 @@ namespace mla {
 enum class Mask { Causal, None };       // causal: key t visible to query s iff t <= s
 enum class Precision { FP32, BF16 };    // bf16 = PyTorch bf16 eager rounding (mla-math.md §7)
 enum class BackendKind { Auto, Reference, Cpu, Cuda };
+// The cpu backend's GEMM engine for the projections (docs/cpu-gemm.md): auto = oneDNN where it
+// has a brgemm kernel for the precision on this CPU, else Eigen (+ OpenBLAS sgemm).
+enum class Gemm { Auto, Eigen, OneDnn };
 
 const char* mask_name(Mask m);            // "causal" | "none"
 const char* precision_name(Precision p);  // "fp32" | "bf16"
 const char* backend_name(BackendKind b);  // "auto" | "reference" | "cpu" | "cuda"
+const char* gemm_name(Gemm g);            // "auto" | "eigen" | "onednn"
+// What --gemm auto runs on this machine, per precision, e.g.
+// "fp32: oneDNN 2.6.3, brg:avx512_core; bf16: oneDNN 2.6.3, brg:avx512_core_bf16".
+std::string gemm_auto_summary();
 
 struct ForwardOptions {
   Mask mask = Mask::Causal;
@@ -31,6 +38,17 @@ struct ForwardOptions {
   bool keep_states = false;        // fill query/key/value_states
   bool allow_tf32 = false;         // cuda fp32 only
   int threads = 0;                 // cpu: 0 = all cores
+  Gemm gemm = Gemm::Auto;          // cpu: projection GEMM engine
+};
+
+// The cpu backend's projection engine after prepare(): engine "oneDNN 2.6.3" or "Eigen 3.4.0 +
+// OpenBLAS sgemm", the kernel it runs ("brg:avx512_core_bf16", "OpenBLAS sgemm"), and why it
+// was chosen. Empty for the other backends.
+struct GemmInfo {
+  std::string requested;  // "auto" | "eigen" | "onednn"
+  std::string engine;
+  std::string kernel;
+  std::string reason;
 };
 
 struct ForwardResult {
@@ -52,6 +70,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;         // "reference" | "cpu" | "cuda"
   virtual std::string description() const = 0;  // e.g. "Eigen 3.4 + OpenBLAS, 2 threads"
+  virtual GemmInfo gemm_info() const { return {}; }  // cpu backend: its projection engine
   // Converts/uploads the layer's weights once (widening, bf16 rounding, device copy).
   virtual void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) = 0;
   // hidden: [S, H] fp32 values (rounded to bf16 first in bf16 mode, as HF's bf16 input is).

@@ -8,11 +8,13 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <thread>
 
 #include "mla/bf16.hpp"
+#include "mla/error.hpp"
 #include "mla_build_config.h"
 
 #if MLA_HAVE_BLAS
@@ -74,6 +76,21 @@ const char* blas_description() { return "Eigen's own GEMM kernel (no BLAS)"; }
 #endif
 
 // ---- elementwise -------------------------------------------------------------------------
+
+void check_finite(const float* v, int64_t rows, int64_t cols, const std::string& what) {
+  if (Eigen::Map<const Eigen::ArrayXf>(v, rows * cols).allFinite()) return;  // vectorised fast path
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float x = v[r * cols + c];
+      if (!std::isfinite(x)) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%g", static_cast<double>(x));
+        fail(ErrorKind::InvalidValue, what + "[row " + std::to_string(r) + ", col " + std::to_string(c) +
+                                          "] is " + buf + " (values must be finite)");
+      }
+    }
+  }
+}
 
 void round_to_bf16_inplace(float* x, int64_t count) {
   for (int64_t i = 0; i < count; ++i) x[i] = round_to_bf16(x[i]);

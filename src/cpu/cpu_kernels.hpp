@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <Eigen/Core>
@@ -60,6 +61,10 @@ class BlasThreads {
 const char* blas_description();
 
 // ---- elementwise -------------------------------------------------------------------------
+
+// Error(InvalidValue) "<what>[row r, col c] is <value> (values must be finite)" for the first
+// non-finite value of a rows x cols row-major block; returns when every value is finite.
+void check_finite(const float* v, int64_t rows, int64_t cols, const std::string& what);
 
 // x[i] = bf16(x[i]) for i < count (round to nearest even on the bits, mla/bf16.hpp).
 void round_to_bf16_inplace(float* x, int64_t count);

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "cpu_kernels.hpp"
+#include "gemm_engine.hpp"
 #include "mla/attention.hpp"
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
@@ -51,20 +52,18 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The weights as the GEMMs use them: [out, in] row-major (= W^T column-major for sgemm),
-// fp32 values as loaded, or rounded to bf16 values in bf16 mode.
+// The weights as the GEMMs use them: each projection prepared once for the GEMM engine
+// (gemm_engine.hpp: Eigen keeps [out, in] fp32 values, oneDNN its own layout; bf16 values in
+// bf16 mode; the engine holds the projection's bias), the norm weights as fp32 vectors.
 struct PreparedWeights {
-  MatrixRM q_a_proj;            // [r_q, H]           (q_lora_rank > 0)
-  std::vector<float> q_a_layernorm;  // [r_q]
-  MatrixRM q_b_proj;            // [n*d_qk, r_q]
-  MatrixRM q_proj;              // [n*d_qk, H]        (q_lora_rank null)
-  MatrixRM kv_a_proj_with_mqa;  // [r_kv + d_r, H]
-  std::vector<float> kv_a_layernorm;  // [r_kv]
-  MatrixRM kv_b_proj;           // [n*(d_n+d_v), r_kv]
-  MatrixRM o_proj;              // [H, n*d_v]
-  std::vector<float> q_bias;    // [r_q] (q_a_proj) or [n*d_qk] (q_proj); empty = none
-  std::vector<float> kv_a_bias; // [r_kv + d_r]; empty = none
-  std::vector<float> o_bias;    // [H]; empty = none
+  std::unique_ptr<cpu::PreparedLinear> q_a_proj;            // [r_q, H]  (+ bias [r_q])  (q_lora_rank > 0)
+  std::vector<float> q_a_layernorm;                         // [r_q]
+  std::unique_ptr<cpu::PreparedLinear> q_b_proj;            // [n*d_qk, r_q]
+  std::unique_ptr<cpu::PreparedLinear> q_proj;              // [n*d_qk, H]         (q_lora_rank null)
+  std::unique_ptr<cpu::PreparedLinear> kv_a_proj_with_mqa;  // [r_kv + d_r, H] (+ bias [r_kv + d_r])
+  std::vector<float> kv_a_layernorm;                        // [r_kv]
+  std::unique_ptr<cpu::PreparedLinear> kv_b_proj;           // [n*(d_n+d_v), r_kv]
+  std::unique_ptr<cpu::PreparedLinear> o_proj;              // [H, n*d_v]  (+ bias [H])
 };
 
 // Checks that a weight has the shape the config implies.
@@ -79,39 +78,22 @@ void check_shape(const TensorF& t, const char* name, std::vector<int64_t> expect
   }
 }
 
-void check_finite(const float* v, int64_t rows, int64_t cols, const std::string& what) {
-  if (Eigen::Map<const Eigen::ArrayXf>(v, rows * cols).allFinite()) return;  // vectorised fast path
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const float x = v[r * cols + c];
-      if (!std::isfinite(x)) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%g", static_cast<double>(x));
-        fail(ErrorKind::InvalidValue, what + "[row " + std::to_string(r) + ", col " + std::to_string(c) +
-                                          "] is " + buf + " (values must be finite)");
-      }
-    }
-  }
-}
-
-// Copies a checked weight, rounded to bf16 values in bf16 mode, and checks it is finite.
-MatrixRM prepare_matrix(const TensorF& t, const char* name, int64_t rows, int64_t cols, bool bf16, int threads) {
+// A checked projection weight [rows, cols] (+ bias [rows] when attention_bias), prepared once
+// for the GEMM engine (bf16 rounding in bf16 mode, finite check after it).
+std::unique_ptr<cpu::PreparedLinear> prepare_linear(cpu::GemmEngine& engine, const TensorF& t, const char* name,
+                                                    int64_t rows, int64_t cols, const TensorF* bias,
+                                                    const char* bias_name, bool bf16, int threads) {
   check_shape(t, name, {rows, cols});
-  MatrixRM m(rows, cols);
-  cpu::parallel_for(threads, threads, [&](int64_t slice, int) {  // copy (+ round) row slices
-    const int64_t begin = rows * slice / threads, end = rows * (slice + 1) / threads;
-    std::copy(t.ptr() + begin * cols, t.ptr() + end * cols, m.data() + begin * cols);
-    if (bf16) cpu::round_to_bf16_inplace(m.data() + begin * cols, (end - begin) * cols);
-  });
-  check_finite(m.data(), rows, cols, std::string("cpu backend: weight ") + name + (bf16 ? " (as bf16)" : ""));
-  return m;
+  if (bias != nullptr) check_shape(*bias, bias_name, {rows});
+  return engine.prepare({name, t.ptr(), rows, cols, bias != nullptr ? bias->ptr() : nullptr}, bf16, threads,
+                        "cpu backend");
 }
 
 std::vector<float> prepare_vector(const TensorF& t, const char* name, int64_t size, bool bf16) {
   check_shape(t, name, {size});
   std::vector<float> v = t.data;
   if (bf16) cpu::round_to_bf16_inplace(v.data(), size);
-  check_finite(v.data(), 1, size, std::string("cpu backend: weight ") + name + (bf16 ? " (as bf16)" : ""));
+  cpu::check_finite(v.data(), 1, size, std::string("cpu backend: weight ") + name + (bf16 ? " (as bf16)" : ""));
   return v;
 }
 
@@ -149,8 +131,12 @@ class CpuBackend final : public Backend {
 
   std::string description() const override {
     const int threads = cpu::resolve_threads(prepared_ ? threads_ : 0);
-    std::string d = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
-                    "." + std::to_string(EIGEN_MINOR_VERSION);
+    std::string d;
+    if (prepared_ && gemm_->kind() == Gemm::OneDnn) {
+      d = "projections: " + gemm_->name() + ", " + weights_.kv_b_proj->kernel() + "; per-head products: ";
+    }
+    d += "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
+         std::to_string(EIGEN_MINOR_VERSION);
 #if MLA_HAVE_BLAS
     d += " + OpenBLAS sgemm (" + std::string(cpu::blas_description()) + ")";
 #else
@@ -158,6 +144,11 @@ class CpuBackend final : public Backend {
 #endif
     d += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
     return d;
+  }
+
+  GemmInfo gemm_info() const override {
+    if (!prepared_) return {};
+    return {gemm_name(gemm_requested_), gemm_->name(), weights_.kv_b_proj->kernel(), gemm_reason_};
   }
 
   void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
@@ -169,23 +160,28 @@ class CpuBackend final : public Backend {
     const int threads = cpu::resolve_threads(opt.threads);
     const int64_t H = cfg.hidden_size, n = cfg.num_attention_heads, r_q = cfg.q_lora_rank, r_kv = cfg.kv_lora_rank;
     const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
+    std::string reason;
+    std::unique_ptr<cpu::GemmEngine> engine = cpu::make_gemm_engine(opt.gemm, bf16, reason);
+    const bool bias = cfg.attention_bias;
     PreparedWeights p;
     if (cfg.has_q_lora()) {
-      p.q_a_proj = prepare_matrix(w.q_a_proj, "q_a_proj", r_q, H, bf16, threads);
+      p.q_a_proj = prepare_linear(*engine, w.q_a_proj, "q_a_proj", r_q, H, bias ? &w.q_a_proj_bias : nullptr,
+                                  "q_a_proj_bias", bf16, threads);
       p.q_a_layernorm = prepare_vector(w.q_a_layernorm, "q_a_layernorm", r_q, bf16);
-      p.q_b_proj = prepare_matrix(w.q_b_proj, "q_b_proj", n * d_qk, r_q, bf16, threads);
+      p.q_b_proj = prepare_linear(*engine, w.q_b_proj, "q_b_proj", n * d_qk, r_q, nullptr, "", bf16, threads);
     } else {
-      p.q_proj = prepare_matrix(w.q_proj, "q_proj", n * d_qk, H, bf16, threads);
+      p.q_proj = prepare_linear(*engine, w.q_proj, "q_proj", n * d_qk, H, nullptr, "", bf16, threads);
     }
-    p.kv_a_proj_with_mqa = prepare_matrix(w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", r_kv + d_r, H, bf16, threads);
+    p.kv_a_proj_with_mqa = prepare_linear(*engine, w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", r_kv + d_r, H,
+                                          bias ? &w.kv_a_proj_with_mqa_bias : nullptr, "kv_a_proj_with_mqa_bias",
+                                          bf16, threads);
     p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, "kv_a_layernorm", r_kv, bf16);
-    p.kv_b_proj = prepare_matrix(w.kv_b_proj, "kv_b_proj", n * (d_n + d_v), r_kv, bf16, threads);
-    p.o_proj = prepare_matrix(w.o_proj, "o_proj", H, n * d_v, bf16, threads);
-    if (cfg.attention_bias) {
-      if (cfg.has_q_lora()) p.q_bias = prepare_vector(w.q_a_proj_bias, "q_a_proj_bias", r_q, bf16);
-      p.kv_a_bias = prepare_vector(w.kv_a_proj_with_mqa_bias, "kv_a_proj_with_mqa_bias", r_kv + d_r, bf16);
-      p.o_bias = prepare_vector(w.o_proj_bias, "o_proj_bias", H, bf16);
-    }
+    p.kv_b_proj = prepare_linear(*engine, w.kv_b_proj, "kv_b_proj", n * (d_n + d_v), r_kv, nullptr, "", bf16, threads);
+    p.o_proj = prepare_linear(*engine, w.o_proj, "o_proj", H, n * d_v, bias ? &w.o_proj_bias : nullptr, "o_proj_bias",
+                              bf16, threads);
+    gemm_ = std::move(engine);
+    gemm_requested_ = opt.gemm;
+    gemm_reason_ = reason;
     cfg_ = cfg;
     weights_ = std::move(p);
     precision_ = opt.precision;
@@ -225,11 +221,11 @@ class CpuBackend final : public Backend {
     }
     if (hidden.shape[0] == 0) fail(ErrorKind::InvalidArgument, "cpu backend: hidden states have 0 tokens (S = 0); need at least one");
     const int64_t S = hidden.shape[0];
-    check_finite(hidden.ptr(), S, H, "hidden states");
+    cpu::check_finite(hidden.ptr(), S, H, "hidden states");
     MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr(), S, H);  // [S, H]
     if (bf16) {
       cpu::round_to_bf16_inplace(x.data(), x.size());
-      check_finite(x.data(), S, H, "hidden states rounded to bf16");
+      cpu::check_finite(x.data(), S, H, "hidden states rounded to bf16");
     }
 
     ForwardResult result;
@@ -241,24 +237,23 @@ class CpuBackend final : public Backend {
     MatrixRM q;  // [S, n*d_qk]  head-major: feature h*d_qk + (nope d_n | rope d_r)
     if (cfg.has_q_lora()) {
       MatrixRM q_a;  // [S, r_q]
-      cpu::linear(x, w.q_a_proj, w.q_bias.empty() ? nullptr : w.q_bias.data(), bf16, threads, q_a);
+      w.q_a_proj->run(x, threads, q_a);
       MatrixRM q_normed(S, r_q);  // [S, r_q]
       cpu::rms_norm(q_a.data(), r_q, S, r_q, w.q_a_layernorm.data(), eps, bf16, q_normed.data(), r_q);
-      cpu::linear(q_normed, w.q_b_proj, nullptr, bf16, threads, q);
+      w.q_b_proj->run(q_normed, threads, q);
     } else {
-      cpu::linear(x, w.q_proj, w.q_bias.empty() ? nullptr : w.q_bias.data(), bf16, threads, q);
+      w.q_proj->run(x, threads, q);
     }
     result.stage_seconds.emplace_back("q_path", seconds_since(t0));
 
     // ---- kv path (§3.3) ----
     t0 = Clock::now();
     MatrixRM compressed_kv;  // [S, r_kv + d_r]  latent c (r_kv) | k_pe (d_r)
-    cpu::linear(x, w.kv_a_proj_with_mqa, w.kv_a_bias.empty() ? nullptr : w.kv_a_bias.data(), bf16, threads,
-                compressed_kv);
+    w.kv_a_proj_with_mqa->run(x, threads, compressed_kv);
     MatrixRM kv_normed(S, r_kv);  // [S, r_kv]
     cpu::rms_norm(compressed_kv.data(), r_kv + d_r, S, r_kv, w.kv_a_layernorm.data(), eps, bf16, kv_normed.data(), r_kv);
     MatrixRM kv;  // [S, n*(d_n+d_v)]  head-major: feature h*(d_n+d_v) + (k_nope d_n | value d_v)
-    cpu::linear(kv_normed, w.kv_b_proj, nullptr, bf16, threads, kv);
+    w.kv_b_proj->run(kv_normed, threads, kv);
     result.stage_seconds.emplace_back("kv_path", seconds_since(t0));
 
     // ---- rope (§3.4, §4, §6): cos/sin [S, d_r] fp32 from the shared tables (bf16 once) ----
@@ -337,7 +332,7 @@ class CpuBackend final : public Backend {
     // ---- o_proj (§3.6 step 7) ----
     t0 = Clock::now();
     MatrixRM out;  // [S, H]
-    cpu::linear(attn, w.o_proj, w.o_bias.empty() ? nullptr : w.o_bias.data(), bf16, threads, out);
+    w.o_proj->run(attn, threads, out);
     result.stage_seconds.emplace_back("o_proj", seconds_since(t0));
 
     // ---- H2O token scores: sum over heads of the per-head column sums (double) ----
@@ -348,7 +343,7 @@ class CpuBackend final : public Backend {
     }
     result.stage_seconds.emplace_back("h2o_scores", seconds_h2o + seconds_since(t0));
 
-    check_finite(out.data(), S, H, std::string("cpu backend: attn_output (overflow in ") + precision_name(precision_) + " arithmetic)");
+    cpu::check_finite(out.data(), S, H, std::string("cpu backend: attn_output (overflow in ") + precision_name(precision_) + " arithmetic)");
     result.attn_output = widen("attn_output", {S, H}, out.data());
     if (opt.keep_states) {
       result.query_states = TensorD("query_states", {n, S, d_qk});
@@ -375,6 +370,9 @@ class CpuBackend final : public Backend {
   bool prepared_ = false;
   AttentionConfig cfg_;
   PreparedWeights weights_;
+  std::unique_ptr<cpu::GemmEngine> gemm_;
+  Gemm gemm_requested_ = Gemm::Auto;
+  std::string gemm_reason_;
   Precision precision_ = Precision::FP32;
   int threads_ = 0;
   float scaling_ = 1.0f;
