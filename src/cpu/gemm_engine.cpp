@@ -136,6 +136,13 @@ class DnnlThreads {
   [[maybe_unused]] int saved_ = 0;
 };
 
+// Threads for one oneDNN call of `macs` multiply-adds: one below kParallelMacs. Idle OpenMP
+// workers spin-wait after a parallel region (libgomp's default wait policy) and take the cores
+// the backend's own threads and OpenBLAS need next; for a small product that costs more than
+// the second thread gains (the cpu suite's small geometries ran 4x slower with it).
+constexpr int64_t kParallelMacs = int64_t{1} << 24;
+int dnnl_threads_for(int64_t macs, int threads) { return macs < kParallelMacs ? 1 : threads; }
+
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
@@ -187,35 +194,45 @@ class DnnlLinear final : public PreparedLinear {
   DnnlLinear(const LinearWeight& w, bool bf16, int threads, const std::string& who)
       : in_(w.in_features), out_(w.out_features), dt_(bf16 ? Dt::bf16 : Dt::f32), bf16_(bf16) {
     Dnnl& d = Dnnl::get();
-    DnnlThreads dnnl_threads(threads);
+    DnnlThreads dnnl_threads(dnnl_threads_for(in_ * out_, threads));
     // The layout the primitive prefers (the same for every S: checked in docs/cpu-gemm.md).
     weights_md_ = matmul_pd(256, in_, out_, dt_, memory::desc({in_, out_}, dt_, Tag::any), w.bias != nullptr).weights_desc();
     weights_ = memory(weights_md_, d.engine);
-    const memory::desc plain({in_, out_}, dt_, Tag::ba);  // W [out, in] row-major
     if (bf16) {
-      // bf16 bits of W, rounded to nearest even (the values the Eigen engine uses), then reordered.
-      std::vector<uint16_t> bits(static_cast<size_t>(in_ * out_));
-      std::atomic<bool> finite{true};
-      for_slices(out_, threads, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin * in_; i < end * in_; ++i) {
-          const mla::bf16 b = mla::bf16::from_float(w.weight[i]);
-          bits[static_cast<size_t>(i)] = b.bits;
-          if ((b.bits & 0x7F80u) == 0x7F80u) finite = false;
+      // W rounded to bf16 (nearest even: the values the Eigen engine uses), a chunk of output
+      // features at a time, each chunk reordered into its columns of the blocked weights: a
+      // chunk-sized buffer instead of a second full copy of W.
+      const int64_t chunk = bf16_chunk_rows();
+      std::vector<uint16_t> bits(static_cast<size_t>(chunk * in_));
+      for (int64_t n0 = 0; n0 < out_; n0 += chunk) {
+        const int64_t rows = std::min(chunk, out_ - n0);
+        std::atomic<bool> finite{true};
+        for_slices(rows, threads, [&](int64_t begin, int64_t end) {
+          uint32_t special = 0;  // exponent all ones: inf or NaN after rounding
+          for (int64_t i = begin * in_; i < end * in_; ++i) {
+            const uint16_t b = mla::bf16::round_bits(w.weight[n0 * in_ + i]);
+            bits[static_cast<size_t>(i)] = b;
+            special |= (b & 0x7F80u) == 0x7F80u;
+          }
+          if (special != 0) finite = false;
+        });
+        if (!finite) {  // name the first non-finite value as the Eigen engine does
+          MatrixRM rounded(out_, in_);
+          convert_weight(w, true, threads, rounded.data(), who);
         }
-      });
-      if (!finite) {  // name the first non-finite value as the Eigen engine does
-        MatrixRM rounded(out_, in_);
-        convert_weight(w, true, threads, rounded.data(), who);
+        memory src(memory::desc({in_, rows}, dt_, Tag::ba), d.engine, bits.data());
+        memory dst(rows == out_ ? weights_md_ : weights_md_.submemory_desc({in_, rows}, {0, n0}), d.engine,
+                   weights_.get_data_handle());
+        dnnl::reorder(src, dst).execute(d.stream, src, dst);
+        d.stream.wait();
       }
-      memory src(plain, d.engine, bits.data());
-      dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
     } else {
       std::atomic<bool> finite{true};
       for_slices(out_, threads, [&](int64_t begin, int64_t end) {
         if (!Eigen::Map<const Eigen::ArrayXf>(w.weight + begin * in_, (end - begin) * in_).allFinite()) finite = false;
       });
       if (!finite) check_finite(w.weight, out_, in_, who + ": weight " + w.name);
-      memory src(plain, d.engine, const_cast<float*>(w.weight));
+      memory src(memory::desc({in_, out_}, dt_, Tag::ba), d.engine, const_cast<float*>(w.weight));  // W [out, in]
       dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
     }
     d.stream.wait();
@@ -231,7 +248,7 @@ class DnnlLinear final : public PreparedLinear {
     const int64_t S = x.rows();
     y.resize(S, out_);
     Dnnl& d = Dnnl::get();
-    DnnlThreads dnnl_threads(threads);
+    DnnlThreads dnnl_threads(dnnl_threads_for(S * in_ * out_, threads));
     const Primitive& p = primitive(S);
     std::vector<mla::bf16> x_bf16;
     memory src;
@@ -262,6 +279,20 @@ class DnnlLinear final : public PreparedLinear {
   std::string kernel() const override { return kernel_; }
 
  private:
+  // Output features per bf16 conversion chunk (~4 MiB of bf16), a multiple of the layout's
+  // block along N; all of them when the layout pads a dimension (a chunk's reorder would not
+  // write the padding) or the weight is small.
+  int64_t bf16_chunk_rows() const {
+    const dnnl_blocking_desc_t& blk = weights_md_.data.format_desc.blocking;
+    int64_t n_block = 1;
+    for (int i = 0; i < blk.inner_nblks; ++i)
+      if (blk.inner_idxs[i] == 1) n_block *= blk.inner_blks[i];
+    const bool padded = weights_md_.data.padded_dims[0] != in_ || weights_md_.data.padded_dims[1] != out_;
+    if (weights_md_.data.format_kind != dnnl_blocked || padded || out_ % n_block != 0) return out_;
+    const int64_t rows = std::max<int64_t>((int64_t{2} << 20) / in_, 1);
+    return std::min(out_, (rows + n_block - 1) / n_block * n_block);
+  }
+
   struct Primitive {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul matmul;
