@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -198,42 +199,23 @@ class DnnlLinear final : public PreparedLinear {
     // The layout the primitive prefers (the same for every S: checked in docs/cpu-gemm.md).
     weights_md_ = matmul_pd(256, in_, out_, dt_, memory::desc({in_, out_}, dt_, Tag::any), w.bias != nullptr).weights_desc();
     weights_ = memory(weights_md_, d.engine);
-    if (bf16) {
-      // W rounded to bf16 (nearest even: the values the Eigen engine uses), a chunk of output
-      // features at a time, each chunk reordered into its columns of the blocked weights: a
-      // chunk-sized buffer instead of a second full copy of W.
-      const int64_t chunk = bf16_chunk_rows();
-      std::vector<uint16_t> bits(static_cast<size_t>(chunk * in_));
-      for (int64_t n0 = 0; n0 < out_; n0 += chunk) {
-        const int64_t rows = std::min(chunk, out_ - n0);
-        std::atomic<bool> finite{true};
-        for_slices(rows, threads, [&](int64_t begin, int64_t end) {
-          uint32_t special = 0;  // exponent all ones: inf or NaN after rounding
-          for (int64_t i = begin * in_; i < end * in_; ++i) {
-            const uint16_t b = mla::bf16::round_bits(w.weight[n0 * in_ + i]);
-            bits[static_cast<size_t>(i)] = b;
-            special |= (b & 0x7F80u) == 0x7F80u;
-          }
-          if (special != 0) finite = false;
-        });
-        if (!finite) {  // name the first non-finite value as the Eigen engine does
-          MatrixRM rounded(out_, in_);
-          convert_weight(w, true, threads, rounded.data(), who);
-        }
-        memory src(memory::desc({in_, rows}, dt_, Tag::ba), d.engine, bits.data());
-        memory dst(rows == out_ ? weights_md_ : weights_md_.submemory_desc({in_, rows}, {0, n0}), d.engine,
-                   weights_.get_data_handle());
-        dnnl::reorder(src, dst).execute(d.stream, src, dst);
-        d.stream.wait();
+    bool finite = true;
+    if (!pack_blocked(w, threads, finite)) {  // a layout the packer does not know: oneDNN reorders W
+      const memory::desc plain({in_, out_}, dt_, Tag::ba);  // W [out, in]
+      if (bf16) {
+        std::vector<uint16_t> bits(static_cast<size_t>(in_ * out_));
+        for (int64_t i = 0; i < in_ * out_; ++i) bits[static_cast<size_t>(i)] = mla::bf16::round_bits(w.weight[i]);
+        memory src(plain, d.engine, bits.data());
+        dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
+      } else {
+        memory src(plain, d.engine, const_cast<float*>(w.weight));
+        dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
       }
-    } else {
-      std::atomic<bool> finite{true};
-      for_slices(out_, threads, [&](int64_t begin, int64_t end) {
-        if (!Eigen::Map<const Eigen::ArrayXf>(w.weight + begin * in_, (end - begin) * in_).allFinite()) finite = false;
-      });
-      if (!finite) check_finite(w.weight, out_, in_, who + ": weight " + w.name);
-      memory src(memory::desc({in_, out_}, dt_, Tag::ba), d.engine, const_cast<float*>(w.weight));  // W [out, in]
-      dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
+      finite = Eigen::Map<const Eigen::ArrayXf>(w.weight, in_ * out_).allFinite();
+    }
+    if (!finite) {  // name the first non-finite value (after rounding) as the Eigen engine does
+      MatrixRM rounded(out_, in_);
+      convert_weight(w, bf16, threads, rounded.data(), who);
     }
     d.stream.wait();
     if (w.bias != nullptr) {
@@ -279,18 +261,62 @@ class DnnlLinear final : public PreparedLinear {
   std::string kernel() const override { return kernel_; }
 
  private:
-  // Output features per bf16 conversion chunk (~4 MiB of bf16), a multiple of the layout's
-  // block along N; all of them when the layout pads a dimension (a chunk's reorder would not
-  // write the padding) or the weight is small.
-  int64_t bf16_chunk_rows() const {
-    const dnnl_blocking_desc_t& blk = weights_md_.data.format_desc.blocking;
-    int64_t n_block = 1;
-    for (int i = 0; i < blk.inner_nblks; ++i)
-      if (blk.inner_idxs[i] == 1) n_block *= blk.inner_blks[i];
-    const bool padded = weights_md_.data.padded_dims[0] != in_ || weights_md_.data.padded_dims[1] != out_;
-    if (weights_md_.data.format_kind != dnnl_blocked || padded || out_ % n_block != 0) return out_;
-    const int64_t rows = std::max<int64_t>((int64_t{2} << 20) / in_, 1);
-    return std::min(out_, (rows + n_block - 1) / n_block * n_block);
+  // Writes W (rounded to bf16 in bf16 mode) straight into weights_, in the blocked layout the
+  // primitive chose, in one pass parallel over output features. Element (k, n) of W^T lives at
+  // k_offset[k] + n_offset[n]: per dimension, its outer block index times the stride plus its
+  // digits in the inner blocks (dnnl_blocking_desc_t; inner_blks[last] is the innermost).
+  // `finite` is false when a value is inf or NaN (after rounding). Returns false for a layout
+  // that is not plain blocked, or has an offset (oneDNN's reorder handles it).
+  bool pack_blocked(const LinearWeight& w, int threads, bool& finite) {
+    const dnnl_memory_desc_t& md = weights_md_.data;
+    if (md.format_kind != dnnl_blocked || md.ndims != 2 || md.offset0 != 0) return false;
+    const dnnl_blocking_desc_t& blk = md.format_desc.blocking;
+    auto offsets = [&](int dim, int64_t count) {
+      int64_t block = 1;
+      for (int j = 0; j < blk.inner_nblks; ++j)
+        if (blk.inner_idxs[j] == dim) block *= blk.inner_blks[j];
+      std::vector<int64_t> off(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) {
+        int64_t o = (i / block) * blk.strides[dim], rest = i % block, inner_stride = 1;
+        for (int j = blk.inner_nblks - 1; j >= 0; --j) {
+          if (blk.inner_idxs[j] == dim) {
+            o += (rest % blk.inner_blks[j]) * inner_stride;
+            rest /= blk.inner_blks[j];
+          }
+          inner_stride *= blk.inner_blks[j];
+        }
+        off[static_cast<size_t>(i)] = o;
+      }
+      return off;
+    };
+    const std::vector<int64_t> k_offset = offsets(0, in_), n_offset = offsets(1, out_);
+    if (md.padded_dims[0] != in_ || md.padded_dims[1] != out_)  // the padding must hold zeros
+      std::memset(weights_.get_data_handle(), 0, weights_md_.get_size());
+    std::atomic<bool> all_finite{true};
+    auto pack = [&](auto* dst, auto convert) {
+      for_slices(out_, threads, [&](int64_t begin, int64_t end) {
+        bool ok = true;
+        for (int64_t n = begin; n < end; ++n) {
+          const float* row = w.weight + n * in_;
+          auto* out = dst + n_offset[static_cast<size_t>(n)];
+          for (int64_t k = 0; k < in_; ++k) ok &= convert(row[k], out[k_offset[static_cast<size_t>(k)]]);
+        }
+        if (!ok) all_finite = false;
+      });
+    };
+    if (bf16_) {
+      pack(static_cast<uint16_t*>(weights_.get_data_handle()), [](float x, uint16_t& out) {
+        out = mla::bf16::round_bits(x);
+        return (out & 0x7F80u) != 0x7F80u;  // exponent all ones: inf or NaN
+      });
+    } else {
+      pack(static_cast<float*>(weights_.get_data_handle()), [](float x, float& out) {
+        out = x;
+        return (std::bit_cast<uint32_t>(x) & 0x7F800000u) != 0x7F800000u;
+      });
+    }
+    finite = all_finite;
+    return true;
   }
 
   struct Primitive {
