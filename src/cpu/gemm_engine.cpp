@@ -227,6 +227,20 @@ class DnnlLinear final : public PreparedLinear {
   }
 
   void run(const MatrixRM& x, int threads, MatrixRM& y) override {
+    try {
+      run_primitive(x, threads, y);
+    } catch (const dnnl::error& e) {
+      fail(ErrorKind::Unsupported, "cpu backend: " + onednn_version() + " cannot multiply [" + std::to_string(x.rows()) +
+                                       ", " + std::to_string(in_) + "] by [" + std::to_string(in_) + ", " +
+                                       std::to_string(out_) + "]: " + e.what() + " (--gemm eigen avoids oneDNN)");
+    }
+  }
+
+  std::string kernel() const override { return kernel_; }
+
+ private:
+  // y [S, out] = x [S, in] W^T (+ bias), through the primitive for S rows.
+  void run_primitive(const MatrixRM& x, int threads, MatrixRM& y) {
     const int64_t S = x.rows();
     y.resize(S, out_);
     Dnnl& d = Dnnl::get();
@@ -258,9 +272,6 @@ class DnnlLinear final : public PreparedLinear {
     }
   }
 
-  std::string kernel() const override { return kernel_; }
-
- private:
   // Writes W (rounded to bf16 in bf16 mode) straight into weights_, in the blocked layout the
   // primitive chose, in one pass parallel over output features. Element (k, n) of W^T lives at
   // k_offset[k] + n_offset[n]: per dimension, its outer block index times the stride plus its
@@ -348,7 +359,13 @@ class DnnlEngine final : public GemmEngine {
   std::string name() const override { return onednn_version(); }
   std::string kernel() const override { return kernel_; }
   std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads, const std::string& who) override {
-    return std::make_unique<DnnlLinear>(w, bf16, threads, who);
+    try {
+      return std::make_unique<DnnlLinear>(w, bf16, threads, who);
+    } catch (const dnnl::error& e) {
+      fail(ErrorKind::Unsupported, who + ": " + onednn_version() + " cannot prepare " + w.name + " [" +
+                                       std::to_string(w.out_features) + ", " + std::to_string(w.in_features) +
+                                       "]: " + e.what() + " (--gemm eigen avoids oneDNN)");
+    }
   }
 
  private:
