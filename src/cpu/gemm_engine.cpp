@@ -304,13 +304,25 @@ class DnnlLinear final : public PreparedLinear {
     if (md.padded_dims[0] != in_ || md.padded_dims[1] != out_)  // the padding must hold zeros
       std::memset(weights_.get_data_handle(), 0, weights_md_.get_size());
     std::atomic<bool> all_finite{true};
+    // Tiles of 64 output features x 64 input features: the tile's rows are read in address
+    // order into a buffer that stays in L1, then written k-major, the blocked layout's order.
+    // (Reading W column-wise directly would touch 64 rows whose stride is a multiple of 4 KiB:
+    // all in one L1 set.)
+    constexpr int64_t kTile = 64;
     auto pack = [&](auto* dst, auto convert) {
       for_slices(out_, threads, [&](int64_t begin, int64_t end) {
         bool ok = true;
-        for (int64_t n = begin; n < end; ++n) {
-          const float* row = w.weight + n * in_;
-          auto* out = dst + n_offset[static_cast<size_t>(n)];
-          for (int64_t k = 0; k < in_; ++k) ok &= convert(row[k], out[k_offset[static_cast<size_t>(k)]]);
+        float tile[kTile][kTile];
+        for (int64_t n0 = begin; n0 < end; n0 += kTile) {
+          const int64_t rows = std::min(end - n0, kTile);
+          for (int64_t k0 = 0; k0 < in_; k0 += kTile) {
+            const int64_t cols = std::min(in_ - k0, kTile);
+            for (int64_t r = 0; r < rows; ++r) std::memcpy(tile[r], w.weight + (n0 + r) * in_ + k0, static_cast<size_t>(cols) * sizeof(float));
+            for (int64_t c = 0; c < cols; ++c) {
+              auto* out = dst + k_offset[static_cast<size_t>(k0 + c)];
+              for (int64_t r = 0; r < rows; ++r) ok &= convert(tile[r][c], out[n_offset[static_cast<size_t>(n0 + r)]]);
+            }
+          }
         }
         if (!ok) all_finite = false;
       });

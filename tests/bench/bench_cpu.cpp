@@ -8,6 +8,9 @@
 //   * one layer with random bf16-valued weights in memory (tests/unit/geometries.hpp,
 //     random_layer_weights("kimi", seed 1)), hidden states [S, 7168] for each S of --seq-len
 //     (a list, default 256);
+//   * with --checkpoint-dir (meson passes <build>/tests/bench/kimi-layer0): load + prepare from
+//     the page cache: a bf16 Kimi layer 0 is synthesized there once, then Checkpoint::open +
+//     load_layer and prepare() per (precision, engine), median of 3, wall and process CPU time;
 //   * for each S, precision (fp32, bf16) and engine of --gemm (default: every engine of the
 //     build): prepare() once ("prepare"), `--warmup` forwards, then `--reps` forwards; the
 //     MEDIAN of every stage the backend reports and of the whole forward, one column each;
@@ -30,7 +33,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <ctime>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -38,6 +43,7 @@
 
 #include "geometries.hpp"
 #include "mla/attention.hpp"
+#include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla_build_config.h"
 
@@ -54,6 +60,7 @@ struct Flags {
   std::string source_root = ".";
   std::string torch_script;  // "" = no PyTorch peer
   std::string python;        // "" = <source_root>/.venv/bin/python3 if present, else python3
+  std::string checkpoint_dir;  // "" = no load + prepare measurement; else where the Kimi layer is synthesized once
 };
 
 std::vector<std::string> split(const std::string& list) {
@@ -91,13 +98,15 @@ Flags parse_flags(int argc, char** argv) {
     else if (!value("reps").empty()) f.reps = std::stoi(value("reps"));
     else if (!value("threads").empty()) f.threads = std::stoi(value("threads"));
     else if (!value("source-root").empty()) f.source_root = value("source-root");
+    else if (!value("checkpoint-dir").empty()) f.checkpoint_dir = value("checkpoint-dir");
     else if (!value("torch-script").empty()) f.torch_script = value("torch-script");
     else if (!value("python").empty()) f.python = value("python");
     else if (a == "--no-torch") f.torch_script.clear();
     else {
       std::fprintf(stderr,
                    "bench_cpu: unknown argument '%s'\nusage: bench_cpu [--seq-len=256,1024] [--gemm=eigen,onednn] [--warmup=1] [--reps=5] "
-                   "[--threads=0] [--source-root=DIR] [--torch-script=PATH] [--python=PATH] [--no-torch]\n",
+                   "[--threads=0] [--source-root=DIR] [--torch-script=PATH] [--python=PATH] [--no-torch] "
+                   "[--checkpoint-dir=DIR]\n",
                    a.c_str());
       std::exit(2);
     }
@@ -138,6 +147,13 @@ double median(std::vector<double> v) {
 }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// CPU time of the whole process (all threads), seconds.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // FLOPs per stage (2 per multiply-add; docs/math.md §12), for S tokens.
 std::map<std::string, double> stage_flops(const mla::AttentionConfig& c, int64_t S) {
@@ -261,6 +277,55 @@ TorchResult run_torch(const Flags& f, int64_t seq_len, int threads) {
 }
 
 
+// Load + prepare of the Kimi layer from the page cache: a bf16 checkpoint (synth --preset
+// kimi-k2.6 --seed 0 --layers 0) is written once into `dir`, read once to warm the page cache,
+// then Checkpoint::open + load_layer(0) and prepare() per (precision, engine), median of 3.
+void bench_load_prepare(const std::string& dir, int threads, const Flags& f) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(dir + "/COMPLETE")) {
+    mla::SynthOptions so;
+    so.preset = "kimi-k2.6";
+    so.out_dir = dir;
+    so.seed = 0;
+    so.layers = {0};
+    mla::synthesize_checkpoint(so);
+    std::ofstream(dir + "/COMPLETE") << "kimi-k2.6 seed 0 layer 0\n";
+  }
+  const mla::AttentionConfig cfg = mla::Checkpoint::open(dir).config();
+  // wall and process CPU seconds of fn, median of 3 (CPU time: less sensitive to other
+  // processes on a shared machine)
+  auto timed = [](const std::function<void()>& fn) {
+    std::vector<double> wall, cpu;
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = Clock::now();
+      const double c0 = process_cpu_seconds();
+      fn();
+      cpu.push_back(process_cpu_seconds() - c0);
+      wall.push_back(seconds_since(t0));
+    }
+    return std::make_pair(median(wall), median(cpu));
+  };
+  mla::LayerWeights w = mla::Checkpoint::open(dir).load_layer(0);  // page cache warm
+  const auto load = timed([&] { w = mla::Checkpoint::open(dir).load_layer(0); });
+  std::printf("\n== load + prepare of the Kimi layer from the page cache (bf16 safetensors, %s), median of 3\n",
+              dir.c_str());
+  std::printf("%-28s %9s %9s   %s\n", "", "wall ms", "CPU ms", "load + prepare: wall ms (CPU ms)");
+  std::printf("%-28s %9.1f %9.1f\n", "open + load_layer", 1e3 * load.first, 1e3 * load.second);
+  for (const mla::Precision p : {mla::Precision::FP32, mla::Precision::BF16}) {
+    for (const mla::Gemm g : f.gemms) {
+      mla::ForwardOptions opt;
+      opt.precision = p;
+      opt.gemm = g;
+      opt.threads = threads;
+      const auto prep = timed([&] { mla::make_cpu_backend()->prepare(cfg, w, opt); });
+      const std::string label = std::string("prepare ") + mla::precision_name(p) + " " + mla::gemm_name(g);
+      std::printf("%-28s %9.1f %9.1f   %9.1f (%.1f)\n", label.c_str(), 1e3 * prep.first, 1e3 * prep.second,
+                  1e3 * (load.first + prep.first), 1e3 * (load.second + prep.second));
+    }
+  }
+  std::fflush(stdout);
+}
+
 // One S: every (precision, engine) column, the per-stage medians, then the PyTorch peer.
 void bench_seq_len(const mla::AttentionConfig& cfg, const mla::LayerWeights& w, int64_t S, int threads, const Flags& f) {
   const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 2);
@@ -343,6 +408,7 @@ int main(int argc, char** argv) {
     const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 1);
     std::printf("weights:   %lld parameters, random bf16 values, generated in %.1f s (not timed below)\n",
                 static_cast<long long>(w.parameter_count()), seconds_since(t0));
+    if (!f.checkpoint_dir.empty()) bench_load_prepare(f.checkpoint_dir, threads, f);
     for (const int64_t S : f.seq_lens) bench_seq_len(cfg, w, S, threads, f);
     std::printf("\nload average at end: %s\n", load_average().c_str());
   } catch (const mla::Error& e) {
