@@ -51,6 +51,9 @@ struct GemmInfo {
   std::string kernel;
   std::string reason;
 };
+// "oneDNN 2.6.3, brg:avx512_core_bf16" or "Eigen 3.4.0 + OpenBLAS sgemm" (the kernel is named
+// once); "" when `engine` is empty.
+std::string gemm_label(const std::string& engine, const std::string& kernel);
 
 // The stages every backend's forward records in ForwardResult::stage_seconds, in this order,
 // each named after the stage function that runs it (the cuda backend first records "upload",

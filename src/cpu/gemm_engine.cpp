@@ -434,12 +434,17 @@ const char* gemm_name(Gemm g) {
   return "?";
 }
 
+std::string gemm_label(const std::string& engine, const std::string& kernel) {
+  if (engine.empty() || engine.find(kernel) != std::string::npos) return engine;
+  return engine + ", " + kernel;
+}
+
 std::string gemm_auto_summary() {
   std::string s;
   for (const bool bf16 : {false, true}) {
     std::string why;
     const auto engine = cpu::make_gemm_engine(Gemm::Auto, bf16, why);
-    s += std::string(bf16 ? "; bf16: " : "fp32: ") + engine->name() + ", " + engine->kernel();
+    s += std::string(bf16 ? "; bf16: " : "fp32: ") + gemm_label(engine->name(), engine->kernel());
   }
   return s;
 }

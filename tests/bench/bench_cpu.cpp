@@ -339,7 +339,8 @@ void bench_seq_len(const mla::AttentionConfig& cfg, const mla::LayerWeights& w, 
   std::printf("\n== S = %lld, causal, %d warm-up + %d timed forwards, %d threads\n", static_cast<long long>(S),
               f.warmup, f.reps, threads);
   for (const Measured& m : cols)
-    std::printf("   %-12s %s, %s (%s)\n", m.label.c_str(), m.gemm.engine.c_str(), m.gemm.kernel.c_str(), m.gemm.reason.c_str());
+    std::printf("   %-12s %s (%s)\n", m.label.c_str(), mla::gemm_label(m.gemm.engine, m.gemm.kernel).c_str(),
+                m.gemm.reason.c_str());
   const auto flops = stage_flops(cfg, S);
   std::printf("%-18s", "median ms (GF/s)");
   for (const Measured& m : cols) std::printf(" %20s", m.label.c_str());

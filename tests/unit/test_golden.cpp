@@ -292,9 +292,7 @@ void check_fixture(const std::string& rel, PreparedBackends& prepared) {
     mla::ForwardOptions engine_opt = opt;
     engine_opt.gemm = gemm;
     const mla::GemmInfo g = backend->gemm_info();
-    const bool named = g.engine.find(g.kernel) != std::string::npos;  // "Eigen 3.4.0 + OpenBLAS sgemm"
-    const std::string engine = g.engine.empty() ? "" : ", " + g.engine + (named ? "" : " " + g.kernel);
-    const std::string what = rel + " [" + backend->name() + engine + "]";
+    const std::string what = rel + " [" + backend->name() + (g.engine.empty() ? "" : ", " + mla::gemm_label(g.engine, g.kernel)) + "]";
     const mla::ForwardResult r = backend->forward(hidden, engine_opt);
     const std::string pair = backend->name() + "-vs-hf";
     const std::string precision = mla::precision_name(p);
