@@ -10,6 +10,8 @@ bool cuda_available(std::string* why) {
   return false;
 }
 
+int64_t cuda_free_memory() { return -1; }
+
 std::unique_ptr<Backend> make_cuda_backend() {
   std::string why;
   cuda_available(&why);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -40,6 +41,9 @@ struct ForwardOptions {
   bool allow_tf32 = false;         // cuda fp32 only
   int threads = 0;                 // cpu: 0 = all cores
   Gemm gemm = Gemm::Auto;          // cpu: projection GEMM engine
+  // Long work reports progress here: (stage, units done, total units), e.g. ("attention
+  // blocks", 12, 4096). Called by the forward's threads one at a time; empty = no reports.
+  std::function<void(const char* stage, int64_t done, int64_t total)> progress;
 };
 
 // The cpu backend's projection engine after prepare(): engine "oneDNN 2.6.3" or "Eigen 3.4.0 +
@@ -93,6 +97,9 @@ std::unique_ptr<Backend> make_reference_backend();
 std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_cuda_backend();  // throws Error(Cuda) when no usable GPU / not built
 bool cuda_available(std::string* why = nullptr);  // built with CUDA and a device is usable
+// Free memory of device 0 in bytes (cudaMemGetInfo), or -1 without a usable device. The
+// memory plan (mla/memory_plan.hpp) compares its device estimate with it.
+int64_t cuda_free_memory();
 // Auto: cuda if available, else cpu.
 std::unique_ptr<Backend> make_backend(BackendKind kind);
 

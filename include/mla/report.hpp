@@ -28,6 +28,7 @@
 #include "mla/config.hpp"
 #include "mla/h2o.hpp"
 #include "mla/json_text.hpp"
+#include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla {
@@ -80,10 +81,18 @@ struct RunInfo {
   bool allow_tf32 = false;
   std::vector<std::string> notes;                 // free lines printed under "notes:"
   // Time per stage in execution order (seconds), and the three headline groups.
-  std::vector<std::pair<std::string, double>> stage_seconds;
-  std::vector<std::pair<std::string, double>> forward_stage_seconds;  // the backend's own split of "forward"
+  StageSeconds stage_seconds;
+  StageSeconds forward_stage_seconds;  // the backend's own split of "forward"
   double load_seconds = 0, forward_seconds = 0, h2o_seconds = 0;
   std::vector<std::string> files;                 // outputs written (paths)
+  // Memory (run/demo; docs/long-context.md): the plan made before the forward and the
+  // measured peak resident set (getrusage ru_maxrss); -1 = not recorded.
+  int64_t memory_planned_bytes = -1;              // estimated host peak
+  std::string memory_planned_phase;               // the phase of that peak
+  int64_t memory_device_planned_bytes = -1;       // cuda: estimated device peak
+  int64_t memory_available_bytes = -1;            // what the plan compared with
+  std::string memory_available_source;            // "MemAvailable", "cgroup v2 ...", ...
+  int64_t memory_peak_rss_bytes = -1;             // measured at the end of the run
 };
 
 struct Report {

@@ -22,6 +22,7 @@
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "progress.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/json_text.hpp"
@@ -173,19 +174,6 @@ std::vector<std::pair<std::string, std::string>> geometry(const AttentionConfig&
   return g;
 }
 
-// Seconds after which a slow step starts printing progress: MLA_PROGRESS_AFTER, default 1.
-double progress_after_seconds() {
-  const char* v = std::getenv("MLA_PROGRESS_AFTER");
-  if (!v || !*v) return 1.0;
-  double s = -1.0;
-  const char* end = v + std::char_traits<char>::length(v);
-  const auto [p, ec] = std::from_chars(v, end, s);
-  if (ec != std::errc() || p != end || !(s >= 0.0) || !std::isfinite(s))
-    fail(ErrorKind::InvalidArgument,
-         std::string("environment variable MLA_PROGRESS_AFTER='") + v + "' is not a number of seconds >= 0");
-  return s;
-}
-
 int inspect_checkpoint(const std::string& path, const std::string& config, bool json) {
   const double progress_after = progress_after_seconds();
   const Checkpoint ck = Checkpoint::open(path, config);
@@ -271,10 +259,7 @@ int inspect_checkpoint(const std::string& path, const std::string& config, bool 
 
 int cmd_inspect(const std::vector<std::string>& argv) {
   const Args args = Args::parse(kSpec, argv);
-  if (args.help()) {
-    std::fputs(help_text(kSpec).c_str(), stdout);
-    return 0;
-  }
+  if (print_help_if_asked(args, kSpec)) return 0;
   if (args.positional().empty()) fail(ErrorKind::InvalidArgument, "inspect: PATH is required (see mla-h2o inspect --help)");
   const std::string path = args.positional()[0];
   const std::string config = args.str("config");

@@ -4,7 +4,8 @@
 //
 // Pipeline of both (execute_run): three phases, each timing its steps (StageTimer):
 //   load     output directory (first, so an unwritable --out fails before any work),
-//            open checkpoint, load layer (the attention tensors + input_layernorm),
+//            open checkpoint, memory plan (refuses a run that cannot fit before anything
+//            large is allocated: mla/memory_plan.hpp, docs/long-context.md), load layer (the attention tensors + input_layernorm),
 //            build input (--input / --tokens / --seq-len+--seed)          timing_s.load
 //   run      backend prepare (weight conversion), forward                  timing_s.forward
 //            h2o select (layer-level decision, + per head)                 timing_s.h2o
@@ -12,6 +13,7 @@
 //            scores.svg, report.txt, report.json
 //
 // Shape legend: S = tokens, H = hidden_size, n = heads.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,14 +24,17 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "args.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "progress.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
+#include "mla/memory_plan.hpp"
 #include "mla/report.hpp"
 #include "mla/rope.hpp"
 #include "mla/stage_timer.hpp"
@@ -52,6 +57,7 @@ struct RunPlan {
   H2OOptions h2o;
   bool per_head = false;
   bool dump_tensors = false;
+  bool quiet = false;        // --quiet: no progress on stderr
   std::string out_dir = "mla-h2o-out";
   std::vector<std::string> notes;
 };
@@ -75,6 +81,7 @@ std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::
        "precision, else Eigen; on this machine auto runs " + gemm_auto_summary(),
        "auto"},
       {"allow-tf32", "", "cuda fp32 only: allow TF32 tensor-core GEMMs", ""},
+      {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
   };
 }
 
@@ -96,6 +103,7 @@ void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default
   plan.h2o.budget = a.integer("budget", plan.h2o.budget, 0);
   plan.per_head = a.has("per-head");
   plan.dump_tensors = a.has("dump-tensors");
+  plan.quiet = a.has("quiet");
   plan.out_dir = a.str("out", plan.out_dir);
   plan.forward.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
   plan.forward.allow_tf32 = a.has("allow-tf32");
@@ -125,6 +133,52 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
 
+// ---- memory plan, cost, peak (docs/long-context.md) ------------------------------------------
+
+// The peak resident set of this process so far (getrusage: ru_maxrss in KiB on Linux).
+int64_t peak_rss_bytes() {
+  struct rusage u {};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return -1;
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+// Plans the memory of this run from the geometry and the request, before the layer and the
+// input are loaded: refuses with one line when it cannot fit; when only the attn_weights dump
+// cannot, the plan drops it (attn_weights_dropped) and says so on stderr.
+MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg) {
+  MemoryRequest req;
+  req.seq_len = input_seq_len(plan.input);
+  req.backend = plan.backend != BackendKind::Auto ? plan.backend : cuda_available() ? BackendKind::Cuda : BackendKind::Cpu;
+  req.precision = plan.forward.precision;
+  req.dump_tensors = plan.dump_tensors;
+  req.attn_weights = plan.dump_tensors;
+  req.tokens_input = plan.input.kind == InputKind::Tokens;
+  req.threads = plan.forward.threads > 0 ? plan.forward.threads
+                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (req.seq_len <= 0) {  // load_input reports what is wrong with the input
+    MemoryPlan none;
+    none.request = req;
+    return none;
+  }
+  MemoryBudget budget = host_memory_budget();
+  if (req.backend == BackendKind::Cuda) budget.device_bytes = cuda_free_memory();
+  MemoryPlan mp = plan_memory(cfg, req, budget);
+  if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
+  if (mp.attn_weights_dropped) std::fprintf(stderr, "mla-h2o %s: note: %s\n", plan.command.c_str(), mp.note.c_str());
+  return mp;
+}
+
+// The reference backend is O(S^2 * d) scalar double loops: say what it will cost first.
+void announce_reference_cost(const std::string& command, const AttentionConfig& cfg, int64_t S) {
+  double flops = 0;
+  for (const auto& [stage, f] : reference_stage_flops(cfg, S)) flops += f;
+  const double seconds = flops / kReferenceFlopsPerSecond;
+  if (seconds < progress_after_seconds()) return;
+  std::fprintf(stderr, "mla-h2o %s: reference backend: %.3g FLOP in scalar double loops, estimated %s on this "
+               "machine's rate (%.2g FLOP/s); --backend cpu computes the same layer in fp32/bf16 far faster\n",
+               command.c_str(), flops, format_duration(seconds).c_str(), kReferenceFlopsPerSecond);
+}
+
 // ---- the pipeline: load, run, report ------------------------------------------------------
 // Each phase times its steps into its own StageSeconds; the report's headline times are the
 // totals of those lists, and its stage list is their concatenation in execution order.
@@ -135,6 +189,7 @@ struct LoadedRun {
   Checkpoint ckpt;
   LayerWeights weights;
   ForwardOptions options;          // the plan's, with the latent eps resolved and keep_* set
+  MemoryPlan memory;               // made before the layer is loaded
   std::string latent_eps_mode;     // "hf" | "config" | "value"
   HiddenInput input;               // hidden [S, H]
   StageSeconds stages;
@@ -146,6 +201,7 @@ LoadedRun load(const RunPlan& plan) {
   LoadedRun r(timed(stages, "open checkpoint", [&] { return Checkpoint::open(plan.checkpoint, plan.config_path); }));
   r.stages = std::move(stages);
   const AttentionConfig& cfg = r.ckpt.config();
+  r.memory = check_memory(plan, cfg);  // refuses before anything large is allocated
   r.weights = timed(r.stages, "load layer", [&] {
     if (plan.layer < 0 || plan.layer >= cfg.num_hidden_layers)
       fail(ErrorKind::InvalidArgument, "--layer " + std::to_string(plan.layer) + " is out of range: the config has " +
@@ -164,7 +220,7 @@ LoadedRun load(const RunPlan& plan) {
   });
   r.options = plan.forward;
   r.options.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg, r.latent_eps_mode);
-  r.options.keep_attn_weights = plan.dump_tensors;
+  r.options.keep_attn_weights = plan.dump_tensors && !r.memory.attn_weights_dropped;
   r.options.keep_states = plan.dump_tensors;
   r.input = timed(r.stages, "build input", [&] { return load_input(plan.input, r.ckpt, r.weights, r.options.precision); });
   return r;
@@ -193,8 +249,13 @@ RunOutcome run(const RunPlan& plan, const LoadedRun& in, Report& rep) {
     StageTimer t(out.forward_stages, "backend prepare (" + backend.name() + ")");
     backend.prepare(cfg, in.weights, in.options);
   }
+  ProgressLine progress(plan.command, plan.quiet);
+  ForwardOptions options = in.options;
+  options.progress = progress.callback();
+  if (backend.name() == "reference" && !plan.quiet) announce_reference_cost(plan.command, cfg, S);
   out.result = timed(out.forward_stages, "forward (" + backend.name() + ")",
-                     [&] { return backend.forward(in.input.hidden, in.options); });
+                     [&] { return backend.forward(in.input.hidden, options); });
+  progress.finish();
   const ForwardResult& fr = out.result;
   if (static_cast<int64_t>(fr.token_scores.size()) != S)
     fail(ErrorKind::Shape, "backend " + backend.name() + " returned " + std::to_string(fr.token_scores.size()) +
@@ -222,6 +283,7 @@ void report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Rep
   RunInfo& info = rep.info;
   info.command = plan.command;
   info.notes = plan.notes;
+  if (in.memory.attn_weights_dropped) info.notes.push_back(in.memory.note);
   info.checkpoint = plan.checkpoint;
   info.layer = plan.layer;
   info.input_source = in.input.description;
@@ -279,6 +341,14 @@ void report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Rep
   title << "H2O on layer " << plan.layer << ": " << rep.decision.kept() << " of " << S << " tokens kept (" << info.backend
         << ", " << info.precision << ", mask " << mask_name(fopt.mask) << ")";
   write_text_file(svg, scores_svg(rep.scores, rep.decision, title.str()));
+  if (in.memory.request.seq_len > 0) {
+    info.memory_planned_bytes = in.memory.estimate.host_peak_bytes;
+    info.memory_planned_phase = in.memory.estimate.peak_phase;
+    if (in.memory.request.backend == BackendKind::Cuda) info.memory_device_planned_bytes = in.memory.estimate.device_peak_bytes;
+    info.memory_available_bytes = in.memory.budget.host_bytes;
+    info.memory_available_source = in.memory.budget.host_source;
+  }
+  info.memory_peak_rss_bytes = peak_rss_bytes();
   const std::string text = report_text(rep);
   write_text_file(txt, text);
   write_text_file(json, report_json(rep));
@@ -382,10 +452,7 @@ std::string demo_checkpoint(const std::string& cache_dir, bool& reused) {
 int cmd_run(const std::vector<std::string>& argv) {
   const CommandSpec spec = run_spec();
   const Args a = Args::parse(spec, argv);
-  if (a.help()) {
-    std::fputs(help_text(spec).c_str(), stdout);
-    return 0;
-  }
+  if (print_help_if_asked(a, spec)) return 0;
   RunPlan plan;
   plan.command = "run";
   plan.checkpoint = a.str("checkpoint");
@@ -400,10 +467,7 @@ int cmd_run(const std::vector<std::string>& argv) {
 int cmd_demo(const std::vector<std::string>& argv) {
   const CommandSpec spec = demo_spec();
   const Args a = Args::parse(spec, argv);
-  if (a.help()) {
-    std::fputs(help_text(spec).c_str(), stdout);
-    return 0;
-  }
+  if (print_help_if_asked(a, spec)) return 0;
   RunPlan plan;
   plan.command = "demo";
   plan.layer = 0;

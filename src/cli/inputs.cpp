@@ -51,6 +51,22 @@ InputRequest input_request(const Args& args) {
   return req;
 }
 
+int64_t input_seq_len(const InputRequest& req) {
+  switch (req.kind) {
+    case InputKind::Seeded: return req.seq_len;
+    case InputKind::Tokens: return static_cast<int64_t>(parse_token_ids(req.tokens).size());
+    case InputKind::File: {
+      const SafetensorsFile f = SafetensorsFile::open(req.file);
+      const TensorInfo* t = f.find(req.tensor);
+      if (t == nullptr) return -1;
+      if (t->shape.size() == 2) return static_cast<int64_t>(t->shape[0]);
+      if (t->shape.size() == 3 && t->shape[0] == 1) return static_cast<int64_t>(t->shape[1]);
+      return -1;
+    }
+  }
+  return -1;
+}
+
 TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed) {
   TensorF x("hidden_states", {seq_len, hidden_size});  // [S, H]
   Rng rng(seed, kHiddenStatesStream);
@@ -58,15 +74,18 @@ TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed
   return x;
 }
 
+const TensorInfo& find_tensor_or_fail(const SafetensorsFile& f, const std::string& flag, const std::string& path,
+                                      const std::string& name, const std::string& choose_flag) {
+  if (const TensorInfo* info = f.find(name)) return *info;
+  std::string names;
+  for (const auto& t : f.tensors()) names += (names.empty() ? "" : ", ") + t.name;
+  fail(ErrorKind::TensorNotFound, flag + " " + path + " has no tensor '" + name + "' (it holds: " +
+                                      (names.empty() ? "nothing" : names) + "); choose one with " + choose_flag);
+}
+
 TensorF hidden_states_from_file(const std::string& path, const std::string& name, int64_t hidden_size) {
   const SafetensorsFile f = SafetensorsFile::open(path);
-  const TensorInfo* info = f.find(name);
-  if (!info) {
-    std::string names;
-    for (const auto& t : f.tensors()) names += (names.empty() ? "" : ", ") + t.name;
-    fail(ErrorKind::TensorNotFound, "--input " + path + " has no tensor '" + name + "' (it holds: " +
-                                        (names.empty() ? "nothing" : names) + "); choose one with --input-tensor");
-  }
+  const TensorInfo* info = &find_tensor_or_fail(f, "--input", path, name, "--input-tensor");
   const std::string where = "--input " + path + ", tensor '" + name + "'";
   if (info->dtype != DType::F32 && info->dtype != DType::BF16 && info->dtype != DType::F16)
     fail(ErrorKind::Unsupported, where + " has dtype " + std::string(dtype_name(info->dtype)) + "; expected F32, BF16 or F16");

@@ -21,6 +21,7 @@
 #include "args.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/safetensors.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla::cli {
@@ -48,6 +49,11 @@ struct HiddenInput {
   std::vector<int64_t> token_ids;  // --tokens only: [S]
 };
 
+// The number of tokens the request will give, found without building the input (a token
+// list is parsed, a file's header read); -1 when it cannot be told (load_input then reports
+// what is wrong). Used by the memory plan before anything large is allocated.
+int64_t input_seq_len(const InputRequest& req);
+
 // `weights` must hold input_layernorm when req.kind == Tokens (load_layer(L, true)).
 HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const LayerWeights& weights,
                        Precision precision);
@@ -61,6 +67,11 @@ inline constexpr uint64_t kHiddenStatesStream = 1;
 // Rng(seed, kHiddenStatesStream). In Python:  rng = <Rng port>(seed, 1);
 //   x = np.array([rng.normal() for _ in range(S*H)], dtype=np.float64).astype(np.float32).reshape(S, H)
 TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed);
+
+// Tensor `name` of f (opened from `path` for `flag`), or Error(TensorNotFound):
+// "<flag> <path> has no tensor '<name>' (it holds: a, b); choose one with <choose_flag>".
+const TensorInfo& find_tensor_or_fail(const SafetensorsFile& f, const std::string& flag, const std::string& path,
+                                      const std::string& name, const std::string& choose_flag);
 
 // Reads tensor `name` of `path` as [S, H]; errors name the file, the tensor and what is
 // wrong (missing tensor, dtype, rank, hidden size, non-finite value at [s, j]).

@@ -8,13 +8,11 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
-#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <thread>
 
 #include "mla/bf16.hpp"
-#include "mla/error.hpp"
 #include "mla_build_config.h"
 
 #if MLA_HAVE_BLAS
@@ -76,21 +74,6 @@ const char* blas_description() { return "Eigen's own GEMM kernel (no BLAS)"; }
 #endif
 
 // ---- elementwise -------------------------------------------------------------------------
-
-void check_finite(const float* v, int64_t rows, int64_t cols, const std::string& what) {
-  if (Eigen::Map<const Eigen::ArrayXf>(v, rows * cols).allFinite()) return;  // vectorised fast path
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const float x = v[r * cols + c];
-      if (!std::isfinite(x)) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%g", static_cast<double>(x));
-        fail(ErrorKind::InvalidValue, what + "[row " + std::to_string(r) + ", col " + std::to_string(c) +
-                                          "] is " + buf + " (values must be finite)");
-      }
-    }
-  }
-}
 
 void round_to_bf16_inplace(float* x, int64_t count) {
   for (int64_t i = 0; i < count; ++i) x[i] = round_to_bf16(x[i]);
@@ -201,54 +184,44 @@ void softmax_row(float* row, int64_t visible, int64_t seq_len, bool bf16) {
 
 }  // namespace
 
-void head_scores_softmax(const HeadViews& head, int64_t seq_len, int64_t qk_head_dim, bool causal,
-                         float scaling, bool bf16, float* probs) {
-  const ConstStridedView query(head.query, seq_len, qk_head_dim, Eigen::OuterStride<>(head.ld_query));
-  const ConstStridedView key(head.key, seq_len, qk_head_dim, Eigen::OuterStride<>(head.ld_key));
-  Eigen::Map<MatrixRM> p(probs, seq_len, seq_len);
-  const int64_t block = causal ? kCausalRowBlock : seq_len;
-  for (int64_t row_begin = 0; row_begin < seq_len; row_begin += block) {
-    const int64_t rows = std::min(block, seq_len - row_begin);
-    const int64_t keys = causal ? row_begin + rows : seq_len;  // keys any row of the block sees
-    // pass 1: scores = q k^T for the block (one sgemm, fp32 accumulation)
-    p.block(row_begin, 0, rows, keys).noalias() =
-        query.middleRows(row_begin, rows) * key.topRows(keys).transpose();
-    for (int64_t s = row_begin; s < row_begin + rows; ++s) {
-      float* row = probs + s * seq_len;
-      const int64_t visible = causal ? s + 1 : seq_len;
-      // pass 2: scores * scaling (+ mask: 0 on the visible keys, exact)
-      for (int64_t t = 0; t < visible; ++t) {
-        if (bf16) {
-          row[t] = round_to_bf16(round_to_bf16(row[t]) * scaling);
-        } else {
-          row[t] *= scaling;
-        }
+void block_scores_softmax(const HeadViews& head, int64_t qk_head_dim, const RowBlock& block, bool causal,
+                          float scaling, bool bf16, float* probs, int64_t ld_probs) {
+  const ConstStridedView query(head.query + block.row_begin * head.ld_query, block.rows, qk_head_dim,
+                               Eigen::OuterStride<>(head.ld_query));
+  const ConstStridedView key(head.key, block.keys, qk_head_dim, Eigen::OuterStride<>(head.ld_key));
+  StridedView p(probs, block.rows, block.keys, Eigen::OuterStride<>(ld_probs));
+  // scores = q k^T for the block (one sgemm, fp32 accumulation)
+  p.noalias() = query * key.transpose();
+  for (int64_t i = 0; i < block.rows; ++i) {
+    float* row = probs + i * ld_probs;
+    const int64_t visible = causal ? block.row_begin + i + 1 : block.keys;
+    // scores * scaling (+ mask: 0 on the visible keys, exact)
+    for (int64_t t = 0; t < visible; ++t) {
+      if (bf16) {
+        row[t] = round_to_bf16(round_to_bf16(row[t]) * scaling);
+      } else {
+        row[t] *= scaling;
       }
-      // pass 3: softmax over the visible keys; masked probabilities are exactly 0
-      softmax_row(row, visible, seq_len, bf16);
     }
+    // softmax over the visible keys; masked probabilities are exactly 0
+    softmax_row(row, visible, block.keys, bf16);
   }
 }
 
-void head_probs_value(const HeadViews& head, const float* probs, int64_t seq_len, int64_t v_head_dim,
-                      bool causal, bool bf16, float* out, int64_t ld_out) {
-  const ConstStridedView value(head.value, seq_len, v_head_dim, Eigen::OuterStride<>(head.ld_value));
-  const Eigen::Map<const MatrixRM> p(probs, seq_len, seq_len);
-  StridedView o(out, seq_len, v_head_dim, Eigen::OuterStride<>(ld_out));
-  const int64_t block = causal ? kCausalRowBlock : seq_len;
-  for (int64_t row_begin = 0; row_begin < seq_len; row_begin += block) {
-    const int64_t rows = std::min(block, seq_len - row_begin);
-    const int64_t keys = causal ? row_begin + rows : seq_len;  // probs beyond are exactly 0
-    o.middleRows(row_begin, rows).noalias() = p.block(row_begin, 0, rows, keys) * value.topRows(keys);
-  }
-  if (bf16) round_to_bf16_block(out, seq_len, v_head_dim, ld_out);
+void block_probs_value(const HeadViews& head, const float* probs, int64_t ld_probs, const RowBlock& block,
+                       int64_t v_head_dim, bool bf16, float* out, int64_t ld_out) {
+  const ConstStridedView value(head.value, block.keys, v_head_dim, Eigen::OuterStride<>(head.ld_value));
+  const ConstStridedView p(probs, block.rows, block.keys, Eigen::OuterStride<>(ld_probs));
+  StridedView o(out, block.rows, v_head_dim, Eigen::OuterStride<>(ld_out));
+  o.noalias() = p * value;
+  if (bf16) round_to_bf16_block(out, block.rows, v_head_dim, ld_out);
 }
 
-void head_column_sums(const float* probs, int64_t seq_len, bool causal, double* head_scores) {
-  std::fill(head_scores, head_scores + seq_len, 0.0);
-  for (int64_t s = 0; s < seq_len; ++s) {
-    const float* row = probs + s * seq_len;
-    const int64_t visible = causal ? s + 1 : seq_len;
+void block_column_sums(const float* probs, int64_t ld_probs, const RowBlock& block, bool causal,
+                       double* head_scores) {
+  for (int64_t i = 0; i < block.rows; ++i) {
+    const float* row = probs + i * ld_probs;
+    const int64_t visible = causal ? block.row_begin + i + 1 : block.keys;
     for (int64_t t = 0; t < visible; ++t) head_scores[t] += static_cast<double>(row[t]);
   }
 }

@@ -24,7 +24,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <string>
 #include <vector>
 
 #include <Eigen/Core>
@@ -61,10 +60,6 @@ class BlasThreads {
 const char* blas_description();
 
 // ---- elementwise -------------------------------------------------------------------------
-
-// Error(InvalidValue) "<what>[row r, col c] is <value> (values must be finite)" for the first
-// non-finite value of a rows x cols row-major block; returns when every value is finite.
-void check_finite(const float* v, int64_t rows, int64_t cols, const std::string& what);
 
 // x[i] = bf16(x[i]) for i < count (round to nearest even on the bits, mla/bf16.hpp).
 void round_to_bf16_inplace(float* x, int64_t count);
@@ -115,26 +110,39 @@ struct HeadViews {
   int64_t ld_value;
 };
 
-// Rows of one causal block: queries [row_begin, row_end) see keys [0, row_end) at most; the
-// keys past each query are masked, their probabilities are exactly 0 and are not computed.
-constexpr int64_t kCausalRowBlock = 64;
+// Rows of one block of queries: with a causal mask, queries [row_begin, row_end) see keys
+// [0, row_end) at most; the keys past each query are masked, their probabilities are exactly 0
+// and are not computed. Without a mask a block sees every key.
+constexpr int64_t kQueryRowBlock = 64;
 
-// probs = softmax(mask(scaling * query key^T))         (§3.6 steps 2-4)
-//   probs: [S, S] row-major (contiguous). Masked / uncomputed entries are set to exactly 0.
+// The attention of one head is computed per block of query rows by the three functions
+// below (streaming_attention.hpp runs them on every block, so no [S, S] matrix is needed).
+// A block: query rows [row_begin, row_begin + rows) against keys [0, keys), where
+//   keys = row_begin + rows (causal: later keys are masked for every row of the block) or S.
+struct RowBlock {
+  int64_t row_begin;
+  int64_t rows;
+  int64_t keys;
+};
+
+// probs[i, t] = softmax(mask(scaling * query[row_begin+i] key[t]^T)) for t < keys  (§3.6 steps 2-4)
+//   probs: [rows, keys] row stride ld_probs >= keys; masked entries t > row_begin+i are exactly 0.
 //   bf16: scores = bf16(q k^T) (§7 row 10), bf16(scores * fp32(scaling)) (row 11), + 0 for
-//   visible keys (row 12, exact), softmax in fp32 (max-subtracted exp; the sum in double,
-//   then one fp32 rounding of p), then bf16(p) (row 13).
-//   fp32: the same steps with fp32 results.
-void head_scores_softmax(const HeadViews& head, int64_t seq_len, int64_t qk_head_dim, bool causal,
-                         float scaling, bool bf16, float* probs);
+//   visible keys (row 12, exact), softmax in fp32, then bf16(p) (row 13); fp32: the same steps
+//   with fp32 results. Softmax per row: pass 1 = max, e = exp(x - max) (fp32, Eigen's
+//   vectorised expf) and the double sum of e; pass 2 = p = fp32(e / sum) (+ bf16).
+void block_scores_softmax(const HeadViews& head, int64_t qk_head_dim, const RowBlock& block, bool causal,
+                          float scaling, bool bf16, float* probs, int64_t ld_probs);
 
-// out = probs value                                   (§3.6 step 6)
-//   probs: [S, S]; out: [S, d_v] row stride ld_out; bf16: out = bf16(fp32 sum) (§7 row 14).
-void head_probs_value(const HeadViews& head, const float* probs, int64_t seq_len, int64_t v_head_dim,
-                      bool causal, bool bf16, float* out, int64_t ld_out);
+// out[row_begin + i, :] = probs[i, 0:keys] value[0:keys, :]    (§3.6 step 6; fp32 accumulation,
+//   one sgemm) out: the block's first row at `out` (row stride ld_out); bf16: out = bf16(fp32
+//   sum) (§7 row 14).
+void block_probs_value(const HeadViews& head, const float* probs, int64_t ld_probs, const RowBlock& block,
+                       int64_t v_head_dim, bool bf16, float* out, int64_t ld_out);
 
-// head_scores[t] = sum_s probs[s, t], in double          (H2O: attention mass key t receives)
-//   probs: [S, S] -> head_scores: [S]
-void head_column_sums(const float* probs, int64_t seq_len, bool causal, double* head_scores);
+// head_scores[t] += probs[i, t] for the block's rows in ascending order, in double (H2O: the
+//   attention mass key t receives).
+void block_column_sums(const float* probs, int64_t ld_probs, const RowBlock& block, bool causal,
+                       double* head_scores);
 
 }  // namespace mla::cpu

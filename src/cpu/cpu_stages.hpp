@@ -7,7 +7,8 @@
 //   kv_path   compressed_kv = kv_a_proj_with_mqa(x) = [latent | k_pe];
 //             kv = kv_b_proj(kv_a_layernorm(latent))                          §3.3
 //   rope      q's rope halves and k_pe rotated at the given positions         §3.4, §6
-//   attend    per head: softmax(mask(scaling q k^T)) v, and the H2O column sums  §3.6
+//   attend    per head and block of 64 queries: softmax(mask(scaling q k^T)) v, and the H2O
+//             column sums, streamed (no [n, S, S] tensor)                    §3.6
 //   o_proj    attn_output = o_proj(attn_context)                              §3.6 step 7
 //   export    ForwardResult (widened to double; query/key/value states on request)
 //
@@ -26,6 +27,7 @@
 
 #include "cpu_kernels.hpp"
 #include "gemm_engine.hpp"
+#include "streaming_attention.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/config.hpp"
@@ -34,8 +36,9 @@
 namespace mla::cpu {
 
 // One layer's weights as the GEMMs use them: each projection prepared once for the GEMM
-// engine (gemm_engine.hpp: Eigen keeps W [out, in] row-major, oneDNN its own blocked layout;
-// bf16 values in bf16 mode; the engine holds the projection's bias), the norm weights as fp32.
+// engine (gemm_engine.hpp, docs/cpu-gemm.md: Eigen keeps W [out, in] row-major, oneDNN its own
+// blocked layout; bf16 values in bf16 mode; the engine holds the projection's bias), the norm
+// weights as fp32. Absent projections (q_a/q_b or q_proj) are null.
 struct PreparedWeights {
   std::unique_ptr<PreparedLinear> q_a_proj;            // [r_q, H] (+ bias [r_q])  (q_lora_rank set)
   std::vector<float> q_a_layernorm;                    // [r_q]
@@ -45,6 +48,7 @@ struct PreparedWeights {
   std::vector<float> kv_a_layernorm;                   // [r_kv]
   std::unique_ptr<PreparedLinear> kv_b_proj;           // [n*(d_n+d_v), r_kv]
   std::unique_ptr<PreparedLinear> o_proj;              // [H, n*d_v] (+ bias [H])
+  GemmInfo gemm;                                       // the engine, its kernel and why
 };
 
 // What every stage reads: the geometry, the prepared weights and the run's settings.
@@ -56,12 +60,14 @@ struct Layer {
   float latent_norm_eps = 1e-6f;  // q_a_layernorm / kv_a_layernorm eps
 };
 
-// Prepares the weights for `engine`, rounded to bf16 in bf16 mode; Error(Shape) for a wrong
-// shape, Error(InvalidValue) for a non-finite value.
-PreparedWeights prepare_weights(GemmEngine& engine, const AttentionConfig& cfg, const LayerWeights& w, bool bf16,
-                                int threads);
+// Prepares weights the validator accepted for cfg (mla/validate.hpp: validate_layer) for the
+// GEMM engine `gemm` (make_gemm_engine: Eigen by default, the backend passes --gemm), rounded
+// to bf16 in bf16 mode; absent tensors stay empty.
+PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads,
+                                Gemm gemm = Gemm::Eigen);
 
-// hidden [S, H] fp32 -> x [S, H]; bf16 mode rounds it (HF's input is a bf16 tensor).
+// hidden [S, H] fp32, validated (mla/validate.hpp: validate_hidden) -> x [S, H]; bf16 mode
+// rounds it (HF's input is a bf16 tensor).
 MatrixRM input_rows(const TensorF& hidden, bool bf16);
 
 // x [S, H] -> q [S, n*d_qk], head-major: feature h*d_qk + (nope d_n | rope d_r)
@@ -86,10 +92,14 @@ struct Attention {
   std::vector<double> head_scores;   // [n*S]       head_scores[h*S + t] = sum_s p[h, s, t] (double)
   TensorD attn_weights;              // [n, S, S]   post-softmax probabilities (keep_attn_weights only)
 };
-// q (roped) [S, n*d_qk], kv [S, n*(d_n+d_v)], k_pe_roped [S, d_r] -> Attention. Heads run in
-// parallel in chunks whose probabilities fit a fixed budget (unless keep_attn_weights).
-Attention attend(const Layer& L, const MatrixRM& q, const MatrixRM& kv, const MatrixRM& k_pe_roped, bool causal,
-                 bool keep_attn_weights);
+// kv [S, n*(d_n+d_v)] and k_pe_roped [S, d_r] -> the keys/values attend reads, stored in the
+// run's precision (bf16 bits in a bf16 run: half the bytes; streaming_attention.hpp).
+KeyValueStates key_value_states(const Layer& L, const MatrixRM& kv, const MatrixRM& k_pe_roped);
+// q (roped) [S, n*d_qk] and the keys/values -> Attention, streamed per head and block of 64
+// queries (streaming_attention.hpp; docs/long-context.md): O(S) memory unless
+// keep_attn_weights asks for the [n, S, S] probabilities. `progress` gets (blocks done, total).
+Attention attend(const Layer& L, const MatrixRM& q, const KeyValueStates& kv, bool causal, bool keep_attn_weights,
+                 const BlockProgress& progress);
 
 // attn_context [S, n*d_v] -> attn_output [S, H]
 MatrixRM o_proj(const Layer& L, const MatrixRM& attn_context);

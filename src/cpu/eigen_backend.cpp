@@ -11,93 +11,54 @@
 //   q_path    q = q_b(RMSNorm_q(q_a(x)))  or  q = q_proj(x)              [S, n*d_qk]
 //   kv_path   compressed_kv = kv_a(x) = [latent | k_pe]; kv = kv_b(RMSNorm_kv(latent))
 //   rope      q's rope halves in place, k_pe_roped [S, d_r] (HF order)
-//   attend    per head: p = softmax(mask(scaling q k^T)), attn_context_h = p v_h, and the
+//   attend    keys/values stored in the run's precision, then streamed per head and block of
+//             64 queries: p = softmax(mask(scaling q k^T)), attn_context_h = p v_h, and the
 //             H2O column sums of p (double)                               [S, n*d_v], [n*S]
 //   o_proj    attn_output = attn_context W_o^T (+ b)                      [S, H]
 //   export    token_scores = sum over heads, widening to double, states on request
 // attend runs heads in parallel (one single-threaded sgemm per worker); the five projections
-// run on the GEMM engine chosen in prepare (gemm_engine.hpp, docs/cpu-gemm.md: oneDNN matmul
+// run on the GEMM engine chosen in prepare (gemm_engine.hpp, docs/cpu-gemm.md: oneDNN matmul,
 // or Eigen + OpenBLAS sgemm with its own threads). With a causal mask, query block [r0, r0+64) only multiplies keys
 // [0, r0+64): the skipped probabilities are exactly 0 in HF too (exp(min_float - max)
-// underflows to 0), so skipping them changes no value. Heads are processed in chunks whose
-// probability buffers fit in kProbsBudgetBytes, so a long sequence never needs [n, S, S]
-// floats at once (unless keep_attn_weights asks).
+// underflows to 0), so skipping them changes no value. No [n, S, S] tensor exists unless
+// keep_attn_weights asks for one (dumps); memory is O(S) otherwise, and forward() frees each
+// intermediate once it is used (x, then kv and q unless states are kept): docs/long-context.md.
 #include <Eigen/Core>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cpu_kernels.hpp"
 #include "cpu_stages.hpp"
+#include "streaming_attention.hpp"
 #include "mla/attention.hpp"
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
 #include "mla/rope.hpp"
 #include "mla/stage_timer.hpp"
+#include "mla/validate.hpp"
 #include "mla_build_config.h"
 
 namespace mla {
 namespace cpu {
 namespace {
 
-constexpr int64_t kProbsBudgetBytes = int64_t{256} << 20;  // probability buffers per chunk
-
-// Checks that a weight has the shape the config implies.
-void check_shape(const TensorF& t, const char* name, std::vector<int64_t> expected) {
-  if (t.shape != expected) {
-    fail(ErrorKind::Shape, std::string("cpu backend: weight ") + name + " has shape " +
-                               shape_string(t.shape) + ", expected " + shape_string(expected));
-  }
-  if (static_cast<int64_t>(t.data.size()) != t.numel()) {
-    fail(ErrorKind::Shape, std::string("cpu backend: weight ") + name + " holds " +
-                               std::to_string(t.data.size()) + " values for shape " + shape_string(t.shape));
-  }
+// A validated projection weight (mla/validate.hpp) prepared once for the GEMM engine, with its
+// bias when it has one (bf16 rounding in bf16 mode); null for an absent (empty) weight.
+std::unique_ptr<PreparedLinear> prepare_linear(GemmEngine& engine, const TensorF& t, const char* name,
+                                               const TensorF& bias, bool bf16, int threads) {
+  if (t.empty()) return nullptr;
+  return engine.prepare({name, t.ptr(), t.dim(0), t.dim(1), bias.empty() ? nullptr : bias.ptr()}, bf16, threads);
 }
 
-// A checked projection weight [rows, cols] (+ bias [rows] when attention_bias), prepared once
-// for the GEMM engine (bf16 rounding in bf16 mode, finite check after it).
-std::unique_ptr<PreparedLinear> prepare_linear(GemmEngine& engine, const TensorF& t, const char* name, int64_t rows,
-                                               int64_t cols, const TensorF* bias, const char* bias_name, bool bf16,
-                                               int threads) {
-  check_shape(t, name, {rows, cols});
-  if (bias != nullptr) check_shape(*bias, bias_name, {rows});
-  return engine.prepare({name, t.ptr(), rows, cols, bias != nullptr ? bias->ptr() : nullptr}, bf16, threads,
-                        "cpu backend");
-}
-
-std::vector<float> prepare_vector(const TensorF& t, const char* name, int64_t size, bool bf16) {
-  check_shape(t, name, {size});
+std::vector<float> prepare_vector(const TensorF& t, bool bf16) {
   std::vector<float> v = t.data;
-  if (bf16) round_to_bf16_inplace(v.data(), size);
-  check_finite(v.data(), 1, size, std::string("cpu backend: weight ") + name + (bf16 ? " (as bf16)" : ""));
+  if (bf16) round_to_bf16_inplace(v.data(), static_cast<int64_t>(v.size()));
   return v;
-}
-
-void check_config(const AttentionConfig& cfg) {
-  auto positive = [](int64_t v, const char* key) {
-    if (v <= 0) fail(ErrorKind::Config, std::string("cpu backend: config ") + key + " = " + std::to_string(v) + " must be > 0");
-  };
-  positive(cfg.hidden_size, "hidden_size");
-  positive(cfg.num_attention_heads, "num_attention_heads");
-  positive(cfg.kv_lora_rank, "kv_lora_rank");
-  positive(cfg.qk_nope_head_dim, "qk_nope_head_dim");
-  positive(cfg.qk_rope_head_dim, "qk_rope_head_dim");
-  positive(cfg.v_head_dim, "v_head_dim");
-  if (cfg.q_lora_rank < 0) fail(ErrorKind::Config, "cpu backend: config q_lora_rank must be >= 0 (0 = null)");
-  if (cfg.qk_rope_head_dim % 2 != 0) {
-    fail(ErrorKind::Unsupported, "cpu backend: qk_rope_head_dim = " + std::to_string(cfg.qk_rope_head_dim) +
-                                     " (must be even)");
-  }
-  if (cfg.num_key_value_heads != 0 && cfg.num_key_value_heads != cfg.num_attention_heads) {
-    fail(ErrorKind::Unsupported, "cpu backend: num_key_value_heads = " + std::to_string(cfg.num_key_value_heads) +
-                                     " differs from num_attention_heads = " + std::to_string(cfg.num_attention_heads) +
-                                     " (MLA has one K/V head per query head)");
-  }
 }
 
 TensorD widen(const std::string& name, std::vector<int64_t> shape, const float* src) {
@@ -110,38 +71,28 @@ TensorD widen(const std::string& name, std::vector<int64_t> shape, const float* 
 
 // ---- the stages (cpu_stages.hpp) ------------------------------------------------------------
 
-PreparedWeights prepare_weights(GemmEngine& engine, const AttentionConfig& cfg, const LayerWeights& w, bool bf16,
-                                int threads) {
-  const int64_t H = cfg.hidden_size, n = cfg.num_attention_heads, r_q = cfg.q_lora_rank, r_kv = cfg.kv_lora_rank;
-  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
-  const bool bias = cfg.attention_bias;  // q_a_proj, kv_a_proj_with_mqa and o_proj only (HF)
+PreparedWeights prepare_weights(const AttentionConfig& /*cfg: validated against*/, const LayerWeights& w, bool bf16,
+                                int threads, Gemm gemm) {
+  std::string reason;
+  const std::unique_ptr<GemmEngine> engine = make_gemm_engine(gemm, bf16, reason);
+  const TensorF none;  // q_b_proj, q_proj and kv_b_proj have no bias (HF)
   PreparedWeights p;
-  if (cfg.has_q_lora()) {
-    p.q_a_proj = prepare_linear(engine, w.q_a_proj, "q_a_proj", r_q, H, bias ? &w.q_a_proj_bias : nullptr,
-                                "q_a_proj_bias", bf16, threads);
-    p.q_a_layernorm = prepare_vector(w.q_a_layernorm, "q_a_layernorm", r_q, bf16);
-    p.q_b_proj = prepare_linear(engine, w.q_b_proj, "q_b_proj", n * d_qk, r_q, nullptr, "", bf16, threads);
-  } else {
-    p.q_proj = prepare_linear(engine, w.q_proj, "q_proj", n * d_qk, H, nullptr, "", bf16, threads);
-  }
-  p.kv_a_proj_with_mqa = prepare_linear(engine, w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", r_kv + d_r, H,
-                                        bias ? &w.kv_a_proj_with_mqa_bias : nullptr, "kv_a_proj_with_mqa_bias", bf16,
-                                        threads);
-  p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, "kv_a_layernorm", r_kv, bf16);
-  p.kv_b_proj = prepare_linear(engine, w.kv_b_proj, "kv_b_proj", n * (d_n + d_v), r_kv, nullptr, "", bf16, threads);
-  p.o_proj = prepare_linear(engine, w.o_proj, "o_proj", H, n * d_v, bias ? &w.o_proj_bias : nullptr, "o_proj_bias",
-                            bf16, threads);
+  p.q_a_proj = prepare_linear(*engine, w.q_a_proj, "q_a_proj", w.q_a_proj_bias, bf16, threads);
+  p.q_a_layernorm = prepare_vector(w.q_a_layernorm, bf16);
+  p.q_b_proj = prepare_linear(*engine, w.q_b_proj, "q_b_proj", none, bf16, threads);
+  p.q_proj = prepare_linear(*engine, w.q_proj, "q_proj", none, bf16, threads);
+  p.kv_a_proj_with_mqa =
+      prepare_linear(*engine, w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", w.kv_a_proj_with_mqa_bias, bf16, threads);
+  p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, bf16);
+  p.kv_b_proj = prepare_linear(*engine, w.kv_b_proj, "kv_b_proj", none, bf16, threads);
+  p.o_proj = prepare_linear(*engine, w.o_proj, "o_proj", w.o_proj_bias, bf16, threads);
+  p.gemm = {gemm_name(gemm), engine->name(), p.kv_b_proj->kernel(), reason};
   return p;
 }
 
 MatrixRM input_rows(const TensorF& hidden, bool bf16) {
-  const int64_t S = hidden.dim(0), H = hidden.dim(1);
-  check_finite(hidden.ptr(), S, H, "hidden states");
-  MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr(), S, H);  // [S, H]
-  if (bf16) {
-    round_to_bf16_inplace(x.data(), x.size());
-    check_finite(x.data(), S, H, "hidden states rounded to bf16");
-  }
+  MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr(), hidden.dim(0), hidden.dim(1));  // [S, H]
+  if (bf16) round_to_bf16_inplace(x.data(), x.size());
   return x;
 }
 
@@ -199,52 +150,29 @@ MatrixRM rope(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q
   return k_pe_roped;
 }
 
-Attention attend(const Layer& L, const MatrixRM& q, const MatrixRM& kv, const MatrixRM& k_pe_roped, bool causal,
-                 bool keep_attn_weights) {
+KeyValueStates key_value_states(const Layer& L, const MatrixRM& kv, const MatrixRM& k_pe_roped) {
   const AttentionConfig& cfg = L.cfg;
-  const int64_t S = q.rows(), n = cfg.num_attention_heads;
-  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
+  const int64_t S = kv.rows(), n = cfg.num_attention_heads;
+  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim;
+  KeyValueStates states(S, n, d_n, d_r, d_v, L.bf16);
+  states.set_kv_rows(0, S, kv.data(), n * (d_n + d_v));
+  states.set_k_pe_rows(0, S, k_pe_roped.data(), d_r);
+  return states;
+}
+
+Attention attend(const Layer& L, const MatrixRM& q, const KeyValueStates& kv, bool causal, bool keep_attn_weights,
+                 const BlockProgress& progress) {
+  const AttentionConfig& cfg = L.cfg;
+  const int64_t S = q.rows(), n = cfg.num_attention_heads, d_v = cfg.v_head_dim;
+  const int64_t d_qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim;
   const float scaling = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
   Attention out;
   out.attn_context.resize(S, n * d_v);  // feature h*d_v + d (HF's transpose + reshape)
   out.head_scores.assign(static_cast<size_t>(n * S), 0.0);
   if (keep_attn_weights) out.attn_weights = TensorD("attn_weights", {n, S, S});
-  const int64_t probs_bytes = S * S * static_cast<int64_t>(sizeof(float));
-  const int64_t chunk_heads = std::clamp<int64_t>(kProbsBudgetBytes / probs_bytes, 1, n);
-  std::vector<float> probs(static_cast<size_t>(chunk_heads * S * S));  // [chunk, S, S]
-  // key_states of head h = [k_nope_h | k_pe_roped], built per worker: [S, d_qk] each
-  std::vector<MatrixRM> key_buffers(static_cast<size_t>(L.threads), MatrixRM(S, d_qk));
-  auto key_states = [&](int64_t h, int worker) {
-    MatrixRM& key = key_buffers[static_cast<size_t>(worker)];
-    for (int64_t s = 0; s < S; ++s) {
-      std::copy_n(kv.data() + s * n * (d_n + d_v) + h * (d_n + d_v), d_n, key.data() + s * d_qk);
-      std::copy_n(k_pe_roped.data() + s * d_r, d_r, key.data() + s * d_qk + d_n);
-    }
-    return key.data();
-  };
-  auto value_states = [&](int64_t h) { return kv.data() + h * (d_n + d_v) + d_n; };  // [S, d_v], ld n*(d_n+d_v)
-  BlasThreads one_blas_thread_per_worker(1);
-  for (int64_t first = 0; first < n; first += chunk_heads) {
-    const int64_t heads = std::min(chunk_heads, n - first);
-    parallel_for(heads, L.threads, [&](int64_t i, int worker) {
-      const int64_t h = first + i;
-      const HeadViews views{q.data() + h * d_qk, n * d_qk, key_states(h, worker), d_qk, value_states(h), n * (d_n + d_v)};
-      head_scores_softmax(views, S, d_qk, causal, scaling, L.bf16, probs.data() + i * S * S);
-    });
-    parallel_for(heads, L.threads, [&](int64_t i, int) {
-      const int64_t h = first + i;
-      const HeadViews views{nullptr, 0, nullptr, 0, value_states(h), n * (d_n + d_v)};
-      head_probs_value(views, probs.data() + i * S * S, S, d_v, causal, L.bf16, out.attn_context.data() + h * d_v,
-                       n * d_v);
-    });
-    parallel_for(heads, L.threads, [&](int64_t i, int) {
-      head_column_sums(probs.data() + i * S * S, S, causal, out.head_scores.data() + (first + i) * S);
-    });
-    if (keep_attn_weights) {
-      double* dst = out.attn_weights.ptr() + first * S * S;
-      for (int64_t i = 0; i < heads * S * S; ++i) dst[i] = static_cast<double>(probs[static_cast<size_t>(i)]);
-    }
-  }
+  streaming_attention(q.data(), n * d_qk, kv, causal, scaling, L.bf16, L.threads, progress,
+                      {out.attn_context.data(), n * d_v, out.head_scores.data(),
+                       keep_attn_weights ? out.attn_weights.ptr() : nullptr});
   return out;
 }
 
@@ -260,13 +188,12 @@ namespace {
 ForwardResult export_result(const AttentionConfig& cfg, const ForwardOptions& opt, const MatrixRM& q,
                             const KvPath& kvp, const MatrixRM& k_pe_roped, Attention&& att,
                             const MatrixRM& attn_output) {
-  const int64_t S = q.rows(), H = cfg.hidden_size, n = cfg.num_attention_heads;
+  const int64_t S = attn_output.rows(), H = cfg.hidden_size, n = cfg.num_attention_heads;
   const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
-  check_finite(attn_output.data(), S, H,
-               std::string("cpu backend: attn_output (overflow in ") + precision_name(opt.precision) + " arithmetic)");
   ForwardResult result;
   result.computed_in_double = false;
   result.attn_output = widen("attn_output", {S, H}, attn_output.data());
+  check_attn_output_finite(result.attn_output, opt.precision);
   result.head_scores = std::move(att.head_scores);
   result.token_scores = token_scores_from_heads(result.head_scores, n);
   result.attn_weights = std::move(att.attn_weights);
@@ -297,9 +224,8 @@ class CpuBackend final : public Backend {
   std::string description() const override {
     const int threads = resolve_threads(prepared_ ? threads_ : 0);
     std::string d;
-    if (prepared_ && gemm_->kind() == Gemm::OneDnn) {
-      d = "projections: " + gemm_->name() + ", " + weights_.kv_b_proj->kernel() + "; per-head products: ";
-    }
+    if (prepared_ && weights_.gemm.engine.rfind("oneDNN", 0) == 0)
+      d = "projections: " + gemm_label(weights_.gemm.engine, weights_.gemm.kernel) + "; per-head products: ";
     d += "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
          std::to_string(EIGEN_MINOR_VERSION);
 #if MLA_HAVE_BLAS
@@ -311,24 +237,13 @@ class CpuBackend final : public Backend {
     return d;
   }
 
-  GemmInfo gemm_info() const override {
-    if (!prepared_) return {};
-    return {gemm_name(gemm_requested_), gemm_->name(), weights_.kv_b_proj->kernel(), gemm_reason_};
-  }
+  GemmInfo gemm_info() const override { return prepared_ ? weights_.gemm : GemmInfo{}; }
 
   void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
     prepared_ = false;
-    check_config(cfg);
-    check_no_foreign_bias(cfg, w, "cpu backend");
-    if (opt.threads < 0) fail(ErrorKind::InvalidArgument, "cpu backend: threads = " + std::to_string(opt.threads) + " (0 = all cores)");
+    validate_layer(cfg, w, opt);
     const int threads = resolve_threads(opt.threads);
-    const bool bf16 = opt.precision == Precision::BF16;
-    std::string reason;
-    std::unique_ptr<GemmEngine> engine = make_gemm_engine(opt.gemm, bf16, reason);
-    weights_ = prepare_weights(*engine, cfg, w, bf16, threads);
-    gemm_ = std::move(engine);
-    gemm_requested_ = opt.gemm;
-    gemm_reason_ = reason;
+    weights_ = prepare_weights(cfg, w, opt.precision == Precision::BF16, threads, opt.gemm);
     cfg_ = cfg;
     precision_ = opt.precision;
     threads_ = threads;
@@ -336,32 +251,13 @@ class CpuBackend final : public Backend {
   }
 
   ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) override {
-    if (!prepared_) fail(ErrorKind::InvalidArgument, "cpu backend: forward() called before prepare()");
-    if (opt.precision != precision_) {
-      fail(ErrorKind::InvalidArgument, std::string("cpu backend: forward precision ") + precision_name(opt.precision) +
-                                           " differs from the precision the weights were prepared in (" +
-                                           precision_name(precision_) + "); call prepare() again");
-    }
-    if (opt.threads < 0) fail(ErrorKind::InvalidArgument, "cpu backend: threads = " + std::to_string(opt.threads) + " (0 = all cores)");
-    if (opt.position_offset < 0) {
-      fail(ErrorKind::InvalidArgument, "cpu backend: position_offset = " + std::to_string(opt.position_offset) + " must be >= 0");
-    }
-    if (!(opt.latent_norm_eps > 0.0) || !std::isfinite(opt.latent_norm_eps)) {
-      fail(ErrorKind::InvalidArgument, "cpu backend: latent norm eps must be finite and > 0, got " +
-                                           std::to_string(opt.latent_norm_eps));
-    }
-    const int64_t H = cfg_.hidden_size;
-    if (hidden.shape.size() != 2 || hidden.shape[1] != H || hidden.shape[0] < 0 ||
-        static_cast<int64_t>(hidden.data.size()) != hidden.numel()) {
-      fail(ErrorKind::Shape, "cpu backend: hidden states have shape " + shape_string(hidden.shape) + " (" +
-                                 std::to_string(hidden.data.size()) + " values), expected [S, " + std::to_string(H) + "]");
-    }
-    if (hidden.shape[0] == 0) fail(ErrorKind::InvalidArgument, "cpu backend: hidden states have 0 tokens (S = 0); need at least one");
-
+    check_prepared(prepared_, precision_, opt);
+    validate_input(cfg_, hidden, opt);
     const Layer L{cfg_, weights_, precision_ == Precision::BF16, opt.threads > 0 ? opt.threads : threads_,
                   static_cast<float>(opt.latent_norm_eps)};
     StageSeconds stages;
-    const MatrixRM x = input_rows(hidden, L.bf16);  // [S, H]
+    MatrixRM x = input_rows(hidden, L.bf16);  // [S, H]
+    const int64_t S = x.rows();
     MatrixRM q;                                     // [S, n*d_qk]
     {
       StageTimer t(stages, "q_path");
@@ -372,16 +268,22 @@ class CpuBackend final : public Backend {
       StageTimer t(stages, "kv_path");
       kvp = kv_path(L, x);
     }
+    x = MatrixRM();  // no longer needed
     MatrixRM k_pe_roped;  // [S, d_r]; q's rope halves are rotated in place
     {
       StageTimer t(stages, "rope");
-      k_pe_roped = rope(L, position_ids(opt.position_offset, x.rows()), q, kvp.compressed_kv);
+      k_pe_roped = rope(L, position_ids(opt.position_offset, S), q, kvp.compressed_kv);
     }
     Attention att;  // attn_context [S, n*d_v], head_scores [n*S], attn_weights [n, S, S] on request
     {
       StageTimer t(stages, "attend");
-      att = attend(L, q, kvp.kv, k_pe_roped, opt.mask == Mask::Causal, opt.keep_attn_weights);
+      const KeyValueStates states = key_value_states(L, kvp.kv, k_pe_roped);
+      if (!opt.keep_states) kvp.kv = MatrixRM();  // fp32 copy no longer needed: a lower peak
+      BlockProgress progress;
+      if (opt.progress) progress = [&](int64_t done, int64_t total) { opt.progress("attention blocks", done, total); };
+      att = attend(L, q, states, opt.mask == Mask::Causal, opt.keep_attn_weights, progress);
     }
+    if (!opt.keep_states) q = MatrixRM();  // no longer needed
     MatrixRM attn_output;  // [S, H]
     {
       StageTimer t(stages, "o_proj");
@@ -400,9 +302,6 @@ class CpuBackend final : public Backend {
   bool prepared_ = false;
   AttentionConfig cfg_;
   PreparedWeights weights_;
-  std::unique_ptr<GemmEngine> gemm_;  // the projections' engine (it made weights_'s projections)
-  Gemm gemm_requested_ = Gemm::Auto;
-  std::string gemm_reason_;
   Precision precision_ = Precision::FP32;
   int threads_ = 0;
 };

@@ -50,33 +50,32 @@ void for_slices(int64_t count, int threads, const std::function<void(int64_t, in
   parallel_for(slices, threads, [&](int64_t slice, int) { body(count * slice / slices, count * (slice + 1) / slices); });
 }
 
-// dst = src (bf16: rounded to bf16 values), in parallel; then every value must be finite
-// (rounding can overflow the largest finite floats to inf).
-void convert_weight(const LinearWeight& w, bool bf16, int threads, float* dst, const std::string& who) {
-  const int64_t rows = w.out_features, cols = w.in_features;
-  std::atomic<bool> finite{true};
-  for_slices(rows, threads, [&](int64_t begin, int64_t end) {
+// dst = W (bf16: rounded to bf16 values), row slices in parallel.
+void convert_weight(const LinearWeight& w, bool bf16, int threads, float* dst) {
+  const int64_t cols = w.in_features;
+  for_slices(w.out_features, threads, [&](int64_t begin, int64_t end) {
     float* out = dst + begin * cols;
     const int64_t count = (end - begin) * cols;
     std::memcpy(out, w.weight + begin * cols, static_cast<size_t>(count) * sizeof(float));
     if (bf16) round_to_bf16_inplace(out, count);
-    if (!Eigen::Map<const Eigen::ArrayXf>(out, count).allFinite()) finite = false;
   });
-  if (!finite) check_finite(dst, rows, cols, who + ": weight " + w.name + (bf16 ? " (as bf16)" : ""));
+}
+
+// The bias as the engines add it: fp32 values (bf16 values in bf16 mode); empty when none.
+std::vector<float> convert_bias(const LinearWeight& w, bool bf16) {
+  if (w.bias == nullptr) return {};
+  std::vector<float> b(w.bias, w.bias + w.out_features);
+  if (bf16) round_to_bf16_inplace(b.data(), w.out_features);
+  return b;
 }
 
 // ---- Eigen (+ OpenBLAS) --------------------------------------------------------------------
 
 class EigenLinear final : public PreparedLinear {
  public:
-  EigenLinear(const LinearWeight& w, bool bf16, int threads, const std::string& who)
-      : weight_(w.out_features, w.in_features), bf16_(bf16) {
-    convert_weight(w, bf16, threads, weight_.data(), who);
-    if (w.bias != nullptr) {
-      bias_.assign(w.bias, w.bias + w.out_features);
-      if (bf16) round_to_bf16_inplace(bias_.data(), w.out_features);
-      check_finite(bias_.data(), 1, w.out_features, who + ": weight " + w.name + "_bias" + (bf16 ? " (as bf16)" : ""));
-    }
+  EigenLinear(const LinearWeight& w, bool bf16, int threads)
+      : weight_(w.out_features, w.in_features), bias_(convert_bias(w, bf16)), bf16_(bf16) {
+    convert_weight(w, bf16, threads, weight_.data());
   }
   void run(const MatrixRM& x, int threads, MatrixRM& y) override {
     linear(x, weight_, bias_.empty() ? nullptr : bias_.data(), bf16_, threads, y);
@@ -94,8 +93,8 @@ class EigenEngine final : public GemmEngine {
   Gemm kind() const override { return Gemm::Eigen; }
   std::string name() const override { return eigen_version() + (MLA_HAVE_BLAS ? " + OpenBLAS sgemm" : ""); }
   std::string kernel() const override { return eigen_kernel(); }
-  std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads, const std::string& who) override {
-    return std::make_unique<EigenLinear>(w, bf16, threads, who);
+  std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) override {
+    return std::make_unique<EigenLinear>(w, bf16, threads);
   }
 };
 
@@ -192,15 +191,14 @@ std::string isa_name() {
 
 class DnnlLinear final : public PreparedLinear {
  public:
-  DnnlLinear(const LinearWeight& w, bool bf16, int threads, const std::string& who)
-      : in_(w.in_features), out_(w.out_features), dt_(bf16 ? Dt::bf16 : Dt::f32), bf16_(bf16) {
+  DnnlLinear(const LinearWeight& w, bool bf16, int threads)
+      : in_(w.in_features), out_(w.out_features), dt_(bf16 ? Dt::bf16 : Dt::f32), bf16_(bf16), bias_(convert_bias(w, bf16)) {
     Dnnl& d = Dnnl::get();
     DnnlThreads dnnl_threads(dnnl_threads_for(in_ * out_, threads));
     // The layout the primitive prefers (the same for every S: checked in docs/cpu-gemm.md).
     weights_md_ = matmul_pd(256, in_, out_, dt_, memory::desc({in_, out_}, dt_, Tag::any), w.bias != nullptr).weights_desc();
     weights_ = memory(weights_md_, d.engine);
-    bool finite = true;
-    if (!pack_blocked(w, threads, finite)) {  // a layout the packer does not know: oneDNN reorders W
+    if (!pack_blocked(w, threads)) {  // a layout the packer does not know: oneDNN reorders W
       const memory::desc plain({in_, out_}, dt_, Tag::ba);  // W [out, in]
       if (bf16) {
         std::vector<uint16_t> bits(static_cast<size_t>(in_ * out_));
@@ -211,18 +209,8 @@ class DnnlLinear final : public PreparedLinear {
         memory src(plain, d.engine, const_cast<float*>(w.weight));
         dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
       }
-      finite = Eigen::Map<const Eigen::ArrayXf>(w.weight, in_ * out_).allFinite();
-    }
-    if (!finite) {  // name the first non-finite value (after rounding) as the Eigen engine does
-      MatrixRM rounded(out_, in_);
-      convert_weight(w, bf16, threads, rounded.data(), who);
     }
     d.stream.wait();
-    if (w.bias != nullptr) {
-      bias_.assign(w.bias, w.bias + out_);
-      if (bf16) round_to_bf16_inplace(bias_.data(), out_);
-      check_finite(bias_.data(), 1, out_, who + ": weight " + w.name + "_bias" + (bf16 ? " (as bf16)" : ""));
-    }
     kernel_ = primitive(256).pd.impl_info_str();
   }
 
@@ -276,9 +264,9 @@ class DnnlLinear final : public PreparedLinear {
   // primitive chose, in one pass parallel over output features. Element (k, n) of W^T lives at
   // k_offset[k] + n_offset[n]: per dimension, its outer block index times the stride plus its
   // digits in the inner blocks (dnnl_blocking_desc_t; inner_blks[last] is the innermost).
-  // `finite` is false when a value is inf or NaN (after rounding). Returns false for a layout
-  // that is not plain blocked, or has an offset (oneDNN's reorder handles it).
-  bool pack_blocked(const LinearWeight& w, int threads, bool& finite) {
+  // Returns false for a layout that is not plain blocked, or has an offset (oneDNN's reorder
+  // handles it).
+  bool pack_blocked(const LinearWeight& w, int threads) {
     const dnnl_memory_desc_t& md = weights_md_.data;
     if (md.format_kind != dnnl_blocked || md.ndims != 2 || md.offset0 != 0) return false;
     const dnnl_blocking_desc_t& blk = md.format_desc.blocking;
@@ -303,7 +291,6 @@ class DnnlLinear final : public PreparedLinear {
     const std::vector<int64_t> k_offset = offsets(0, in_), n_offset = offsets(1, out_);
     if (md.padded_dims[0] != in_ || md.padded_dims[1] != out_)  // the padding must hold zeros
       std::memset(weights_.get_data_handle(), 0, weights_md_.get_size());
-    std::atomic<bool> all_finite{true};
     // Tiles of 64 output features x 64 input features: the tile's rows are read in address
     // order into a buffer that stays in L1, then written k-major, the blocked layout's order.
     // (Reading W column-wise directly would touch 64 rows whose stride is a multiple of 4 KiB:
@@ -311,7 +298,6 @@ class DnnlLinear final : public PreparedLinear {
     constexpr int64_t kTile = 64;
     auto pack = [&](auto* dst, auto convert) {
       for_slices(out_, threads, [&](int64_t begin, int64_t end) {
-        bool ok = true;
         float tile[kTile][kTile];
         for (int64_t n0 = begin; n0 < end; n0 += kTile) {
           const int64_t rows = std::min(end - n0, kTile);
@@ -320,25 +306,17 @@ class DnnlLinear final : public PreparedLinear {
             for (int64_t r = 0; r < rows; ++r) std::memcpy(tile[r], w.weight + (n0 + r) * in_ + k0, static_cast<size_t>(cols) * sizeof(float));
             for (int64_t c = 0; c < cols; ++c) {
               auto* out = dst + k_offset[static_cast<size_t>(k0 + c)];
-              for (int64_t r = 0; r < rows; ++r) ok &= convert(tile[r][c], out[n_offset[static_cast<size_t>(n0 + r)]]);
+              for (int64_t r = 0; r < rows; ++r) convert(tile[r][c], out[n_offset[static_cast<size_t>(n0 + r)]]);
             }
           }
         }
-        if (!ok) all_finite = false;
       });
     };
     if (bf16_) {
-      pack(static_cast<uint16_t*>(weights_.get_data_handle()), [](float x, uint16_t& out) {
-        out = mla::bf16::round_bits(x);
-        return (out & 0x7F80u) != 0x7F80u;  // exponent all ones: inf or NaN
-      });
+      pack(static_cast<uint16_t*>(weights_.get_data_handle()), [](float x, uint16_t& out) { out = mla::bf16::round_bits(x); });
     } else {
-      pack(static_cast<float*>(weights_.get_data_handle()), [](float x, float& out) {
-        out = x;
-        return (std::bit_cast<uint32_t>(x) & 0x7F800000u) != 0x7F800000u;
-      });
+      pack(static_cast<float*>(weights_.get_data_handle()), [](float x, float& out) { out = x; });
     }
-    finite = all_finite;
     return true;
   }
 
@@ -370,11 +348,11 @@ class DnnlEngine final : public GemmEngine {
   Gemm kind() const override { return Gemm::OneDnn; }
   std::string name() const override { return onednn_version(); }
   std::string kernel() const override { return kernel_; }
-  std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads, const std::string& who) override {
+  std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) override {
     try {
-      return std::make_unique<DnnlLinear>(w, bf16, threads, who);
+      return std::make_unique<DnnlLinear>(w, bf16, threads);
     } catch (const dnnl::error& e) {
-      fail(ErrorKind::Unsupported, who + ": " + onednn_version() + " cannot prepare " + w.name + " [" +
+      fail(ErrorKind::Unsupported, "cpu backend: " + onednn_version() + " cannot prepare " + w.name + " [" +
                                        std::to_string(w.out_features) + ", " + std::to_string(w.in_features) +
                                        "]: " + e.what() + " (--gemm eigen avoids oneDNN)");
     }

@@ -55,10 +55,9 @@ class GemmEngine {
   virtual std::string name() const = 0;
   // The kernel of a typical projection in the engine's precision ("brg:avx512_core_bf16").
   virtual std::string kernel() const = 0;
-  // Converts the weight once (bf16 rounding in bf16 mode; oneDNN: reorder to its layout).
-  // Error(InvalidValue) names `who`, the weight and the first non-finite value after rounding.
-  virtual std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads,
-                                                  const std::string& who) = 0;
+  // Converts a validated weight once (mla/validate.hpp: finite, also once rounded to bf16):
+  // bf16 rounding in bf16 mode; oneDNN: packed into the primitive's layout.
+  virtual std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) = 0;
 };
 
 // The engine for `choice` and precision. Auto: oneDNN when it was built in and has a brgemm

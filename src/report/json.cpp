@@ -312,31 +312,35 @@ std::string report_json(const Report& r) {
     w.end_array();
   }
 
-  double total = 0;
-  for (const auto& st2 : in.stage_seconds) total += st2.second;
   w.key("timing_s").begin_object();
   w.key("load").value(in.load_seconds);
   w.key("forward").value(in.forward_seconds);
   w.key("h2o").value(in.h2o_seconds);
-  w.key("total").value(total);
-  w.key("stages").begin_array();
-  for (const auto& [name, sec] : in.stage_seconds) {
-    w.begin_object();
-    w.key("stage").value(name);
-    w.key("seconds").value(sec);
-    w.end_object();
+  w.key("total").value(total_seconds(in.stage_seconds));
+  const std::pair<const char*, const StageSeconds*> lists[] = {{"stages", &in.stage_seconds},
+                                                               {"forward_stages", &in.forward_stage_seconds}};
+  for (const auto& [key, records] : lists) {
+    w.key(key).begin_array();
+    for (const auto& [name, sec] : *records) {
+      w.begin_object();
+      w.key("stage").value(name);
+      w.key("seconds").value(sec);
+      w.end_object();
+    }
+    w.end_array();
   }
-  w.end_array();
-  w.key("forward_stages").begin_array();
-  for (const auto& [name, sec] : in.forward_stage_seconds) {
-    w.begin_object();
-    w.key("stage").value(name);
-    w.key("seconds").value(sec);
-    w.end_object();
-  }
-  w.end_array();
   w.end_object();
 
+  if (in.memory_planned_bytes >= 0 || in.memory_peak_rss_bytes >= 0) {
+    w.key("memory").begin_object();
+    w.key("planned_peak_bytes").value(in.memory_planned_bytes);
+    w.key("planned_peak_phase").value(in.memory_planned_phase);
+    if (in.memory_device_planned_bytes >= 0) w.key("planned_device_peak_bytes").value(in.memory_device_planned_bytes);
+    w.key("available_bytes").value(in.memory_available_bytes);
+    w.key("available_source").value(in.memory_available_source);
+    w.key("measured_peak_rss_bytes").value(in.memory_peak_rss_bytes);
+    w.end_object();
+  }
   w.key("notes").begin_array();
   for (const auto& n : in.notes) w.value(n);
   w.end_array();

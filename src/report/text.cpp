@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 
+#include "mla/memory_plan.hpp"
 #include "mla/report.hpp"
 #include "mla/tensor.hpp"
 
@@ -184,10 +185,25 @@ std::string timing_block(const RunInfo& in) {
   return s;
 }
 
+// "memory: peak 5.2 GiB measured (maxrss); planned 5.6 GiB (phase); available 21.3 GiB (MemAvailable)"
+std::string memory_block(const RunInfo& in) {
+  if (in.memory_planned_bytes < 0 && in.memory_peak_rss_bytes < 0) return "";
+  std::string s = "\nmemory:";
+  if (in.memory_peak_rss_bytes >= 0) s += " peak " + format_bytes(in.memory_peak_rss_bytes) + " measured (maxrss);";
+  if (in.memory_planned_bytes >= 0)
+    s += " planned " + format_bytes(in.memory_planned_bytes) + " (" + in.memory_planned_phase + ");";
+  if (in.memory_device_planned_bytes >= 0) s += " GPU planned " + format_bytes(in.memory_device_planned_bytes) + ";";
+  if (in.memory_available_bytes >= 0)
+    s += " available " + format_bytes(in.memory_available_bytes) + " (" + in.memory_available_source + ")";
+  if (s.back() == ';') s.pop_back();
+  return s + "\n";
+}
+
 }  // namespace
 
 std::string report_text(const Report& r) {
-  std::string s = settings_block(r) + results_block(r) + per_head_block(r) + timing_block(r.info);
+  std::string s = settings_block(r) + results_block(r) + per_head_block(r) + timing_block(r.info) +
+                  memory_block(r.info);
   if (!r.info.files.empty()) {
     s += "\nfiles written:\n";
     for (const auto& f : r.info.files) s += "  " + f + "\n";

@@ -19,6 +19,7 @@
 
 #include "mla/bf16.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/memory_plan.hpp"
 #include "mla/safetensors.hpp"
 #include "mla_build_config.h"
 #include "test_util.hpp"
@@ -388,6 +389,64 @@ BOOST_AUTO_TEST_CASE(compare_usage_errors) {
   const auto p = mla::encode_f32(std::vector<float>{1, 2});
   mla::write_safetensors(dir + "/x.safetensors", {{"t", mla::DType::F32, {2}, p}});
   expect_failure("compare '" + dir + "/x.safetensors' '" + dir + "/x.safetensors' --tensors nope", "compare", {"nope"}, 2);
+}
+
+// Long runs (docs/long-context.md): the memory plan refuses a run that cannot fit with one
+// line before anything large is allocated, drops only attn_weights from a dump when that is
+// what cannot fit, and records the plan and the measured peak in report.json; progress goes
+// to stderr (MLA_PROGRESS_AFTER=0: at once) unless --quiet. MLA_MEMORY_AVAILABLE fakes a
+// small machine, so nothing here needs much memory.
+BOOST_AUTO_TEST_CASE(memory_plan_and_progress) {
+  const std::string dir = scratch_dir("cli-memory");
+  ::setenv("MLA_MEMORY_AVAILABLE", "400M", 1);
+  expect_failure(run_args(dir + "/refused", "--seq-len 65536 --backend cpu --precision fp32 --quiet"), "run",
+                 {"not enough memory for S = 65536 tokens, --backend cpu --precision fp32", "needs ~", "at its peak (estimated, ",
+                  "but 400 MiB is available (MLA_MEMORY_AVAILABLE)", "would fit: ", "--seq-len "},
+                 1);
+  BOOST_TEST(!exists(dir + "/refused/report.json"));
+  ::setenv("MLA_MEMORY_AVAILABLE", "lots", 1);
+  expect_failure(run_args(dir + "/bad", "--seq-len 8"), "run", {"MLA_MEMORY_AVAILABLE='lots'", "byte count"}, 2);
+
+  // enough for the run and its dump, but not for attn_weights [n, S, S]
+  const mla::AttentionConfig cfg = mla::Checkpoint::open(tiny()).config();
+  mla::MemoryRequest req;
+  req.backend = mla::BackendKind::Cpu;
+  req.seq_len = 512;
+  req.dump_tensors = req.attn_weights = true;
+  req.threads = 2;
+  const int64_t with = mla::estimate_memory(cfg, req).host_peak_bytes;
+  req.attn_weights = false;
+  const int64_t without = mla::estimate_memory(cfg, req).host_peak_bytes;
+  ::setenv("MLA_MEMORY_AVAILABLE", std::to_string((with + without) / 2).c_str(), 1);
+  const RunResult r = run_cli(run_args(dir + "/dump", "--seq-len 512 --backend cpu --threads 2 --dump-tensors --quiet"));
+  ::unsetenv("MLA_MEMORY_AVAILABLE");
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.err, "mla-h2o run: note: attn_weights [4, 512, 512] not dumped"), r.err);
+  const auto dump = mla::SafetensorsFile::open(dir + "/dump/tensors.safetensors");
+  BOOST_TEST(dump.find("attn_weights") == nullptr);
+  for (const char* t : {"attn_output", "query_states", "token_scores", "head_scores"}) BOOST_TEST(dump.find(t) != nullptr, t);
+  simdjson::dom::parser parser;
+  const simdjson::dom::element report = parser.parse(simdjson::padded_string(read_text(dir + "/dump/report.json")));
+  BOOST_TEST(int64_t(report["memory"]["planned_peak_bytes"]) == without);
+  BOOST_TEST(std::string_view(report["memory"]["available_source"]) == "MLA_MEMORY_AVAILABLE");
+  BOOST_TEST(int64_t(report["memory"]["measured_peak_rss_bytes"]) > 0);
+  BOOST_TEST(contains(read_text(dir + "/dump/report.txt"), "memory: peak "));
+
+  // progress: the streamed attention's blocks, the reference's estimate and stages; --quiet
+  ::setenv("MLA_PROGRESS_AFTER", "0", 1);
+  const RunResult cpu = run_cli(run_args(dir + "/p1", "--seq-len 200 --backend cpu"));
+  const RunResult ref = run_cli(run_args(dir + "/p2", "--seq-len 20 --backend reference"));
+  const RunResult quiet = run_cli(run_args(dir + "/p3", "--seq-len 200 --backend cpu --quiet"));
+  ::unsetenv("MLA_PROGRESS_AFTER");
+  BOOST_TEST(cpu.exit_code == 0, cpu.err);
+  BOOST_TEST(contains(cpu.err, "run: attention blocks 16/16 (100.0%), "), cpu.err);  // 4 heads x 4 blocks
+  BOOST_TEST((!cpu.err.empty() && cpu.err.back() == '\n'));
+  BOOST_TEST(ref.exit_code == 0, ref.err);
+  BOOST_TEST(contains(ref.err, "mla-h2o run: reference backend: "), ref.err);
+  BOOST_TEST(contains(ref.err, "estimated"), ref.err);
+  BOOST_TEST(contains(ref.err, "run: reference MFLOP "), ref.err);
+  BOOST_TEST(quiet.exit_code == 0, quiet.err);
+  BOOST_TEST(quiet.err.empty(), quiet.err);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -112,6 +112,27 @@ inline constexpr Tolerance kTolerances[] = {
    "a bf16 rounding the other does not; cuBLAS runs with reduced-precision reductions "
    "disallowed, so each GEMM output is still rounded once)"},
 
+  // ---- cpu backend: streamed attention vs the materialized [S, S] computation (suite streaming) --
+  {"*", "streaming-vs-materialized", "fp32", 0.0, 0.0, 0.0, 1.0,
+   "probabilities and H2O mass are identical by construction: both compute each 64-row block's "
+   "logits and softmax with the same function (cpu_kernels.hpp block_scores_softmax), the same "
+   "GEMM shapes and aligned buffers, and add the column sums in the same order (rows ascending); "
+   "keys/values stored as bf16 bits in a bf16 run are bf16 values, so the storage is exact. Any "
+   "difference in head_scores / token_scores is a bug (docs/long-context.md)"},
+  {"*", "streaming-vs-materialized", "bf16", 0.0, 0.0, 0.0, 1.0,
+   "as the fp32 row: the same operations in the same order, and bf16 storage of bf16 values is "
+   "exact"},
+  {"attn_context", "streaming-vs-materialized", "fp32", 1e-5, 0.0, 1e-5, 1.0 - 1e-10,
+   "P.V: the materialized computation is one GEMM over all S keys, the streamed one a GEMM per "
+   "64-row block over its keys, so OpenBLAS adds the same K <= 2048 terms p_t*v_t (sum p = 1, "
+   "|v| = O(1)) in another order: typical difference sqrt(K)*u32*|v| ~ 2.7e-6, worst "
+   "2*K*u32*max|v|; atol and norm error 1e-5 (measured: max 1.7e-6, norm 2.8e-7)"},
+  {"attn_context", "streaming-vs-materialized", "bf16", 1e-6, 7.9e-3, 1e-4, 1.0 - 5e-9,
+   "the fp32 P.V sums above differ by ~1e-6 relative, so a bf16 rounding of the output flips "
+   "by one ulp (<= 2^-7 = 7.8e-3 relative) where that difference straddles a rounding "
+   "boundary: for a fraction ~1e-6/2^-8 ~ 3e-4 of the elements, giving a normalized error "
+   "~sqrt(3e-4)*2^-8 ~ 7e-5; bound 1e-4 (measured: max rel 6.0e-3, norm 3.2e-6)"},
+
   // ---- golden fixtures: our backends vs HF transformers' DeepseekV3Attention (suite golden) --
   // HF ran on CPU (PyTorch 2.15, oneDNN/MKL GEMMs with fp32 accumulation); see
   // tests/data/golden/README.md. Measured errors are logged by the suite (--log_level=message).

@@ -1,0 +1,92 @@
+// src/cpu/streaming_attention.hpp — the attention of every head (docs/math.md §3.6) and its
+// H2O attention mass without the [n, S, S] probabilities: per head and block of query rows,
+// the block's logits [rows, keys] are computed into a per-worker buffer, then
+//   pass 1: each row's max and the double sum of exp(x - max)      (block_scores_softmax)
+//   pass 2: p = fp32(e / sum) (bf16(p) in bf16 mode), then the block's P·V into
+//           attn_context and the per-head attention mass (column sums, double).
+// Memory is O(S): keys/values in the run's precision (KeyValueStates) plus, per worker, one
+// head's keys/values widened to fp32 [S, d_qk + d_v] and one logits block [64, S]. Only a
+// dump asks for the [n, S, S] probabilities (StreamingOutputs::attn_weights), which are then
+// copied out block by block: the values do not depend on whether they are kept.
+// Each block runs cpu_kernels.hpp's block functions (block_scores_softmax, block_probs_value,
+// block_column_sums); suite streaming checks the result equals the attention computed on
+// each head's whole [S, S] probability matrix; see docs/long-context.md.
+//
+// Shape legend: S = tokens, n = num_attention_heads, d_n = qk_nope_head_dim,
+// d_r = qk_rope_head_dim, d_v = v_head_dim, d_qk = d_n + d_r.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "cpu_kernels.hpp"
+
+namespace mla::cpu {
+
+// One row-major [rows, cols] matrix stored in the run's precision: bf16 bits (a bf16 run,
+// whose values are bf16 values: storing them is exact and halves the memory) or fp32.
+class PrecisionMatrix {
+ public:
+  PrecisionMatrix() = default;
+  PrecisionMatrix(int64_t rows, int64_t cols, bool bf16);
+  // this[row_begin + i, j] = src[i * ld_src + j] for i < rows, j < cols (in bf16 mode the
+  // source values must be bf16 values; rounding them is then exact).
+  void set_rows(int64_t row_begin, int64_t rows, const float* src, int64_t ld_src);
+  // dst[i * ld_dst + j] = this[row_begin + i, j] as fp32 (exact widening).
+  void widen_rows(int64_t row_begin, int64_t rows, float* dst, int64_t ld_dst) const;
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  int64_t bytes() const;
+
+ private:
+  int64_t rows_ = 0, cols_ = 0;
+  bool bf16_ = false;
+  std::vector<uint16_t> bits_;  // bf16 run
+  std::vector<float> values_;   // fp32 run
+};
+
+// The keys and values of every head as the attention reads them, in the run's precision:
+//   key_nope[h]  [S, d_n]   (kv_b_proj output, head h's first d_n features)
+//   k_pe_roped   [S, d_r]   (the one roped rope key shared by every head)
+//   value[h]     [S, d_v]   (kv_b_proj output, head h's last d_v features)
+// key_states[h] = [key_nope[h] | k_pe_roped] (HF's layout, without repeating k_pe n times).
+struct KeyValueStates {
+  KeyValueStates(int64_t seq_len, int64_t heads, int64_t qk_nope_head_dim, int64_t qk_rope_head_dim,
+                 int64_t v_head_dim, bool bf16);
+  // Token rows [row_begin, row_begin + rows) of kv [rows, n*(d_n+d_v)] (row stride ld_kv;
+  // head h at column h*(d_n+d_v): k_nope | value), so kv_b_proj may run in row chunks.
+  void set_kv_rows(int64_t row_begin, int64_t rows, const float* kv, int64_t ld_kv);
+  // Token rows of k_pe_roped [rows, d_r] (row stride ld).
+  void set_k_pe_rows(int64_t row_begin, int64_t rows, const float* k_pe_roped, int64_t ld);
+  int64_t bytes() const;
+
+  int64_t seq_len, heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+  std::vector<PrecisionMatrix> key_nope;  // [n] x [S, d_n]
+  PrecisionMatrix k_pe_roped;             // [S, d_r]
+  std::vector<PrecisionMatrix> value;     // [n] x [S, d_v]
+};
+
+// Called after each finished (head, row block): blocks done so far, and the total. Calls
+// come from the worker threads one at a time (under a lock), `done` strictly increasing.
+using BlockProgress = std::function<void(int64_t done, int64_t total)>;
+
+struct StreamingOutputs {
+  float* attn_context;     // [S, n*d_v] row stride ld_context; head h at column h*d_v (bf16 values in bf16 mode)
+  int64_t ld_context;
+  double* head_scores;     // [n*S] attention mass key t receives from head h: head_scores[h*S + t]
+  double* attn_weights = nullptr;  // [n, S, S] the probabilities (dumps only: O(S^2)); nullptr = not kept
+};
+
+// The attention of all heads, streamed. query: [S, n*d_qk] (row stride ld_query; head h at
+// column h*d_qk: q_nope | roped q_rot). Causal blocks above the diagonal are skipped
+// (block [r, r+64) reads keys [0, r+64) only); blocks are kQueryRowBlock rows, as in
+// the materialized path. Heads run on `threads` workers.
+void streaming_attention(const float* query, int64_t ld_query, const KeyValueStates& kv, bool causal,
+                         float scaling, bool bf16, int threads, const BlockProgress& progress,
+                         const StreamingOutputs& out);
+
+// Total (head, row block) pairs streaming_attention reports progress on.
+int64_t streaming_blocks(int64_t seq_len, int64_t heads);
+
+}  // namespace mla::cpu

@@ -1,0 +1,173 @@
+// tests/unit/test_memory_plan.cpp — suite memory_plan: the memory plan made before a forward
+// (mla/memory_plan.hpp, docs/long-context.md). The plan's numbers are a model of the code's
+// buffers; these checks pin what the model must get right without allocating anything:
+//   - the parameter count from the geometry equals the loaded layer's (every geometry) and
+//     101,124,096 for Kimi K2.6;
+//   - the estimate grows with S; bf16 needs less than fp32 on the cpu backend (keys/values
+//     stored as bf16 bits); the streamed cpu path is O(S) (doubling S at most ~doubles it),
+//     the materialized dump and the reference are O(S^2);
+//   - the goal of docs/long-context.md: Kimi layer 0, S = 32768, bf16, causal, cpu fits in
+//     8 GiB by the plan (the measured figure is in the docs), S = 131072 does not fit in 24 GB;
+//   - the decision: fits; fits without the attn_weights dump (dropped, with a note); refused
+//     with one line naming what was asked, the need, the availability and what would fit;
+//   - the parsers of /proc/meminfo, cgroup files and MLA_MEMORY_AVAILABLE.
+// The CLI's use of the plan (refusal line, dropped attn_weights, report.json) is in suite cli.
+#include <boost/test/unit_test.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "geometries.hpp"
+#include "mla/memory_plan.hpp"
+
+namespace {
+
+using mla::BackendKind;
+using mla::MemoryRequest;
+using mla::Precision;
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+MemoryRequest request(BackendKind b, int64_t S, Precision p, bool dump = false) {
+  MemoryRequest r;
+  r.backend = b;
+  r.seq_len = S;
+  r.precision = p;
+  r.dump_tensors = dump;
+  r.attn_weights = dump;
+  r.threads = 2;
+  return r;
+}
+
+int64_t peak(const mla::AttentionConfig& cfg, const MemoryRequest& r) { return mla::estimate_memory(cfg, r).host_peak_bytes; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(memory_plan)
+
+BOOST_AUTO_TEST_CASE(parameter_count_matches_the_loaded_layer) {
+  BOOST_TEST(mla::attention_parameter_count(mla::test::geometry("kimi")) == 101124096);
+  for (const auto& g : mla::test::small_geometries()) {
+    const mla::LayerWeights w = mla::test::random_layer_weights(g.cfg, 1);
+    BOOST_TEST(mla::attention_parameter_count(g.cfg) == w.parameter_count(), g.name);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(estimate_scales_as_the_algorithms_do) {
+  const auto kimi = mla::test::geometry("kimi");
+  for (const BackendKind b : {BackendKind::Cpu, BackendKind::Reference, BackendKind::Cuda}) {
+    int64_t previous = 0;
+    for (const int64_t S : {1, 100, 1000, 4096, 32768}) {
+      const int64_t e = peak(kimi, request(b, S, Precision::FP32));
+      BOOST_TEST(e > previous, mla::backend_name(b) << " S=" << S);
+      previous = e;
+    }
+  }
+  // cpu streamed: O(S); keys/values in bf16 take less than in fp32
+  const int64_t s16 = peak(kimi, request(BackendKind::Cpu, 16384, Precision::BF16));
+  const int64_t s32 = peak(kimi, request(BackendKind::Cpu, 32768, Precision::BF16));
+  BOOST_TEST(s32 < 2 * s16);
+  BOOST_TEST(s32 < peak(kimi, request(BackendKind::Cpu, 32768, Precision::FP32)));
+  // the materialized dump and the reference hold [n, S, S]: at least 8 bytes per entry
+  const int64_t nss = int64_t{64} * 4096 * 4096;
+  BOOST_TEST(peak(kimi, request(BackendKind::Cpu, 4096, Precision::BF16, true)) > 8 * nss);
+  BOOST_TEST(peak(kimi, request(BackendKind::Reference, 4096, Precision::BF16)) > 3 * 8 * nss);
+  // cuda: the device workspace holds [n, S, S] scores in the run's precision
+  BOOST_TEST(mla::estimate_memory(kimi, request(BackendKind::Cuda, 4096, Precision::BF16)).device_peak_bytes > 2 * nss);
+}
+
+BOOST_AUTO_TEST_CASE(long_context_goals) {
+  const auto kimi = mla::test::geometry("kimi");
+  const auto e32 = mla::estimate_memory(kimi, request(BackendKind::Cpu, 32768, Precision::BF16));
+  BOOST_TEST(e32.host_peak_bytes <= 8 * kGiB, mla::format_bytes(e32.host_peak_bytes) << " at " << e32.peak_phase);
+  mla::MemoryBudget machine;  // the development machine: 24 GB, ~21 GiB available
+  machine.host_bytes = 21 * kGiB;
+  machine.host_source = "MemAvailable";
+  const auto p = mla::plan_memory(kimi, request(BackendKind::Cpu, 131072, Precision::BF16), machine);
+  BOOST_TEST(!p.fits);
+  BOOST_TEST(contains(p.refusal, "S = 131072 tokens"), p.refusal);
+  BOOST_TEST(contains(p.refusal, "would fit: --seq-len "), p.refusal);
+}
+
+BOOST_AUTO_TEST_CASE(decision_fits_drops_attn_weights_or_refuses) {
+  const auto kimi = mla::test::geometry("kimi");
+  const MemoryRequest dump = request(BackendKind::Cpu, 4096, Precision::FP32, true);
+  MemoryRequest no_weights = dump;
+  no_weights.attn_weights = false;
+  const int64_t with = peak(kimi, dump), without = peak(kimi, no_weights);
+  BOOST_TEST_REQUIRE(without < with);
+
+  mla::MemoryBudget b;
+  b.host_source = "MLA_MEMORY_AVAILABLE";
+  b.host_bytes = with;  // exactly enough
+  auto p = mla::plan_memory(kimi, dump, b);
+  BOOST_TEST(p.fits);
+  BOOST_TEST(!p.attn_weights_dropped);
+  BOOST_TEST(p.note.empty());
+
+  b.host_bytes = (with + without) / 2;  // enough without attn_weights only
+  p = mla::plan_memory(kimi, dump, b);
+  BOOST_TEST(p.fits);
+  BOOST_TEST(p.attn_weights_dropped);
+  BOOST_TEST(p.estimate.host_peak_bytes == without);
+  BOOST_TEST(contains(p.note, "attn_weights [64, 4096, 4096] not dumped"), p.note);
+  BOOST_TEST(contains(p.note, "the other tensors are written"), p.note);
+
+  // fp32 that fits only in bf16 without the dump: every alternative that fits is named
+  const MemoryRequest fp32 = request(BackendKind::Cpu, 32768, Precision::FP32);
+  MemoryRequest bf16 = fp32;
+  bf16.precision = Precision::BF16;
+  b.host_bytes = (peak(kimi, fp32) + peak(kimi, bf16)) / 2;
+  p = mla::plan_memory(kimi, fp32, b);
+  BOOST_TEST(!p.fits);
+  BOOST_TEST(p.refusal.find('\n') == std::string::npos);
+  for (const char* w : {"not enough memory for S = 32768 tokens, --backend cpu --precision fp32", "needs ~",
+                        "GiB at its peak (estimated, ", "is available (MLA_MEMORY_AVAILABLE)",
+                        "would fit: --precision bf16 (~", ", or --seq-len "})
+    BOOST_TEST(contains(p.refusal, w), "missing '" << w << "' in: " << p.refusal);
+
+  // the reference is refused where the cpu backend fits, and says so
+  b.host_bytes = 20 * kGiB;
+  p = mla::plan_memory(kimi, request(BackendKind::Reference, 8192, Precision::FP32), b);
+  BOOST_TEST(!p.fits);
+  BOOST_TEST(contains(p.refusal, "--backend cpu"), p.refusal);
+
+  // cuda: the device estimate against the device's free memory (cudaMemGetInfo)
+  mla::MemoryBudget gpu = b;
+  gpu.device_bytes = 8 * kGiB;
+  p = mla::plan_memory(kimi, request(BackendKind::Cuda, 16384, Precision::BF16), gpu);
+  BOOST_TEST(!p.fits);
+  for (const char* w : {"of GPU memory at its peak", "but 8.0 GiB is available (cudaMemGetInfo)", "--backend cpu (~"})
+    BOOST_TEST(contains(p.refusal, w), "missing '" << w << "' in: " << p.refusal);
+
+  // nothing fits: said so
+  b.host_bytes = 1;
+  p = mla::plan_memory(kimi, request(BackendKind::Cpu, 1, Precision::BF16), b);
+  BOOST_TEST(!p.fits);
+  BOOST_TEST(contains(p.refusal, "nothing smaller fits either"), p.refusal);
+
+  // an absurd S saturates instead of wrapping around
+  b.host_bytes = 20 * kGiB;
+  p = mla::plan_memory(kimi, request(BackendKind::Reference, int64_t{1} << 40, Precision::FP32), b);
+  BOOST_TEST(!p.fits);
+  BOOST_TEST(p.estimate.host_peak_bytes > 0);
+}
+
+BOOST_AUTO_TEST_CASE(parsers) {
+  const std::string meminfo = "MemTotal:       24588000 kB\nMemFree:         1000000 kB\nMemAvailable:   21000000 kB\n";
+  BOOST_TEST(mla::parse_meminfo_available(meminfo) == int64_t{21000000} * 1024);
+  BOOST_TEST(mla::parse_meminfo_available("MemTotal: 5 kB\n") == -1);
+  BOOST_TEST(mla::parse_cgroup_limit("max\n") == -1);
+  BOOST_TEST(mla::parse_cgroup_limit("8589934592\n") == int64_t{8589934592});
+  BOOST_TEST(mla::parse_cgroup_limit("9223372036854771712\n") == -1);  // cgroup v1 "no limit"
+  BOOST_TEST(mla::parse_byte_count("8G") == 8 * kGiB);
+  BOOST_TEST(mla::parse_byte_count("512M") == int64_t{512} << 20);
+  BOOST_TEST(mla::parse_byte_count("1073741824") == kGiB);
+  for (const char* bad : {"", "G", "-1", "1.5G", "8X", "99999999999999999999"}) BOOST_TEST(mla::parse_byte_count(bad) == -1, bad);
+  BOOST_TEST(mla::format_bytes(3 * kGiB / 2) == "1.5 GiB");
+  BOOST_TEST(mla::format_bytes(int64_t{850} << 20) == "850 MiB");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,162 @@
+// tests/unit/test_streaming.cpp — suite streaming: the cpu backend's streamed attention
+// (src/cpu/streaming_attention.hpp: no [n, S, S] tensor, keys/values in the run's precision)
+// against the materialized computation (each head's whole [S, S] probability matrix, then
+// P.V and its column sums over the whole matrix, as the backend computed it before).
+//
+// For every small geometry of geometries.hpp, both masks, fp32 and bf16, and S = 1, 64, 65 and
+// 333 (below, at and across the 64-row query blocks; 333 is no multiple of 64), plus S = 2048
+// on the tiny geometry and S = 70, causal, on the Kimi geometry (two blocks, the second of 6 rows):
+//   1. the cpu backend runs the layer with keep_states, without and with keep_attn_weights
+//      (the probabilities copied out for a dump): attn_output and the scores must be equal;
+//      the states are the real operands (query/key/value_states after rope, HF layout
+//      [n, S, d]; bf16 values in bf16 mode);
+//   2. the materialized path and streaming_attention run on those operands;
+//   3. attn_context [S, n*d_v], head_scores [n*S] and token_scores [S] are compared with the
+//      "streaming-vs-materialized" rows of tolerances.hpp (exact: same operations, same order),
+//      and the H2O decisions (overall and per head) must be identical;
+//   4. the materialized head_scores equal the backend's own (this test rebuilds its operands
+//      the way the backend holds them).
+// Also: the keys/values of a bf16 run take half the bytes of an fp32 run's; progress is
+// reported once per (head, block), in order, ending at the total.
+//
+// Shape legend: S = tokens, n = heads, d_n / d_r / d_v / d_qk = nope / rope / value / qk head dims.
+#include <boost/test/unit_test.hpp>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <string>
+#include <vector>
+
+#include "attention_paths.hpp"
+#include "compare.hpp"
+#include "geometries.hpp"
+#include "mla/attention.hpp"
+#include "mla/h2o.hpp"
+#include "mla/rope.hpp"
+#include "tolerances.hpp"
+
+namespace {
+
+using mla::Mask;
+using mla::Precision;
+
+using mla::test::AttentionResult;
+using mla::test::Operands;
+
+std::string letters(const mla::H2ODecision& d) {
+  std::string s;
+  for (const auto c : d.category) s += mla::category_name(c)[0];
+  return s;
+}
+
+// The seeded layer of a geometry, drawn once per test process (Kimi's takes seconds).
+const mla::LayerWeights& layer(const std::string& geometry) {
+  static std::map<std::string, mla::LayerWeights> cache;
+  auto it = cache.find(geometry);
+  if (it == cache.end()) it = cache.emplace(geometry, mla::test::random_layer_weights(mla::test::geometry(geometry), 4321)).first;
+  return it->second;
+}
+
+void run_case(const std::string& geometry, int64_t S, Mask mask, Precision precision) {
+  const std::string vars = geometry + " S=" + std::to_string(S) + " mask=" + mla::mask_name(mask) +
+                           " precision=" + mla::precision_name(precision);
+  const mla::AttentionConfig cfg = mla::test::geometry(geometry);
+  const mla::LayerWeights& w = layer(geometry);
+  const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 7 + static_cast<uint64_t>(S));
+  mla::ForwardOptions opt;
+  opt.mask = mask;
+  opt.precision = precision;
+  opt.keep_states = true;
+  opt.position_offset = 2;
+  auto cpu = mla::make_cpu_backend();
+  cpu->prepare(cfg, w, opt);
+  const mla::ForwardResult fr = cpu->forward(hidden, opt);  // no attn_weights asked
+  opt.keep_attn_weights = true;
+  const mla::ForwardResult fm = cpu->forward(hidden, opt);  // attn_weights kept, as for --dump-tensors
+  const std::string p = mla::precision_name(precision);
+
+  // the backend's two paths: same output and scores
+  for (const auto& [what, ref, got] : {std::tuple{"attn_output", &fm.attn_output.data, &fr.attn_output.data},
+                                       std::tuple{"head_scores", &fm.head_scores, &fr.head_scores},
+                                       std::tuple{"token_scores", &fm.token_scores, &fr.token_scores}}) {
+    const auto r = mla::test::compare(what, *ref, *got, mla::test::tolerance(what, "streaming-vs-materialized", p));
+    BOOST_TEST(r.ok, vars << " (cpu backend): " << r.message);
+  }
+  BOOST_TEST(fr.attn_weights.empty(), vars);
+
+  const Operands o = mla::test::operands_from_states(cfg, fr);
+  const bool causal = mask == Mask::Causal, bf16 = precision == Precision::BF16;
+  const float scaling = static_cast<float>(mla::softmax_scale(cfg));
+  const AttentionResult m = mla::test::materialized_attention(o, causal, scaling, bf16, 2);
+  const AttentionResult s = mla::test::streamed_attention(o, causal, scaling, bf16, 2);
+
+  // the rebuilt operands are the backend's: its head scores are the rebuilt ones
+  const auto& exact = mla::test::tolerance("head_scores", "streaming-vs-materialized", p);
+  const auto same = mla::test::compare("head_scores", fm.head_scores, m.head_scores, exact);
+  BOOST_TEST(same.ok, vars << " (backend vs rebuilt materialized): " << same.message);
+
+  for (const auto& [what, ref, got] : {std::tuple{"attn_context", &m.attn_context, &s.attn_context},
+                                       std::tuple{"head_scores", &m.head_scores, &s.head_scores},
+                                       std::tuple{"token_scores", &m.token_scores, &s.token_scores}}) {
+    const auto& tol = mla::test::tolerance(what, "streaming-vs-materialized", p);
+    const auto r = mla::test::compare(what, *ref, *got, tol);
+    BOOST_TEST(r.ok, vars << ": " << r.message);
+  }
+  const mla::H2OOptions h2o{4, std::min<int64_t>(32, S / 4), std::max<int64_t>(1, S / 4)};
+  BOOST_TEST(letters(mla::h2o_select(m.token_scores, h2o)) == letters(mla::h2o_select(s.token_scores, h2o)), vars);
+  const auto mh = mla::h2o_select_per_head(m.head_scores, o.n, h2o), sh = mla::h2o_select_per_head(s.head_scores, o.n, h2o);
+  for (int64_t h = 0; h < o.n; ++h)
+    BOOST_TEST(letters(mh[static_cast<size_t>(h)]) == letters(sh[static_cast<size_t>(h)]), vars << " head " << h);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(streaming)
+
+BOOST_AUTO_TEST_CASE(small_geometries_match_materialized) {
+  for (const auto& g : mla::test::small_geometries())
+    for (const int64_t S : {1, 64, 65, 333})
+      for (const Mask mask : {Mask::Causal, Mask::None})
+        for (const Precision p : {Precision::FP32, Precision::BF16}) run_case(g.name, S, mask, p);
+}
+
+BOOST_AUTO_TEST_CASE(long_sequence_matches_materialized) {
+  for (const Mask mask : {Mask::Causal, Mask::None})
+    for (const Precision p : {Precision::FP32, Precision::BF16}) run_case("tiny", 2048, mask, p);
+}
+
+BOOST_AUTO_TEST_CASE(kimi_geometry_matches_materialized) {
+  for (const Precision p : {Precision::FP32, Precision::BF16}) run_case("kimi", 70, Mask::Causal, p);
+}
+
+BOOST_AUTO_TEST_CASE(bf16_states_take_half_the_bytes) {
+  const mla::cpu::KeyValueStates f32(100, 3, 12, 6, 10, false), b16(100, 3, 12, 6, 10, true);
+  BOOST_TEST(f32.bytes() == (3 * (12 + 10) + 6) * 100 * 4);
+  BOOST_TEST(b16.bytes() * 2 == f32.bytes());
+}
+
+BOOST_AUTO_TEST_CASE(progress_counts_every_block_in_order) {
+  const mla::AttentionConfig cfg = mla::test::geometry("odd");  // 3 heads
+  Operands o;
+  o.S = 150;  // 3 blocks of 64 rows per head
+  o.n = cfg.num_attention_heads;
+  o.d_n = cfg.qk_nope_head_dim;
+  o.d_r = cfg.qk_rope_head_dim;
+  o.d_v = cfg.v_head_dim;
+  o.query.assign(static_cast<size_t>(o.S * o.n * o.d_qk()), 0.25f);
+  o.kv.assign(static_cast<size_t>(o.S * o.n * (o.d_n + o.d_v)), 0.5f);
+  o.k_pe.assign(static_cast<size_t>(o.S * o.d_r), 0.125f);
+  std::vector<int64_t> seen;
+  int64_t total_seen = 0;
+  mla::test::streamed_attention(o, true, 0.1f, false, 2, [&](int64_t done, int64_t total) {
+    seen.push_back(done);
+    total_seen = total;
+  });
+  BOOST_TEST(mla::cpu::streaming_blocks(o.S, o.n) == 9);
+  BOOST_TEST(total_seen == 9);
+  BOOST_TEST_REQUIRE(seen.size() == 9u);
+  for (size_t i = 0; i < seen.size(); ++i) BOOST_TEST(seen[i] == static_cast<int64_t>(i + 1));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
