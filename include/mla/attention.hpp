@@ -19,10 +19,17 @@ namespace mla {
 enum class Mask { Causal, None };       // causal: key t visible to query s iff t <= s
 enum class Precision { FP32, BF16 };    // bf16 = PyTorch bf16 eager rounding (docs/math.md §7)
 enum class BackendKind { Auto, Reference, Cpu, Cuda };
+// The cpu backend's GEMM engine for the projections (docs/cpu-gemm.md): auto = oneDNN where it
+// has a brgemm kernel for the precision on this CPU, else Eigen (+ OpenBLAS sgemm).
+enum class Gemm { Auto, Eigen, OneDnn };
 
 const char* mask_name(Mask m);            // "causal" | "none"
 const char* precision_name(Precision p);  // "fp32" | "bf16"
 const char* backend_name(BackendKind b);  // "auto" | "reference" | "cpu" | "cuda"
+const char* gemm_name(Gemm g);            // "auto" | "eigen" | "onednn"
+// What --gemm auto runs on this machine, per precision, e.g.
+// "fp32: oneDNN 2.6.3, brg:avx512_core; bf16: oneDNN 2.6.3, brg:avx512_core_bf16".
+std::string gemm_auto_summary();
 
 struct ForwardOptions {
   Mask mask = Mask::Causal;
@@ -34,10 +41,24 @@ struct ForwardOptions {
   bool keep_latent_cache = false;  // fill ForwardResult::latent_cache
   bool allow_tf32 = false;         // cuda fp32 only
   int threads = 0;                 // cpu: 0 = all cores
+  Gemm gemm = Gemm::Auto;          // cpu: projection GEMM engine
   // Long work reports progress here: (stage, units done, total units), e.g. ("attention
   // blocks", 12, 4096). Called by the forward's threads one at a time; empty = no reports.
   std::function<void(const char* stage, int64_t done, int64_t total)> progress;
 };
+
+// The cpu backend's projection engine after prepare(): engine "oneDNN 2.6.3" or "Eigen 3.4.0 +
+// OpenBLAS sgemm", the kernel it runs ("brg:avx512_core_bf16", "OpenBLAS sgemm"), and why it
+// was chosen. Empty for the other backends.
+struct GemmInfo {
+  std::string requested;  // "auto" | "eigen" | "onednn"
+  std::string engine;
+  std::string kernel;
+  std::string reason;
+};
+// "oneDNN 2.6.3, brg:avx512_core_bf16" or "Eigen 3.4.0 + OpenBLAS sgemm" (the kernel is named
+// once); "" when `engine` is empty.
+std::string gemm_label(const std::string& engine, const std::string& kernel);
 
 // The stages every backend's forward records in ForwardResult::stage_seconds, in this order,
 // each named after the stage function that runs it (the cuda backend first records "upload",
@@ -69,6 +90,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;         // "reference" | "cpu" | "cuda"
   virtual std::string description() const = 0;  // e.g. "Eigen 3.4 + OpenBLAS, 2 threads"
+  virtual GemmInfo gemm_info() const { return {}; }  // cpu backend: its projection engine
   // Converts/uploads the layer's weights once (widening, bf16 rounding, device copy).
   virtual void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) = 0;
   // hidden: [S, H] fp32 values (rounded to bf16 first in bf16 mode, as HF's bf16 input is).

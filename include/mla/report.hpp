@@ -67,6 +67,7 @@ struct RunInfo {
   std::string backend;             // the backend that ran
   std::string backend_reason;      // why auto chose it ("" when not auto)
   std::string backend_description; // Backend::description()
+  GemmInfo gemm;                   // cpu backend: projection engine, kernel, why (empty otherwise)
   bool computed_in_double = false;
   std::string latent_norm_eps_mode;  // "hf" | "config" | "value"
   std::optional<double> latent_norm_eps;

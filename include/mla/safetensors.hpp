@@ -76,6 +76,12 @@ class SafetensorsFile {
   std::vector<float> to_float(const TensorInfo& info) const;
   // The same, widened to double (F64 kept exactly).
   std::vector<double> to_double(const TensorInfo& info) const;
+  // The values of to_float written into `out` (out.size() must be numel, else InvalidArgument),
+  // read with large pread calls (kReadBlockBytes per call, not through the mapping) and
+  // converted on `threads` threads (0 = all cores), each reading and converting its own
+  // blocks. Returns the flat index of the first non-finite value, or -1 when all are finite.
+  int64_t read_float(const TensorInfo& info, std::span<float> out, int threads = 0) const;
+  static constexpr uint64_t kReadBlockBytes = uint64_t{2} << 20;
 
  private:
   SafetensorsFile() = default;

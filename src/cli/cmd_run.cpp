@@ -76,6 +76,10 @@ std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::
       {"out", "DIR", "output directory (created)", "./mla-h2o-out"},
       {"dump-tensors", "", "write tensors.safetensors (HF layout) for `mla-h2o compare`", ""},
       {"threads", "N", "cpu backend threads (0 = all cores)", "0"},
+      {"gemm", "auto|onednn|eigen",
+       "cpu backend projection engine (docs/cpu-gemm.md); auto = oneDNN where it has a brgemm kernel for the "
+       "precision, else Eigen; on this machine auto runs " + gemm_auto_summary(),
+       "auto"},
       {"allow-tf32", "", "cuda fp32 only: allow TF32 tensor-core GEMMs", ""},
       {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
   };
@@ -103,6 +107,8 @@ void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default
   plan.out_dir = a.str("out", plan.out_dir);
   plan.forward.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
   plan.forward.allow_tf32 = a.has("allow-tf32");
+  const std::string gemm = a.choice("gemm", {"auto", "onednn", "eigen"}, "auto");
+  plan.forward.gemm = gemm == "onednn" ? Gemm::OneDnn : gemm == "eigen" ? Gemm::Eigen : Gemm::Auto;
 }
 
 // --latent-norm-eps: "hf" -> 1e-6, "config" -> rms_norm_eps, else a positive finite number.
@@ -276,6 +282,7 @@ void report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Rep
   info.backend = backend.name();
   info.backend_reason = ran.backend_reason;
   info.backend_description = backend.description();
+  info.gemm = backend.gemm_info();
   info.computed_in_double = fr.computed_in_double;
   info.latent_norm_eps_mode = in.latent_eps_mode;
   info.latent_norm_eps = fopt.latent_norm_eps;

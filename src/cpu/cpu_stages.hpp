@@ -22,9 +22,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cpu_kernels.hpp"
+#include "gemm_engine.hpp"
 #include "streaming_attention.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
@@ -33,20 +35,20 @@
 
 namespace mla::cpu {
 
-// One layer's weights as the GEMMs use them: Linear weights [out, in] row-major as stored
-// (= W^T column-major for sgemm), fp32 values as loaded or rounded to bf16 values in bf16 mode.
+// One layer's weights as the GEMMs use them: each projection prepared once for the GEMM
+// engine (gemm_engine.hpp, docs/cpu-gemm.md: Eigen keeps W [out, in] row-major, oneDNN its own
+// blocked layout; bf16 values in bf16 mode; the engine holds the projection's bias), the norm
+// weights as fp32. Absent projections (q_a/q_b or q_proj) are null.
 struct PreparedWeights {
-  MatrixRM q_a_proj;                           // [r_q, H]             (q_lora_rank set)
-  std::vector<float> q_a_layernorm;            // [r_q]
-  MatrixRM q_b_proj;                           // [n*d_qk, r_q]
-  MatrixRM q_proj;                             // [n*d_qk, H]          (q_lora_rank null)
-  MatrixRM kv_a_proj_with_mqa;                 // [r_kv + d_r, H]
-  std::vector<float> kv_a_layernorm;           // [r_kv]
-  MatrixRM kv_b_proj;                          // [n*(d_n+d_v), r_kv]
-  MatrixRM o_proj;                             // [H, n*d_v]
-  std::vector<float> q_a_proj_bias;            // [r_q]        attention_bias with q_lora_rank; else empty
-  std::vector<float> kv_a_proj_with_mqa_bias;  // [r_kv + d_r] attention_bias; else empty
-  std::vector<float> o_proj_bias;              // [H]          attention_bias; else empty
+  std::unique_ptr<PreparedLinear> q_a_proj;            // [r_q, H] (+ bias [r_q])  (q_lora_rank set)
+  std::vector<float> q_a_layernorm;                    // [r_q]
+  std::unique_ptr<PreparedLinear> q_b_proj;            // [n*d_qk, r_q]
+  std::unique_ptr<PreparedLinear> q_proj;              // [n*d_qk, H]              (q_lora_rank null)
+  std::unique_ptr<PreparedLinear> kv_a_proj_with_mqa;  // [r_kv + d_r, H] (+ bias [r_kv + d_r])
+  std::vector<float> kv_a_layernorm;                   // [r_kv]
+  std::unique_ptr<PreparedLinear> kv_b_proj;           // [n*(d_n+d_v), r_kv]
+  std::unique_ptr<PreparedLinear> o_proj;              // [H, n*d_v] (+ bias [H])
+  GemmInfo gemm;                                       // the engine, its kernel and why
 };
 
 // What every stage reads: the geometry, the prepared weights and the run's settings.
@@ -58,9 +60,11 @@ struct Layer {
   float latent_norm_eps = 1e-6f;  // q_a_layernorm / kv_a_layernorm eps
 };
 
-// Copies weights the validator accepted for cfg (mla/validate.hpp: validate_layer), rounded
+// Prepares weights the validator accepted for cfg (mla/validate.hpp: validate_layer) for the
+// GEMM engine `gemm` (make_gemm_engine: Eigen by default, the backend passes --gemm), rounded
 // to bf16 in bf16 mode; absent tensors stay empty.
-PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads);
+PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads,
+                                Gemm gemm = Gemm::Eigen);
 
 // hidden [S, H] fp32, validated (mla/validate.hpp: validate_hidden) -> x [S, H]; bf16 mode
 // rounds it (HF's input is a bf16 tensor).

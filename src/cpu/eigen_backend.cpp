@@ -16,8 +16,9 @@
 //             H2O column sums of p (double)                               [S, n*d_v], [n*S]
 //   o_proj    attn_output = attn_context W_o^T (+ b)                      [S, H]
 //   export    token_scores = sum over heads, widening to double, states on request
-// attend runs heads in parallel (one single-threaded sgemm per worker); the projections use
-// OpenBLAS's own threads. With a causal mask, query block [r0, r0+64) only multiplies keys
+// attend runs heads in parallel (one single-threaded sgemm per worker); the five projections
+// run on the GEMM engine chosen in prepare (gemm_engine.hpp, docs/cpu-gemm.md: oneDNN matmul,
+// or Eigen + OpenBLAS sgemm with its own threads). With a causal mask, query block [r0, r0+64) only multiplies keys
 // [0, r0+64): the skipped probabilities are exactly 0 in HF too (exp(min_float - max)
 // underflows to 0), so skipping them changes no value. No [n, S, S] tensor exists unless
 // keep_attn_weights asks for one (dumps); memory is O(S) otherwise, and forward() frees each
@@ -46,18 +47,12 @@ namespace mla {
 namespace cpu {
 namespace {
 
-// A validated weight (mla/validate.hpp) as the GEMMs read it, rounded to bf16 values in bf16
-// mode; an absent (empty) tensor stays empty.
-MatrixRM prepare_matrix(const TensorF& t, bool bf16, int threads) {
-  if (t.empty()) return MatrixRM();
-  const int64_t rows = t.dim(0), cols = t.dim(1);
-  MatrixRM m(rows, cols);
-  parallel_for(threads, threads, [&](int64_t slice, int) {  // copy (+ round) row slices
-    const int64_t begin = rows * slice / threads, end = rows * (slice + 1) / threads;
-    std::copy(t.ptr() + begin * cols, t.ptr() + end * cols, m.data() + begin * cols);
-    if (bf16) round_to_bf16_inplace(m.data() + begin * cols, (end - begin) * cols);
-  });
-  return m;
+// A validated projection weight (mla/validate.hpp) prepared once for the GEMM engine, with its
+// bias when it has one (bf16 rounding in bf16 mode); null for an absent (empty) weight.
+std::unique_ptr<PreparedLinear> prepare_linear(GemmEngine& engine, const TensorF& t, const char* name,
+                                               const TensorF& bias, bool bf16, int threads) {
+  if (t.empty()) return nullptr;
+  return engine.prepare({name, t.ptr(), t.dim(0), t.dim(1), bias.empty() ? nullptr : bias.ptr()}, bf16, threads);
 }
 
 std::vector<float> prepare_vector(const TensorF& t, bool bf16) {
@@ -72,26 +67,26 @@ TensorD widen(const std::string& name, std::vector<int64_t> shape, const float* 
   return t;
 }
 
-const float* bias_or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
-
 }  // namespace
 
 // ---- the stages (cpu_stages.hpp) ------------------------------------------------------------
 
 PreparedWeights prepare_weights(const AttentionConfig& /*cfg: validated against*/, const LayerWeights& w, bool bf16,
-                                int threads) {
+                                int threads, Gemm gemm) {
+  std::string reason;
+  const std::unique_ptr<GemmEngine> engine = make_gemm_engine(gemm, bf16, reason);
+  const TensorF none;  // q_b_proj, q_proj and kv_b_proj have no bias (HF)
   PreparedWeights p;
-  p.q_a_proj = prepare_matrix(w.q_a_proj, bf16, threads);
+  p.q_a_proj = prepare_linear(*engine, w.q_a_proj, "q_a_proj", w.q_a_proj_bias, bf16, threads);
   p.q_a_layernorm = prepare_vector(w.q_a_layernorm, bf16);
-  p.q_b_proj = prepare_matrix(w.q_b_proj, bf16, threads);
-  p.q_proj = prepare_matrix(w.q_proj, bf16, threads);
-  p.kv_a_proj_with_mqa = prepare_matrix(w.kv_a_proj_with_mqa, bf16, threads);
+  p.q_b_proj = prepare_linear(*engine, w.q_b_proj, "q_b_proj", none, bf16, threads);
+  p.q_proj = prepare_linear(*engine, w.q_proj, "q_proj", none, bf16, threads);
+  p.kv_a_proj_with_mqa =
+      prepare_linear(*engine, w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", w.kv_a_proj_with_mqa_bias, bf16, threads);
   p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, bf16);
-  p.kv_b_proj = prepare_matrix(w.kv_b_proj, bf16, threads);
-  p.o_proj = prepare_matrix(w.o_proj, bf16, threads);
-  p.q_a_proj_bias = prepare_vector(w.q_a_proj_bias, bf16);
-  p.kv_a_proj_with_mqa_bias = prepare_vector(w.kv_a_proj_with_mqa_bias, bf16);
-  p.o_proj_bias = prepare_vector(w.o_proj_bias, bf16);
+  p.kv_b_proj = prepare_linear(*engine, w.kv_b_proj, "kv_b_proj", none, bf16, threads);
+  p.o_proj = prepare_linear(*engine, w.o_proj, "o_proj", w.o_proj_bias, bf16, threads);
+  p.gemm = {gemm_name(gemm), engine->name(), p.kv_b_proj->kernel(), reason};
   return p;
 }
 
@@ -106,14 +101,14 @@ MatrixRM q_path(const Layer& L, const MatrixRM& x) {
   const int64_t S = x.rows(), r_q = L.cfg.q_lora_rank;
   MatrixRM q;  // [S, n*d_qk]
   if (!L.cfg.has_q_lora()) {
-    linear(x, w.q_proj, nullptr, L.bf16, L.threads, q);  // HF's q_proj has no bias
+    w.q_proj->run(x, L.threads, q);  // HF's q_proj has no bias
     return q;
   }
   MatrixRM q_a;  // [S, r_q]
-  linear(x, w.q_a_proj, bias_or_null(w.q_a_proj_bias), L.bf16, L.threads, q_a);
+  w.q_a_proj->run(x, L.threads, q_a);
   MatrixRM q_a_normed(S, r_q);  // [S, r_q]
   rms_norm(q_a.data(), r_q, S, r_q, w.q_a_layernorm.data(), L.latent_norm_eps, L.bf16, q_a_normed.data(), r_q);
-  linear(q_a_normed, w.q_b_proj, nullptr, L.bf16, L.threads, q);
+  w.q_b_proj->run(q_a_normed, L.threads, q);
   return q;
 }
 
@@ -121,11 +116,11 @@ KvPath kv_path(const Layer& L, const MatrixRM& x) {
   const PreparedWeights& w = L.w;
   const int64_t S = x.rows(), r_kv = L.cfg.kv_lora_rank, d_r = L.cfg.qk_rope_head_dim;
   KvPath out;
-  linear(x, w.kv_a_proj_with_mqa, bias_or_null(w.kv_a_proj_with_mqa_bias), L.bf16, L.threads, out.compressed_kv);
+  w.kv_a_proj_with_mqa->run(x, L.threads, out.compressed_kv);
   out.latent_normed.resize(S, r_kv);  // kv_a_layernorm reads the first r_kv columns (the latent)
   rms_norm(out.compressed_kv.data(), r_kv + d_r, S, r_kv, w.kv_a_layernorm.data(), L.latent_norm_eps, L.bf16,
            out.latent_normed.data(), r_kv);
-  linear(out.latent_normed, w.kv_b_proj, nullptr, L.bf16, L.threads, out.kv);
+  w.kv_b_proj->run(out.latent_normed, L.threads, out.kv);
   return out;
 }
 
@@ -183,7 +178,7 @@ Attention attend(const Layer& L, const MatrixRM& q, const KeyValueStates& kv, bo
 
 MatrixRM o_proj(const Layer& L, const MatrixRM& attn_context) {
   MatrixRM attn_output;  // [S, H]
-  linear(attn_context, L.w.o_proj, bias_or_null(L.w.o_proj_bias), L.bf16, L.threads, attn_output);
+  L.w.o_proj->run(attn_context, L.threads, attn_output);
   return attn_output;
 }
 
@@ -237,8 +232,11 @@ class CpuBackend final : public Backend {
 
   std::string description() const override {
     const int threads = resolve_threads(prepared_ ? threads_ : 0);
-    std::string d = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
-                    "." + std::to_string(EIGEN_MINOR_VERSION);
+    std::string d;
+    if (prepared_ && weights_.gemm.engine.rfind("oneDNN", 0) == 0)
+      d = "projections: " + gemm_label(weights_.gemm.engine, weights_.gemm.kernel) + "; per-head products: ";
+    d += "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
+         std::to_string(EIGEN_MINOR_VERSION);
 #if MLA_HAVE_BLAS
     d += " + OpenBLAS sgemm (" + std::string(blas_description()) + ")";
 #else
@@ -248,11 +246,13 @@ class CpuBackend final : public Backend {
     return d;
   }
 
+  GemmInfo gemm_info() const override { return prepared_ ? weights_.gemm : GemmInfo{}; }
+
   void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
     prepared_ = false;
     validate_layer(cfg, w, opt);
     const int threads = resolve_threads(opt.threads);
-    weights_ = prepare_weights(cfg, w, opt.precision == Precision::BF16, threads);
+    weights_ = prepare_weights(cfg, w, opt.precision == Precision::BF16, threads, opt.gemm);
     cfg_ = cfg;
     precision_ = opt.precision;
     threads_ = threads;

@@ -28,18 +28,24 @@
 // (InvalidHeaderJson); serde keeps the last one silently.
 //
 // Opening reads the 8-byte prefix and the N header bytes with pread, validates, and only
-// then maps the whole file read-only; tensor bytes are touched only by bytes()/to_*().
+// then maps the whole file read-only; tensor bytes are touched only by bytes()/to_*(), or
+// read with pread in 2 MiB blocks by read_float (the loader's path: parallel conversion).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <limits>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -59,12 +65,14 @@ namespace mla {
 struct SafetensorsFile::Mapping {
   void* addr = nullptr;           // mmap result, or nullptr
   size_t length = 0;              // mapped length (= file_size)
+  int fd = -1;                    // the open file (read_float's pread calls), or -1
   std::vector<std::byte> owned;   // (file_size,) copy for from_bytes
   Mapping() = default;
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   ~Mapping() {
     if (addr != nullptr) ::munmap(addr, length);
+    if (fd >= 0) ::close(fd);
   }
   const std::byte* base() const {
     return addr != nullptr ? static_cast<const std::byte*>(addr) : owned.data();
@@ -373,10 +381,9 @@ T load(const std::byte* p, uint64_t i) {
   return v;
 }
 
+// out[i] = value of element i of the little-endian array of info.dtype at p, for i < n.
 template <class Out>
-std::vector<Out> convert(const std::string& file, const TensorInfo& info, const std::byte* p) {
-  const uint64_t n = info.nbytes() / dtype_size(info.dtype);
-  std::vector<Out> out(n);
+void convert_into(const std::string& file, const TensorInfo& info, const std::byte* p, uint64_t n, Out* out) {
   switch (info.dtype) {
     case DType::BOOL:
       fail(ErrorKind::Unsupported, tensor_prefix(file, info.name) +
@@ -425,7 +432,24 @@ std::vector<Out> convert(const std::string& file, const TensorInfo& info, const 
       for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint64_t>(p, i));
       break;
   }
+}
+
+template <class Out>
+std::vector<Out> convert(const std::string& file, const TensorInfo& info, const std::byte* p) {
+  const uint64_t n = info.nbytes() / dtype_size(info.dtype);
+  std::vector<Out> out(n);
+  convert_into(file, info, p, n, out.data());
   return out;
+}
+
+// Index of the first non-finite value of v[0, n), or -1. A branch-free pass first (vectorised).
+int64_t first_non_finite(const float* v, uint64_t n) {
+  uint32_t any = 0;
+  for (uint64_t i = 0; i < n; ++i) any |= ((std::bit_cast<uint32_t>(v[i]) & 0x7F800000u) == 0x7F800000u);
+  if (any == 0) return -1;
+  for (uint64_t i = 0; i < n; ++i)
+    if ((std::bit_cast<uint32_t>(v[i]) & 0x7F800000u) == 0x7F800000u) return static_cast<int64_t>(i);
+  return -1;
 }
 
 }  // namespace
@@ -459,6 +483,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   if (addr == MAP_FAILED) fail(ErrorKind::Io, path + ": mmap failed: " + std::strerror(errno));
   map->addr = addr;
   map->length = file_size;
+  map->fd = fd.fd;  // kept open for read_float
+  fd.fd = -1;
 
   SafetensorsFile file;
   file.path_ = path;
@@ -541,6 +567,58 @@ std::vector<double> SafetensorsFile::to_double(const TensorInfo& info) const {
   const std::span<const std::byte> raw = bytes(info);
   check_info_consistent(path_, info, raw.size());
   return convert<double>(path_, info, raw.data());
+}
+
+int64_t SafetensorsFile::read_float(const TensorInfo& info, std::span<float> out, int threads) const {
+  const std::span<const std::byte> raw = bytes(info);
+  check_info_consistent(path_, info, raw.size());
+  const uint64_t esize = dtype_size(info.dtype), n = raw.size() / esize;
+  if (out.size() != n) {
+    fail(ErrorKind::InvalidArgument, tensor_prefix(path_, info.name) + "read_float into " + std::to_string(out.size()) +
+                                         " floats, but the tensor has " + std::to_string(n) + " elements");
+  }
+  // Blocks of kReadBlockBytes, handed out one at a time; each worker reads a block into its own
+  // buffer (cache-resident) and converts it into `out`.
+  const uint64_t block = std::max<uint64_t>(kReadBlockBytes / esize, 1), blocks = (n + block - 1) / block;
+  const unsigned hw = std::thread::hardware_concurrency();
+  const uint64_t workers = std::clamp<uint64_t>(threads > 0 ? static_cast<uint64_t>(threads) : std::max(hw, 1u), 1, std::max<uint64_t>(blocks, 1));
+  const int fd = map_->fd;
+  const uint64_t file_offset = kPrefixSize + header_size_ + info.begin;
+  std::atomic<uint64_t> next{0};
+  std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&]() {
+    try {
+      std::vector<std::byte> buffer(fd >= 0 ? static_cast<size_t>(block * esize) : 0);
+      for (uint64_t b = next.fetch_add(1); b < blocks; b = next.fetch_add(1)) {
+        const uint64_t begin = b * block, count = std::min(block, n - begin);
+        const std::byte* src = raw.data() + begin * esize;
+        if (fd >= 0) {
+          pread_exact(path_, fd, buffer.data(), count * esize, file_offset + begin * esize);
+          src = buffer.data();
+        }
+        convert_into(path_, info, src, count, out.data() + begin);
+        const int64_t bad = first_non_finite(out.data() + begin, count);
+        if (bad >= 0) {
+          int64_t seen = first_bad.load();
+          const int64_t at = static_cast<int64_t>(begin) + bad;
+          while (at < seen && !first_bad.compare_exchange_weak(seen, at)) {
+          }
+        }
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+      next.store(blocks);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (uint64_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+  return first_bad.load() == std::numeric_limits<int64_t>::max() ? -1 : first_bad.load();
 }
 
 }  // namespace mla

@@ -258,6 +258,14 @@ std::string report_json(const Report& r) {
   string_or_null(w, "requested", in.backend_requested);
   string_or_null(w, "reason", in.backend_reason);
   string_or_null(w, "description", in.backend_description);
+  if (!in.gemm.engine.empty()) {
+    w.key("gemm").begin_object();
+    string_or_null(w, "requested", in.gemm.requested);
+    string_or_null(w, "engine", in.gemm.engine);
+    string_or_null(w, "kernel", in.gemm.kernel);
+    string_or_null(w, "reason", in.gemm.reason);
+    w.end_object();
+  }
   w.key("computed_in_double").value(in.computed_in_double);
   w.end_object();
 

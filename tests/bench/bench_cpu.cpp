@@ -1,13 +1,19 @@
-// tests/bench/bench_cpu.cpp — benchmark of the cpu backend (Eigen + OpenBLAS) on the Kimi K2.6
-// layer-0 attention geometry, with the PyTorch eager peer (bench_torch.py) in the same run.
+// tests/bench/bench_cpu.cpp — benchmark of the cpu backend with each projection GEMM engine
+// (Eigen + OpenBLAS, oneDNN; docs/cpu-gemm.md) on the Kimi K2.6 layer-0 attention geometry,
+// with the PyTorch eager peer (bench_torch.py) in the same run.
 //
 // What it measures (meson `benchmark()`, suite cpu; `meson test -C BUILD --benchmark --suite cpu`):
 //   * machine: CPU model (/proc/cpuinfo), cores, load average before and after (the numbers
 //     are only comparable within one run when the machine is shared);
 //   * one layer with random bf16-valued weights in memory (tests/unit/geometries.hpp,
-//     random_layer_weights("kimi", seed 1)), hidden states [S, 7168] (default S = 256);
-//   * for fp32 and bf16: prepare() once ("load/widen/prepare"), `--warmup` forwards, then
-//     `--reps` forwards; the MEDIAN of every stage the backend reports and of the whole forward;
+//     random_layer_weights("kimi", seed 1)), hidden states [S, 7168] for each S of --seq-len
+//     (a list, default 256);
+//   * with --checkpoint-dir (meson passes <build>/tests/bench/kimi-layer0): load + prepare from
+//     the page cache: a bf16 Kimi layer 0 is synthesized there once, then Checkpoint::open +
+//     load_layer and prepare() per (precision, engine), median of 3, wall and process CPU time;
+//   * for each S, precision (fp32, bf16) and engine of --gemm (default: every engine of the
+//     build): prepare() once ("prepare"), `--warmup` forwards, then `--reps` forwards; the
+//     MEDIAN of every stage the backend reports and of the whole forward, one column each;
 //   * GFLOP/s: linear FLOPs (2 per MAC, docs/math.md §12) per projection stage; for the whole
 //     forward, linears + the causal half of the attention (QK^T and PV over the S(S+1)/2
 //     visible pairs, 40,960 FLOPs per pair) -- HF eager computes the full S^2 grid;
@@ -27,7 +33,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <ctime>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -36,7 +44,9 @@
 #include "bench_util.hpp"
 #include "geometries.hpp"
 #include "mla/attention.hpp"
+#include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
+#include "mla_build_config.h"
 
 namespace {
 
@@ -47,14 +57,27 @@ using mla::bench::median;
 using mla::bench::seconds_since;
 
 struct Flags {
-  int64_t seq_len = 256;
+  std::vector<int64_t> seq_lens = {256};
+  std::vector<mla::Gemm> gemms;  // empty = every engine of the build
   int warmup = 1;
   int reps = 5;
   int threads = 0;
   std::string source_root = ".";
   std::string torch_script;  // "" = no PyTorch peer
   std::string python;        // "" = <source_root>/.venv/bin/python3 if present, else python3
+  std::string checkpoint_dir;  // "" = no load + prepare measurement; else where the Kimi layer is synthesized once
 };
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t comma = std::min(list.find(',', begin), list.size());
+    out.push_back(list.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  return out;
+}
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
@@ -64,29 +87,52 @@ Flags parse_flags(int argc, char** argv) {
       const std::string prefix = std::string("--") + name + "=";
       return a.rfind(prefix, 0) == 0 ? a.substr(prefix.size()) : std::string();
     };
-    if (!value("seq-len").empty()) f.seq_len = std::stoll(value("seq-len"));
+    if (!value("seq-len").empty()) {
+      f.seq_lens.clear();
+      for (const std::string& v : split(value("seq-len"))) f.seq_lens.push_back(std::stoll(v));
+    } else if (!value("gemm").empty()) {
+      for (const std::string& v : split(value("gemm"))) {
+        if (v != "eigen" && v != "onednn") {
+          std::fprintf(stderr, "bench_cpu: --gemm takes eigen and/or onednn, got '%s'\n", v.c_str());
+          std::exit(2);
+        }
+        f.gemms.push_back(v == "eigen" ? mla::Gemm::Eigen : mla::Gemm::OneDnn);
+      }
+    }
     else if (!value("warmup").empty()) f.warmup = std::stoi(value("warmup"));
     else if (!value("reps").empty()) f.reps = std::stoi(value("reps"));
     else if (!value("threads").empty()) f.threads = std::stoi(value("threads"));
     else if (!value("source-root").empty()) f.source_root = value("source-root");
+    else if (!value("checkpoint-dir").empty()) f.checkpoint_dir = value("checkpoint-dir");
     else if (!value("torch-script").empty()) f.torch_script = value("torch-script");
     else if (!value("python").empty()) f.python = value("python");
     else if (a == "--no-torch") f.torch_script.clear();
     else {
       std::fprintf(stderr,
-                   "bench_cpu: unknown argument '%s'\nusage: bench_cpu [--seq-len=256] [--warmup=1] [--reps=5] "
-                   "[--threads=0] [--source-root=DIR] [--torch-script=PATH] [--python=PATH] [--no-torch]\n",
+                   "bench_cpu: unknown argument '%s'\nusage: bench_cpu [--seq-len=256,1024] [--gemm=eigen,onednn] [--warmup=1] [--reps=5] "
+                   "[--threads=0] [--source-root=DIR] [--torch-script=PATH] [--python=PATH] [--no-torch] "
+                   "[--checkpoint-dir=DIR]\n",
                    a.c_str());
       std::exit(2);
     }
   }
-  if (f.seq_len < 1 || f.reps < 1 || f.warmup < 0 || f.threads < 0) {
+  if (f.gemms.empty()) f.gemms = MLA_HAVE_ONEDNN ? std::vector<mla::Gemm>{mla::Gemm::Eigen, mla::Gemm::OneDnn}
+                                                 : std::vector<mla::Gemm>{mla::Gemm::Eigen};
+  const bool bad_seq = std::any_of(f.seq_lens.begin(), f.seq_lens.end(), [](int64_t s) { return s < 1; });
+  if (f.seq_lens.empty() || bad_seq || f.reps < 1 || f.warmup < 0 || f.threads < 0) {
     std::fprintf(stderr, "bench_cpu: --seq-len and --reps must be >= 1, --warmup and --threads >= 0\n");
     std::exit(2);
   }
   return f;
 }
 
+
+// CPU time of the whole process (all threads), seconds.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // FLOPs per stage (2 per multiply-add; docs/math.md §12), for S tokens.
 std::map<std::string, double> stage_flops(const mla::AttentionConfig& c, int64_t S) {
@@ -104,26 +150,31 @@ std::map<std::string, double> stage_flops(const mla::AttentionConfig& c, int64_t
 }
 
 struct Measured {
+  std::string label;  // "fp32 eigen"
   double prepare_s = 0;
   std::vector<std::string> stages;          // in execution order
   std::map<std::string, double> median_s;   // per stage
   double forward_median_s = 0;
   std::vector<double> forward_s;
   std::string description;
+  mla::GemmInfo gemm;
 };
 
 Measured measure(const mla::AttentionConfig& cfg, const mla::LayerWeights& w, const mla::TensorF& hidden,
-                 mla::Precision precision, const Flags& f) {
+                 mla::Precision precision, mla::Gemm gemm, const Flags& f) {
   mla::ForwardOptions opt;
   opt.precision = precision;
   opt.mask = mla::Mask::Causal;
   opt.threads = f.threads;
+  opt.gemm = gemm;
   Measured m;
+  m.label = std::string(mla::precision_name(precision)) + " " + mla::gemm_name(gemm);
   auto backend = mla::make_cpu_backend();
   auto t0 = Clock::now();
   backend->prepare(cfg, w, opt);
   m.prepare_s = seconds_since(t0);
   m.description = backend->description();
+  m.gemm = backend->gemm_info();
   for (int i = 0; i < f.warmup; ++i) backend->forward(hidden, opt);
   std::map<std::string, std::vector<double>> per_stage;
   for (int i = 0; i < f.reps; ++i) {
@@ -147,7 +198,7 @@ struct TorchResult {
   std::string versions;
 };
 
-TorchResult run_torch(const Flags& f, int threads) {
+TorchResult run_torch(const Flags& f, int64_t seq_len, int threads) {
   TorchResult t;
   if (f.torch_script.empty()) {
     t.status = "not run (--no-torch or no --torch-script)";
@@ -158,7 +209,7 @@ TorchResult run_torch(const Flags& f, int threads) {
     const std::string venv = f.source_root + "/.venv/bin/python3";
     python = std::filesystem::exists(venv) ? venv : "python3";
   }
-  const std::string cmd = "'" + python + "' '" + f.torch_script + "' --seq-len " + std::to_string(f.seq_len) +
+  const std::string cmd = "'" + python + "' '" + f.torch_script + "' --seq-len " + std::to_string(seq_len) +
                           " --warmup " + std::to_string(f.warmup) + " --reps " + std::to_string(f.reps) +
                           " --threads " + std::to_string(threads);
   std::printf("\nPyTorch peer: %s\n", cmd.c_str());
@@ -204,6 +255,123 @@ TorchResult run_torch(const Flags& f, int threads) {
   return t;
 }
 
+
+// Load + prepare of the Kimi layer from the page cache: a bf16 checkpoint (synth --preset
+// kimi-k2.6 --seed 0 --layers 0) is written once into `dir`, read once to warm the page cache,
+// then Checkpoint::open + load_layer(0) and prepare() per (precision, engine), median of 3.
+void bench_load_prepare(const std::string& dir, int threads, const Flags& f) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(dir + "/COMPLETE")) {
+    mla::SynthOptions so;
+    so.preset = "kimi-k2.6";
+    so.out_dir = dir;
+    so.seed = 0;
+    so.layers = {0};
+    mla::synthesize_checkpoint(so);
+    std::ofstream(dir + "/COMPLETE") << "kimi-k2.6 seed 0 layer 0\n";
+  }
+  const mla::AttentionConfig cfg = mla::Checkpoint::open(dir).config();
+  // wall and process CPU seconds of fn, median of 3 (CPU time: less sensitive to other
+  // processes on a shared machine)
+  auto timed = [](const std::function<void()>& fn) {
+    std::vector<double> wall, cpu;
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = Clock::now();
+      const double c0 = process_cpu_seconds();
+      fn();
+      cpu.push_back(process_cpu_seconds() - c0);
+      wall.push_back(seconds_since(t0));
+    }
+    return std::make_pair(median(wall), median(cpu));
+  };
+  mla::LayerWeights w = mla::Checkpoint::open(dir).load_layer(0);  // page cache warm
+  const auto load = timed([&] { w = mla::Checkpoint::open(dir).load_layer(0); });
+  std::printf("\n== load + prepare of the Kimi layer from the page cache (bf16 safetensors, %s), median of 3\n",
+              dir.c_str());
+  std::printf("%-28s %9s %9s   %s\n", "", "wall ms", "CPU ms", "load + prepare: wall ms (CPU ms)");
+  std::printf("%-28s %9.1f %9.1f\n", "open + load_layer", 1e3 * load.first, 1e3 * load.second);
+  for (const mla::Precision p : {mla::Precision::FP32, mla::Precision::BF16}) {
+    for (const mla::Gemm g : f.gemms) {
+      mla::ForwardOptions opt;
+      opt.precision = p;
+      opt.gemm = g;
+      opt.threads = threads;
+      const auto prep = timed([&] { mla::make_cpu_backend()->prepare(cfg, w, opt); });
+      const std::string label = std::string("prepare ") + mla::precision_name(p) + " " + mla::gemm_name(g);
+      std::printf("%-28s %9.1f %9.1f   %9.1f (%.1f)\n", label.c_str(), 1e3 * prep.first, 1e3 * prep.second,
+                  1e3 * (load.first + prep.first), 1e3 * (load.second + prep.second));
+    }
+  }
+  std::fflush(stdout);
+}
+
+// One S: every (precision, engine) column, the per-stage medians, then the PyTorch peer.
+void bench_seq_len(const mla::AttentionConfig& cfg, const mla::LayerWeights& w, int64_t S, int threads, const Flags& f) {
+  const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 2);
+  std::vector<Measured> cols;
+  for (const mla::Precision p : {mla::Precision::FP32, mla::Precision::BF16}) {
+    for (const mla::Gemm g : f.gemms) {
+      cols.push_back(measure(cfg, w, hidden, p, g, f));
+      std::fprintf(stderr, "bench_cpu: S = %lld, %s done\n", static_cast<long long>(S), cols.back().label.c_str());
+    }
+  }
+  std::printf("\n== S = %lld, causal, %d warm-up + %d timed forwards, %d threads\n", static_cast<long long>(S),
+              f.warmup, f.reps, threads);
+  for (const Measured& m : cols)
+    std::printf("   %-12s %s (%s)\n", m.label.c_str(), mla::gemm_label(m.gemm.engine, m.gemm.kernel).c_str(),
+                m.gemm.reason.c_str());
+  const auto flops = stage_flops(cfg, S);
+  std::printf("%-18s", "median ms (GF/s)");
+  for (const Measured& m : cols) std::printf(" %20s", m.label.c_str());
+  std::printf("\n%-18s", "prepare");
+  for (const Measured& m : cols) std::printf(" %20.1f", 1e3 * m.prepare_s);
+  for (const std::string& stage : cols.front().stages) {
+    std::printf("\n%-18s", stage.c_str());
+    for (const Measured& m : cols) {
+      const double t = m.median_s.count(stage) ? m.median_s.at(stage) : 0.0;
+      const auto it = flops.find(stage);
+      char cell[64];
+      if (it != flops.end() && t > 0) std::snprintf(cell, sizeof cell, "%.1f (%.0f)", 1e3 * t, it->second / t / 1e9);
+      else std::snprintf(cell, sizeof cell, "%.1f", 1e3 * t);
+      std::printf(" %20s", cell);
+    }
+  }
+  double total_flops = 0;
+  for (const auto& [stage, v] : flops) total_flops += v;
+  std::printf("\n%-18s", "forward (total)");
+  for (const Measured& m : cols) {
+    char cell[64];
+    std::snprintf(cell, sizeof cell, "%.1f (%.0f)", 1e3 * m.forward_median_s, total_flops / m.forward_median_s / 1e9);
+    std::printf(" %20s", cell);
+  }
+  std::printf("\n%-18s", "forward min/max");
+  for (const Measured& m : cols) {
+    char cell[64];
+    std::snprintf(cell, sizeof cell, "%.0f/%.0f", 1e3 * *std::min_element(m.forward_s.begin(), m.forward_s.end()),
+                  1e3 * *std::max_element(m.forward_s.begin(), m.forward_s.end()));
+    std::printf(" %20s", cell);
+  }
+  std::printf("\n(GF/s: linears %.1f GFLOP + causal attention %.2f GFLOP per forward)\n",
+              (flops.at("q_path") + flops.at("kv_path") + flops.at("o_proj")) / 1e9,
+              flops.at("attend") / 1e9);
+  std::fflush(stdout);
+
+  const TorchResult torch = run_torch(f, S, threads);
+  if (!torch.ran) {
+    std::printf("PyTorch peer: %s\n", torch.status.c_str());
+    return;
+  }
+  const double tf = torch.median_s.count("fp32") ? torch.median_s.at("fp32") : 0.0;
+  const double tb = torch.median_s.count("bf16") ? torch.median_s.at("bf16") : 0.0;
+  std::printf("%-44s %12s %12s %12s\n", "median forward, same run", "ms", "PyTorch ms", "ours/PyTorch");
+  for (const Measured& m : cols) {
+    const double peer = m.label.rfind("bf16", 0) == 0 ? tb : tf;
+    std::printf("%-44s %12.1f %12.1f %11.2fx\n", ("mla-h2o cpu " + m.label).c_str(), 1e3 * m.forward_median_s,
+                1e3 * peer, peer > 0 ? m.forward_median_s / peer : 0.0);
+  }
+  std::printf("(PyTorch: %s, %s)\n", torch.status.c_str(), torch.versions.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -214,62 +382,14 @@ int main(int argc, char** argv) {
     std::printf("bench_cpu: cpu backend, Kimi K2.6 layer-0 attention geometry (%s)\n", mla::test::vars(cfg).c_str());
     std::printf("machine:   %s, %u cores reported; load average %s (1/5/15 min) at start\n", cpu_model().c_str(),
                 std::thread::hardware_concurrency(), load_average().c_str());
-    std::printf("run:       S = %lld, causal mask, %d warm-up + %d timed forwards per precision, %d threads\n",
-                static_cast<long long>(f.seq_len), f.warmup, f.reps, threads);
+    std::printf("gemm auto: %s\n", mla::gemm_auto_summary().c_str());
 
     auto t0 = Clock::now();
     const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 1);
-    const mla::TensorF hidden = mla::test::random_hidden(f.seq_len, cfg.hidden_size, 2);
     std::printf("weights:   %lld parameters, random bf16 values, generated in %.1f s (not timed below)\n",
                 static_cast<long long>(w.parameter_count()), seconds_since(t0));
-
-    const Measured fp32 = measure(cfg, w, hidden, mla::Precision::FP32, f);
-    const Measured bf16 = measure(cfg, w, hidden, mla::Precision::BF16, f);
-    std::printf("backend:   %s\n\n", fp32.description.c_str());
-
-    const auto flops = stage_flops(cfg, f.seq_len);
-    auto gflops = [&](const std::string& stage, double s) -> std::string {
-      const auto it = flops.find(stage);
-      if (it == flops.end() || s <= 0) return "";
-      char b[32];
-      std::snprintf(b, sizeof b, "%.1f", it->second / s / 1e9);
-      return b;
-    };
-    std::printf("%-20s %12s %10s %12s %10s\n", "stage (median)", "fp32 ms", "GFLOP/s", "bf16 ms", "GFLOP/s");
-    std::printf("%-20s %12.1f %10s %12.1f %10s\n", "load/widen/prepare", 1e3 * fp32.prepare_s, "", 1e3 * bf16.prepare_s, "");
-    for (const std::string& stage : fp32.stages) {
-      const double a = fp32.median_s.at(stage), b = bf16.median_s.count(stage) ? bf16.median_s.at(stage) : 0.0;
-      std::printf("%-20s %12.1f %10s %12.1f %10s\n", stage.c_str(), 1e3 * a, gflops(stage, a).c_str(), 1e3 * b,
-                  gflops(stage, b).c_str());
-    }
-    double total_flops = 0;
-    for (const auto& [stage, v] : flops) total_flops += v;
-    std::printf("%-20s %12.1f %10.1f %12.1f %10.1f\n", "forward (total)", 1e3 * fp32.forward_median_s,
-                total_flops / fp32.forward_median_s / 1e9, 1e3 * bf16.forward_median_s,
-                total_flops / bf16.forward_median_s / 1e9);
-    std::printf("(GFLOP/s: linears %.1f GFLOP + causal attention %.2f GFLOP per forward; min/max forward fp32 "
-                "%.1f/%.1f ms, bf16 %.1f/%.1f ms)\n",
-                (flops.at("q_path") + flops.at("kv_path") + flops.at("o_proj")) / 1e9,
-                flops.at("attend") / 1e9,
-                1e3 * *std::min_element(fp32.forward_s.begin(), fp32.forward_s.end()),
-                1e3 * *std::max_element(fp32.forward_s.begin(), fp32.forward_s.end()),
-                1e3 * *std::min_element(bf16.forward_s.begin(), bf16.forward_s.end()),
-                1e3 * *std::max_element(bf16.forward_s.begin(), bf16.forward_s.end()));
-    std::fflush(stdout);
-
-    const TorchResult torch = run_torch(f, threads);
-    if (!torch.ran) {
-      std::printf("PyTorch peer: %s\n", torch.status.c_str());
-    } else {
-      std::printf("\n%-44s %12s %12s\n", "median forward, same run", "fp32 ms", "bf16 ms");
-      std::printf("%-44s %12.1f %12.1f\n", "mla-h2o cpu backend", 1e3 * fp32.forward_median_s, 1e3 * bf16.forward_median_s);
-      const double tf = torch.median_s.count("fp32") ? torch.median_s.at("fp32") : 0.0;
-      const double tb = torch.median_s.count("bf16") ? torch.median_s.at("bf16") : 0.0;
-      std::printf("%-44s %12.1f %12.1f\n", ("PyTorch eager (" + torch.versions + ")").substr(0, 44).c_str(), 1e3 * tf, 1e3 * tb);
-      std::printf("%-44s %11.2fx %11.2fx\n", "speed-up (PyTorch time / ours)", tf / fp32.forward_median_s,
-                  tb / bf16.forward_median_s);
-      std::printf("(PyTorch module: %s)\n", torch.status.c_str());
-    }
+    if (!f.checkpoint_dir.empty()) bench_load_prepare(f.checkpoint_dir, threads, f);
+    for (const int64_t S : f.seq_lens) bench_seq_len(cfg, w, S, threads, f);
     std::printf("\nload average at end: %s\n", load_average().c_str());
   } catch (const mla::Error& e) {
     std::fprintf(stderr, "bench_cpu: error: %s\n", e.what());

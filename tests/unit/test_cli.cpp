@@ -8,6 +8,7 @@
 // an earlier run of the code under test.
 #include <simdjson.h>
 
+#include <cstdlib>
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "mla/checkpoint.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/safetensors.hpp"
+#include "mla_build_config.h"
 #include "test_util.hpp"
 
 namespace {
@@ -68,6 +70,53 @@ BOOST_AUTO_TEST_CASE(help_for_every_subcommand) {
   }
   BOOST_TEST(contains(run_cli("run --help").out, "--latent-norm-eps"));
   BOOST_TEST(contains(run_cli("demo --help").out, "--cache-dir"));
+  // --help names the engine and kernel --gemm auto runs here, per precision
+  for (const std::string cmd : {"run", "demo"}) {
+    const std::string help = run_cli(cmd + " --help").out;
+    BOOST_TEST(contains(help, "--gemm auto|onednn|eigen"), cmd);
+    BOOST_TEST(contains(help, "fp32: "), cmd);
+    BOOST_TEST(contains(help, "bf16: "), cmd);
+    BOOST_TEST((contains(help, "oneDNN ") || contains(help, "Eigen 3.")), cmd);
+  }
+}
+
+// --gemm: the report names the engine, its kernel and why; an engine oneDNN cannot serve on this
+// CPU falls back to Eigen and says why. ONEDNN_MAX_CPU_ISA=AVX2 plays a CPU without AVX-512
+// (oneDNN 2.6 has no bf16 matmul there, and only its gemm:jit kernel for fp32).
+BOOST_AUTO_TEST_CASE(gemm_engine_choice_is_reported) {
+  const std::string dir = scratch_dir("cli-gemm");
+  int runs = 0;
+  auto gemm_of = [&](const std::string& max_isa, const std::string& flags) {
+    const std::string out = dir + "/" + std::to_string(runs++);
+    if (!max_isa.empty()) ::setenv("ONEDNN_MAX_CPU_ISA", max_isa.c_str(), 1);  // read by the child's oneDNN
+    const RunResult r = run_cli(run_args(out, "--seq-len 9 --backend cpu " + flags));
+    ::unsetenv("ONEDNN_MAX_CPU_ISA");
+    BOOST_TEST_REQUIRE(r.exit_code == 0, flags << ": " << r.err);
+    BOOST_TEST(contains(r.out, "gemm"), r.out);
+    simdjson::dom::parser parser;
+    const simdjson::dom::element doc = parser.load(out + "/report.json");
+    return std::vector<std::string>{std::string(std::string_view(doc["backend"]["gemm"]["engine"])),
+                                    std::string(std::string_view(doc["backend"]["gemm"]["kernel"])),
+                                    std::string(std::string_view(doc["backend"]["gemm"]["reason"])),
+                                    std::string(std::string_view(doc["backend"]["gemm"]["requested"]))};
+  };
+  const auto eigen = gemm_of("", "--gemm eigen");
+  BOOST_TEST(eigen[0].rfind("Eigen 3.", 0) == 0u, eigen[0]);
+  BOOST_TEST(eigen[3] == "eigen");
+  if (!MLA_HAVE_ONEDNN) {
+    expect_failure(run_args(dir + "/x", "--gemm onednn"), "run", {"oneDNN"});
+    return;
+  }
+  const auto avx2_bf16 = gemm_of("AVX2", "--gemm onednn --precision bf16");
+  BOOST_TEST(avx2_bf16[0].rfind("Eigen 3.", 0) == 0u, avx2_bf16[0]);
+  BOOST_TEST(contains(avx2_bf16[2], "has no bf16 matmul for this CPU"), avx2_bf16[2]);
+  const auto avx2_fp32 = gemm_of("AVX2", "--precision fp32");
+  BOOST_TEST(avx2_fp32[3] == "auto");
+  BOOST_TEST(avx2_fp32[0].rfind("Eigen 3.", 0) == 0u, avx2_fp32[0]);  // gemm:jit is not brgemm: auto keeps Eigen
+  const auto forced = gemm_of("AVX2", "--gemm onednn --precision fp32");
+  BOOST_TEST(forced[0].rfind("oneDNN ", 0) == 0u, forced[0]);
+  BOOST_TEST(forced[1] == "gemm:jit", forced[1]);
+  expect_failure(run_args(dir + "/y", "--gemm mkl"), "run", {"--gemm", "mkl"});
 }
 
 BOOST_AUTO_TEST_CASE(run_seeded_outputs) {

@@ -31,6 +31,7 @@
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "test_util.hpp"
+#include "mla_build_config.h"
 #include "tolerances.hpp"
 
 namespace {
@@ -75,40 +76,61 @@ void check_vector(const Case& c, const std::string& what, const std::vector<doub
   BOOST_TEST(r.ok, c.vars() << ": " << r.message);
 }
 
-// Runs both backends on (cfg, w, hidden) and compares every output.
-void compare_backends(const Case& c, const mla::AttentionConfig& cfg, const mla::LayerWeights& w,
-                      const mla::TensorF& hidden, int threads = 0) {
+// The reference and the cpu backend with every GEMM engine of the build, prepared once for
+// (cfg, w, precision); forward options (mask, S) vary per comparison.
+struct PreparedBackends {
+  std::unique_ptr<mla::Backend> reference;
+  std::vector<std::pair<mla::Gemm, std::unique_ptr<mla::Backend>>> cpu;
+};
+
+PreparedBackends prepare_backends(const mla::AttentionConfig& cfg, const mla::LayerWeights& w, Precision precision,
+                                  int threads) {
+  ForwardOptions opt;
+  opt.precision = precision;
+  opt.threads = threads;
+  PreparedBackends b;
+  b.reference = mla::make_reference_backend();
+  b.reference->prepare(cfg, w, opt);
+  for (const mla::Gemm gemm : mla::test::gemm_engines()) {
+    opt.gemm = gemm;
+    b.cpu.emplace_back(gemm, mla::make_cpu_backend());
+    b.cpu.back().second->prepare(cfg, w, opt);
+  }
+  return b;
+}
+
+// Runs the reference and every cpu engine on `hidden` and compares every output.
+void compare_prepared(const Case& c, PreparedBackends& b, const mla::TensorF& hidden, int threads = 0) {
   ForwardOptions opt = options_for(c);
   opt.threads = threads;
-  auto reference = mla::make_reference_backend();
-  reference->prepare(cfg, w, opt);
-  const ForwardResult ref = reference->forward(hidden, opt);
-  auto cpu = mla::make_cpu_backend();
-  cpu->prepare(cfg, w, opt);
-  const ForwardResult got = cpu->forward(hidden, opt);
+  const ForwardResult ref = b.reference->forward(hidden, opt);
+  for (auto& [gemm, cpu] : b.cpu) {
+    BOOST_TEST_CONTEXT("gemm=" << mla::gemm_name(gemm)) {
+      const ForwardResult got = cpu->forward(hidden, opt);
 
-  BOOST_TEST(!got.computed_in_double);
-  check_tensor(c, "attn_output", ref.attn_output, got.attn_output);
-  check_tensor(c, "attn_weights", ref.attn_weights, got.attn_weights);
-  check_tensor(c, "query_states", ref.query_states, got.query_states);
-  check_tensor(c, "key_states", ref.key_states, got.key_states);
-  check_tensor(c, "value_states", ref.value_states, got.value_states);
-  check_vector(c, "head_scores", ref.head_scores, got.head_scores);
-  check_vector(c, "token_scores", ref.token_scores, got.token_scores);
+      BOOST_TEST(!got.computed_in_double);
+      check_tensor(c, "attn_output", ref.attn_output, got.attn_output);
+      check_tensor(c, "attn_weights", ref.attn_weights, got.attn_weights);
+      check_tensor(c, "query_states", ref.query_states, got.query_states);
+      check_tensor(c, "key_states", ref.key_states, got.key_states);
+      check_tensor(c, "value_states", ref.value_states, got.value_states);
+      check_vector(c, "head_scores", ref.head_scores, got.head_scores);
+      check_vector(c, "token_scores", ref.token_scores, got.token_scores);
 
-  const std::vector<std::string> stages(std::begin(mla::kForwardStages), std::end(mla::kForwardStages));
-  BOOST_TEST_REQUIRE(got.stage_seconds.size() == stages.size(), c.vars());
-  for (size_t i = 0; i < stages.size(); ++i) {
-    BOOST_TEST(got.stage_seconds[i].first == stages[i], c.vars());
-    BOOST_TEST(got.stage_seconds[i].second >= 0.0, c.vars());
+      const std::vector<std::string> stages(std::begin(mla::kForwardStages), std::end(mla::kForwardStages));
+      BOOST_TEST_REQUIRE(got.stage_seconds.size() == stages.size(), c.vars());
+      for (size_t i = 0; i < stages.size(); ++i) {
+        BOOST_TEST(got.stage_seconds[i].first == stages[i], c.vars());
+        BOOST_TEST(got.stage_seconds[i].second >= 0.0, c.vars());
+      }
+    }
   }
 }
 
-void run_case(const Case& c) {
-  const mla::AttentionConfig cfg = mla::test::geometry(c.geometry);
-  const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 1234);
-  const mla::TensorF hidden = mla::test::random_hidden(c.seq_len, cfg.hidden_size, 99 + static_cast<uint64_t>(c.seq_len));
-  compare_backends(c, cfg, w, hidden);
+void compare_backends(const Case& c, const mla::AttentionConfig& cfg, const mla::LayerWeights& w,
+                      const mla::TensorF& hidden, int threads = 0) {
+  PreparedBackends b = prepare_backends(cfg, w, c.precision, threads);
+  compare_prepared(c, b, hidden, threads);
 }
 
 mla::ErrorKind error_kind_of(const std::function<void()>& f, std::string* message) {
@@ -134,15 +156,55 @@ BOOST_AUTO_TEST_CASE(name_and_description) {
   BOOST_TEST(d.find("thread") != std::string::npos, d);
   auto by_kind = mla::make_backend(mla::BackendKind::Cpu);
   BOOST_TEST(by_kind->name() == "cpu");
+  BOOST_TEST(cpu->gemm_info().engine.empty());  // known after prepare()
+}
+
+// Each engine names itself and its kernel after prepare(); oneDNN either runs (its version
+// and a kernel name such as "brg:avx512_core_bf16") or says why the Eigen engine runs.
+BOOST_AUTO_TEST_CASE(gemm_engine_is_named) {
+  const mla::AttentionConfig cfg = mla::test::geometry("tiny");
+  const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 3);
+  for (const mla::Gemm gemm : mla::test::gemm_engines()) {
+    for (Precision precision : {Precision::FP32, Precision::BF16}) {
+      ForwardOptions opt;
+      opt.gemm = gemm;
+      opt.precision = precision;
+      auto cpu = mla::make_cpu_backend();
+      cpu->prepare(cfg, w, opt);
+      const mla::GemmInfo g = cpu->gemm_info();
+      const std::string vars = std::string("gemm=") + mla::gemm_name(gemm) + " " + mla::precision_name(precision);
+      BOOST_TEST(g.requested == mla::gemm_name(gemm), vars);
+      BOOST_TEST(!g.kernel.empty(), vars);
+      BOOST_TEST(!g.reason.empty(), vars);
+      if (g.engine.rfind("oneDNN ", 0) == 0) {
+        BOOST_TEST((gemm == mla::Gemm::OneDnn), vars);
+        BOOST_TEST(cpu->description().find(g.kernel) != std::string::npos, cpu->description());
+      } else {
+        BOOST_TEST(g.engine.rfind("Eigen 3.", 0) == 0, vars << ": " << g.engine);
+        if (gemm == mla::Gemm::OneDnn) BOOST_TEST(g.reason.find("has no") != std::string::npos, vars << ": " << g.reason);
+      }
+    }
+  }
+  if (!MLA_HAVE_ONEDNN) {  // --gemm onednn without oneDNN is one clear error
+    ForwardOptions opt;
+    opt.gemm = mla::Gemm::OneDnn;
+    std::string msg;
+    auto cpu = mla::make_cpu_backend();
+    BOOST_TEST((error_kind_of([&] { cpu->prepare(cfg, w, opt); }, &msg) == mla::ErrorKind::Unsupported));
+    BOOST_TEST(msg.find("oneDNN") != std::string::npos, msg);
+  }
 }
 
 // Every small geometry x both masks x both precisions x S in {1, 7, 113, 256}.
 BOOST_AUTO_TEST_CASE(small_geometries_match_reference) {
   for (const auto& g : mla::test::small_geometries()) {
-    for (int64_t seq_len : {1, 7, 113, 256}) {
-      for (Mask mask : {Mask::Causal, Mask::None}) {
-        for (Precision precision : {Precision::FP32, Precision::BF16}) {
-          BOOST_TEST_CONTEXT(mla::test::vars(g.cfg)) { run_case({g.name, seq_len, mask, precision}); }
+    const mla::LayerWeights w = mla::test::random_layer_weights(g.cfg, 1234);
+    for (Precision precision : {Precision::FP32, Precision::BF16}) {
+      PreparedBackends b = prepare_backends(g.cfg, w, precision, 0);
+      for (int64_t seq_len : {1, 7, 113, 256}) {
+        const mla::TensorF hidden = mla::test::random_hidden(seq_len, g.cfg.hidden_size, 99 + static_cast<uint64_t>(seq_len));
+        for (Mask mask : {Mask::Causal, Mask::None}) {
+          BOOST_TEST_CONTEXT(mla::test::vars(g.cfg)) { compare_prepared({g.name, seq_len, mask, precision}, b, hidden); }
         }
       }
     }
@@ -153,12 +215,13 @@ BOOST_AUTO_TEST_CASE(small_geometries_match_reference) {
 BOOST_AUTO_TEST_CASE(kimi_geometry_matches_reference) {
   const mla::AttentionConfig cfg = mla::test::geometry("kimi");
   const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 7);
-  for (int64_t seq_len : {1, 7}) {
-    const mla::TensorF hidden = mla::test::random_hidden(seq_len, cfg.hidden_size, 11);
-    for (Precision precision : {Precision::FP32, Precision::BF16}) {
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
+    PreparedBackends b = prepare_backends(cfg, w, precision, 0);  // the weights once per precision
+    for (int64_t seq_len : {1, 7}) {
+      const mla::TensorF hidden = mla::test::random_hidden(seq_len, cfg.hidden_size, 11);
       for (Mask mask : {Mask::Causal, Mask::None}) {
         if (seq_len == 1 && mask == Mask::None) continue;  // one token: both masks are the same
-        compare_backends({"kimi", seq_len, mask, precision}, cfg, w, hidden);
+        compare_prepared({"kimi", seq_len, mask, precision}, b, hidden);
       }
     }
   }

@@ -250,7 +250,15 @@ FixtureRun fixture_run(const mla::SafetensorsFile& fx) {
   return run;
 }
 
-void check_fixture(const std::string& rel) {
+// The reference, then the cpu backend with every GEMM engine of the build, prepared for `src`
+// in `precision`.
+struct PreparedBackends {
+  const Source* src = nullptr;
+  Precision precision = Precision::FP32;
+  std::vector<std::pair<std::unique_ptr<mla::Backend>, mla::Gemm>> backends;
+};
+
+void check_fixture(const std::string& rel, PreparedBackends& prepared) {
   const mla::SafetensorsFile fx = mla::SafetensorsFile::open(golden_dir() + "/" + rel);
   const Source& src = source_for(fx);
   const FixtureRun run = fixture_run(fx);
@@ -264,13 +272,26 @@ void check_fixture(const std::string& rel) {
 
   check_rope(rel, fx, src.cfg, p, S);
 
-  std::vector<std::unique_ptr<mla::Backend>> backends;
-  backends.push_back(mla::make_reference_backend());
-  backends.push_back(mla::make_cpu_backend());
-  for (auto& backend : backends) {
-    const std::string what = rel + " [" + backend->name() + "]";
-    backend->prepare(src.cfg, src.weights, opt);
-    const mla::ForwardResult r = backend->forward(hidden, opt);
+  // Consecutive fixtures of one checkpoint and precision differ only in the mask (a forward
+  // option): the backends are prepared once for them.
+  if (prepared.src != &src || prepared.precision != p) {
+    prepared.backends.clear();
+    prepared.backends.emplace_back(mla::make_reference_backend(), mla::Gemm::Auto);
+    for (const mla::Gemm gemm : mla::test::gemm_engines()) prepared.backends.emplace_back(mla::make_cpu_backend(), gemm);
+    for (auto& [backend, gemm] : prepared.backends) {
+      mla::ForwardOptions engine_opt = opt;
+      engine_opt.gemm = gemm;
+      backend->prepare(src.cfg, src.weights, engine_opt);
+    }
+    prepared.src = &src;
+    prepared.precision = p;
+  }
+  for (auto& [backend, gemm] : prepared.backends) {
+    mla::ForwardOptions engine_opt = opt;
+    engine_opt.gemm = gemm;
+    const mla::GemmInfo g = backend->gemm_info();
+    const std::string what = rel + " [" + backend->name() + (g.engine.empty() ? "" : ", " + mla::gemm_label(g.engine, g.kernel)) + "]";
+    const mla::ForwardResult r = backend->forward(hidden, engine_opt);
     const std::string pair = backend->name() + "-vs-hf";
     const std::string precision = mla::precision_name(p);
     const std::pair<const char*, const mla::TensorD*> items[] = {
@@ -313,13 +334,15 @@ BOOST_AUTO_TEST_CASE(manifest_lists_every_fixture) {
 }
 
 BOOST_AUTO_TEST_CASE(small_geometries_match_hf) {
+  PreparedBackends prepared;
   for (const std::string& rel : manifest())
-    if (rel.rfind("kimi-k2.6/", 0) != 0) check_fixture(rel);
+    if (rel.rfind("kimi-k2.6/", 0) != 0) check_fixture(rel, prepared);
 }
 
 BOOST_AUTO_TEST_CASE(kimi_k26_geometry_matches_hf) {
+  PreparedBackends prepared;
   for (const std::string& rel : manifest())
-    if (rel.rfind("kimi-k2.6/", 0) == 0) check_fixture(rel);
+    if (rel.rfind("kimi-k2.6/", 0) == 0) check_fixture(rel, prepared);
 }
 
 BOOST_AUTO_TEST_CASE(latent_norm_eps_is_pinned_by_the_fixtures) {

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "mla_build_config.h"
+
 namespace mla::test {
 namespace {
 
@@ -26,6 +28,11 @@ std::string arg_value(const std::string& key) {
 }
 
 }  // namespace
+
+std::vector<Gemm> gemm_engines() {
+  if (MLA_HAVE_ONEDNN) return {Gemm::Eigen, Gemm::OneDnn};
+  return {Gemm::Eigen};
+}
 
 std::string cli_path() {
   std::string p = arg_value("cli");

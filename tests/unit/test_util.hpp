@@ -3,8 +3,14 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "mla/attention.hpp"
 
 namespace mla::test {
+
+// The cpu backend's projection engines this build has: eigen, and onednn when built with it.
+std::vector<Gemm> gemm_engines();
 
 std::string cli_path();   // the built mla-h2o binary
 std::string data_dir();   // tests/data in the source tree

@@ -1,0 +1,430 @@
+// src/cpu/gemm_engine.cpp — the Eigen and oneDNN GEMM engines of the cpu backend's
+// projections; see gemm_engine.hpp for the contract and docs/cpu-gemm.md for the figures.
+//
+// Shape legend: S = rows of x (tokens), in = in_features (K), out = out_features (N).
+// oneDNN names: src = x [S, in] (M x K), weights = W^T [in, out] (K x N; W [out, in] row-major is
+// the "ba" layout of K x N), dst = y [S, out], bias [1, out].
+#include "gemm_engine.hpp"
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "mla/bf16.hpp"
+#include "mla/error.hpp"
+#include "mla_build_config.h"
+
+#if MLA_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
+// The OpenMP run time oneDNN's threads come from (libgomp); declared here rather than
+// including omp.h, which a clang build may not have.
+extern "C" {
+void omp_set_num_threads(int num_threads);
+int omp_get_max_threads(void);
+}
+#define MLA_ONEDNN_OMP 1
+#endif
+#endif
+
+namespace mla::cpu {
+namespace {
+
+std::string eigen_version() {
+  return "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
+         std::to_string(EIGEN_MINOR_VERSION);
+}
+
+std::string eigen_kernel() { return MLA_HAVE_BLAS ? "OpenBLAS sgemm" : "Eigen gebp"; }
+
+// Splits [0, count) into `threads` contiguous slices: body(begin, end).
+void for_slices(int64_t count, int threads, const std::function<void(int64_t, int64_t)>& body) {
+  const int64_t slices = std::clamp<int64_t>(threads, 1, std::max<int64_t>(count, 1));
+  parallel_for(slices, threads, [&](int64_t slice, int) { body(count * slice / slices, count * (slice + 1) / slices); });
+}
+
+// dst = W (bf16: rounded to bf16 values), row slices in parallel.
+void convert_weight(const LinearWeight& w, bool bf16, int threads, float* dst) {
+  const int64_t cols = w.in_features;
+  for_slices(w.out_features, threads, [&](int64_t begin, int64_t end) {
+    float* out = dst + begin * cols;
+    const int64_t count = (end - begin) * cols;
+    std::memcpy(out, w.weight + begin * cols, static_cast<size_t>(count) * sizeof(float));
+    if (bf16) round_to_bf16_inplace(out, count);
+  });
+}
+
+// The bias as the engines add it: fp32 values (bf16 values in bf16 mode); empty when none.
+std::vector<float> convert_bias(const LinearWeight& w, bool bf16) {
+  if (w.bias == nullptr) return {};
+  std::vector<float> b(w.bias, w.bias + w.out_features);
+  if (bf16) round_to_bf16_inplace(b.data(), w.out_features);
+  return b;
+}
+
+// ---- Eigen (+ OpenBLAS) --------------------------------------------------------------------
+
+class EigenLinear final : public PreparedLinear {
+ public:
+  EigenLinear(const LinearWeight& w, bool bf16, int threads)
+      : weight_(w.out_features, w.in_features), bias_(convert_bias(w, bf16)), bf16_(bf16) {
+    convert_weight(w, bf16, threads, weight_.data());
+  }
+  void run(const MatrixRM& x, int threads, MatrixRM& y) override {
+    linear(x, weight_, bias_.empty() ? nullptr : bias_.data(), bf16_, threads, y);
+  }
+  std::string kernel() const override { return eigen_kernel(); }
+
+ private:
+  MatrixRM weight_;  // [out, in]
+  std::vector<float> bias_;
+  bool bf16_;
+};
+
+class EigenEngine final : public GemmEngine {
+ public:
+  Gemm kind() const override { return Gemm::Eigen; }
+  std::string name() const override { return eigen_version() + (MLA_HAVE_BLAS ? " + OpenBLAS sgemm" : ""); }
+  std::string kernel() const override { return eigen_kernel(); }
+  std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) override {
+    return std::make_unique<EigenLinear>(w, bf16, threads);
+  }
+};
+
+#if MLA_HAVE_ONEDNN
+// ---- oneDNN ----------------------------------------------------------------------------------
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Dt = memory::data_type;
+
+// The process-wide CPU engine and stream (oneDNN objects are reference counted handles).
+struct Dnnl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  static Dnnl& get() {
+    static Dnnl d;
+    return d;
+  }
+};
+
+// While alive, oneDNN's OpenMP parallel regions on this thread use `threads` threads.
+class DnnlThreads {
+ public:
+  explicit DnnlThreads([[maybe_unused]] int threads) {
+#ifdef MLA_ONEDNN_OMP
+    saved_ = omp_get_max_threads();
+    omp_set_num_threads(std::max(threads, 1));
+#endif
+  }
+  ~DnnlThreads() {
+#ifdef MLA_ONEDNN_OMP
+    omp_set_num_threads(saved_);
+#endif
+  }
+  DnnlThreads(const DnnlThreads&) = delete;
+  DnnlThreads& operator=(const DnnlThreads&) = delete;
+
+ private:
+  [[maybe_unused]] int saved_ = 0;
+};
+
+// Threads for one oneDNN call of `macs` multiply-adds: one below kParallelMacs. Idle OpenMP
+// workers spin-wait after a parallel region (libgomp's default wait policy) and take the cores
+// the backend's own threads and OpenBLAS need next; for a small product that costs more than
+// the second thread gains (the cpu suite's small geometries ran 4x slower with it).
+constexpr int64_t kParallelMacs = int64_t{1} << 24;
+int dnnl_threads_for(int64_t macs, int threads) { return macs < kParallelMacs ? 1 : threads; }
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+// The matmul primitive descriptor y[S, out] (f32) = x[S, in] (dt) * W^T[in, out] (dt, layout
+// `weights`) + bias[1, out] (f32). fpmath mode strict: f32 stays f32.
+dnnl::matmul::primitive_desc matmul_pd(int64_t S, int64_t in, int64_t out, Dt dt, const memory::desc& weights, bool bias) {
+  const memory::desc src({S, in}, dt, Tag::ab), dst({S, out}, Dt::f32, Tag::ab);
+  dnnl::primitive_attr attr;
+  attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
+  Dnnl& d = Dnnl::get();
+  if (bias) {
+    const memory::desc b({1, out}, Dt::f32, Tag::ab);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, b, dst), attr, d.engine);
+  }
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr, d.engine);
+}
+
+// The kernel oneDNN picks for a typical projection (S 256, in 1024, out 1024; weights in the
+// layout it prefers), "" when it has none for this data type on this CPU.
+std::string probe_kernel(Dt dt) {
+  try {
+    const memory::desc any({1024, 1024}, dt, Tag::any);
+    return matmul_pd(256, 1024, 1024, dt, any, false).impl_info_str();
+  } catch (const dnnl::error&) {
+    return "";
+  }
+}
+
+std::string isa_name() {
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "isa " + std::to_string(static_cast<int>(dnnl_get_effective_cpu_isa()));
+  }
+}
+
+class DnnlLinear final : public PreparedLinear {
+ public:
+  DnnlLinear(const LinearWeight& w, bool bf16, int threads)
+      : in_(w.in_features), out_(w.out_features), dt_(bf16 ? Dt::bf16 : Dt::f32), bf16_(bf16), bias_(convert_bias(w, bf16)) {
+    Dnnl& d = Dnnl::get();
+    DnnlThreads dnnl_threads(dnnl_threads_for(in_ * out_, threads));
+    // The layout the primitive prefers (the same for every S: checked in docs/cpu-gemm.md).
+    weights_md_ = matmul_pd(256, in_, out_, dt_, memory::desc({in_, out_}, dt_, Tag::any), w.bias != nullptr).weights_desc();
+    weights_ = memory(weights_md_, d.engine);
+    if (!pack_blocked(w, threads)) {  // a layout the packer does not know: oneDNN reorders W
+      const memory::desc plain({in_, out_}, dt_, Tag::ba);  // W [out, in]
+      if (bf16) {
+        std::vector<uint16_t> bits(static_cast<size_t>(in_ * out_));
+        for (int64_t i = 0; i < in_ * out_; ++i) bits[static_cast<size_t>(i)] = mla::bf16::round_bits(w.weight[i]);
+        memory src(plain, d.engine, bits.data());
+        dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
+      } else {
+        memory src(plain, d.engine, const_cast<float*>(w.weight));
+        dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
+      }
+    }
+    d.stream.wait();
+    kernel_ = primitive(256).pd.impl_info_str();
+  }
+
+  void run(const MatrixRM& x, int threads, MatrixRM& y) override {
+    try {
+      run_primitive(x, threads, y);
+    } catch (const dnnl::error& e) {
+      fail(ErrorKind::Unsupported, "cpu backend: " + onednn_version() + " cannot multiply [" + std::to_string(x.rows()) +
+                                       ", " + std::to_string(in_) + "] by [" + std::to_string(in_) + ", " +
+                                       std::to_string(out_) + "]: " + e.what() + " (--gemm eigen avoids oneDNN)");
+    }
+  }
+
+  std::string kernel() const override { return kernel_; }
+
+ private:
+  // y [S, out] = x [S, in] W^T (+ bias), through the primitive for S rows.
+  void run_primitive(const MatrixRM& x, int threads, MatrixRM& y) {
+    const int64_t S = x.rows();
+    y.resize(S, out_);
+    Dnnl& d = Dnnl::get();
+    DnnlThreads dnnl_threads(dnnl_threads_for(S * in_ * out_, threads));
+    const Primitive& p = primitive(S);
+    std::vector<mla::bf16> x_bf16;
+    memory src;
+    if (bf16_) {
+      // x holds bf16 values: the conversion keeps them exactly.
+      x_bf16.resize(static_cast<size_t>(S * in_));
+      for_slices(S, threads, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin * in_; i < end * in_; ++i) x_bf16[static_cast<size_t>(i)] = mla::bf16::from_float(x.data()[i]);
+      });
+      src = memory(p.pd.src_desc(), d.engine, x_bf16.data());
+    } else {
+      src = memory(p.pd.src_desc(), d.engine, const_cast<float*>(x.data()));
+    }
+    memory dst(p.pd.dst_desc(), d.engine, y.data());
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst}};
+    if (!bias_.empty()) {
+      args.emplace(DNNL_ARG_BIAS, memory(memory::desc({1, out_}, Dt::f32, Tag::ab), d.engine, bias_.data()));
+    }
+    p.matmul.execute(d.stream, args);
+    d.stream.wait();
+    if (bf16_) {  // the one rounding of each output (fp32 sum + bias -> bf16)
+      for_slices(S, threads, [&](int64_t begin, int64_t end) {
+        round_to_bf16_inplace(y.data() + begin * out_, (end - begin) * out_);
+      });
+    }
+  }
+
+  // Writes W (rounded to bf16 in bf16 mode) straight into weights_, in the blocked layout the
+  // primitive chose, in one pass parallel over output features. Element (k, n) of W^T lives at
+  // k_offset[k] + n_offset[n]: per dimension, its outer block index times the stride plus its
+  // digits in the inner blocks (dnnl_blocking_desc_t; inner_blks[last] is the innermost).
+  // Returns false for a layout that is not plain blocked, or has an offset (oneDNN's reorder
+  // handles it).
+  bool pack_blocked(const LinearWeight& w, int threads) {
+    const dnnl_memory_desc_t& md = weights_md_.data;
+    if (md.format_kind != dnnl_blocked || md.ndims != 2 || md.offset0 != 0) return false;
+    const dnnl_blocking_desc_t& blk = md.format_desc.blocking;
+    auto offsets = [&](int dim, int64_t count) {
+      int64_t block = 1;
+      for (int j = 0; j < blk.inner_nblks; ++j)
+        if (blk.inner_idxs[j] == dim) block *= blk.inner_blks[j];
+      std::vector<int64_t> off(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) {
+        int64_t o = (i / block) * blk.strides[dim], rest = i % block, inner_stride = 1;
+        for (int j = blk.inner_nblks - 1; j >= 0; --j) {
+          if (blk.inner_idxs[j] == dim) {
+            o += (rest % blk.inner_blks[j]) * inner_stride;
+            rest /= blk.inner_blks[j];
+          }
+          inner_stride *= blk.inner_blks[j];
+        }
+        off[static_cast<size_t>(i)] = o;
+      }
+      return off;
+    };
+    const std::vector<int64_t> k_offset = offsets(0, in_), n_offset = offsets(1, out_);
+    if (md.padded_dims[0] != in_ || md.padded_dims[1] != out_)  // the padding must hold zeros
+      std::memset(weights_.get_data_handle(), 0, weights_md_.get_size());
+    // Tiles of 64 output features x 64 input features: the tile's rows are read in address
+    // order into a buffer that stays in L1, then written k-major, the blocked layout's order.
+    // (Reading W column-wise directly would touch 64 rows whose stride is a multiple of 4 KiB:
+    // all in one L1 set.)
+    constexpr int64_t kTile = 64;
+    auto pack = [&](auto* dst, auto convert) {
+      for_slices(out_, threads, [&](int64_t begin, int64_t end) {
+        float tile[kTile][kTile];
+        for (int64_t n0 = begin; n0 < end; n0 += kTile) {
+          const int64_t rows = std::min(end - n0, kTile);
+          for (int64_t k0 = 0; k0 < in_; k0 += kTile) {
+            const int64_t cols = std::min(in_ - k0, kTile);
+            for (int64_t r = 0; r < rows; ++r) std::memcpy(tile[r], w.weight + (n0 + r) * in_ + k0, static_cast<size_t>(cols) * sizeof(float));
+            for (int64_t c = 0; c < cols; ++c) {
+              auto* out = dst + k_offset[static_cast<size_t>(k0 + c)];
+              for (int64_t r = 0; r < rows; ++r) convert(tile[r][c], out[n_offset[static_cast<size_t>(n0 + r)]]);
+            }
+          }
+        }
+      });
+    };
+    if (bf16_) {
+      pack(static_cast<uint16_t*>(weights_.get_data_handle()), [](float x, uint16_t& out) { out = mla::bf16::round_bits(x); });
+    } else {
+      pack(static_cast<float*>(weights_.get_data_handle()), [](float x, float& out) { out = x; });
+    }
+    return true;
+  }
+
+  struct Primitive {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul matmul;
+  };
+  // The primitive for S rows, created on first use (the weights keep their layout).
+  const Primitive& primitive(int64_t S) {
+    auto it = primitives_.find(S);
+    if (it != primitives_.end()) return it->second;
+    dnnl::matmul::primitive_desc pd = matmul_pd(S, in_, out_, dt_, weights_md_, !bias_.empty());
+    dnnl::matmul mm(pd);
+    return primitives_.emplace(S, Primitive{pd, mm}).first->second;
+  }
+  int64_t in_, out_;
+  Dt dt_;
+  bool bf16_;
+  memory::desc weights_md_;
+  memory weights_;            // W^T [in, out] in oneDNN's layout
+  std::vector<float> bias_;   // [out] (bf16 values in bf16 mode)
+  std::map<int64_t, Primitive> primitives_;
+  std::string kernel_;
+};
+
+class DnnlEngine final : public GemmEngine {
+ public:
+  explicit DnnlEngine(std::string kernel) : kernel_(std::move(kernel)) {}
+  Gemm kind() const override { return Gemm::OneDnn; }
+  std::string name() const override { return onednn_version(); }
+  std::string kernel() const override { return kernel_; }
+  std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) override {
+    try {
+      return std::make_unique<DnnlLinear>(w, bf16, threads);
+    } catch (const dnnl::error& e) {
+      fail(ErrorKind::Unsupported, "cpu backend: " + onednn_version() + " cannot prepare " + w.name + " [" +
+                                       std::to_string(w.out_features) + ", " + std::to_string(w.in_features) +
+                                       "]: " + e.what() + " (--gemm eigen avoids oneDNN)");
+    }
+  }
+
+ private:
+  std::string kernel_;
+};
+#endif  // MLA_HAVE_ONEDNN
+
+}  // namespace
+
+bool onednn_built() { return MLA_HAVE_ONEDNN != 0; }
+
+std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string& why) {
+  const char* precision = bf16 ? "bf16" : "fp32";
+  if (choice == Gemm::Eigen) {
+    why = "--gemm eigen";
+    return std::make_unique<EigenEngine>();
+  }
+#if MLA_HAVE_ONEDNN
+  const std::string kernel = probe_kernel(bf16 ? Dt::bf16 : Dt::f32);
+  const std::string lib = onednn_version();
+  if (kernel.empty()) {
+    why = lib + " has no " + precision + " matmul for this CPU (" + isa_name() + ")";
+    return std::make_unique<EigenEngine>();
+  }
+  if (choice == Gemm::OneDnn) {
+    why = "--gemm onednn";
+    return std::make_unique<DnnlEngine>(kernel);
+  }
+  if (kernel.rfind("brg:", 0) == 0) {
+    why = lib + " has a brgemm " + precision + " kernel for this CPU (" + kernel + ")";
+    return std::make_unique<DnnlEngine>(kernel);
+  }
+  why = lib + "'s " + precision + " kernel on this CPU is " + kernel + ", not a brgemm kernel (" + isa_name() +
+        "): the Eigen engine is at least as fast";
+  return std::make_unique<EigenEngine>();
+#else
+  if (choice == Gemm::OneDnn)
+    fail(ErrorKind::Unsupported, "--gemm onednn: this build has no oneDNN (meson -Donednn=enabled needs libdnnl-dev)");
+  why = std::string("built without oneDNN (") + precision + ")";
+  return std::make_unique<EigenEngine>();
+#endif
+}
+
+}  // namespace mla::cpu
+
+namespace mla {
+
+const char* gemm_name(Gemm g) {
+  switch (g) {
+    case Gemm::Auto: return "auto";
+    case Gemm::Eigen: return "eigen";
+    case Gemm::OneDnn: return "onednn";
+  }
+  return "?";
+}
+
+std::string gemm_label(const std::string& engine, const std::string& kernel) {
+  if (engine.empty() || engine.find(kernel) != std::string::npos) return engine;
+  return engine + ", " + kernel;
+}
+
+std::string gemm_auto_summary() {
+  std::string s;
+  for (const bool bf16 : {false, true}) {
+    std::string why;
+    const auto engine = cpu::make_gemm_engine(Gemm::Auto, bf16, why);
+    s += std::string(bf16 ? "; bf16: " : "fp32: ") + gemm_label(engine->name(), engine->kernel());
+  }
+  return s;
+}
+
+}  // namespace mla

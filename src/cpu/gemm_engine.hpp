@@ -1,0 +1,72 @@
+// src/cpu/gemm_engine.hpp — the GEMM engines behind the cpu backend's projections
+// (q_a_proj, q_b_proj / q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj; docs/cpu-gemm.md).
+//
+//   Eigen engine   y = x W^T with Eigen 3.4 (+ OpenBLAS sgemm when built with it); the weight
+//                  is kept [out, in] row-major, fp32 values (bf16 values in bf16 mode).
+//   oneDNN engine  one oneDNN matmul primitive per (weight, S), created on first use and kept;
+//                  the weight is reordered ONCE in prepare into the blocked layout the
+//                  primitive picks (the layout does not depend on S), in bf16 when the
+//                  library has a bf16 matmul kernel for this CPU (brgemm: avx512_core_bf16,
+//                  AMX), else the engine is not used for bf16 (the Eigen engine runs, and
+//                  the reason is reported).
+//
+// Numerical contract, identical for both engines (docs/math.md §7):
+//   fp32: fp32 operands, fp32 accumulation (oneDNN fpmath mode strict: no bf16/tf32 downconvert).
+//   bf16: x and W hold bf16 values; products exact in fp32, fp32 accumulation, + bias in fp32,
+//         then ONE rounding of each output to bf16. Only the summation order differs between
+//         engines (measured in docs/cpu-gemm.md).
+//
+// Shape legend: S = rows of x (tokens), in = in_features, out = out_features.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cpu_kernels.hpp"
+#include "mla/attention.hpp"
+
+namespace mla::cpu {
+
+// One Linear layer y = x W^T (+ b) prepared for an engine.
+class PreparedLinear {
+ public:
+  virtual ~PreparedLinear() = default;
+  // x: [S, in] (bf16 values in bf16 mode) -> y: [S, out], resized.
+  virtual void run(const MatrixRM& x, int threads, MatrixRM& y) = 0;
+  // The kernel that runs, e.g. "brg:avx512_core_bf16" or "OpenBLAS sgemm".
+  virtual std::string kernel() const = 0;
+};
+
+// The source of one weight: [out, in] row-major fp32 (the loader's values), bias [out] or null.
+struct LinearWeight {
+  const char* name;  // "q_a_proj", for error messages
+  const float* weight;
+  int64_t out_features;
+  int64_t in_features;
+  const float* bias;
+};
+
+class GemmEngine {
+ public:
+  virtual ~GemmEngine() = default;
+  virtual Gemm kind() const = 0;
+  // "oneDNN 2.6.3" | "Eigen 3.4.0 + OpenBLAS sgemm" | "Eigen 3.4.0"
+  virtual std::string name() const = 0;
+  // The kernel of a typical projection in the engine's precision ("brg:avx512_core_bf16").
+  virtual std::string kernel() const = 0;
+  // Converts a validated weight once (mla/validate.hpp: finite, also once rounded to bf16):
+  // bf16 rounding in bf16 mode; oneDNN: packed into the primitive's layout.
+  virtual std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) = 0;
+};
+
+// The engine for `choice` and precision. Auto: oneDNN when it was built in and has a brgemm
+// kernel for this CPU and precision, else Eigen. OneDnn: oneDNN when it has ANY kernel for
+// the precision, else Eigen (e.g. bf16 on an AVX2-only CPU). `why` receives one sentence
+// saying why this engine runs. Error(Unsupported) for OneDnn in a build without oneDNN.
+std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string& why);
+
+// True when the build links oneDNN.
+bool onednn_built();
+
+}  // namespace mla::cpu
