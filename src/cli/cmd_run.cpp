@@ -28,6 +28,7 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "run_plan.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
@@ -37,25 +38,8 @@
 #include "mla_build_config.h"
 
 namespace mla::cli {
-namespace {
 
-// ---- settings shared by run and demo ------------------------------------------------------
-
-struct RunPlan {
-  std::string command;       // "run" | "demo"
-  std::string checkpoint;    // path
-  std::string config_path;   // --config ("" = beside the checkpoint)
-  int64_t layer = 0;
-  InputRequest input;
-  BackendKind backend = BackendKind::Auto;
-  ForwardOptions forward;    // mask, precision, latent eps, threads, allow_tf32
-  std::string latent_eps_arg = "hf";  // "hf" | "config" | a number
-  H2OOptions h2o;
-  bool per_head = false;
-  bool dump_tensors = false;
-  std::string out_dir = "mla-h2o-out";
-  std::vector<std::string> notes;
-};
+// ---- settings shared by run, demo and sweep (run_plan.hpp) ---------------------------------
 
 std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::string& default_precision) {
   return {
@@ -75,12 +59,14 @@ std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::
   };
 }
 
+namespace {
 BackendKind backend_kind(const std::string& s) {
   if (s == "reference") return BackendKind::Reference;
   if (s == "cpu") return BackendKind::Cpu;
   if (s == "cuda") return BackendKind::Cuda;
   return BackendKind::Auto;
 }
+}  // namespace
 
 // Reads the flags of forward_flags() into `plan`.
 void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default_mask, const std::string& default_precision) {
@@ -116,23 +102,22 @@ double latent_eps(const std::string& arg, const AttentionConfig& cfg, std::strin
   return v;
 }
 
-class Stopwatch {
- public:
-  Stopwatch() : t0_(std::chrono::steady_clock::now()) {}
-  double lap() {
-    const auto now = std::chrono::steady_clock::now();
-    const double s = std::chrono::duration<double>(now - t0_).count();
-    t0_ = now;
-    return s;
+void check_layer_present(const Checkpoint& ckpt, int64_t layer, const std::string& flag) {
+  const AttentionConfig& cfg = ckpt.config();
+  if (layer < 0 || layer >= cfg.num_hidden_layers)
+    fail(ErrorKind::InvalidArgument, flag + " is out of range: the config has " + std::to_string(cfg.num_hidden_layers) +
+                                         " layers (0.." + std::to_string(cfg.num_hidden_layers - 1) + ")");
+  const std::vector<int64_t> present = ckpt.layers_present();
+  if (std::find(present.begin(), present.end(), layer) == present.end()) {
+    std::string list;
+    for (size_t i = 0; i < present.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(present[i]);
+    if (present.size() > 16) list += ", ...";
+    fail(ErrorKind::Checkpoint, flag + ": " + ckpt.path() + " does not hold that layer's attention tensors (layers present: " +
+                                    (list.empty() ? "none" : list) + ")");
   }
-
- private:
-  std::chrono::steady_clock::time_point t0_;
-};
-
-std::string join_path(const std::string& dir, const std::string& name) {
-  return (std::filesystem::path(dir) / name).string();
 }
+
+namespace {
 
 // ---- the pipeline -----------------------------------------------------------------------
 
@@ -141,6 +126,7 @@ int execute_run(const RunPlan& plan) {
   RunInfo& info = rep.info;
   info.command = plan.command;
   info.notes = plan.notes;
+  if (plan.input.kind == InputKind::Tokens && plan.layer > 0) info.notes.push_back(tokens_caveat(std::to_string(plan.layer)));
   Stopwatch sw;
 
   // 1. output directory
@@ -150,20 +136,8 @@ int execute_run(const RunPlan& plan) {
   const Checkpoint ckpt = Checkpoint::open(plan.checkpoint, plan.config_path);
   info.stage_seconds.emplace_back("open checkpoint", sw.lap());
   const AttentionConfig& cfg = ckpt.config();
-  if (plan.layer < 0 || plan.layer >= cfg.num_hidden_layers)
-    fail(ErrorKind::InvalidArgument, "--layer " + std::to_string(plan.layer) + " is out of range: the config has " +
-                                         std::to_string(cfg.num_hidden_layers) + " layers (0.." +
-                                         std::to_string(cfg.num_hidden_layers - 1) + ")");
-  const std::vector<int64_t> present = ckpt.layers_present();
-  if (std::find(present.begin(), present.end(), plan.layer) == present.end()) {
-    std::string list;
-    for (size_t i = 0; i < present.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(present[i]);
-    if (present.size() > 16) list += ", ...";
-    fail(ErrorKind::Checkpoint, "--layer " + std::to_string(plan.layer) + ": " + plan.checkpoint +
-                                    " does not hold that layer's attention tensors (layers present: " +
-                                    (list.empty() ? "none" : list) + ")");
-  }
-  const LayerWeights weights = ckpt.load_layer(plan.layer, plan.input.kind == InputKind::Tokens);
+  check_layer_present(ckpt, plan.layer, "--layer " + std::to_string(plan.layer));
+  const LayerWeights weights = ckpt.load_layer(plan.layer, needs_input_layernorm(plan.input));
   info.stage_seconds.emplace_back("load layer", sw.lap());
 
   ForwardOptions fopt = plan.forward;

@@ -13,5 +13,6 @@ int cmd_run(const std::vector<std::string>& argv);
 int cmd_demo(const std::vector<std::string>& argv);
 int cmd_select(const std::vector<std::string>& argv);
 int cmd_compare(const std::vector<std::string>& argv);
+int cmd_sweep(const std::vector<std::string>& argv);
 
 }  // namespace mla::cli

@@ -18,7 +18,9 @@ namespace mla::cli {
 std::vector<FlagSpec> input_flags() {
   return {
       {"input", "FILE", "hidden states from a safetensors file, [S, hidden] or [1, S, hidden], F32/BF16/F16", ""},
-      {"input-tensor", "NAME", "tensor to read from --input", "hidden_states"},
+      {"input-tensor", "NAME", "tensor to read from --input (NAME.L for layer L when the file holds it)", "hidden_states"},
+      {"residual", "", "--input rows are the residual stream entering the layer (HF output_hidden_states[L]): "
+                       "apply the layer's input_layernorm first", ""},
       {"tokens", "IDS|FILE", "token ids (3,17,250 or a file of ids): embed_tokens rows + input_layernorm", ""},
       {"seq-len", "S", "seeded standard-normal embeddings: number of tokens", "256"},
       {"seed", "N", "seed of the seeded embeddings (Rng stream 1, row-major [S, hidden])", "0"},
@@ -36,10 +38,13 @@ InputRequest input_request(const Args& args) {
     fail(ErrorKind::InvalidArgument, "two input sources given (" + given[0] + " and " + given[1] +
                                          "); use exactly one of --input, --tokens, --seq-len/--seed");
   if (args.has("input-tensor") && !file) fail(ErrorKind::InvalidArgument, "--input-tensor needs --input FILE");
+  if (args.has("residual") && !file)
+    fail(ErrorKind::InvalidArgument, "--residual needs --input FILE (the residual stream entering the layer)");
   if (file) {
     req.kind = InputKind::File;
     req.file = args.str("input");
     req.tensor = args.str("input-tensor", "hidden_states");
+    req.residual = args.has("residual");
   } else if (tokens) {
     req.kind = InputKind::Tokens;
     req.tokens = args.str("tokens");
@@ -51,6 +56,14 @@ InputRequest input_request(const Args& args) {
   return req;
 }
 
+std::string tokens_caveat(const std::string& layers) {
+  return "--tokens on layer(s) " + layers +
+         ": these are NOT the model's inputs to those layers. --tokens feeds embed_tokens rows (through the layer's "
+         "own input_layernorm), which only layer 0 receives; layer L > 0 receives the residual stream after layers "
+         "0..L-1 (attention and MLP/MoE). Write the real inputs with reference/python/dump_hidden_states.py and pass "
+         "--input FILE --residual (docs/sweep.md)";
+}
+
 TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed) {
   TensorF x("hidden_states", {seq_len, hidden_size});  // [S, H]
   Rng rng(seed, kHiddenStatesStream);
@@ -58,15 +71,39 @@ TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed
   return x;
 }
 
+namespace {
+
+std::string tensor_list(const SafetensorsFile& f) {
+  std::string names;
+  size_t shown = 0;
+  for (const auto& t : f.tensors()) {
+    if (++shown > 24) {
+      names += ", ...";
+      break;
+    }
+    names += (names.empty() ? "" : ", ") + t.name;
+  }
+  return names.empty() ? "nothing" : names;
+}
+
+}  // namespace
+
+std::string input_tensor_for_layer(const std::string& path, const std::string& name, int64_t layer) {
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  const std::string per_layer = name + "." + std::to_string(layer);
+  if (f.find(per_layer)) return per_layer;
+  if (f.find(name)) return name;
+  fail(ErrorKind::TensorNotFound, "--input " + path + " has no tensor '" + name + "' (nor '" + per_layer +
+                                      "' for layer " + std::to_string(layer) + "; it holds: " + tensor_list(f) +
+                                      "); choose one with --input-tensor");
+}
+
 TensorF hidden_states_from_file(const std::string& path, const std::string& name, int64_t hidden_size) {
   const SafetensorsFile f = SafetensorsFile::open(path);
   const TensorInfo* info = f.find(name);
-  if (!info) {
-    std::string names;
-    for (const auto& t : f.tensors()) names += (names.empty() ? "" : ", ") + t.name;
-    fail(ErrorKind::TensorNotFound, "--input " + path + " has no tensor '" + name + "' (it holds: " +
-                                        (names.empty() ? "nothing" : names) + "); choose one with --input-tensor");
-  }
+  if (!info)
+    fail(ErrorKind::TensorNotFound, "--input " + path + " has no tensor '" + name + "' (it holds: " + tensor_list(f) +
+                                        "); choose one with --input-tensor");
   const std::string where = "--input " + path + ", tensor '" + name + "'";
   if (info->dtype != DType::F32 && info->dtype != DType::BF16 && info->dtype != DType::F16)
     fail(ErrorKind::Unsupported, where + " has dtype " + std::string(dtype_name(info->dtype)) + "; expected F32, BF16 or F16");
@@ -140,11 +177,21 @@ HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const La
   const AttentionConfig& cfg = ckpt.config();
   HiddenInput in;
   switch (req.kind) {
-    case InputKind::File:
-      in.hidden = hidden_states_from_file(req.file, req.tensor, cfg.hidden_size);
-      in.description = "hidden states from " + req.file + " (tensor '" + req.tensor + "', " +
-                       std::to_string(in.hidden.dim(0)) + " tokens)";
+    case InputKind::File: {
+      const std::string tensor = input_tensor_for_layer(req.file, req.tensor, weights.layer);
+      in.hidden = hidden_states_from_file(req.file, tensor, cfg.hidden_size);
+      std::ostringstream os;
+      os << (req.residual ? "residual stream" : "hidden states") << " from " << req.file << " (tensor '" << tensor
+         << "', " << in.hidden.dim(0) << " tokens)";
+      if (req.residual) {
+        if (weights.input_layernorm.empty())
+          fail(ErrorKind::TensorNotFound, "--residual needs layer " + std::to_string(weights.layer) + "'s input_layernorm");
+        input_rms_norm(in.hidden, weights.input_layernorm, cfg.rms_norm_eps, precision);
+        os << " -> layer " << weights.layer << "'s input_layernorm (eps " << cfg.rms_norm_eps << ")";
+      }
+      in.description = os.str();
       break;
+    }
     case InputKind::Tokens: {
       in.token_ids = parse_token_ids(req.tokens);
       in.hidden = ckpt.embed_rows(in.token_ids);

@@ -13,6 +13,7 @@
 
 #include "mla/error.hpp"
 #include "mla/report.hpp"
+#include "mla/sweep.hpp"
 #include "mla_build_config.h"
 
 namespace mla {
@@ -127,6 +128,20 @@ void int_array(JsonWriter& w, const std::vector<int64_t>& v) {
   w.end_array();
 }
 
+// [{"stage": name, "seconds": s}, ...] in execution order
+void stage_array(JsonWriter& w, const std::vector<std::pair<std::string, double>>& stages) {
+  w.begin_array();
+  for (const auto& [name, sec] : stages) {
+    w.begin_object();
+    w.key("stage").value(name);
+    w.key("seconds").value(sec);
+    w.end_object();
+  }
+  w.end_array();
+}
+
+}  // namespace
+
 void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale) {
   w.begin_object();
   w.key("model_type").value(c.model_type);
@@ -210,8 +225,6 @@ void write_decision(JsonWriter& w, std::span<const double> scores, const H2ODeci
     w.end_array();
   }
 }
-
-}  // namespace
 
 std::string report_json(const Report& r) {
   const RunInfo& in = r.info;
@@ -311,27 +324,104 @@ std::string report_json(const Report& r) {
   w.key("forward").value(in.forward_seconds);
   w.key("h2o").value(in.h2o_seconds);
   w.key("total").value(total);
-  w.key("stages").begin_array();
-  for (const auto& [name, sec] : in.stage_seconds) {
-    w.begin_object();
-    w.key("stage").value(name);
-    w.key("seconds").value(sec);
-    w.end_object();
-  }
-  w.end_array();
-  w.key("forward_stages").begin_array();
-  for (const auto& [name, sec] : in.forward_stage_seconds) {
-    w.begin_object();
-    w.key("stage").value(name);
-    w.key("seconds").value(sec);
-    w.end_object();
-  }
-  w.end_array();
+  w.key("stages");
+  stage_array(w, in.stage_seconds);
+  w.key("forward_stages");
+  stage_array(w, in.forward_stage_seconds);
   w.end_object();
 
   w.key("notes").begin_array();
   for (const auto& n : in.notes) w.value(n);
   w.end_array();
+  w.key("files").begin_array();
+  for (const auto& f : in.files) w.value(f);
+  w.end_array();
+  w.end_object();
+  return w.str() + "\n";
+}
+
+// report.json of `mla-h2o sweep`: settings as in run's report.json, the caveats, one object
+// per layer (scores summary, the H2O decision, timings) and every pair's overlap.
+std::string sweep_report_json(const SweepReport& r, const std::vector<LayerOverlap>& overlaps) {
+  const RunInfo& in = r.info;
+  JsonWriter w;
+  w.begin_object();
+  w.key("format").value("mla-h2o sweep report v1");
+  string_or_null(w, "command", in.command);
+  w.key("versions").begin_object();
+  w.key("mla_h2o").value(MLA_VERSION);
+  w.key("compiler").value(MLA_COMPILER);
+  w.end_object();
+  string_or_null(w, "checkpoint", in.checkpoint);
+  string_or_null(w, "input", in.input_source);
+  w.key("caveats").begin_array();
+  for (const auto& c : r.caveats) w.value(c);
+  w.end_array();
+  w.key("notes").begin_array();
+  for (const auto& n : in.notes) w.value(n);
+  w.end_array();
+  w.key("config");
+  if (in.config) write_config(w, *in.config, in.softmax_scale);
+  else w.null();
+  w.key("options").begin_object();
+  string_or_null(w, "mask", in.mask);
+  string_or_null(w, "precision", in.precision);
+  string_or_null(w, "backend", in.backend_requested);
+  string_or_null(w, "backend_used", in.backend);
+  string_or_null(w, "backend_reason", in.backend_reason);
+  string_or_null(w, "latent_norm_eps_mode", in.latent_norm_eps_mode);
+  w.key("latent_norm_eps");
+  if (in.latent_norm_eps) w.value(*in.latent_norm_eps);
+  else w.null();
+  w.key("sinks").value(r.h2o.sinks);
+  w.key("recent").value(r.h2o.recent);
+  w.key("budget").value(r.h2o.budget);
+  w.key("threads").value(in.threads);
+  w.end_object();
+
+  w.key("layers").begin_array();
+  for (const SweepLayer& l : r.layers) {
+    const ScoreStats st = score_stats(l.scores);
+    w.begin_object();
+    w.key("layer").value(l.layer);
+    w.key("input").value(l.input_source);
+    w.key("scores").begin_object();
+    w.key("min").value(st.min);
+    w.key("max").value(st.max);
+    w.key("mean").value(st.mean);
+    w.key("std").value(st.std);
+    w.key("sum").value(st.sum);
+    w.key("argmax").value(st.argmax);
+    w.end_object();
+    w.key("h2o").begin_object();
+    write_decision(w, l.scores, l.decision, 10);
+    w.end_object();
+    w.key("timing_s").begin_object();
+    w.key("load").value(l.load_seconds);
+    w.key("forward").value(l.forward_seconds);
+    w.end_object();
+    w.end_object();
+  }
+  w.end_array();
+
+  w.key("overlap").begin_array();
+  for (const LayerOverlap& o : overlaps) {
+    w.begin_object();
+    w.key("layer_a").value(o.layer_a);
+    w.key("layer_b").value(o.layer_b);
+    w.key("kept_jaccard").value(o.kept_jaccard);
+    w.key("heavy_jaccard").value(o.heavy_jaccard);
+    w.end_object();
+  }
+  w.end_array();
+
+  double total = 0;
+  for (const auto& st2 : in.stage_seconds) total += st2.second;
+  w.key("timing_s").begin_object();
+  w.key("total").value(total);
+  w.key("stages");
+  stage_array(w, in.stage_seconds);
+  w.end_object();
   w.key("files").begin_array();
   for (const auto& f : in.files) w.value(f);
   w.end_array();
