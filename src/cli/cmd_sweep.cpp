@@ -186,6 +186,7 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
     {
       const LayerWeights weights = ckpt.load_layer(L, needs_input_layernorm(plan.input));
       HiddenInput input = load_input(plan.input, ckpt, weights, fopt.precision);
+      ckpt.release_mappings();  // the layer's pages of the shards are not needed any more
       out.input_source = input.description;
       if (seq_len < 0) seq_len = input.hidden.dim(0);
       if (input.hidden.dim(0) != seq_len)

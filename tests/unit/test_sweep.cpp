@@ -203,6 +203,11 @@ BOOST_AUTO_TEST_CASE(whole_model_checkpoint_reads_as_transformers_wrote_it) {
   }
   const mla::TensorF emb = ckpt.embed_rows({0, 127});
   BOOST_TEST(emb.dim(0) == 2);
+  // after release_mappings (sweep, between layers) the shard is reopened and reads the same
+  const mla::LayerWeights before = ckpt.load_layer(2);
+  ckpt.release_mappings();
+  BOOST_TEST(ckpt.load_layer(2).kv_b_proj.data == before.kv_b_proj.data, boost::test_tools::per_element());
+  BOOST_TEST(ckpt.embed_rows({0, 127}).data == emb.data, boost::test_tools::per_element());
 }
 
 // --tokens on layer 0 is the model's own layer-0 input: embed_tokens -> input_layernorm.
