@@ -30,7 +30,9 @@
 #include "compare.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/config.hpp"
+#include "mla/error.hpp"
 #include "mla/safetensors.hpp"
+#include "mla/sweep.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"
 
@@ -451,6 +453,39 @@ BOOST_AUTO_TEST_CASE(sweep_bad_inputs_are_one_error_line) {
   // run --residual on the same file: layer 2's tensor is missing
   expect_failure("run --checkpoint " + ck + " --layer 2 --input " + q(dir + "/two.safetensors") + " --residual" + out,
                  "run", {"nor 'hidden_states.2' for layer 2"});
+}
+
+// layer_overlaps on hand-made decisions: counts, an empty heavy union (Jaccard 1), and layers of
+// different lengths refused.
+BOOST_AUTO_TEST_CASE(sweep_overlap_by_hand) {
+  mla::SweepReport r;
+  const auto layer = [](int64_t l, std::vector<double> scores, mla::H2OOptions o) {
+    mla::SweepLayer x;
+    x.layer = l;
+    x.decision = mla::h2o_select(scores, o);
+    x.scores = std::move(scores);
+    return x;
+  };
+  // S = 6, 1 sink + 1 recent + 2 heavy: layer 0 keeps {0, 2, 3, 5}, layer 4 keeps {0, 3, 4, 5}
+  r.layers.push_back(layer(0, {1, 0, 9, 8, 0.5, 1}, {1, 1, 2}));
+  r.layers.push_back(layer(4, {1, 0, 0.5, 8, 9, 1}, {1, 1, 2}));
+  r.layers.push_back(layer(7, {1, 0, 0.5, 8, 9, 1}, {1, 1, 0}));  // keeps {0, 5}, no heavy
+  const std::vector<mla::LayerOverlap> o = mla::layer_overlaps(r);
+  BOOST_REQUIRE(o.size() == 3u);
+  BOOST_TEST((o[0].layer_a == 0 && o[0].layer_b == 4));
+  BOOST_TEST((o[0].kept_intersection == 3 && o[0].kept_union == 5 && o[0].kept_jaccard == 0.6));
+  BOOST_TEST((o[0].heavy_intersection == 1 && o[0].heavy_union == 3 && o[0].heavy_jaccard == 1.0 / 3.0));
+  BOOST_TEST((o[2].layer_a == 4 && o[2].layer_b == 7 && o[2].kept_jaccard == 0.5));
+  BOOST_TEST((o[2].heavy_union == 2 && o[2].heavy_jaccard == 0.0));
+  mla::SweepReport none;
+  none.layers.push_back(layer(1, {1, 2}, {1, 1, 0}));
+  none.layers.push_back(layer(2, {2, 1}, {1, 1, 0}));
+  BOOST_TEST((mla::layer_overlaps(none)[0].heavy_union == 0 && mla::layer_overlaps(none)[0].heavy_jaccard == 1.0));
+  BOOST_TEST(mla::sweep_overlap_csv(mla::layer_overlaps(none)) ==
+             "layer_a,layer_b,kept_intersection,kept_union,kept_jaccard,heavy_intersection,heavy_union,heavy_jaccard\n"
+             "1,2,2,2,1,0,0,1\n");
+  r.layers.push_back(layer(9, {1, 2, 3}, {1, 1, 1}));
+  BOOST_CHECK_THROW(mla::layer_overlaps(r), mla::Error);
 }
 
 // One tensor for all layers: used by every layer, and the report says so.
