@@ -103,7 +103,8 @@ std::string layer_list_text(const std::vector<int64_t>& layers) {
 
 // With --input: each layer's tensor must exist before anything runs, and all must hold the
 // same number of tokens. Returns the notes to report (a tensor shared by several layers).
-std::vector<std::string> check_file_inputs(const InputRequest& req, const std::vector<int64_t>& layers) {
+std::vector<std::string> check_file_inputs(const InputRequest& req, const std::vector<int64_t>& layers,
+                                           Precision precision) {
   std::map<std::string, std::vector<int64_t>> users;  // tensor -> layers it feeds
   for (int64_t l : layers) users[input_tensor_for_layer(req.file, req.tensor, l)].push_back(l);
   const SafetensorsFile f = SafetensorsFile::open(req.file);
@@ -124,6 +125,11 @@ std::vector<std::string> check_file_inputs(const InputRequest& req, const std::v
     if (ls.size() > 1)
       notes.push_back("layers " + layer_list_text(ls) + " all read the same tensor '" + name + "' of " + req.file);
   }
+  // dump_hidden_states.py records the precision the model ran in
+  const auto written = f.metadata().find("precision");
+  if (written != f.metadata().end() && written->second != precision_name(precision))
+    notes.push_back(req.file + " was written by a " + written->second + " run of the model; this sweep runs " +
+                    precision_name(precision) + " (pass --precision " + written->second + " for the model's numerics)");
   return notes;
 }
 
@@ -158,7 +164,7 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
   fopt.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg, info.latent_norm_eps_mode);
   fopt.keep_attn_weights = plan.dump_tensors;
   fopt.keep_states = plan.dump_tensors;
-  if (plan.input.kind == InputKind::File) info.notes = check_file_inputs(plan.input, layers);
+  if (plan.input.kind == InputKind::File) info.notes = check_file_inputs(plan.input, layers, fopt.precision);
   if (plan.input.kind == InputKind::Tokens) {
     std::vector<int64_t> above0;
     std::copy_if(layers.begin(), layers.end(), std::back_inserter(above0), [](int64_t l) { return l > 0; });

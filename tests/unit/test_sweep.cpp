@@ -251,6 +251,12 @@ BOOST_AUTO_TEST_CASE(whole_model_residual_inputs_reproduce_every_layer) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(whole_model_sweep_notes_a_precision_mismatch) {
+  const RunResult r = ok("sweep --checkpoint " + q(fixture_model()) + " --layers 1 --input " + q(fixture_states("bf16")) +
+                         " --residual --precision fp32 --out " + q(scratch_dir("sweep-wm-prec")));
+  BOOST_TEST(contains(r.out, "was written by a bf16 run of the model; this sweep runs fp32"));
+}
+
 // Without --residual the same file's normalized rows feed the attention as they are; with
 // --residual and the raw rows the decision is the same.
 BOOST_AUTO_TEST_CASE(whole_model_normed_inputs_give_the_same_decision) {
@@ -272,6 +278,7 @@ BOOST_AUTO_TEST_CASE(whole_model_sweep_equals_per_layer_runs) {
     const RunResult r = ok("sweep --checkpoint " + q(fixture_model()) + " --layers all --input " + q(states) +
                            " --residual" + flags + " --out " + q(out));
     BOOST_TEST(!contains(r.out, "NOT the model's inputs"));
+    BOOST_TEST(!contains(r.out, "was written by a"));  // the dump's precision is the sweep's
     const auto sweep_rows = sweep_score_rows(out);
     BOOST_TEST(sweep_rows.size() == static_cast<size_t>(kFixtureLayers));
     for (int64_t L = 0; L < kFixtureLayers; ++L) {
