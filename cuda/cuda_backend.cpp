@@ -6,7 +6,7 @@
 //   r_q = q_lora_rank, r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim,
 //   d_v = v_head_dim, d_qk = d_n + d_r. "T-storage" = fp32 in fp32 mode, bf16 in bf16 mode.
 //
-// Numerics (mla-math.md §7): activations are stored in T-storage between steps, so every HF
+// Numerics (docs/math.md §7): activations are stored in T-storage between steps, so every HF
 // bf16 rounding point is a store. GEMMs: cublasGemmEx / cublasGemmStridedBatchedEx with
 // CUBLAS_COMPUTE_32F (fp32 accumulation; bf16 inputs and outputs in bf16 mode = one rounding
 // per output, as PyTorch), reduced-precision split-K reductions disallowed; TF32 only when
@@ -14,11 +14,12 @@
 // with --fmad=false so no multiply-add is contracted behind the equations' back.
 //
 // Flow of forward(): host builds the bf16/fp32 input and cos/sin tables (src/math
-// rope_tables, in fp32 as HF) -> async uploads -> 15 enqueued steps on one stream, each stage
-// bracketed by cudaEvents -> ONE cudaStreamSynchronize -> downloads -> stage times read from the
-// events. No host synchronisation inside the enqueued part. The H2O selection is not done here:
-// it runs on the host from head_scores / token_scores, with the same code as for the CPU.
-#include <chrono>
+// rope_tables, in fp32 as HF); then the stages, as in the reference and the cpu backend, each
+// a member function bracketed by cudaEvents (StageEvents): upload (async copies), q_path,
+// kv_path, rope, attend, o_proj -> ONE cudaStreamSynchronize -> export (downloads; stage
+// times read from the events). No host synchronisation inside the enqueued part. The H2O
+// selection is not done here: it runs on the host from head_scores / token_scores, with the
+// same code as for the CPU.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -38,7 +39,9 @@
 #include "mla/attention.hpp"
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
+#include "mla/h2o.hpp"
 #include "mla/rope.hpp"
+#include "mla/stage_timer.hpp"
 
 static_assert(static_cast<int>(cudaErrorInsufficientDriver) == mla::cuda::kCudaErrorInsufficientDriver);
 static_assert(static_cast<int>(cudaErrorNoDevice) == mla::cuda::kCudaErrorNoDevice);
@@ -47,7 +50,7 @@ namespace mla {
 namespace cuda {
 namespace {
 
-// HF eager masks hidden keys with finfo(dtype).min of the model dtype (mla-math.md §3.6, §8).
+// HF eager masks hidden keys with finfo(dtype).min of the model dtype (docs/math.md §3.6, §8).
 constexpr float kBf16Min = -3.3895313892515355e38f;  // bf16 0xFF7F, exact in fp32
 constexpr float kFp32Min = -std::numeric_limits<float>::max();
 
@@ -165,21 +168,84 @@ std::vector<double> storage_to_double(const std::vector<unsigned char>& bytes, S
 
 cublasOperation_t cublas_op(Op op) { return op == Op::T ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+// The cuda counterpart of StageTimer (mla/stage_timer.hpp): a stage is bracketed by two events
+// recorded on the stream, so its time is the device's; seconds() reads them once the stream
+// has been synchronised. `auto t = stages.stage("q_path");` times the rest of the scope.
+class StageEvents {
+ public:
+  explicit StageEvents(cudaStream_t stream) : stream_(stream) {}
+
+  class Scope {
+   public:
+    Scope(StageEvents& owner, const char* name) : owner_(owner) { owner_.begin(name); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    ~Scope() { owner_.end(); }
+
+   private:
+    StageEvents& owner_;
+  };
+  Scope stage(const char* name) { return Scope(*this, name); }
+
+  // (name, seconds) of every stage, in order; call after the stream is synchronised.
+  StageSeconds seconds() const {
+    if (end_status_ != cudaSuccess)
+      fail(ErrorKind::Cuda, failure_message("cudaEventRecord (end of a stage)", __FILE__, __LINE__,
+                                            static_cast<int>(end_status_), cudaGetErrorName(end_status_),
+                                            cudaGetErrorString(end_status_)));
+    StageSeconds out;
+    for (const Timed& t : stages_) {
+      float ms = 0.0f;
+      MLA_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start->get(), t.end->get()));
+      out.emplace_back(t.name, static_cast<double>(ms) * 1e-3);
+    }
+    return out;
+  }
+
+ private:
+  struct Timed {
+    std::string name;
+    std::unique_ptr<Event> start, end;
+  };
+  void begin(const char* name) {
+    stages_.push_back(Timed{name, std::make_unique<Event>(), std::make_unique<Event>()});
+    MLA_CUDA_CHECK(cudaEventRecord(stages_.back().start->get(), stream_));
+  }
+  void end() noexcept {  // runs in a destructor: a failure is kept and reported by seconds()
+    const cudaError_t st = cudaEventRecord(stages_.back().end->get(), stream_);
+    if (st != cudaSuccess && end_status_ == cudaSuccess) end_status_ = st;
+  }
+
+  cudaStream_t stream_;
+  std::vector<Timed> stages_;
+  cudaError_t end_status_ = cudaSuccess;
+};
+
 // ---- the backend ---------------------------------------------------------------------------
 
 // One layer's weights on the device, in T-storage. Linear weights stay [out, in] row-major.
 struct DeviceWeights {
-  DeviceBuffer q_a_proj;            // [r_q, H]
-  DeviceBuffer q_a_layernorm;       // [r_q]
-  DeviceBuffer q_b_proj;            // [n*d_qk, r_q]
-  DeviceBuffer q_proj;              // [n*d_qk, H]   (q_lora_rank null only)
-  DeviceBuffer kv_a_proj_with_mqa;  // [r_kv + d_r, H]
-  DeviceBuffer kv_a_layernorm;      // [r_kv]
-  DeviceBuffer kv_b_proj;           // [n*(d_n+d_v), r_kv]
-  DeviceBuffer o_proj;              // [H, n*d_v]
-  DeviceBuffer q_bias;              // [r_q]                            attention_bias + q_lora only
-  DeviceBuffer kv_a_bias;           // [r_kv + d_r]                     attention_bias only
-  DeviceBuffer o_bias;              // [H]                              attention_bias only
+  DeviceBuffer q_a_proj;                 // [r_q, H]
+  DeviceBuffer q_a_layernorm;            // [r_q]
+  DeviceBuffer q_b_proj;                 // [n*d_qk, r_q]
+  DeviceBuffer q_proj;                   // [n*d_qk, H]   (q_lora_rank null only)
+  DeviceBuffer kv_a_proj_with_mqa;       // [r_kv + d_r, H]
+  DeviceBuffer kv_a_layernorm;           // [r_kv]
+  DeviceBuffer kv_b_proj;                // [n*(d_n+d_v), r_kv]
+  DeviceBuffer o_proj;                   // [H, n*d_v]
+  DeviceBuffer q_a_proj_bias;            // [r_q]                   attention_bias + q_lora only
+  DeviceBuffer kv_a_proj_with_mqa_bias;  // [r_kv + d_r]            attention_bias only
+  DeviceBuffer o_proj_bias;              // [H]                     attention_bias only
+};
+
+// What one forward's stages read besides the weights and the workspace.
+struct RunSettings {
+  int64_t S = 0;            // tokens
+  float scaling = 1.0f;     // softmax scale (double, then fp32 as PyTorch's scalar multiply uses it)
+  float eps = 1e-6f;        // q_a_layernorm / kv_a_layernorm eps
+  float mask_value = 0.0f;  // finfo(dtype).min of the storage dtype (docs/math.md §8)
+  bool causal = true;
+  bool tf32 = false;
 };
 
 class CudaBackend final : public Backend {
@@ -231,9 +297,9 @@ class CudaBackend final : public Backend {
     dw.kv_b_proj = upload(w.kv_b_proj, n * (d_n + d_v) * r_kv);
     dw.o_proj = upload(w.o_proj, H * n * d_v);
     if (cfg.attention_bias) {
-      if (cfg.has_q_lora()) dw.q_bias = upload(w.q_a_proj_bias, r_q);
-      dw.kv_a_bias = upload(w.kv_a_proj_with_mqa_bias, r_kv + d_r);
-      dw.o_bias = upload(w.o_proj_bias, H);
+      if (cfg.has_q_lora()) dw.q_a_proj_bias = upload(w.q_a_proj_bias, r_q);
+      dw.kv_a_proj_with_mqa_bias = upload(w.kv_a_proj_with_mqa_bias, r_kv + d_r);
+      dw.o_proj_bias = upload(w.o_proj_bias, H);
     }
     weights_ = std::make_unique<DeviceWeights>(std::move(dw));
     workspace_ = DeviceBuffer();  // its layout depends on the geometry: rebuilt by the next forward
@@ -244,6 +310,25 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr int64_t kCublasWorkspaceBytes = int64_t(32) << 20;  // 32 MiB
+
+  // ---- the stages of forward, in HF's order (each enqueues on stream_, nothing blocks) ----
+  // upload: hidden_states, cos, sin (host T-storage bytes) -> their slots
+  void upload_input(const std::vector<unsigned char>& hidden, const std::vector<unsigned char>& cos,
+                    const std::vector<unsigned char>& sin);
+  // q_path (§3.1 / §3.2): q = q_b_proj(q_a_layernorm(q_a_proj(x)))  or  q = q_proj(x)
+  void q_path(const RunSettings& run);
+  // kv_path (§3.3): compressed_kv = kv_a_proj_with_mqa(x) = [latent | k_pe];
+  //                 kv = kv_b_proj(kv_a_layernorm(latent))
+  void kv_path(const RunSettings& run);
+  // rope (§3.4, §6): HF-layout query/key/value states with RoPE on the rope halves
+  void rope(const RunSettings& run);
+  // attend (§3.6 steps 2-6): attn_weights = softmax(mask(scaling q k^T)), the H2O head sums,
+  //                          attn_context = merge_heads(attn_weights . value_states)
+  void attend(const RunSettings& run);
+  // o_proj (§3.6 step 7): attn_output = attn_context . W_o^T (+ b)
+  void o_proj(const RunSettings& run);
+  // export (after the stream is synchronised): downloads, widening, token scores
+  ForwardResult export_result(const RunSettings& run, const ForwardOptions& opt);
 
   int64_t elem_bytes() const { return storage_ == Storage::BF16 ? 2 : 4; }
 
@@ -323,8 +408,7 @@ ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& 
                                          " differs from the precision the weights were prepared in (" +
                                          precision_name(precision_) + "); call prepare() again");
   const AttentionConfig& c = cfg_;
-  const int64_t H = c.hidden_size, n = c.num_attention_heads, r_q = c.q_lora_rank, r_kv = c.kv_lora_rank;
-  const int64_t d_n = c.qk_nope_head_dim, d_r = c.qk_rope_head_dim, d_v = c.v_head_dim, d_qk = d_n + d_r;
+  const int64_t H = c.hidden_size, n = c.num_attention_heads, d_r = c.qk_rope_head_dim;
   if (hidden.shape.size() != 2 || hidden.dim(1) != H || hidden.dim(0) <= 0)
     fail(ErrorKind::Shape, "cuda: hidden states '" + hidden.name + "' have shape " + shape_string(hidden.shape) +
                                ", expected [S, " + std::to_string(H) + "] with S >= 1");
@@ -339,113 +423,146 @@ ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& 
   if (opt.position_offset < 0)
     fail(ErrorKind::InvalidArgument, "cuda: position_offset " + std::to_string(opt.position_offset) + " is negative");
 
-  // Host side: input, cos/sin tables (fp32 as HF's rotary module; bf16-rounded in bf16 mode),
-  // softmax scale (double, then fp32 as PyTorch's scalar multiply uses it).
-  std::vector<int64_t> positions(static_cast<size_t>(S));
-  for (int64_t s = 0; s < S; ++s) positions[static_cast<size_t>(s)] = opt.position_offset + s;
-  const RopeTables tables = rope_tables(c, positions);
+  // Host side: input and cos/sin tables (fp32 as HF's rotary module) in T-storage.
+  const RopeTables tables = rope_tables(c, position_ids(opt.position_offset, S));
   if (tables.seq_len != S || tables.rope_dim != d_r)
     fail(ErrorKind::Shape, "cuda: rope_tables returned [" + std::to_string(tables.seq_len) + ", " +
                                std::to_string(tables.rope_dim) + "], expected [S, qk_rope_head_dim]");
-  const float scaling = static_cast<float>(softmax_scale(c));
-  const float eps = static_cast<float>(opt.latent_norm_eps);
-  const float mask_value = storage_ == Storage::BF16 ? kBf16Min : kFp32Min;
-  const bool causal = opt.mask == Mask::Causal;
+  RunSettings run;
+  run.S = S;
+  run.scaling = static_cast<float>(softmax_scale(c));
+  run.eps = static_cast<float>(opt.latent_norm_eps);
+  run.mask_value = storage_ == Storage::BF16 ? kBf16Min : kFp32Min;
+  run.causal = opt.mask == Mask::Causal;
+  run.tf32 = opt.allow_tf32;
   const std::vector<unsigned char> hidden_bytes = to_storage(hidden.ptr(), S * H, storage_);
   const std::vector<unsigned char> cos_bytes = to_storage(tables.cos.data(), S * d_r, storage_);
   const std::vector<unsigned char> sin_bytes = to_storage(tables.sin.data(), S * d_r, storage_);
-
   ensure_workspace(S);
-  const DeviceWeights& w = *weights_;
-  const Storage st = storage_;
-  const cudaStream_t stream = stream_.get();
-  const bool tf32 = opt.allow_tf32;
 
-  // Stage events: mark[i] is recorded after stage i; mark 0 before everything.
-  const char* const stage_names[] = {"upload", "q_path", "kv_path", "rope", "scores", "softmax", "h2o_scores", "pv", "o_proj"};
-  constexpr size_t kStages = sizeof(stage_names) / sizeof(stage_names[0]);
-  std::vector<std::unique_ptr<Event>> marks;
-  for (size_t i = 0; i <= kStages; ++i) marks.push_back(std::make_unique<Event>());
-  size_t stage = 0;
-  auto mark = [&] { MLA_CUDA_CHECK(cudaEventRecord(marks[stage++]->get(), stream)); };
-  mark();
-
-  // upload
-  MLA_CUDA_CHECK(cudaMemcpyAsync(slot(kHidden), hidden_bytes.data(), hidden_bytes.size(), cudaMemcpyHostToDevice, stream));
-  MLA_CUDA_CHECK(cudaMemcpyAsync(slot(kCos), cos_bytes.data(), cos_bytes.size(), cudaMemcpyHostToDevice, stream));
-  MLA_CUDA_CHECK(cudaMemcpyAsync(slot(kSin), sin_bytes.data(), sin_bytes.size(), cudaMemcpyHostToDevice, stream));
-  mark();
-
-  // q_path (§3.1 / §3.2): q = q_b_proj(q_a_layernorm(q_a_proj(x)))  or  q = q_proj(x)
-  if (c.has_q_lora()) {
-    linear("q_a_proj", slot(kHidden), S, H, w.q_a_proj, w.q_bias, r_q, slot(kQa), tf32);
-    MLA_CUDA_CHECK(launch_rms_norm(st, slot(kQa), r_q, w.q_a_layernorm.get(), slot(kQaNorm), S, r_q, eps, stream));
-    linear("q_b_proj", slot(kQaNorm), S, r_q, w.q_b_proj, DeviceBuffer(), n * d_qk, slot(kQ), tf32);
-  } else {
-    linear("q_proj", slot(kHidden), S, H, w.q_proj, w.q_bias, n * d_qk, slot(kQ), tf32);
+  // The stages, enqueued on one stream without a host synchronisation, each bracketed by events.
+  StageEvents events(stream_.get());
+  {
+    auto t = events.stage("upload");
+    upload_input(hidden_bytes, cos_bytes, sin_bytes);
   }
-  mark();
-
-  // kv_path (§3.3): [c | k_pe] = kv_a_proj_with_mqa(x); kv = kv_b_proj(kv_a_layernorm(c))
-  linear("kv_a_proj_with_mqa", slot(kHidden), S, H, w.kv_a_proj_with_mqa, w.kv_a_bias, r_kv + d_r, slot(kCkv), tf32);
-  MLA_CUDA_CHECK(launch_rms_norm(st, slot(kCkv), r_kv + d_r, w.kv_a_layernorm.get(), slot(kCkvNorm), S, r_kv, eps, stream));
-  linear("kv_b_proj", slot(kCkvNorm), S, r_kv, w.kv_b_proj, DeviceBuffer(), n * (d_n + d_v), slot(kKv), tf32);
-  mark();
-
-  // rope (§3.4, §6): HF-layout query/key/value states with RoPE on the rope halves
-  MLA_CUDA_CHECK(launch_build_query_states(st, slot(kQ), slot(kCos), slot(kSin), slot(kQueryStates), S, n, d_n, d_r,
-                                           c.rope_interleave, stream));
-  MLA_CUDA_CHECK(launch_build_key_value_states(st, slot(kKv), slot(kCkv), r_kv, slot(kCos), slot(kSin),
-                                               slot(kKeyStates), slot(kValueStates), S, n, d_n, d_r, d_v,
-                                               c.rope_interleave, stream));
-  mark();
-
-  // scores (§3.6 step 2): scores = query_states . key_states^T (stored, i.e. rounded, in T)
-  gemm(scores_plan(n, S, S, d_qk), slot(kKeyStates), slot(kQueryStates), slot(kScores), 0.0f, tf32);
-  mark();
-
-  // softmax (§3.6 steps 2-4): probs = softmax_fp32(round(round(scores*scaling) + mask)) in place
-  MLA_CUDA_CHECK(launch_scale_mask_softmax(st, slot(kScores), n, S, S, scaling, causal, mask_value, stream));
-  mark();
-
-  // h2o_scores (H2O statistic, attention_mass.cu): head_scores[h, t] = sum_s probs[h, s, t]
-  MLA_CUDA_CHECK(launch_attention_mass(st, slot(kScores), static_cast<double*>(slot(kHeadScores)), n, S, S, stream));
-  mark();
-
-  // pv (§3.6 step 6): attn_flat [S, n*d_v] = merge_heads(probs . value_states)
-  gemm(pv_plan(n, S, S, d_v), slot(kValueStates), slot(kScores), slot(kAttnFlat), 0.0f, tf32);
-  mark();
-
-  // o_proj (§3.6 step 7): out = attn_flat . W_o^T (+ b)
-  linear("o_proj", slot(kAttnFlat), S, n * d_v, w.o_proj, w.o_bias, H, slot(kOut), tf32);
-  mark();
-
+  {
+    auto t = events.stage("q_path");
+    q_path(run);
+  }
+  {
+    auto t = events.stage("kv_path");
+    kv_path(run);
+  }
+  {
+    auto t = events.stage("rope");
+    rope(run);
+  }
+  {
+    auto t = events.stage("attend");
+    attend(run);
+  }
+  {
+    auto t = events.stage("o_proj");
+    o_proj(run);
+  }
   // The one synchronisation of the forward.
-  MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
-
+  MLA_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  StageSeconds stages = events.seconds();
   ForwardResult r;
-  r.computed_in_double = false;
-  for (size_t i = 0; i < kStages; ++i) {
-    float ms = 0.0f;
-    MLA_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[i]->get(), marks[i + 1]->get()));
-    r.stage_seconds.emplace_back(stage_names[i], static_cast<double>(ms) * 1e-3);
+  {
+    StageTimer t(stages, "export");
+    r = export_result(run, opt);
   }
+  r.stage_seconds = std::move(stages);
+  return r;
+}
 
-  const auto t0 = std::chrono::steady_clock::now();
+void CudaBackend::upload_input(const std::vector<unsigned char>& hidden, const std::vector<unsigned char>& cos,
+                               const std::vector<unsigned char>& sin) {
+  const cudaStream_t stream = stream_.get();
+  MLA_CUDA_CHECK(cudaMemcpyAsync(slot(kHiddenStates), hidden.data(), hidden.size(), cudaMemcpyHostToDevice, stream));
+  MLA_CUDA_CHECK(cudaMemcpyAsync(slot(kCos), cos.data(), cos.size(), cudaMemcpyHostToDevice, stream));
+  MLA_CUDA_CHECK(cudaMemcpyAsync(slot(kSin), sin.data(), sin.size(), cudaMemcpyHostToDevice, stream));
+}
+
+void CudaBackend::q_path(const RunSettings& run) {
+  const AttentionConfig& c = cfg_;
+  const DeviceWeights& w = *weights_;
+  const int64_t S = run.S, H = c.hidden_size, r_q = c.q_lora_rank, n_qk = c.num_attention_heads * c.qk_head_dim();
+  if (!c.has_q_lora()) {
+    linear("q_proj", slot(kHiddenStates), S, H, w.q_proj, DeviceBuffer(), n_qk, slot(kQ), run.tf32);  // no bias in HF
+    return;
+  }
+  linear("q_a_proj", slot(kHiddenStates), S, H, w.q_a_proj, w.q_a_proj_bias, r_q, slot(kQA), run.tf32);
+  MLA_CUDA_CHECK(launch_rms_norm(storage_, slot(kQA), r_q, w.q_a_layernorm.get(), slot(kQANormed), S, r_q, run.eps,
+                                 stream_.get()));
+  linear("q_b_proj", slot(kQANormed), S, r_q, w.q_b_proj, DeviceBuffer(), n_qk, slot(kQ), run.tf32);
+}
+
+void CudaBackend::kv_path(const RunSettings& run) {
+  const AttentionConfig& c = cfg_;
+  const DeviceWeights& w = *weights_;
+  const int64_t S = run.S, H = c.hidden_size, r_kv = c.kv_lora_rank, d_r = c.qk_rope_head_dim;
+  const int64_t n_kv = c.num_attention_heads * (c.qk_nope_head_dim + c.v_head_dim);
+  linear("kv_a_proj_with_mqa", slot(kHiddenStates), S, H, w.kv_a_proj_with_mqa, w.kv_a_proj_with_mqa_bias, r_kv + d_r,
+         slot(kCompressedKv), run.tf32);
+  MLA_CUDA_CHECK(launch_rms_norm(storage_, slot(kCompressedKv), r_kv + d_r, w.kv_a_layernorm.get(), slot(kLatentNormed),
+                                 S, r_kv, run.eps, stream_.get()));
+  linear("kv_b_proj", slot(kLatentNormed), S, r_kv, w.kv_b_proj, DeviceBuffer(), n_kv, slot(kKv), run.tf32);
+}
+
+void CudaBackend::rope(const RunSettings& run) {
+  const AttentionConfig& c = cfg_;
+  const int64_t S = run.S, n = c.num_attention_heads, d_n = c.qk_nope_head_dim, d_r = c.qk_rope_head_dim;
+  MLA_CUDA_CHECK(launch_build_query_states(storage_, slot(kQ), slot(kCos), slot(kSin), slot(kQueryStates), S, n, d_n,
+                                           d_r, c.rope_interleave, stream_.get()));
+  MLA_CUDA_CHECK(launch_build_key_value_states(storage_, slot(kKv), slot(kCompressedKv), c.kv_lora_rank, slot(kCos),
+                                               slot(kSin), slot(kKeyStates), slot(kValueStates), S, n, d_n, d_r,
+                                               c.v_head_dim, c.rope_interleave, stream_.get()));
+}
+
+void CudaBackend::attend(const RunSettings& run) {
+  const AttentionConfig& c = cfg_;
+  const int64_t S = run.S, n = c.num_attention_heads;
+  // scores = query_states . key_states^T (stored, i.e. rounded, in T)
+  gemm(scores_plan(n, S, S, c.qk_head_dim()), slot(kKeyStates), slot(kQueryStates), slot(kAttnWeights), 0.0f, run.tf32);
+  // attn_weights = softmax_fp32(round(round(scores*scaling) + mask)), in place
+  MLA_CUDA_CHECK(launch_scale_mask_softmax(storage_, slot(kAttnWeights), n, S, S, run.scaling, run.causal,
+                                           run.mask_value, stream_.get()));
+  // H2O statistic (attention_mass.cu): head_scores[h, t] = sum_s attn_weights[h, s, t]
+  MLA_CUDA_CHECK(launch_attention_mass(storage_, slot(kAttnWeights), static_cast<double*>(slot(kHeadScores)), n, S, S,
+                                       stream_.get()));
+  // attn_context [S, n*d_v] = merge_heads(attn_weights . value_states)
+  gemm(pv_plan(n, S, S, c.v_head_dim), slot(kValueStates), slot(kAttnWeights), slot(kAttnContext), 0.0f, run.tf32);
+}
+
+void CudaBackend::o_proj(const RunSettings& run) {
+  const AttentionConfig& c = cfg_;
+  const DeviceWeights& w = *weights_;
+  linear("o_proj", slot(kAttnContext), run.S, c.num_attention_heads * c.v_head_dim, w.o_proj, w.o_proj_bias,
+         c.hidden_size, slot(kAttnOutput), run.tf32);
+}
+
+ForwardResult CudaBackend::export_result(const RunSettings& run, const ForwardOptions& opt) {
+  const AttentionConfig& c = cfg_;
+  const int64_t S = run.S, H = c.hidden_size, n = c.num_attention_heads, d_v = c.v_head_dim, d_qk = c.qk_head_dim();
   auto download = [&](Slot s, const std::string& name, std::vector<int64_t> shape) {
     std::vector<unsigned char> bytes(static_cast<size_t>(layout_.slots[s].bytes()));
     MLA_CUDA_CHECK(cudaMemcpy(bytes.data(), slot(s), bytes.size(), cudaMemcpyDeviceToHost));
     TensorD t(name, std::move(shape));
-    t.data = storage_to_double(bytes, st);
+    t.data = storage_to_double(bytes, storage_);
     return t;
   };
-  r.attn_output = download(kOut, "attn_output", {S, H});
+  ForwardResult r;
+  r.computed_in_double = false;
+  r.attn_output = download(kAttnOutput, "attn_output", {S, H});
   for (int64_t i = 0; i < S * H; ++i)
     if (!std::isfinite(r.attn_output.data[static_cast<size_t>(i)]))
       fail(ErrorKind::InvalidValue, std::string("cuda backend: attn_output[row ") + std::to_string(i / H) + ", col " +
                                         std::to_string(i % H) + "] is not finite (overflow in " +
                                         precision_name(precision_) + " arithmetic)");
-  if (opt.keep_attn_weights) r.attn_weights = download(kScores, "attn_weights", {n, S, S});
+  if (opt.keep_attn_weights) r.attn_weights = download(kAttnWeights, "attn_weights", {n, S, S});
   if (opt.keep_states) {
     r.query_states = download(kQueryStates, "query_states", {n, S, d_qk});
     r.key_states = download(kKeyStates, "key_states", {n, S, d_qk});
@@ -454,12 +571,7 @@ ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& 
   r.head_scores.resize(static_cast<size_t>(n * S));
   MLA_CUDA_CHECK(cudaMemcpy(r.head_scores.data(), slot(kHeadScores), r.head_scores.size() * sizeof(double),
                             cudaMemcpyDeviceToHost));
-  // token_scores[t] = sum_h head_scores[h, t], h ascending, in double on the host.
-  r.token_scores.assign(static_cast<size_t>(S), 0.0);
-  for (int64_t h = 0; h < n; ++h)
-    for (int64_t t = 0; t < S; ++t) r.token_scores[static_cast<size_t>(t)] += r.head_scores[static_cast<size_t>(h * S + t)];
-  const auto t1 = std::chrono::steady_clock::now();
-  r.stage_seconds.emplace_back("download", std::chrono::duration<double>(t1 - t0).count());
+  r.token_scores = token_scores_from_heads(r.head_scores, n);  // heads ascending, in double on the host
   return r;
 }
 

@@ -19,23 +19,24 @@ namespace mla::cuda {
 inline constexpr int64_t kWorkspaceAlign = 256;
 
 // Workspace slots, in allocation order. Names are printed in errors and in the benchmark.
+// Slot names are HF's names for the same intermediates (reference/mla_reference.hpp Activations).
 enum Slot : int {
-  kHidden = 0,    // [S, H]              elem   input hidden states
-  kQa,            // [S, r_q]            elem   q_a_proj output       (0 without q_lora_rank)
-  kQaNorm,        // [S, r_q]            elem   q_a_layernorm output  (0 without q_lora_rank)
-  kQ,             // [S, n*d_qk]         elem   q_b_proj (or q_proj) output, head-major
-  kCkv,           // [S, r_kv + d_r]     elem   kv_a_proj_with_mqa output: latent | k_pe
-  kCkvNorm,       // [S, r_kv]           elem   kv_a_layernorm output
-  kKv,            // [S, n*(d_n+d_v)]    elem   kv_b_proj output, head-major: k_nope | v
-  kCos,           // [S, d_r]            elem   cos table (bf16-rounded in bf16 mode)
-  kSin,           // [S, d_r]            elem   sin table
-  kQueryStates,   // [n, S, d_qk]        elem   HF query_states (rope half de-interleaved)
-  kKeyStates,     // [n, S, d_qk]        elem   HF key_states
-  kValueStates,   // [n, S, d_v]         elem   HF value_states
-  kScores,        // [n, S, S]           elem   scores, then probabilities in place
-  kAttnFlat,      // [S, n*d_v]          elem   P·V merged over heads (o_proj input)
-  kOut,           // [S, H]              elem   o_proj output = attn_output
-  kHeadScores,    // [n, S]              double attention mass per head and key
+  kHiddenStates = 0,  // [S, H]              elem   input hidden states
+  kQA,                // [S, r_q]            elem   q_a = q_a_proj(x)                  (0 without q_lora_rank)
+  kQANormed,          // [S, r_q]            elem   q_a_normed = q_a_layernorm(q_a)    (0 without q_lora_rank)
+  kQ,                 // [S, n*d_qk]         elem   q = q_b_proj (or q_proj) output, head-major
+  kCompressedKv,      // [S, r_kv + d_r]     elem   compressed_kv = kv_a_proj_with_mqa(x): latent | k_pe
+  kLatentNormed,      // [S, r_kv]           elem   latent_normed = kv_a_layernorm(latent)
+  kKv,                // [S, n*(d_n+d_v)]    elem   kv = kv_b_proj(latent_normed), head-major: k_nope | v
+  kCos,               // [S, d_r]            elem   cos table (bf16-rounded in bf16 mode)
+  kSin,               // [S, d_r]            elem   sin table
+  kQueryStates,       // [n, S, d_qk]        elem   HF query_states (rope half de-interleaved)
+  kKeyStates,         // [n, S, d_qk]        elem   HF key_states
+  kValueStates,       // [n, S, d_v]         elem   HF value_states
+  kAttnWeights,       // [n, S, S]           elem   HF attn_weights: scores, then probabilities in place
+  kAttnContext,       // [S, n*d_v]          elem   attn_context = P.V merged over heads (o_proj input)
+  kAttnOutput,        // [S, H]              elem   attn_output = o_proj(attn_context)
+  kHeadScores,        // [n, S]              double attention mass per head and key
   kSlotCount
 };
 
@@ -87,21 +88,21 @@ inline WorkspaceLayout workspace_layout(const WorkspaceDims& d) {
   struct Item { const char* name; int64_t elements; int64_t elem_bytes; };
   const int64_t e = d.elem_bytes;
   const Item items[kSlotCount] = {
-      {"hidden", checked_mul(S, H, "hidden"), e},
+      {"hidden_states", checked_mul(S, H, "hidden_states"), e},
       {"q_a", checked_mul(S, d.q_lora_rank, "q_a"), e},
-      {"q_a_norm", checked_mul(S, d.q_lora_rank, "q_a_norm"), e},
+      {"q_a_normed", checked_mul(S, d.q_lora_rank, "q_a_normed"), e},
       {"q", checked_mul(S, checked_mul(n, d_qk, "q"), "q"), e},
-      {"ckv", checked_mul(S, d.kv_lora_rank + d.qk_rope_head_dim, "ckv"), e},
-      {"ckv_norm", checked_mul(S, d.kv_lora_rank, "ckv_norm"), e},
+      {"compressed_kv", checked_mul(S, d.kv_lora_rank + d.qk_rope_head_dim, "compressed_kv"), e},
+      {"latent_normed", checked_mul(S, d.kv_lora_rank, "latent_normed"), e},
       {"kv", checked_mul(S, checked_mul(n, d.qk_nope_head_dim + d.v_head_dim, "kv"), "kv"), e},
       {"cos", checked_mul(S, d.qk_rope_head_dim, "cos"), e},
       {"sin", checked_mul(S, d.qk_rope_head_dim, "sin"), e},
       {"query_states", checked_mul(n, checked_mul(S, d_qk, "query_states"), "query_states"), e},
       {"key_states", checked_mul(n, checked_mul(S, d_qk, "key_states"), "key_states"), e},
       {"value_states", checked_mul(n, checked_mul(S, d.v_head_dim, "value_states"), "value_states"), e},
-      {"scores", checked_mul(n, checked_mul(S, S, "scores"), "scores"), e},
-      {"attn_flat", checked_mul(S, checked_mul(n, d.v_head_dim, "attn_flat"), "attn_flat"), e},
-      {"out", checked_mul(S, H, "out"), e},
+      {"attn_weights", checked_mul(n, checked_mul(S, S, "attn_weights"), "attn_weights"), e},
+      {"attn_context", checked_mul(S, checked_mul(n, d.v_head_dim, "attn_context"), "attn_context"), e},
+      {"attn_output", checked_mul(S, H, "attn_output"), e},
       {"head_scores", checked_mul(n, S, "head_scores"), 8},
   };
   WorkspaceLayout L;

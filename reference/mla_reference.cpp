@@ -1,5 +1,5 @@
 // reference/mla_reference.cpp — the scalar double-precision reference of HF
-// `DeepseekV3Attention` (eager), one function per equation of mla-math.md §3.
+// `DeepseekV3Attention` (eager), one function per equation of docs/math.md §3.
 //
 // Read top to bottom, `forward` is HF's DeepseekV3Attention.forward line by line:
 //   q      = q_b_proj(q_a_layernorm(q_a_proj(x)))        (or q_proj(x) when q_lora_rank is null)
@@ -12,10 +12,9 @@
 // Shape legend: S tokens, H hidden_size, n heads, r_q q_lora_rank, r_kv kv_lora_rank,
 // d_n qk_nope_head_dim, d_r qk_rope_head_dim, d_v v_head_dim, d_qk = d_n + d_r.
 // Precision: see mla_reference.hpp (fp32 = exact double math; bf16 = HF bf16 eager emulation,
-// rounding points of mla-math.md §7, marked "§7 #k" below).
+// rounding points of docs/math.md §7, marked "§7 #k" below).
 #include "reference/mla_reference.hpp"
 
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -24,6 +23,7 @@
 
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
+#include "mla/h2o.hpp"
 #include "mla/rope.hpp"
 
 namespace mla::ref {
@@ -188,12 +188,12 @@ QueryHeads split_query_heads(const AttentionConfig& cfg, const TensorD& q) {
   return out;
 }
 
-// kv_a [S, r_kv + d_r] = [latent c | k_pe]   (§3.3 step 1, pitfall 2)
-KvDown split_kv_a(const AttentionConfig& cfg, const TensorD& kv_a) {
-  const int64_t S = kv_a.dim(0), r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim;
-  KvDown out{TensorD("latent", {S, r_kv}), TensorD("k_pe", {S, d_r})};
+// compressed_kv [S, r_kv + d_r] = [latent c | k_pe]   (§3.3 step 1, pitfall 2)
+LatentAndKpe split_compressed_kv(const AttentionConfig& cfg, const TensorD& compressed_kv) {
+  const int64_t S = compressed_kv.dim(0), r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim;
+  LatentAndKpe out{TensorD("latent", {S, r_kv}), TensorD("k_pe", {S, d_r})};
   for (int64_t s = 0; s < S; ++s) {
-    const double* row = &kv_a.data[idx(s * (r_kv + d_r))];
+    const double* row = &compressed_kv.data[idx(s * (r_kv + d_r))];
     for (int64_t c = 0; c < r_kv; ++c) out.latent.data[idx(s * r_kv + c)] = row[c];
     for (int64_t d = 0; d < d_r; ++d) out.k_pe.data[idx(s * d_r + d)] = row[r_kv + d];
   }
@@ -357,15 +357,88 @@ TensorD absorbed_scores(const AttentionConfig& cfg, const LayerWeights& w, const
   return scores;
 }
 
-void accumulate_scores(const TensorD& probs, std::vector<double>& head_scores, std::vector<double>& token_scores) {
-  const int64_t n = probs.dim(0), S = probs.dim(1), T = probs.dim(2);
+void accumulate_scores(const TensorD& attn_weights, std::vector<double>& head_scores, std::vector<double>& token_scores) {
+  const int64_t n = attn_weights.dim(0), S = attn_weights.dim(1), T = attn_weights.dim(2);
   head_scores.assign(idx(n * T), 0.0);
-  token_scores.assign(idx(T), 0.0);
   for (int64_t h = 0; h < n; ++h)
     for (int64_t s = 0; s < S; ++s)
-      for (int64_t t = 0; t < T; ++t) head_scores[idx(h * T + t)] += probs.data[idx((h * S + s) * T + t)];
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < n; ++h) token_scores[idx(t)] += head_scores[idx(h * T + t)];
+      for (int64_t t = 0; t < T; ++t) head_scores[idx(h * T + t)] += attn_weights.data[idx((h * S + s) * T + t)];
+  token_scores = token_scores_from_heads(head_scores, n);
+}
+
+// ---- the stages ------------------------------------------------------------------------------
+
+// q = q_b(RMSNorm_q(q_a(x))) or q = q_proj(x), split per head   (§3.1 / §3.2)
+void q_path(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt, Activations& a) {
+  const Precision p = opt.precision;
+  const TensorF no_bias;
+  if (cfg.has_q_lora()) {
+    a.q_a = linear("q_a_proj", a.hidden, w.q_a_proj, w.q_a_proj_bias, p);                      // [S, r_q]
+    a.q_a_normed = rms_norm("q_a_layernorm", a.q_a, w.q_a_layernorm, opt.latent_norm_eps, p);  // [S, r_q]
+    a.q = linear("q_b_proj", a.q_a_normed, w.q_b_proj, no_bias, p);                           // [S, n*d_qk]
+  } else {
+    a.q = linear("q_proj", a.hidden, w.q_proj, no_bias, p);  // [S, n*d_qk] (q_proj: bias=False)
+  }
+  QueryHeads qh = split_query_heads(cfg, a.q);
+  a.q_nope = std::move(qh.q_nope);  // [n, S, d_n]
+  a.q_pe = std::move(qh.q_pe);      // [n, S, d_r]
+}
+
+// [c | k_pe] = kv_a(x); [k_nope | v] = kv_b(RMSNorm_kv(c)), split per head   (§3.3)
+void kv_path(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt, Activations& a) {
+  const Precision p = opt.precision;
+  a.compressed_kv = linear("kv_a_proj_with_mqa", a.hidden, w.kv_a_proj_with_mqa, w.kv_a_proj_with_mqa_bias, p);  // [S, r_kv+d_r]
+  LatentAndKpe split = split_compressed_kv(cfg, a.compressed_kv);
+  a.latent = std::move(split.latent);                                                                  // [S, r_kv]
+  a.k_pe = std::move(split.k_pe);                                                                      // [S, d_r]
+  a.latent_normed = rms_norm("kv_a_layernorm", a.latent, w.kv_a_layernorm, opt.latent_norm_eps, p);  // [S, r_kv]
+  a.kv = linear("kv_b_proj", a.latent_normed, w.kv_b_proj, TensorF(), p);                             // [S, n*(d_n+d_v)]
+  KvHeads kvh = split_kv_heads(cfg, a.kv);
+  a.k_nope = std::move(kvh.k_nope);        // [n, S, d_n]
+  a.value_states = std::move(kvh.value);   // [n, S, d_v]
+}
+
+// RoPE at positions offset .. offset+S-1 (§3.4, §6); query = cat(q_nope, q_pe_roped),
+// key = cat(k_nope, k_pe_roped expanded over heads) (exact copies)
+void rope(const AttentionConfig& cfg, const ForwardOptions& opt, Activations& a) {
+  const Precision p = opt.precision;
+  const int64_t S = a.hidden.dim(0), n = cfg.num_attention_heads, d_n = cfg.qk_nope_head_dim,
+                d_r = cfg.qk_rope_head_dim, d_qk = cfg.qk_head_dim();
+  CosSin cs = rope_cos_sin(cfg, position_ids(opt.position_offset, S), p);         // [S, d_r] each
+  a.q_pe_roped = apply_rope("q_pe_roped", a.q_pe, cs, cfg.rope_interleave, p);   // [n, S, d_r]
+  a.k_pe_roped = apply_rope("k_pe_roped", a.k_pe, cs, cfg.rope_interleave, p);   // [S, d_r]
+  a.cos = std::move(cs.cos);
+  a.sin = std::move(cs.sin);
+  a.query_states = TensorD("query_states", {n, S, d_qk});
+  a.key_states = TensorD("key_states", {n, S, d_qk});
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t s = 0; s < S; ++s) {
+      double* q = &a.query_states.data[idx((h * S + s) * d_qk)];
+      double* k = &a.key_states.data[idx((h * S + s) * d_qk)];
+      for (int64_t d = 0; d < d_n; ++d) {
+        q[d] = a.q_nope.data[idx((h * S + s) * d_n + d)];
+        k[d] = a.k_nope.data[idx((h * S + s) * d_n + d)];
+      }
+      for (int64_t d = 0; d < d_r; ++d) {
+        q[d_n + d] = a.q_pe_roped.data[idx((h * S + s) * d_r + d)];
+        k[d_n + d] = a.k_pe_roped.data[idx(s * d_r + d)];
+      }
+    }
+}
+
+// scores, mask, softmax, P.V (§3.6 steps 2-6)
+void attend(const AttentionConfig& cfg, const ForwardOptions& opt, Activations& a) {
+  const Precision p = opt.precision;
+  a.scaling = softmax_scale(cfg);
+  a.scores = attention_scores(a.query_states, a.key_states, a.scaling, p);  // [n, S, S]
+  a.masked_scores = apply_mask(a.scores, opt.mask, p);                     // [n, S, S]
+  a.attn_weights = softmax_rows(a.masked_scores, p);                        // [n, S, S]
+  a.attn_context = weighted_values(a.attn_weights, a.value_states, p);      // [S, n*d_v]
+}
+
+// attn_output = o_proj(attn_context) (§3.6 step 7)
+void o_proj(const LayerWeights& w, const ForwardOptions& opt, Activations& a) {
+  a.attn_output = linear("attn_output", a.attn_context, w.o_proj, w.o_proj_bias, opt.precision);  // [S, H]
 }
 
 // ---- the whole layer -----------------------------------------------------------------------
@@ -377,84 +450,28 @@ Activations forward(const AttentionConfig& cfg, const LayerWeights& w, const Ten
     fail(ErrorKind::InvalidArgument, "position offset must be >= 0, got " + std::to_string(opt.position_offset));
   if (!(opt.latent_norm_eps > 0.0))
     fail(ErrorKind::InvalidArgument, "latent norm eps must be > 0, got " + std::to_string(opt.latent_norm_eps));
-  const Precision p = opt.precision;
-  const int64_t n = cfg.num_attention_heads, d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim,
-                d_qk = cfg.qk_head_dim();
   Activations a;
-  using Clock = std::chrono::steady_clock;
-  auto stage_start = Clock::now();
-  auto end_stage = [&](const char* stage) {
-    const auto now = Clock::now();
-    a.stage_seconds.emplace_back(stage, std::chrono::duration<double>(now - stage_start).count());
-    stage_start = now;
-  };
-
-  a.hidden = widen_hidden(hidden, cfg.hidden_size, p);  // [S, H]
-  const int64_t S = a.hidden.dim(0);
-  const TensorF no_bias;
-
-  // 1. query path (§3.1 / §3.2): q = q_b(RMSNorm_q(q_a(x))) or q = q_proj(x)
-  if (cfg.has_q_lora()) {
-    a.q_a = linear("q_a_proj", a.hidden, w.q_a_proj, w.q_a_proj_bias, p);                      // [S, r_q]
-    a.q_a_normed = rms_norm("q_a_layernorm", a.q_a, w.q_a_layernorm, opt.latent_norm_eps, p);  // [S, r_q]
-    a.q = linear("q_b_proj", a.q_a_normed, w.q_b_proj, no_bias, p);                           // [S, n*d_qk]
-  } else {
-    a.q = linear("q_proj", a.hidden, w.q_proj, no_bias, p);  // [S, n*d_qk] (q_proj: bias=False)
+  a.hidden = widen_hidden(hidden, cfg.hidden_size, opt.precision);  // [S, H]
+  {
+    StageTimer t(a.stage_seconds, "q_path");
+    q_path(cfg, w, opt, a);
   }
-  const QueryHeads qh = split_query_heads(cfg, a.q);  // [n, S, d_n], [n, S, d_r]
-  end_stage("q_path");
-
-  // 2. kv path (§3.3): [c | k_pe] = kv_a(x); [k_nope | v] = kv_b(RMSNorm_kv(c))
-  a.kv_a = linear("kv_a_proj_with_mqa", a.hidden, w.kv_a_proj_with_mqa, w.kv_a_proj_with_mqa_bias, p);  // [S, r_kv+d_r]
-  KvDown down = split_kv_a(cfg, a.kv_a);
-  a.latent = std::move(down.latent);                                                                   // [S, r_kv]
-  a.k_pe = std::move(down.k_pe);                                                                       // [S, d_r]
-  a.latent_normed = rms_norm("kv_a_layernorm", a.latent, w.kv_a_layernorm, opt.latent_norm_eps, p);  // [S, r_kv]
-  a.kv = linear("kv_b_proj", a.latent_normed, w.kv_b_proj, no_bias, p);                               // [S, n*(d_n+d_v)]
-  KvHeads kvh = split_kv_heads(cfg, a.kv);  // [n, S, d_n], [n, S, d_v]
-  end_stage("kv_path");
-
-  // 3. RoPE at positions offset .. offset+S-1 (§3.4, §6)
-  std::vector<int64_t> positions(idx(S));
-  for (int64_t s = 0; s < S; ++s) positions[idx(s)] = opt.position_offset + s;
-  const CosSin cs = rope_cos_sin(cfg, positions, p);                                           // [S, d_r] each
-  a.cos = cs.cos;
-  a.sin = cs.sin;
-  a.q_pe_roped = apply_rope("q_pe_roped", qh.q_pe, cs, cfg.rope_interleave, p);  // [n, S, d_r]
-  a.k_pe_roped = apply_rope("k_pe_roped", a.k_pe, cs, cfg.rope_interleave, p);   // [S, d_r]
-
-  // 4. query = cat(q_nope, q_pe); key = cat(k_nope, k_pe expanded over heads) (exact copies)
-  a.query_states = TensorD("query_states", {n, S, d_qk});
-  a.key_states = TensorD("key_states", {n, S, d_qk});
-  for (int64_t h = 0; h < n; ++h)
-    for (int64_t s = 0; s < S; ++s) {
-      double* q = &a.query_states.data[idx((h * S + s) * d_qk)];
-      double* k = &a.key_states.data[idx((h * S + s) * d_qk)];
-      for (int64_t d = 0; d < d_n; ++d) {
-        q[d] = qh.q_nope.data[idx((h * S + s) * d_n + d)];
-        k[d] = kvh.k_nope.data[idx((h * S + s) * d_n + d)];
-      }
-      for (int64_t d = 0; d < d_r; ++d) {
-        q[d_n + d] = a.q_pe_roped.data[idx((h * S + s) * d_r + d)];
-        k[d_n + d] = a.k_pe_roped.data[idx(s * d_r + d)];
-      }
-    }
-  a.value_states = std::move(kvh.value);
-  end_stage("rope");
-
-  // 5. scores, mask, softmax (§3.6 steps 2-4)
-  a.scaling = softmax_scale(cfg);
-  a.scores = attention_scores(a.query_states, a.key_states, a.scaling, p);  // [n, S, S]
-  a.masked_scores = apply_mask(a.scores, opt.mask, p);                     // [n, S, S]
-  end_stage("scores");
-  a.probs = softmax_rows(a.masked_scores, p);  // [n, S, S]
-  end_stage("softmax");
-
-  // 6. P.V and o_proj (§3.6 steps 6-7)
-  a.attn_context = weighted_values(a.probs, a.value_states, p);  // [S, n*d_v]
-  end_stage("pv");
-  a.attn_output = linear("attn_output", a.attn_context, w.o_proj, w.o_proj_bias, p);  // [S, H]
-  end_stage("o_proj");
+  {
+    StageTimer t(a.stage_seconds, "kv_path");
+    kv_path(cfg, w, opt, a);
+  }
+  {
+    StageTimer t(a.stage_seconds, "rope");
+    rope(cfg, opt, a);
+  }
+  {
+    StageTimer t(a.stage_seconds, "attend");
+    attend(cfg, opt, a);
+  }
+  {
+    StageTimer t(a.stage_seconds, "o_proj");
+    o_proj(w, opt, a);
+  }
   return a;
 }
 
@@ -476,21 +493,32 @@ class ReferenceBackend final : public Backend {
   ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) override {
     if (!weights_) fail(ErrorKind::InvalidArgument, "reference backend: forward() called before prepare()");
     Activations a = ref::forward(cfg_, *weights_, hidden, opt);
+    StageSeconds stages = std::move(a.stage_seconds);
+    ForwardResult r;
+    {
+      StageTimer t(stages, "export");
+      r = export_result(std::move(a), opt);
+    }
+    r.stage_seconds = std::move(stages);
+    return r;
+  }
+
+ private:
+  // export: the result fields of the activations (moved, not copied), and the H2O sums.
+  static ForwardResult export_result(Activations&& a, const ForwardOptions& opt) {
     ForwardResult r;
     r.computed_in_double = opt.precision == Precision::FP32;
-    accumulate_scores(a.probs, r.head_scores, r.token_scores);
+    accumulate_scores(a.attn_weights, r.head_scores, r.token_scores);
     r.attn_output = std::move(a.attn_output);
-    if (opt.keep_attn_weights) r.attn_weights = std::move(a.probs);
+    if (opt.keep_attn_weights) r.attn_weights = std::move(a.attn_weights);
     if (opt.keep_states) {
       r.query_states = std::move(a.query_states);
       r.key_states = std::move(a.key_states);
       r.value_states = std::move(a.value_states);
     }
-    r.stage_seconds = std::move(a.stage_seconds);
     return r;
   }
 
- private:
   AttentionConfig cfg_;
   std::unique_ptr<LayerWeights> weights_;
 };

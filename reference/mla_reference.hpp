@@ -4,7 +4,7 @@
 // This is the project's ground truth (the role llm.c's train_gpt2.c plays for its kernels):
 // plain loops, double accumulation, no Eigen, no CUDA, one function per equation. Every
 // other backend is tested against it; it is tested against closed forms, identities and
-// PyTorch dumps. Spec: /work/shared/docs/mla-math.md (section numbers below refer to it).
+// PyTorch dumps. Spec: docs/math.md (section numbers below refer to it).
 //
 // Two precisions (ForwardOptions::precision):
 //   FP32  the exact math: everything in double, no rounding at all. The only fp32 values
@@ -31,6 +31,7 @@
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/config.hpp"
+#include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla::ref {
@@ -73,13 +74,13 @@ struct QueryHeads {
 };
 QueryHeads split_query_heads(const AttentionConfig& cfg, const TensorD& q);
 
-// kv_a [S, r_kv + d_r] -> latent c [S, r_kv] | k_pe [S, d_r]
+// compressed_kv [S, r_kv + d_r] -> latent c [S, r_kv] | k_pe [S, d_r]
 //   torch: k_pass, k_rot = torch.split(compressed_kv, [kv_lora_rank, qk_rope_head_dim], -1)
-struct KvDown {
+struct LatentAndKpe {
   TensorD latent;  // [S, r_kv]
   TensorD k_pe;    // [S, d_r]  (not normalised; one rotary key per token, shared by all heads)
 };
-KvDown split_kv_a(const AttentionConfig& cfg, const TensorD& kv_a);
+LatentAndKpe split_compressed_kv(const AttentionConfig& cfg, const TensorD& compressed_kv);
 
 // kv [S, n*(d_n+d_v)] -> k_nope [n, S, d_n], value [n, S, d_v]
 //   torch: kv.view(1, S, n, d_n + d_v).transpose(1, 2); k_pass, v = split(kv, [d_n, d_v], -1)
@@ -137,7 +138,7 @@ TensorD absorbed_scores(const AttentionConfig& cfg, const LayerWeights& w, const
                         const TensorD& q_pe_roped, const TensorD& latent_normed, const TensorD& k_pe_roped,
                         double scale);
 
-// ---- the whole layer -----------------------------------------------------------------------
+// ---- the intermediates --------------------------------------------------------------------
 
 // Every intermediate of one forward, named as in HF's DeepseekV3Attention.forward.
 struct Activations {
@@ -145,11 +146,14 @@ struct Activations {
   TensorD q_a;             // [S, r_q]        q_a_proj(x)               (empty without q_lora)
   TensorD q_a_normed;      // [S, r_q]        q_a_layernorm(q_a)        (empty without q_lora)
   TensorD q;               // [S, n*d_qk]     q_b_proj(...) or q_proj(x)
-  TensorD kv_a;            // [S, r_kv + d_r] kv_a_proj_with_mqa(x)
-  TensorD latent;          // [S, r_kv]       c, first r_kv features of kv_a
+  TensorD q_nope;          // [n, S, d_n]     q split per head: HF q_pass
+  TensorD q_pe;            // [n, S, d_r]     HF q_rot, checkpoint order (not yet rotated)
+  TensorD compressed_kv;   // [S, r_kv + d_r] kv_a_proj_with_mqa(x)
+  TensorD latent;          // [S, r_kv]       c, first r_kv features of compressed_kv (HF k_pass)
   TensorD latent_normed;   // [S, r_kv]       kv_a_layernorm(c)
-  TensorD k_pe;            // [S, d_r]        last d_r features of kv_a (checkpoint order)
+  TensorD k_pe;            // [S, d_r]        last d_r features of compressed_kv (HF k_rot, checkpoint order)
   TensorD kv;              // [S, n*(d_n+d_v)] kv_b_proj(latent_normed)
+  TensorD k_nope;          // [n, S, d_n]     kv split per head: HF k_pass
   TensorD cos, sin;        // [S, d_r]        rotary tables (bf16 in bf16 mode)
   TensorD q_pe_roped;      // [n, S, d_r]     HF order (de-interleaved if rope_interleave)
   TensorD k_pe_roped;      // [S, d_r]        HF order, shared by all heads
@@ -158,20 +162,37 @@ struct Activations {
   TensorD value_states;    // [n, S, d_v]
   TensorD scores;          // [n, S, S]       scaled q.k, before the mask
   TensorD masked_scores;   // [n, S, S]
-  TensorD probs;           // [n, S, S]       softmax (attn_weights)
+  TensorD attn_weights;    // [n, S, S]       softmax(masked_scores)
   TensorD attn_context;    // [S, n*d_v]      P.V, heads concatenated (o_proj input)
   TensorD attn_output;     // [S, H]          o_proj(attn_context)
   double scaling = 0;      // softmax scale used
-  std::vector<std::pair<std::string, double>> stage_seconds;
+  StageSeconds stage_seconds;
 };
 
-// One layer's forward with every intermediate kept. Positions are
-// opt.position_offset .. opt.position_offset + S - 1.
+// ---- the stages of forward, in order; each fills its part of Activations -------------------
+// Shapes as in Activations; `a.hidden` must hold the widened input (widen_hidden).
+
+// q_a, q_a_normed, q, q_nope, q_pe                        (§3.1 / §3.2)
+void q_path(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt, Activations& a);
+// compressed_kv, latent, k_pe, latent_normed, kv, k_nope, value_states   (§3.3)
+void kv_path(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt, Activations& a);
+// cos, sin, q_pe_roped, k_pe_roped, query_states, key_states  (§3.4, §6), positions
+// opt.position_offset .. + S - 1
+void rope(const AttentionConfig& cfg, const ForwardOptions& opt, Activations& a);
+// scaling, scores, masked_scores, attn_weights, attn_context  (§3.6 steps 2-6)
+void attend(const AttentionConfig& cfg, const ForwardOptions& opt, Activations& a);
+// attn_output                                              (§3.6 step 7)
+void o_proj(const LayerWeights& w, const ForwardOptions& opt, Activations& a);
+
+// ---- the whole layer -----------------------------------------------------------------------
+
+// One layer's forward with every intermediate kept (the stages above, each timed). Positions
+// are opt.position_offset .. opt.position_offset + S - 1.
 Activations forward(const AttentionConfig& cfg, const LayerWeights& w, const TensorF& hidden,
                     const ForwardOptions& opt);
 
-// H2O accumulated scores of probs [n, S, T]: head_scores[h*T + t] = sum_s p[h, s, t],
-// token_scores[t] = sum_h head_scores[h*T + t] (double sums).
-void accumulate_scores(const TensorD& probs, std::vector<double>& head_scores, std::vector<double>& token_scores);
+// H2O accumulated scores of attn_weights [n, S, T]: head_scores[h*T + t] = sum_s p[h, s, t],
+// token_scores[t] = sum_h head_scores[h*T + t] (double sums, token_scores_from_heads).
+void accumulate_scores(const TensorD& attn_weights, std::vector<double>& head_scores, std::vector<double>& token_scores);
 
 }  // namespace mla::ref

@@ -10,12 +10,13 @@
 
 #include "mla/checkpoint.hpp"
 #include "mla/config.hpp"
+#include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla {
 
 enum class Mask { Causal, None };       // causal: key t visible to query s iff t <= s
-enum class Precision { FP32, BF16 };    // bf16 = PyTorch bf16 eager rounding (mla-math.md §7)
+enum class Precision { FP32, BF16 };    // bf16 = PyTorch bf16 eager rounding (docs/math.md §7)
 enum class BackendKind { Auto, Reference, Cpu, Cuda };
 
 const char* mask_name(Mask m);            // "causal" | "none"
@@ -33,6 +34,14 @@ struct ForwardOptions {
   int threads = 0;                 // cpu: 0 = all cores
 };
 
+// The stages every backend's forward records in ForwardResult::stage_seconds, in this order,
+// each named after the stage function that runs it (the cuda backend first records "upload",
+// its host-to-device copy of the input):
+//   q_path   q from the hidden states         kv_path  compressed_kv, latent_normed, kv
+//   rope     rotary halves of q and k_pe      attend   scores, mask, softmax, P.V, H2O sums
+//   o_proj   attn_output                      export   the ForwardResult (widening, downloads)
+inline constexpr const char* kForwardStages[] = {"q_path", "kv_path", "rope", "attend", "o_proj", "export"};
+
 struct ForwardResult {
   // Values are stored in double whatever the backend computed in; `computed_in_double`
   // tells whether they are exact doubles (reference fp32 mode) or widened fp32/bf16 values.
@@ -44,7 +53,7 @@ struct ForwardResult {
   TensorD value_states;  // [n, S, d_v]
   std::vector<double> token_scores;  // [S]     attention mass received, summed over heads and queries
   std::vector<double> head_scores;   // [n * S] the same per head (row h = head h)
-  std::vector<std::pair<std::string, double>> stage_seconds;  // in execution order
+  StageSeconds stage_seconds;  // in execution order
 };
 
 class Backend {

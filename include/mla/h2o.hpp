@@ -40,4 +40,8 @@ H2ODecision h2o_select(std::span<const double> scores, const H2OOptions& opt);
 std::vector<H2ODecision> h2o_select_per_head(std::span<const double> head_scores, int64_t n_heads,
                                              const H2OOptions& opt);
 
+// token_scores[t] = sum_h head_scores[h*T + t], heads added in ascending order in double
+// (every backend's one head-to-token sum). head_scores: [n_heads * T] -> [T].
+std::vector<double> token_scores_from_heads(std::span<const double> head_scores, int64_t n_heads);
+
 }  // namespace mla

@@ -1,4 +1,4 @@
-// mla/rope.hpp — RoPE / YaRN frequencies and the softmax scale (mla-math.md §4, §5).
+// mla/rope.hpp — RoPE / YaRN frequencies and the softmax scale (docs/math.md §4, §5).
 //
 // Shared by every backend so they all use the same fp32 `inv_freq` buffer HF uses.
 #pragma once
@@ -38,5 +38,8 @@ struct RopeTables {
   std::vector<float> cos, sin;  // [S, d_r]
 };
 RopeTables rope_tables(const AttentionConfig& cfg, const std::vector<int64_t>& positions);
+
+// HF's position_ids for `count` tokens after `offset` cached ones: offset .. offset+count-1.
+std::vector<int64_t> position_ids(int64_t offset, int64_t count);
 
 }  // namespace mla

@@ -1,22 +1,21 @@
 // src/cli/cmd_run.cpp — `mla-h2o run` (one layer's attention + H2O on a checkpoint) and
-// `mla-h2o demo` (the starting demo's configuration on a cached synthetic Kimi K2.6 layer 0).
+// `mla-h2o demo` (the configuration of the published Kimi K2.6 layer-0 H2O demo on a cached
+// synthetic Kimi K2.6 layer 0).
 //
-// Pipeline of both (execute_run), each stage timed:
-//   1. output directory      created first, so an unwritable --out fails before any work
-//   2. open checkpoint       config.json + index/shard headers          } timing_s.load
-//   3. load layer            the 7 attention tensors (+ input_layernorm) }
-//   4. build input           one of --input / --tokens / --seq-len+--seed }
-//   5. backend               make_backend + prepare (weight conversion)  } timing_s.forward
-//   6. forward               attention, attention weights, token scores  }
-//   7. h2o select            layer-level decision (+ per head)           } timing_s.h2o
-//   8. outputs               report.txt, scores.csv, report.json, scores.svg,
-//                            heads_kept.csv (--per-head), tensors.safetensors (--dump-tensors)
+// Pipeline of both (execute_run): three phases, each timing its steps (StageTimer); `sweep`
+// (cmd_sweep.cpp) runs load and run once per layer (declared in run_pipeline.hpp):
+//   load     output directory (first, so an unwritable --out fails before any work),
+//            open checkpoint, load layer (the attention tensors + input_layernorm),
+//            build input (--input / --tokens / --seq-len+--seed)          timing_s.load
+//   run      backend prepare (weight conversion), forward                  timing_s.forward
+//            h2o select (layer-level decision, + per head)                 timing_s.h2o
+//   report   tensors.safetensors (--dump-tensors), scores.csv, heads_kept.csv (--per-head),
+//            scores.svg, report.txt, report.json
 //
 // Shape legend: S = tokens, H = hidden_size, n = heads.
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,24 +27,25 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
-#include "run_plan.hpp"
+#include "run_pipeline.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
 #include "mla/report.hpp"
 #include "mla/rope.hpp"
+#include "mla/stage_timer.hpp"
 #include "mla_build_config.h"
 
 namespace mla::cli {
 
-// ---- settings shared by run, demo and sweep (run_plan.hpp) ---------------------------------
+// ---- settings shared by run, demo and sweep (run_pipeline.hpp) ----------------------------
 
 std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::string& default_precision) {
   return {
       {"mask", "causal|none", "causal mask, or none (HF eager called with attention_mask=None)", default_mask},
       {"backend", "auto|reference|cpu|cuda", "auto = cuda when a GPU is usable, else cpu", "auto"},
-      {"precision", "fp32|bf16", "bf16 = PyTorch bf16 eager rounding (mla-math.md §7)", default_precision},
+      {"precision", "fp32|bf16", "bf16 = PyTorch bf16 eager rounding (docs/math.md §7)", default_precision},
       {"latent-norm-eps", "hf|config|VALUE",
        "eps of q_a_layernorm/kv_a_layernorm: hf = 1e-6 (transformers), config = rms_norm_eps (vLLM/SGLang)", "hf"},
       {"sinks", "N", "H2O: first N tokens always kept", "4"},
@@ -117,58 +117,51 @@ void check_layer_present(const Checkpoint& ckpt, int64_t layer, const std::strin
   }
 }
 
-namespace {
+// ---- the pipeline: load, run, report ------------------------------------------------------
+// Each phase times its steps into its own StageSeconds; the report's headline times are the
+// totals of those lists, and its stage list is their concatenation in execution order.
 
-// ---- the pipeline -----------------------------------------------------------------------
+// load: output directory, checkpoint, layer, input                        (timing_s.load)
+LoadedRun load(const RunPlan& plan) {
+  ensure_output_dir(plan.out_dir);  // first, so an unwritable --out fails before any work
+  StageSeconds stages;
+  LoadedRun r(timed(stages, "open checkpoint", [&] { return Checkpoint::open(plan.checkpoint, plan.config_path); }));
+  r.stages = std::move(stages);
+  const AttentionConfig& cfg = r.ckpt.config();
+  r.weights = timed(r.stages, "load layer", [&] {
+    check_layer_present(r.ckpt, plan.layer, "--layer " + std::to_string(plan.layer));
+    return r.ckpt.load_layer(plan.layer, needs_input_layernorm(plan.input));
+  });
+  r.options = plan.forward;
+  r.options.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg, r.latent_eps_mode);
+  r.options.keep_attn_weights = plan.dump_tensors;
+  r.options.keep_states = plan.dump_tensors;
+  r.input = timed(r.stages, "build input", [&] { return load_input(plan.input, r.ckpt, r.weights, r.options.precision); });
+  return r;
+}
 
-int execute_run(const RunPlan& plan) {
-  Report rep;
-  RunInfo& info = rep.info;
-  info.command = plan.command;
-  info.notes = plan.notes;
-  if (plan.input.kind == InputKind::Tokens && plan.layer > 0) info.notes.push_back(tokens_caveat(std::to_string(plan.layer)));
-  Stopwatch sw;
-
-  // 1. output directory
-  ensure_output_dir(plan.out_dir);
-
-  // 2-3. checkpoint and layer
-  const Checkpoint ckpt = Checkpoint::open(plan.checkpoint, plan.config_path);
-  info.stage_seconds.emplace_back("open checkpoint", sw.lap());
-  const AttentionConfig& cfg = ckpt.config();
-  check_layer_present(ckpt, plan.layer, "--layer " + std::to_string(plan.layer));
-  const LayerWeights weights = ckpt.load_layer(plan.layer, needs_input_layernorm(plan.input));
-  info.stage_seconds.emplace_back("load layer", sw.lap());
-
-  ForwardOptions fopt = plan.forward;
-  fopt.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg, info.latent_norm_eps_mode);
-  fopt.keep_attn_weights = plan.dump_tensors;
-  fopt.keep_states = plan.dump_tensors;
-
-  // 4. input
-  const HiddenInput input = load_input(plan.input, ckpt, weights, fopt.precision);
-  info.stage_seconds.emplace_back("build input", sw.lap());
-  const int64_t S = input.hidden.dim(0), n = cfg.num_attention_heads;
-  info.load_seconds = info.stage_seconds[0].second + info.stage_seconds[1].second + info.stage_seconds[2].second;
-
-  // 5-6. backend and forward
+// run: backend, forward, H2O selection                       (timing_s.forward, timing_s.h2o)
+RunOutcome run(const RunPlan& plan, const LoadedRun& in, Report& rep) {
+  const AttentionConfig& cfg = in.ckpt.config();
+  const int64_t S = in.input.hidden.dim(0), n = cfg.num_attention_heads;
+  RunOutcome out;
   if (plan.backend == BackendKind::Auto) {
     std::string why;
-    info.backend_reason = cuda_available(&why) ? "a CUDA device is usable" : why;
+    out.backend_reason = cuda_available(&why) ? "a CUDA device is usable" : why;
   }
-  std::unique_ptr<Backend> backend = make_backend(plan.backend);
-  backend->prepare(cfg, weights, fopt);
-  info.stage_seconds.emplace_back("backend prepare (" + backend->name() + ")", sw.lap());
-  const ForwardResult fr = backend->forward(input.hidden, fopt);
-  const double forward_s = sw.lap();
-  info.stage_seconds.emplace_back("forward (" + backend->name() + ")", forward_s);
-  info.forward_stage_seconds = fr.stage_seconds;
-  info.forward_seconds = info.stage_seconds[3].second + forward_s;
+  out.backend = make_backend(plan.backend);
+  Backend& backend = *out.backend;
+  {
+    StageTimer t(out.forward_stages, "backend prepare (" + backend.name() + ")");
+    backend.prepare(cfg, in.weights, in.options);
+  }
+  out.result = timed(out.forward_stages, "forward (" + backend.name() + ")",
+                     [&] { return backend.forward(in.input.hidden, in.options); });
+  const ForwardResult& fr = out.result;
   if (static_cast<int64_t>(fr.token_scores.size()) != S)
-    fail(ErrorKind::Shape, "backend " + backend->name() + " returned " + std::to_string(fr.token_scores.size()) +
+    fail(ErrorKind::Shape, "backend " + backend.name() + " returned " + std::to_string(fr.token_scores.size()) +
                                " token scores for " + std::to_string(S) + " tokens");
-
-  // 7. H2O
+  StageTimer t(out.h2o_stages, plan.per_head ? "h2o select (+ per head)" : "h2o select");
   rep.h2o = plan.h2o;
   rep.scores = fr.token_scores;
   rep.decision = h2o_select(rep.scores, plan.h2o);
@@ -177,47 +170,73 @@ int execute_run(const RunPlan& plan) {
     rep.head_scores = fr.head_scores;
     rep.head_decisions = h2o_select_per_head(rep.head_scores, n, plan.h2o);
   }
-  info.h2o_seconds = sw.lap();
-  info.stage_seconds.emplace_back(plan.per_head ? "h2o select (+ per head)" : "h2o select", info.h2o_seconds);
+  return out;
+}
 
-  // settings for the report
+void write_layer_dump(const std::string& path, const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran) {
+  const AttentionConfig& cfg = in.ckpt.config();
+  const Backend& backend = *ran.backend;
+  const std::map<std::string, std::string> meta = {
+      {"producer", std::string("mla-h2o ") + MLA_VERSION + (plan.command == "sweep" ? " sweep" : "")},
+      {"backend", backend.name() + " (" + backend.description() + ")"},
+      {"precision", precision_name(in.options.precision)},
+      {"mask", mask_name(in.options.mask)},
+      {"latent_norm_eps", format_double(in.options.latent_norm_eps)},
+      {"checkpoint", plan.checkpoint},
+      {"layer", std::to_string(plan.layer)},
+      {"input", in.input.description},
+      {"config", config_to_json(cfg, false)},
+  };
+  write_tensor_dump(path, in.input.hidden, ran.result, cfg.num_attention_heads, meta);
+}
+
+namespace {
+
+// report: settings, tensors.safetensors (--dump-tensors), scores.csv, heads_kept.csv
+// (--per-head), scores.svg, report.txt, report.json; the text also goes to stdout.
+void report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Report& rep) {
+  const AttentionConfig& cfg = in.ckpt.config();
+  const ForwardOptions& fopt = in.options;
+  const ForwardResult& fr = ran.result;
+  const Backend& backend = *ran.backend;
+  const int64_t S = in.input.hidden.dim(0), n = cfg.num_attention_heads;
+  RunInfo& info = rep.info;
+  info.command = plan.command;
+  info.notes = plan.notes;
+  if (plan.input.kind == InputKind::Tokens && plan.layer > 0) info.notes.push_back(tokens_caveat(std::to_string(plan.layer)));
   info.checkpoint = plan.checkpoint;
   info.layer = plan.layer;
-  info.input_source = input.description;
+  info.input_source = in.input.description;
   info.mask = mask_name(fopt.mask);
   if (fopt.mask == Mask::None) info.mask += " (every query sees every key, as HF eager with attention_mask=None)";
   info.precision = precision_name(fopt.precision);
   info.backend_requested = backend_name(plan.backend);
-  info.backend = backend->name();
-  info.backend_description = backend->description();
+  info.backend = backend.name();
+  info.backend_reason = ran.backend_reason;
+  info.backend_description = backend.description();
   info.computed_in_double = fr.computed_in_double;
+  info.latent_norm_eps_mode = in.latent_eps_mode;
   info.latent_norm_eps = fopt.latent_norm_eps;
   info.config = cfg;
   info.softmax_scale = softmax_scale(cfg);
-  info.parameter_count = weights.parameter_count();
-  info.hidden_shape = input.hidden.shape;
+  info.parameter_count = in.weights.parameter_count();
+  info.hidden_shape = in.input.hidden.shape;
   info.attn_output_shape = fr.attn_output.shape;
   info.attn_weights_shape = {n, S, S};
   info.threads = fopt.threads;
   info.allow_tf32 = fopt.allow_tf32;
+  info.load_seconds = total_seconds(in.stages);
+  info.forward_seconds = total_seconds(ran.forward_stages);
+  info.h2o_seconds = total_seconds(ran.h2o_stages);
+  info.forward_stage_seconds = fr.stage_seconds;
+  for (const StageSeconds* phase : {&in.stages, &ran.forward_stages, &ran.h2o_stages})
+    info.stage_seconds.insert(info.stage_seconds.end(), phase->begin(), phase->end());
 
-  // 8. outputs
   if (plan.dump_tensors) {
     const std::string path = join_path(plan.out_dir, "tensors.safetensors");
-    std::map<std::string, std::string> meta = {
-        {"producer", std::string("mla-h2o ") + MLA_VERSION},
-        {"backend", backend->name() + " (" + backend->description() + ")"},
-        {"precision", precision_name(fopt.precision)},
-        {"mask", mask_name(fopt.mask)},
-        {"latent_norm_eps", format_double(fopt.latent_norm_eps)},
-        {"checkpoint", plan.checkpoint},
-        {"layer", std::to_string(plan.layer)},
-        {"input", input.description},
-        {"config", config_to_json(cfg, false)},
-    };
-    write_tensor_dump(path, input.hidden, fr, n, meta);
+    StageTimer t(info.stage_seconds, "write tensors.safetensors");
+    write_layer_dump(path, plan, in, ran);
     info.files.push_back(path);
-    info.stage_seconds.emplace_back("write tensors.safetensors", sw.lap());
   }
   const std::string csv = join_path(plan.out_dir, "scores.csv"), json = join_path(plan.out_dir, "report.json"),
                     svg = join_path(plan.out_dir, "scores.svg"), txt = join_path(plan.out_dir, "report.txt"),
@@ -234,6 +253,13 @@ int execute_run(const RunPlan& plan) {
   write_text_file(txt, text);
   write_text_file(json, report_json(rep));
   std::fputs(text.c_str(), stdout);
+}
+
+int execute_run(const RunPlan& plan) {
+  const LoadedRun loaded = load(plan);
+  Report rep;
+  const RunOutcome ran = run(plan, loaded, rep);
+  report(plan, loaded, ran, rep);
   return 0;
 }
 
@@ -262,7 +288,7 @@ CommandSpec demo_spec() {
   CommandSpec spec;
   spec.name = "demo";
   spec.synopsis =
-      "mla-h2o demo: the starting demo (kimi-layer0-demo.md) on a synthetic Kimi K2.6-shaped layer 0 —\n"
+      "mla-h2o demo: the published Kimi K2.6 layer-0 H2O demo's configuration on a synthetic Kimi K2.6-shaped layer 0 —\n"
       "256 seeded normal embeddings, 4 sinks, 32 recent, 64 heavy, mask none, bf16. The checkpoint\n"
       "(synth --preset kimi-k2.6 --seed 0 --layers 0) is written once into the cache directory.";
   spec.usage = "mla-h2o demo [--cache-dir DIR] [--out DIR] [--backend B] [--precision P] [--mask none|causal]";
@@ -361,12 +387,12 @@ int cmd_demo(const std::vector<std::string>& argv) {
   plan.checkpoint = demo_checkpoint(cache, reused);
   plan.notes.push_back(std::string("weights: synthetic Kimi K2.6-shaped layer 0 (synth --preset kimi-k2.6 --seed 0), ") +
                        (reused ? "reused from the cache" : "synthesized into the cache") +
-                       "; not the published weights, so the numbers differ from the demo write-up");
+                       "; not the published weights, so the numbers differ from the published demo's");
   if (plan.forward.mask == Mask::None)
     plan.notes.push_back(
-        "mask none: the starting demo called DeepseekV3Attention directly with attention_mask=None, so eager attention "
-        "applied no mask (mla-math.md §8); --mask causal gives what a model-level forward computes");
-  if (plan.forward.precision == Precision::BF16) plan.notes.push_back("precision bf16: the starting demo ran BF16");
+        "mask none: the published demo called DeepseekV3Attention directly with attention_mask=None, so eager attention "
+        "applied no mask (docs/math.md §8); --mask causal gives what a model-level forward computes");
+  if (plan.forward.precision == Precision::BF16) plan.notes.push_back("precision bf16: the published demo ran BF16");
   return execute_run(plan);
 }
 

@@ -7,8 +7,9 @@
 //   3. checks                the layer list (all | 0-3,60), every layer present, and with --input
 //                            every layer's tensor (NAME.L, else NAME) present with the same S —
 //                            all before the first layer runs
-//   4. per layer L           load L's attention tensors (+ input_layernorm for --tokens and
-//                            --residual), build L's input, prepare the backend, forward, H2O;
+//   4. per layer L           run's load and run phases (run_pipeline.hpp): L's attention tensors
+//                            (+ input_layernorm for --tokens and --residual), L's input, backend
+//                            prepare, forward, H2O; the shards are unmapped after the load and
 //                            only L's scores and decision are kept; progress on stderr
 //   5. outputs               layers.csv, scores.csv, overlap.csv, heatmap.svg, report.json,
 //                            report.txt (also printed); layer-L.safetensors with --dump-tensors
@@ -28,9 +29,10 @@
 #include "mla/report.hpp"
 #include "mla/rope.hpp"
 #include "mla/safetensors.hpp"
+#include "mla/stage_timer.hpp"
 #include "mla/sweep.hpp"
 #include "mla_build_config.h"
-#include "run_plan.hpp"
+#include "run_pipeline.hpp"
 
 namespace mla::cli {
 namespace {
@@ -153,18 +155,20 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
   SweepReport rep;
   RunInfo& info = rep.info;
   info.command = "sweep";
-  Stopwatch sw, total;
 
-  // 1-3. output directory, checkpoint, checks
+  // 1-3. output directory, checkpoint, checks (before any layer runs)
   ensure_output_dir(plan.out_dir);
-  const Checkpoint ckpt = Checkpoint::open(plan.checkpoint, plan.config_path);
-  const AttentionConfig& cfg = ckpt.config();
-  const std::vector<int64_t> layers = parse_layers(layers_arg, ckpt);
-  ForwardOptions fopt = plan.forward;
-  fopt.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg, info.latent_norm_eps_mode);
-  fopt.keep_attn_weights = plan.dump_tensors;
-  fopt.keep_states = plan.dump_tensors;
-  if (plan.input.kind == InputKind::File) info.notes = check_file_inputs(plan.input, layers, fopt.precision);
+  std::vector<int64_t> layers;
+  AttentionConfig cfg;
+  {
+    StageTimer t(info.stage_seconds, "open checkpoint + checks");
+    const Checkpoint ckpt = Checkpoint::open(plan.checkpoint, plan.config_path);
+    cfg = ckpt.config();
+    layers = parse_layers(layers_arg, ckpt);
+    std::string mode;
+    latent_eps(plan.latent_eps_arg, cfg, mode);  // a bad value fails here, not at the first layer
+    if (plan.input.kind == InputKind::File) info.notes = check_file_inputs(plan.input, layers, plan.forward.precision);
+  }
   if (plan.input.kind == InputKind::Tokens) {
     std::vector<int64_t> above0;
     std::copy_if(layers.begin(), layers.end(), std::back_inserter(above0), [](int64_t l) { return l > 0; });
@@ -175,71 +179,54 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
   if (layers_arg == "all" && static_cast<int64_t>(layers.size()) < cfg.num_hidden_layers)
     info.notes.push_back("--layers all: the checkpoint holds " + std::to_string(layers.size()) + " of the config's " +
                          std::to_string(cfg.num_hidden_layers) + " layers; the others are skipped");
-  if (plan.backend == BackendKind::Auto) {
-    std::string why;
-    info.backend_reason = cuda_available(&why) ? "a CUDA device is usable" : why;
-  }
-  info.stage_seconds.emplace_back("open checkpoint + checks", sw.lap());
 
-  // 4. one layer at a time
+  // 4. one layer at a time: run's load and run phases, then only the scores and decision are kept
   int64_t seq_len = -1;
   for (size_t k = 0; k < layers.size(); ++k) {
-    const int64_t L = layers[k];
+    RunPlan lp = plan;
+    lp.layer = layers[k];
     SweepLayer out;
-    out.layer = L;
-    ForwardResult fr;
-    TensorF hidden;
+    out.layer = lp.layer;
     {
-      const LayerWeights weights = ckpt.load_layer(L, needs_input_layernorm(plan.input));
-      HiddenInput input = load_input(plan.input, ckpt, weights, fopt.precision);
-      ckpt.release_mappings();  // the layer's pages of the shards are not needed any more
-      out.input_source = input.description;
-      if (seq_len < 0) seq_len = input.hidden.dim(0);
-      if (input.hidden.dim(0) != seq_len)
-        fail(ErrorKind::Shape, "layer " + std::to_string(L) + "'s input has " + std::to_string(input.hidden.dim(0)) +
+      LoadedRun loaded = load(lp);
+      loaded.ckpt.release_mappings();  // the layer's pages of the shards are not needed any more
+      const int64_t S = loaded.input.hidden.dim(0);
+      if (seq_len < 0) seq_len = S;
+      if (S != seq_len)
+        fail(ErrorKind::Shape, "layer " + std::to_string(lp.layer) + "'s input has " + std::to_string(S) +
                                    " tokens but the first layer's had " + std::to_string(seq_len));
-      if (k == 0) info.hidden_shape = input.hidden.shape;
-      out.load_seconds = sw.lap();
-      std::unique_ptr<Backend> backend = make_backend(plan.backend);
-      backend->prepare(cfg, weights, fopt);
-      fr = backend->forward(input.hidden, fopt);
+      Report layer_rep;
+      const RunOutcome ran = run(lp, loaded, layer_rep);
+      out.input_source = loaded.input.description;
+      out.scores = std::move(layer_rep.scores);
+      out.decision = std::move(layer_rep.decision);
+      out.load_seconds = total_seconds(loaded.stages);
+      out.forward_seconds = total_seconds(ran.forward_stages);
+      info.load_seconds += out.load_seconds;
+      info.forward_seconds += out.forward_seconds;
+      info.h2o_seconds += total_seconds(ran.h2o_stages);
+      double layer_seconds = out.load_seconds + out.forward_seconds + total_seconds(ran.h2o_stages);
       if (k == 0) {
-        info.backend = backend->name();
-        info.backend_description = backend->description();
-        info.computed_in_double = fr.computed_in_double;
-        info.parameter_count = weights.parameter_count();
+        info.latent_norm_eps_mode = loaded.latent_eps_mode;
+        info.latent_norm_eps = loaded.options.latent_norm_eps;
+        info.backend = ran.backend->name();
+        info.backend_reason = ran.backend_reason;
+        info.backend_description = ran.backend->description();
+        info.computed_in_double = ran.result.computed_in_double;
+        info.parameter_count = loaded.weights.parameter_count();
+        info.hidden_shape = loaded.input.hidden.shape;
       }
-      if (plan.dump_tensors) hidden = std::move(input.hidden);
-    }  // the layer's weights and the backend's copy of them are freed here
-    out.forward_seconds = sw.lap();
-    info.load_seconds += out.load_seconds;
-    info.forward_seconds += out.forward_seconds;
-    if (static_cast<int64_t>(fr.token_scores.size()) != seq_len)
-      fail(ErrorKind::Shape, "layer " + std::to_string(L) + ": the backend returned " +
-                                 std::to_string(fr.token_scores.size()) + " token scores for " + std::to_string(seq_len) +
-                                 " tokens");
-    out.scores = fr.token_scores;
-    out.decision = h2o_select(out.scores, plan.h2o);
-    const double h2o_seconds = sw.lap();
-    info.h2o_seconds += h2o_seconds;
-    if (plan.dump_tensors) {
-      const std::string path = join_path(plan.out_dir, "layer-" + std::to_string(L) + ".safetensors");
-      write_tensor_dump(path, hidden, fr, cfg.num_attention_heads,
-                        {{"producer", std::string("mla-h2o ") + MLA_VERSION + " sweep"},
-                         {"backend", info.backend + " (" + info.backend_description + ")"},
-                         {"precision", precision_name(fopt.precision)},
-                         {"mask", mask_name(fopt.mask)},
-                         {"latent_norm_eps", format_double(fopt.latent_norm_eps)},
-                         {"checkpoint", plan.checkpoint},
-                         {"layer", std::to_string(L)},
-                         {"input", out.input_source},
-                         {"config", config_to_json(cfg, false)}});
-      info.files.push_back(path);
-    }
-    info.stage_seconds.emplace_back("layer " + std::to_string(L), out.load_seconds + out.forward_seconds + h2o_seconds +
-                                                                      sw.lap());  // + the dump
+      if (plan.dump_tensors) {
+        const std::string path = join_path(plan.out_dir, "layer-" + std::to_string(lp.layer) + ".safetensors");
+        StageSeconds dump;
+        timed(dump, "dump", [&] { write_layer_dump(path, lp, loaded, ran); });
+        layer_seconds += total_seconds(dump);
+        info.files.push_back(path);
+      }
+      info.stage_seconds.emplace_back("layer " + std::to_string(lp.layer), layer_seconds);
+    }  // the layer's weights, input and backend are freed here
     std::fprintf(stderr, "mla-h2o sweep: layer %lld (%zu/%zu) done in %.2f s, kept %lld of %lld\n",
-                 static_cast<long long>(L), k + 1, layers.size(), info.stage_seconds.back().second,
+                 static_cast<long long>(out.layer), k + 1, layers.size(), info.stage_seconds.back().second,
                  static_cast<long long>(out.decision.kept()), static_cast<long long>(seq_len));
     rep.layers.push_back(std::move(out));
   }
@@ -248,15 +235,14 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
   rep.h2o = plan.h2o;
   info.checkpoint = plan.checkpoint;
   info.input_source = sweep_input_text(plan.input, cfg, rep.layers.front().input_source);
-  info.mask = mask_name(fopt.mask);
-  if (fopt.mask == Mask::None) info.mask += " (every query sees every key, as HF eager with attention_mask=None)";
-  info.precision = precision_name(fopt.precision);
+  info.mask = mask_name(plan.forward.mask);
+  if (plan.forward.mask == Mask::None) info.mask += " (every query sees every key, as HF eager with attention_mask=None)";
+  info.precision = precision_name(plan.forward.precision);
   info.backend_requested = backend_name(plan.backend);
-  info.latent_norm_eps = fopt.latent_norm_eps;
   info.config = cfg;
   info.softmax_scale = softmax_scale(cfg);
-  info.threads = fopt.threads;
-  info.allow_tf32 = fopt.allow_tf32;
+  info.threads = plan.forward.threads;
+  info.allow_tf32 = plan.forward.allow_tf32;
   info.notes.insert(info.notes.begin(), "layers run: " + layer_list_text(layers));
 
   // 5. outputs
@@ -265,14 +251,16 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
                     overlap = join_path(plan.out_dir, "overlap.csv"), svg = join_path(plan.out_dir, "heatmap.svg"),
                     json = join_path(plan.out_dir, "report.json"), txt = join_path(plan.out_dir, "report.txt");
   info.files.insert(info.files.end(), {layers_csv, scores, overlap, svg, json, txt});
-  write_text_file(layers_csv, sweep_layers_csv(rep));
-  write_text_file(scores, sweep_scores_csv(rep));
-  write_text_file(overlap, sweep_overlap_csv(overlaps));
-  std::ostringstream title;
-  title << "H2O scores of " << layers.size() << " layer" << (layers.size() == 1 ? "" : "s") << ", " << seq_len
-        << " tokens (" << info.backend << ", " << info.precision << ", mask " << mask_name(fopt.mask) << ")";
-  write_text_file(svg, sweep_heatmap_svg(rep, title.str()));
-  info.stage_seconds.emplace_back("outputs", sw.lap());
+  {
+    StageTimer t(info.stage_seconds, "outputs");
+    write_text_file(layers_csv, sweep_layers_csv(rep));
+    write_text_file(scores, sweep_scores_csv(rep));
+    write_text_file(overlap, sweep_overlap_csv(overlaps));
+    std::ostringstream title;
+    title << "H2O scores of " << layers.size() << " layer" << (layers.size() == 1 ? "" : "s") << ", " << seq_len
+          << " tokens (" << info.backend << ", " << info.precision << ", mask " << mask_name(plan.forward.mask) << ")";
+    write_text_file(svg, sweep_heatmap_svg(rep, title.str()));
+  }
   const std::string text = sweep_report_text(rep, overlaps);
   write_text_file(txt, text);
   write_text_file(json, sweep_report_json(rep, overlaps));

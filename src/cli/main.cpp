@@ -18,7 +18,7 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"demo", mla::cli::cmd_demo, "synthesize a Kimi K2.6-shaped layer 0 and run the starting demo on it"},
+    {"demo", mla::cli::cmd_demo, "synthesize a Kimi K2.6-shaped layer 0 and run the published Kimi K2.6 layer-0 H2O demo's configuration on it"},
     {"run", mla::cli::cmd_run, "one layer's attention + H2O selection on a checkpoint"},
     {"sweep", mla::cli::cmd_sweep, "run + H2O on every listed layer, one layer in memory at a time; per-layer report"},
     {"select", mla::cli::cmd_select, "H2O selection on scores from any implementation (CSV or safetensors)"},

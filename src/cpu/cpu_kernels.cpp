@@ -1,5 +1,5 @@
 // src/cpu/cpu_kernels.cpp — the Eigen/BLAS kernels of the cpu backend; see cpu_kernels.hpp for
-// each equation, its shapes and its bf16 rounding points (mla-math.md §3, §7).
+// each equation, its shapes and its bf16 rounding points (docs/math.md §3, §7).
 //
 // Shape legend: S = sequence length, d_qk = qk_head_dim, d_v = v_head_dim (as in the header).
 #include "cpu_kernels.hpp"
@@ -143,28 +143,21 @@ void rms_norm(const float* x, int64_t ld_x, int64_t rows, int64_t width, const f
 
 // ---- RoPE ------------------------------------------------------------------------------------
 
-void rope_in_place(float* x, const float* cos, const float* sin, int64_t d_r, bool interleave,
-                   bool bf16) {
+void rope(const float* x, float* out, const float* cos, const float* sin, int64_t d_r, bool interleave,
+          bool bf16) {
   const int64_t half = d_r / 2;
-  float y[512];  // d_r <= 512 is checked by the backend
-  if (interleave) {
-    for (int64_t j = 0; j < half; ++j) {
-      y[j] = x[2 * j];
-      y[half + j] = x[2 * j + 1];
-    }
-  } else {
-    for (int64_t i = 0; i < d_r; ++i) y[i] = x[i];
-  }
+  // y = the de-interleaved view of x, read in place (no copy, so no size limit)
+  auto y = [&](int64_t i) { return !interleave ? x[i] : i < half ? x[2 * i] : x[2 * (i - half) + 1]; };
   for (int64_t i = 0; i < d_r; ++i) {
-    const float rotated = i < half ? -y[half + i] : y[i - half];  // rotate_half(y)[i]
-    float t1 = y[i] * cos[i];
+    const float rotated = i < half ? -y(half + i) : y(i - half);  // rotate_half(y)[i]
+    float t1 = y(i) * cos[i];
     float t2 = rotated * sin[i];
     if (bf16) {
       t1 = round_to_bf16(t1);
       t2 = round_to_bf16(t2);
     }
     const float sum = t1 + t2;
-    x[i] = bf16 ? round_to_bf16(sum) : sum;
+    out[i] = bf16 ? round_to_bf16(sum) : sum;
   }
 }
 

@@ -1,8 +1,8 @@
 // src/cpu/cpu_kernels.hpp — the equations of one MLA attention layer (HF DeepseekV3Attention,
 // eager) as Eigen/BLAS kernels, fp32 or PyTorch-bf16 emulation, used by the cpu backend
-// (eigen_backend.cpp). One function per equation of /work/shared/docs/mla-math.md (§3).
+// (eigen_backend.cpp). One function per equation of docs/math.md (§3).
 //
-// Shape legend (config names; mla-math.md symbols in brackets):
+// Shape legend (config names; docs/math.md symbols in brackets):
 //   S   = sequence length (tokens in this call)
 //   H   = hidden_size
 //   n   = num_attention_heads                    [n_h]
@@ -18,7 +18,7 @@
 //
 // bf16 mode ("bf16 inputs, fp32 accumulation"): weights and activations hold bf16 VALUES in
 // fp32 storage. The product of two bf16 values is exact in fp32, so an sgemm on such floats
-// followed by one rounding of its output is the bf16 GEMM PyTorch runs (mla-math.md §7). Each
+// followed by one rounding of its output is the bf16 GEMM PyTorch runs (docs/math.md §7). Each
 // function below names the §7 rounding points it applies.
 #pragma once
 
@@ -88,15 +88,16 @@ void rms_norm(const float* x, int64_t ld_x, int64_t rows, int64_t width, const f
 
 // ---- §3.4 / §6 RoPE -------------------------------------------------------------------------
 
-// Rotates one d_r-wide vector in place, HF apply_rotary_pos_emb(_interleave):
+// Rotates one d_r-wide vector x into out, HF apply_rotary_pos_emb(_interleave):
 //   interleave: y[j] = x[2j], y[d_r/2 + j] = x[2j+1]   (de-interleave, exact)
 //   else:       y = x
 //   out = y * cos + rotate_half(y) * sin,  rotate_half(y) = [-y[d_r/2:], y[:d_r/2]]
 //   bf16: t1 = bf16(y*cos), t2 = bf16(rotate_half(y)*sin), out = bf16(t1 + t2)  (§7 row 9)
 // cos/sin: the token's d_r-wide table rows (already bf16 values in bf16 mode, §7 row 8).
-// The output is in HF's (de-interleaved) order, as HF's query/key states hold it.
-void rope_in_place(float* x, const float* cos, const float* sin, int64_t d_r, bool interleave,
-                   bool bf16);
+// out (d_r floats) must not overlap x. It is in HF's (de-interleaved) order, as HF's
+// query/key states hold it.
+void rope(const float* x, float* out, const float* cos, const float* sin, int64_t d_r, bool interleave,
+          bool bf16);
 
 // ---- §3.6 attention of one head ---------------------------------------------------------------
 

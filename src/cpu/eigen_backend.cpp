@@ -1,30 +1,29 @@
 // src/cpu/eigen_backend.cpp — the "cpu" backend: one MLA attention layer (HF
-// DeepseekV3Attention, eager; mla-math.md §3) with Eigen + OpenBLAS sgemm, in fp32 or in
-// PyTorch-bf16 emulation (mla-math.md §7), multi-threaded, plus the H2O scores.
+// DeepseekV3Attention, eager; docs/math.md §3) with Eigen + OpenBLAS sgemm, in fp32 or in
+// PyTorch-bf16 emulation (docs/math.md §7), multi-threaded, plus the H2O scores.
 //
 // Shape legend (config names):
 //   S = sequence length, H = hidden_size, n = num_attention_heads, r_q = q_lora_rank,
 //   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
 //   d_qk = d_n + d_r.
 //
-// forward() runs the stages of HF's module in order, each timed:
-//   q_path        q = q_b(RMSNorm_q(q_a(x)))  or  q = q_proj(x)            [S, n*d_qk]
-//   kv_path       [c | k_pe] = kv_a(x); kv = kv_b(RMSNorm_kv(c))          [S, n*(d_n+d_v)]
-//   rope          q_rot of every head and k_pe rotated in place (HF order)
-//   scores+softmax  per head: p = softmax(mask(scaling * q k^T))           [n, S, S]
-//   pv            per head: o_h = p v_h                                      [S, n*d_v]
-//   h2o_scores    per head: column sums of p (double)                       [n*S], [S]
-//   o_proj        out = o W_o^T                                             [S, H]
-// The three per-head stages run heads in parallel (one single-threaded sgemm per worker);
-// the projections use OpenBLAS's own threads. With a causal mask, query block
-// [r0, r0+64) only multiplies keys [0, r0+64): the skipped probabilities are exactly 0 in
-// HF too (exp(min_float - max) underflows to 0), so skipping them changes no value.
-// Heads are processed in chunks whose probability buffers fit in kProbsBudgetBytes, so a
-// long sequence never needs [n, S, S] floats at once (unless keep_attn_weights asks).
+// forward() runs the stages of cpu_stages.hpp in HF's order, each timed (StageTimer):
+//   q_path    q = q_b(RMSNorm_q(q_a(x)))  or  q = q_proj(x)              [S, n*d_qk]
+//   kv_path   compressed_kv = kv_a(x) = [latent | k_pe]; kv = kv_b(RMSNorm_kv(latent))
+//   rope      q's rope halves in place, k_pe_roped [S, d_r] (HF order)
+//   attend    per head: p = softmax(mask(scaling q k^T)), attn_context_h = p v_h, and the
+//             H2O column sums of p (double)                               [S, n*d_v], [n*S]
+//   o_proj    attn_output = attn_context W_o^T (+ b)                      [S, H]
+//   export    token_scores = sum over heads, widening to double, states on request
+// attend runs heads in parallel (one single-threaded sgemm per worker); the projections use
+// OpenBLAS's own threads. With a causal mask, query block [r0, r0+64) only multiplies keys
+// [0, r0+64): the skipped probabilities are exactly 0 in HF too (exp(min_float - max)
+// underflows to 0), so skipping them changes no value. Heads are processed in chunks whose
+// probability buffers fit in kProbsBudgetBytes, so a long sequence never needs [n, S, S]
+// floats at once (unless keep_attn_weights asks).
 #include <Eigen/Core>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -32,40 +31,20 @@
 #include <vector>
 
 #include "cpu_kernels.hpp"
+#include "cpu_stages.hpp"
 #include "mla/attention.hpp"
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
+#include "mla/h2o.hpp"
 #include "mla/rope.hpp"
+#include "mla/stage_timer.hpp"
 #include "mla_build_config.h"
 
 namespace mla {
+namespace cpu {
 namespace {
 
-using cpu::MatrixRM;
-using Clock = std::chrono::steady_clock;
-
 constexpr int64_t kProbsBudgetBytes = int64_t{256} << 20;  // probability buffers per chunk
-constexpr int64_t kMaxRopeDim = 512;                       // rope_in_place's stack buffer
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The weights as the GEMMs use them: [out, in] row-major (= W^T column-major for sgemm),
-// fp32 values as loaded, or rounded to bf16 values in bf16 mode.
-struct PreparedWeights {
-  MatrixRM q_a_proj;            // [r_q, H]           (q_lora_rank > 0)
-  std::vector<float> q_a_layernorm;  // [r_q]
-  MatrixRM q_b_proj;            // [n*d_qk, r_q]
-  MatrixRM q_proj;              // [n*d_qk, H]        (q_lora_rank null)
-  MatrixRM kv_a_proj_with_mqa;  // [r_kv + d_r, H]
-  std::vector<float> kv_a_layernorm;  // [r_kv]
-  MatrixRM kv_b_proj;           // [n*(d_n+d_v), r_kv]
-  MatrixRM o_proj;              // [H, n*d_v]
-  std::vector<float> q_bias;    // [r_q] (q_a_proj) or [n*d_qk] (q_proj); empty = none
-  std::vector<float> kv_a_bias; // [r_kv + d_r]; empty = none
-  std::vector<float> o_bias;    // [H]; empty = none
-};
 
 // Checks that a weight has the shape the config implies.
 void check_shape(const TensorF& t, const char* name, std::vector<int64_t> expected) {
@@ -98,10 +77,10 @@ void check_finite(const float* v, int64_t rows, int64_t cols, const std::string&
 MatrixRM prepare_matrix(const TensorF& t, const char* name, int64_t rows, int64_t cols, bool bf16, int threads) {
   check_shape(t, name, {rows, cols});
   MatrixRM m(rows, cols);
-  cpu::parallel_for(threads, threads, [&](int64_t slice, int) {  // copy (+ round) row slices
+  parallel_for(threads, threads, [&](int64_t slice, int) {  // copy (+ round) row slices
     const int64_t begin = rows * slice / threads, end = rows * (slice + 1) / threads;
     std::copy(t.ptr() + begin * cols, t.ptr() + end * cols, m.data() + begin * cols);
-    if (bf16) cpu::round_to_bf16_inplace(m.data() + begin * cols, (end - begin) * cols);
+    if (bf16) round_to_bf16_inplace(m.data() + begin * cols, (end - begin) * cols);
   });
   check_finite(m.data(), rows, cols, std::string("cpu backend: weight ") + name + (bf16 ? " (as bf16)" : ""));
   return m;
@@ -110,7 +89,7 @@ MatrixRM prepare_matrix(const TensorF& t, const char* name, int64_t rows, int64_
 std::vector<float> prepare_vector(const TensorF& t, const char* name, int64_t size, bool bf16) {
   check_shape(t, name, {size});
   std::vector<float> v = t.data;
-  if (bf16) cpu::round_to_bf16_inplace(v.data(), size);
+  if (bf16) round_to_bf16_inplace(v.data(), size);
   check_finite(v.data(), 1, size, std::string("cpu backend: weight ") + name + (bf16 ? " (as bf16)" : ""));
   return v;
 }
@@ -126,9 +105,9 @@ void check_config(const AttentionConfig& cfg) {
   positive(cfg.qk_rope_head_dim, "qk_rope_head_dim");
   positive(cfg.v_head_dim, "v_head_dim");
   if (cfg.q_lora_rank < 0) fail(ErrorKind::Config, "cpu backend: config q_lora_rank must be >= 0 (0 = null)");
-  if (cfg.qk_rope_head_dim % 2 != 0 || cfg.qk_rope_head_dim > kMaxRopeDim) {
+  if (cfg.qk_rope_head_dim % 2 != 0) {
     fail(ErrorKind::Unsupported, "cpu backend: qk_rope_head_dim = " + std::to_string(cfg.qk_rope_head_dim) +
-                                     " (must be even and at most " + std::to_string(kMaxRopeDim) + ")");
+                                     " (must be even)");
   }
   if (cfg.num_key_value_heads != 0 && cfg.num_key_value_heads != cfg.num_attention_heads) {
     fail(ErrorKind::Unsupported, "cpu backend: num_key_value_heads = " + std::to_string(cfg.num_key_value_heads) +
@@ -143,16 +122,201 @@ TensorD widen(const std::string& name, std::vector<int64_t> shape, const float* 
   return t;
 }
 
+const float* bias_or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
+
+}  // namespace
+
+// ---- the stages (cpu_stages.hpp) ------------------------------------------------------------
+
+PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads) {
+  const int64_t H = cfg.hidden_size, n = cfg.num_attention_heads, r_q = cfg.q_lora_rank, r_kv = cfg.kv_lora_rank;
+  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
+  PreparedWeights p;
+  if (cfg.has_q_lora()) {
+    p.q_a_proj = prepare_matrix(w.q_a_proj, "q_a_proj", r_q, H, bf16, threads);
+    p.q_a_layernorm = prepare_vector(w.q_a_layernorm, "q_a_layernorm", r_q, bf16);
+    p.q_b_proj = prepare_matrix(w.q_b_proj, "q_b_proj", n * d_qk, r_q, bf16, threads);
+  } else {
+    p.q_proj = prepare_matrix(w.q_proj, "q_proj", n * d_qk, H, bf16, threads);
+  }
+  p.kv_a_proj_with_mqa = prepare_matrix(w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", r_kv + d_r, H, bf16, threads);
+  p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, "kv_a_layernorm", r_kv, bf16);
+  p.kv_b_proj = prepare_matrix(w.kv_b_proj, "kv_b_proj", n * (d_n + d_v), r_kv, bf16, threads);
+  p.o_proj = prepare_matrix(w.o_proj, "o_proj", H, n * d_v, bf16, threads);
+  if (cfg.attention_bias) {
+    if (cfg.has_q_lora()) p.q_a_proj_bias = prepare_vector(w.q_a_proj_bias, "q_a_proj_bias", r_q, bf16);
+    p.kv_a_proj_with_mqa_bias = prepare_vector(w.kv_a_proj_with_mqa_bias, "kv_a_proj_with_mqa_bias", r_kv + d_r, bf16);
+    p.o_proj_bias = prepare_vector(w.o_proj_bias, "o_proj_bias", H, bf16);
+  }
+  return p;
+}
+
+MatrixRM input_rows(const TensorF& hidden, bool bf16) {
+  const int64_t S = hidden.dim(0), H = hidden.dim(1);
+  check_finite(hidden.ptr(), S, H, "hidden states");
+  MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr(), S, H);  // [S, H]
+  if (bf16) {
+    round_to_bf16_inplace(x.data(), x.size());
+    check_finite(x.data(), S, H, "hidden states rounded to bf16");
+  }
+  return x;
+}
+
+MatrixRM q_path(const Layer& L, const MatrixRM& x) {
+  const PreparedWeights& w = L.w;
+  const int64_t S = x.rows(), r_q = L.cfg.q_lora_rank;
+  MatrixRM q;  // [S, n*d_qk]
+  if (!L.cfg.has_q_lora()) {
+    linear(x, w.q_proj, nullptr, L.bf16, L.threads, q);  // HF's q_proj has no bias
+    return q;
+  }
+  MatrixRM q_a;  // [S, r_q]
+  linear(x, w.q_a_proj, bias_or_null(w.q_a_proj_bias), L.bf16, L.threads, q_a);
+  MatrixRM q_a_normed(S, r_q);  // [S, r_q]
+  rms_norm(q_a.data(), r_q, S, r_q, w.q_a_layernorm.data(), L.latent_norm_eps, L.bf16, q_a_normed.data(), r_q);
+  linear(q_a_normed, w.q_b_proj, nullptr, L.bf16, L.threads, q);
+  return q;
+}
+
+KvPath kv_path(const Layer& L, const MatrixRM& x) {
+  const PreparedWeights& w = L.w;
+  const int64_t S = x.rows(), r_kv = L.cfg.kv_lora_rank, d_r = L.cfg.qk_rope_head_dim;
+  KvPath out;
+  linear(x, w.kv_a_proj_with_mqa, bias_or_null(w.kv_a_proj_with_mqa_bias), L.bf16, L.threads, out.compressed_kv);
+  out.latent_normed.resize(S, r_kv);  // kv_a_layernorm reads the first r_kv columns (the latent)
+  rms_norm(out.compressed_kv.data(), r_kv + d_r, S, r_kv, w.kv_a_layernorm.data(), L.latent_norm_eps, L.bf16,
+           out.latent_normed.data(), r_kv);
+  linear(out.latent_normed, w.kv_b_proj, nullptr, L.bf16, L.threads, out.kv);
+  return out;
+}
+
+MatrixRM rope(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q, const MatrixRM& compressed_kv) {
+  const AttentionConfig& cfg = L.cfg;
+  const int64_t S = q.rows(), n = cfg.num_attention_heads, r_kv = cfg.kv_lora_rank;
+  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_qk = d_n + d_r;
+  RopeTables tables = rope_tables(cfg, positions);  // cos/sin [S, d_r] fp32, as HF's rotary module
+  if (L.bf16) {
+    round_to_bf16_inplace(tables.cos.data(), static_cast<int64_t>(tables.cos.size()));
+    round_to_bf16_inplace(tables.sin.data(), static_cast<int64_t>(tables.sin.size()));
+  }
+  MatrixRM k_pe_roped(S, d_r);  // [S, d_r]  one roped key per token, shared by all heads
+  std::vector<std::vector<float>> q_pe(static_cast<size_t>(L.threads), std::vector<float>(static_cast<size_t>(d_r)));
+  parallel_for(S, L.threads, [&](int64_t s, int worker) {
+    const float* cos = tables.cos.data() + s * d_r;
+    const float* sin = tables.sin.data() + s * d_r;
+    float* q_pe_s = q_pe[static_cast<size_t>(worker)].data();  // [d_r] one head's q_pe, before rotation
+    for (int64_t h = 0; h < n; ++h) {
+      float* q_rope_half = q.data() + s * n * d_qk + h * d_qk + d_n;
+      std::copy_n(q_rope_half, d_r, q_pe_s);
+      cpu::rope(q_pe_s, q_rope_half, cos, sin, d_r, cfg.rope_interleave, L.bf16);
+    }
+    cpu::rope(compressed_kv.data() + s * (r_kv + d_r) + r_kv, k_pe_roped.data() + s * d_r, cos, sin, d_r,
+              cfg.rope_interleave, L.bf16);
+  });
+  return k_pe_roped;
+}
+
+Attention attend(const Layer& L, const MatrixRM& q, const MatrixRM& kv, const MatrixRM& k_pe_roped, bool causal,
+                 bool keep_attn_weights) {
+  const AttentionConfig& cfg = L.cfg;
+  const int64_t S = q.rows(), n = cfg.num_attention_heads;
+  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
+  const float scaling = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
+  Attention out;
+  out.attn_context.resize(S, n * d_v);  // feature h*d_v + d (HF's transpose + reshape)
+  out.head_scores.assign(static_cast<size_t>(n * S), 0.0);
+  if (keep_attn_weights) out.attn_weights = TensorD("attn_weights", {n, S, S});
+  const int64_t probs_bytes = S * S * static_cast<int64_t>(sizeof(float));
+  const int64_t chunk_heads = std::clamp<int64_t>(kProbsBudgetBytes / probs_bytes, 1, n);
+  std::vector<float> probs(static_cast<size_t>(chunk_heads * S * S));  // [chunk, S, S]
+  // key_states of head h = [k_nope_h | k_pe_roped], built per worker: [S, d_qk] each
+  std::vector<MatrixRM> key_buffers(static_cast<size_t>(L.threads), MatrixRM(S, d_qk));
+  auto key_states = [&](int64_t h, int worker) {
+    MatrixRM& key = key_buffers[static_cast<size_t>(worker)];
+    for (int64_t s = 0; s < S; ++s) {
+      std::copy_n(kv.data() + s * n * (d_n + d_v) + h * (d_n + d_v), d_n, key.data() + s * d_qk);
+      std::copy_n(k_pe_roped.data() + s * d_r, d_r, key.data() + s * d_qk + d_n);
+    }
+    return key.data();
+  };
+  auto value_states = [&](int64_t h) { return kv.data() + h * (d_n + d_v) + d_n; };  // [S, d_v], ld n*(d_n+d_v)
+  BlasThreads one_blas_thread_per_worker(1);
+  for (int64_t first = 0; first < n; first += chunk_heads) {
+    const int64_t heads = std::min(chunk_heads, n - first);
+    parallel_for(heads, L.threads, [&](int64_t i, int worker) {
+      const int64_t h = first + i;
+      const HeadViews views{q.data() + h * d_qk, n * d_qk, key_states(h, worker), d_qk, value_states(h), n * (d_n + d_v)};
+      head_scores_softmax(views, S, d_qk, causal, scaling, L.bf16, probs.data() + i * S * S);
+    });
+    parallel_for(heads, L.threads, [&](int64_t i, int) {
+      const int64_t h = first + i;
+      const HeadViews views{nullptr, 0, nullptr, 0, value_states(h), n * (d_n + d_v)};
+      head_probs_value(views, probs.data() + i * S * S, S, d_v, causal, L.bf16, out.attn_context.data() + h * d_v,
+                       n * d_v);
+    });
+    parallel_for(heads, L.threads, [&](int64_t i, int) {
+      head_column_sums(probs.data() + i * S * S, S, causal, out.head_scores.data() + (first + i) * S);
+    });
+    if (keep_attn_weights) {
+      double* dst = out.attn_weights.ptr() + first * S * S;
+      for (int64_t i = 0; i < heads * S * S; ++i) dst[i] = static_cast<double>(probs[static_cast<size_t>(i)]);
+    }
+  }
+  return out;
+}
+
+MatrixRM o_proj(const Layer& L, const MatrixRM& attn_context) {
+  MatrixRM attn_output;  // [S, H]
+  linear(attn_context, L.w.o_proj, bias_or_null(L.w.o_proj_bias), L.bf16, L.threads, attn_output);
+  return attn_output;
+}
+
+namespace {
+
+// export: the result in double (exact widening), H2O token scores, states on request.
+ForwardResult export_result(const AttentionConfig& cfg, const ForwardOptions& opt, const MatrixRM& q,
+                            const KvPath& kvp, const MatrixRM& k_pe_roped, Attention&& att,
+                            const MatrixRM& attn_output) {
+  const int64_t S = q.rows(), H = cfg.hidden_size, n = cfg.num_attention_heads;
+  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
+  check_finite(attn_output.data(), S, H,
+               std::string("cpu backend: attn_output (overflow in ") + precision_name(opt.precision) + " arithmetic)");
+  ForwardResult result;
+  result.computed_in_double = false;
+  result.attn_output = widen("attn_output", {S, H}, attn_output.data());
+  result.head_scores = std::move(att.head_scores);
+  result.token_scores = token_scores_from_heads(result.head_scores, n);
+  result.attn_weights = std::move(att.attn_weights);
+  if (!opt.keep_states) return result;
+  result.query_states = TensorD("query_states", {n, S, d_qk});
+  result.key_states = TensorD("key_states", {n, S, d_qk});
+  result.value_states = TensorD("value_states", {n, S, d_v});
+  for (int64_t h = 0; h < n; ++h) {
+    for (int64_t s = 0; s < S; ++s) {
+      double* qs = result.query_states.ptr() + (h * S + s) * d_qk;
+      double* ks = result.key_states.ptr() + (h * S + s) * d_qk;
+      double* vs = result.value_states.ptr() + (h * S + s) * d_v;
+      const float* q_row = q.data() + s * n * d_qk + h * d_qk;
+      const float* kv_row = kvp.kv.data() + s * n * (d_n + d_v) + h * (d_n + d_v);
+      for (int64_t d = 0; d < d_qk; ++d) qs[d] = q_row[d];
+      for (int64_t d = 0; d < d_n; ++d) ks[d] = kv_row[d];
+      for (int64_t d = 0; d < d_r; ++d) ks[d_n + d] = k_pe_roped(s, d);
+      for (int64_t d = 0; d < d_v; ++d) vs[d] = kv_row[d_n + d];
+    }
+  }
+  return result;
+}
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
 
   std::string description() const override {
-    const int threads = cpu::resolve_threads(prepared_ ? threads_ : 0);
+    const int threads = resolve_threads(prepared_ ? threads_ : 0);
     std::string d = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
                     "." + std::to_string(EIGEN_MINOR_VERSION);
 #if MLA_HAVE_BLAS
-    d += " + OpenBLAS sgemm (" + std::string(cpu::blas_description()) + ")";
+    d += " + OpenBLAS sgemm (" + std::string(blas_description()) + ")";
 #else
     d += ", its own GEMM kernel (built without OpenBLAS)";
 #endif
@@ -165,32 +329,11 @@ class CpuBackend final : public Backend {
     check_config(cfg);
     check_no_foreign_bias(cfg, w, "cpu backend");
     if (opt.threads < 0) fail(ErrorKind::InvalidArgument, "cpu backend: threads = " + std::to_string(opt.threads) + " (0 = all cores)");
-    const bool bf16 = opt.precision == Precision::BF16;
-    const int threads = cpu::resolve_threads(opt.threads);
-    const int64_t H = cfg.hidden_size, n = cfg.num_attention_heads, r_q = cfg.q_lora_rank, r_kv = cfg.kv_lora_rank;
-    const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
-    PreparedWeights p;
-    if (cfg.has_q_lora()) {
-      p.q_a_proj = prepare_matrix(w.q_a_proj, "q_a_proj", r_q, H, bf16, threads);
-      p.q_a_layernorm = prepare_vector(w.q_a_layernorm, "q_a_layernorm", r_q, bf16);
-      p.q_b_proj = prepare_matrix(w.q_b_proj, "q_b_proj", n * d_qk, r_q, bf16, threads);
-    } else {
-      p.q_proj = prepare_matrix(w.q_proj, "q_proj", n * d_qk, H, bf16, threads);
-    }
-    p.kv_a_proj_with_mqa = prepare_matrix(w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", r_kv + d_r, H, bf16, threads);
-    p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, "kv_a_layernorm", r_kv, bf16);
-    p.kv_b_proj = prepare_matrix(w.kv_b_proj, "kv_b_proj", n * (d_n + d_v), r_kv, bf16, threads);
-    p.o_proj = prepare_matrix(w.o_proj, "o_proj", H, n * d_v, bf16, threads);
-    if (cfg.attention_bias) {
-      if (cfg.has_q_lora()) p.q_bias = prepare_vector(w.q_a_proj_bias, "q_a_proj_bias", r_q, bf16);
-      p.kv_a_bias = prepare_vector(w.kv_a_proj_with_mqa_bias, "kv_a_proj_with_mqa_bias", r_kv + d_r, bf16);
-      p.o_bias = prepare_vector(w.o_proj_bias, "o_proj_bias", H, bf16);
-    }
+    const int threads = resolve_threads(opt.threads);
+    weights_ = prepare_weights(cfg, w, opt.precision == Precision::BF16, threads);
     cfg_ = cfg;
-    weights_ = std::move(p);
     precision_ = opt.precision;
     threads_ = threads;
-    scaling_ = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
     prepared_ = true;
   }
 
@@ -209,165 +352,49 @@ class CpuBackend final : public Backend {
       fail(ErrorKind::InvalidArgument, "cpu backend: latent norm eps must be finite and > 0, got " +
                                            std::to_string(opt.latent_norm_eps));
     }
-    const int threads = opt.threads > 0 ? opt.threads : threads_;
-    const bool bf16 = precision_ == Precision::BF16;
-    const bool causal = opt.mask == Mask::Causal;
-    const AttentionConfig& cfg = cfg_;
-    const PreparedWeights& w = weights_;
-    const int64_t H = cfg.hidden_size, n = cfg.num_attention_heads, r_q = cfg.q_lora_rank, r_kv = cfg.kv_lora_rank;
-    const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
-
-    // ---- input: hidden [S, H], finite; bf16 mode rounds it first (HF's input is bf16) ----
+    const int64_t H = cfg_.hidden_size;
     if (hidden.shape.size() != 2 || hidden.shape[1] != H || hidden.shape[0] < 0 ||
         static_cast<int64_t>(hidden.data.size()) != hidden.numel()) {
       fail(ErrorKind::Shape, "cpu backend: hidden states have shape " + shape_string(hidden.shape) + " (" +
                                  std::to_string(hidden.data.size()) + " values), expected [S, " + std::to_string(H) + "]");
     }
     if (hidden.shape[0] == 0) fail(ErrorKind::InvalidArgument, "cpu backend: hidden states have 0 tokens (S = 0); need at least one");
-    const int64_t S = hidden.shape[0];
-    check_finite(hidden.ptr(), S, H, "hidden states");
-    MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr(), S, H);  // [S, H]
-    if (bf16) {
-      cpu::round_to_bf16_inplace(x.data(), x.size());
-      check_finite(x.data(), S, H, "hidden states rounded to bf16");
-    }
 
-    ForwardResult result;
-    result.computed_in_double = false;
-    const float eps = static_cast<float>(opt.latent_norm_eps);
-
-    // ---- q path (§3.1 / §3.2) ----
-    auto t0 = Clock::now();
-    MatrixRM q;  // [S, n*d_qk]  head-major: feature h*d_qk + (nope d_n | rope d_r)
-    if (cfg.has_q_lora()) {
-      MatrixRM q_a;  // [S, r_q]
-      cpu::linear(x, w.q_a_proj, w.q_bias.empty() ? nullptr : w.q_bias.data(), bf16, threads, q_a);
-      MatrixRM q_normed(S, r_q);  // [S, r_q]
-      cpu::rms_norm(q_a.data(), r_q, S, r_q, w.q_a_layernorm.data(), eps, bf16, q_normed.data(), r_q);
-      cpu::linear(q_normed, w.q_b_proj, nullptr, bf16, threads, q);
-    } else {
-      cpu::linear(x, w.q_proj, w.q_bias.empty() ? nullptr : w.q_bias.data(), bf16, threads, q);
-    }
-    result.stage_seconds.emplace_back("q_path", seconds_since(t0));
-
-    // ---- kv path (§3.3) ----
-    t0 = Clock::now();
-    MatrixRM compressed_kv;  // [S, r_kv + d_r]  latent c (r_kv) | k_pe (d_r)
-    cpu::linear(x, w.kv_a_proj_with_mqa, w.kv_a_bias.empty() ? nullptr : w.kv_a_bias.data(), bf16, threads,
-                compressed_kv);
-    MatrixRM kv_normed(S, r_kv);  // [S, r_kv]
-    cpu::rms_norm(compressed_kv.data(), r_kv + d_r, S, r_kv, w.kv_a_layernorm.data(), eps, bf16, kv_normed.data(), r_kv);
-    MatrixRM kv;  // [S, n*(d_n+d_v)]  head-major: feature h*(d_n+d_v) + (k_nope d_n | value d_v)
-    cpu::linear(kv_normed, w.kv_b_proj, nullptr, bf16, threads, kv);
-    result.stage_seconds.emplace_back("kv_path", seconds_since(t0));
-
-    // ---- rope (§3.4, §4, §6): cos/sin [S, d_r] fp32 from the shared tables (bf16 once) ----
-    t0 = Clock::now();
-    std::vector<int64_t> positions(static_cast<size_t>(S));
-    for (int64_t s = 0; s < S; ++s) positions[static_cast<size_t>(s)] = opt.position_offset + s;
-    RopeTables tables = rope_tables(cfg, positions);
-    if (bf16) {
-      cpu::round_to_bf16_inplace(tables.cos.data(), static_cast<int64_t>(tables.cos.size()));
-      cpu::round_to_bf16_inplace(tables.sin.data(), static_cast<int64_t>(tables.sin.size()));
-    }
-    MatrixRM k_rot(S, d_r);  // [S, d_r]  one roped key per token, shared by all heads
-    cpu::parallel_for(S, threads, [&](int64_t s, int) {
-      const float* cos = tables.cos.data() + s * d_r;
-      const float* sin = tables.sin.data() + s * d_r;
-      for (int64_t h = 0; h < n; ++h) {
-        cpu::rope_in_place(q.data() + s * n * d_qk + h * d_qk + d_n, cos, sin, d_r, cfg.rope_interleave, bf16);
-      }
-      std::copy_n(compressed_kv.data() + s * (r_kv + d_r) + r_kv, d_r, k_rot.data() + s * d_r);
-      cpu::rope_in_place(k_rot.data() + s * d_r, cos, sin, d_r, cfg.rope_interleave, bf16);
-    });
-    result.stage_seconds.emplace_back("rope", seconds_since(t0));
-
-    // ---- per-head attention (§3.6), in chunks of heads ----
-    MatrixRM attn(S, n * d_v);  // [S, n*d_v]  feature h*d_v + d (HF's transpose + reshape)
-    result.head_scores.assign(static_cast<size_t>(n * S), 0.0);
-    if (opt.keep_attn_weights) result.attn_weights = TensorD("attn_weights", {n, S, S});
-    const int64_t probs_bytes = S * S * static_cast<int64_t>(sizeof(float));
-    const int64_t chunk_heads = std::clamp<int64_t>(kProbsBudgetBytes / probs_bytes, 1, n);
-    std::vector<float> probs(static_cast<size_t>(chunk_heads * S * S));  // [chunk, S, S]
-    // key of head h = [k_nope_h | k_rot], built per worker: [S, d_qk] each
-    std::vector<MatrixRM> key_buffers(static_cast<size_t>(threads), MatrixRM(S, d_qk));
-    auto head_views = [&](int64_t h, int worker) {
-      MatrixRM& key = key_buffers[static_cast<size_t>(worker)];
-      for (int64_t s = 0; s < S; ++s) {
-        std::copy_n(kv.data() + s * n * (d_n + d_v) + h * (d_n + d_v), d_n, key.data() + s * d_qk);
-        std::copy_n(k_rot.data() + s * d_r, d_r, key.data() + s * d_qk + d_n);
-      }
-      return cpu::HeadViews{q.data() + h * d_qk, n * d_qk, key.data(), d_qk,
-                            kv.data() + h * (d_n + d_v) + d_n, n * (d_n + d_v)};
-    };
-    double seconds_scores = 0.0, seconds_pv = 0.0, seconds_h2o = 0.0;
+    const Layer L{cfg_, weights_, precision_ == Precision::BF16, opt.threads > 0 ? opt.threads : threads_,
+                  static_cast<float>(opt.latent_norm_eps)};
+    StageSeconds stages;
+    const MatrixRM x = input_rows(hidden, L.bf16);  // [S, H]
+    MatrixRM q;                                     // [S, n*d_qk]
     {
-      cpu::BlasThreads one_blas_thread_per_worker(1);
-      for (int64_t first = 0; first < n; first += chunk_heads) {
-        const int64_t heads = std::min(chunk_heads, n - first);
-        t0 = Clock::now();
-        cpu::parallel_for(heads, threads, [&](int64_t i, int worker) {
-          const cpu::HeadViews views = head_views(first + i, worker);
-          cpu::head_scores_softmax(views, S, d_qk, causal, scaling_, bf16, probs.data() + i * S * S);
-        });
-        seconds_scores += seconds_since(t0);
-        t0 = Clock::now();
-        cpu::parallel_for(heads, threads, [&](int64_t i, int) {
-          const int64_t h = first + i;
-          const cpu::HeadViews views{nullptr, 0, nullptr, 0, kv.data() + h * (d_n + d_v) + d_n, n * (d_n + d_v)};
-          cpu::head_probs_value(views, probs.data() + i * S * S, S, d_v, causal, bf16, attn.data() + h * d_v, n * d_v);
-        });
-        seconds_pv += seconds_since(t0);
-        t0 = Clock::now();
-        cpu::parallel_for(heads, threads, [&](int64_t i, int) {
-          const int64_t h = first + i;
-          cpu::head_column_sums(probs.data() + i * S * S, S, causal, result.head_scores.data() + h * S);
-        });
-        seconds_h2o += seconds_since(t0);
-        if (opt.keep_attn_weights) {
-          const float* src = probs.data();
-          double* dst = result.attn_weights.ptr() + first * S * S;
-          for (int64_t i = 0; i < heads * S * S; ++i) dst[i] = static_cast<double>(src[i]);
-        }
-      }
+      StageTimer t(stages, "q_path");
+      q = q_path(L, x);
     }
-    result.stage_seconds.emplace_back("scores+softmax", seconds_scores);
-    result.stage_seconds.emplace_back("pv", seconds_pv);
-
-    // ---- o_proj (§3.6 step 7) ----
-    t0 = Clock::now();
-    MatrixRM out;  // [S, H]
-    cpu::linear(attn, w.o_proj, w.o_bias.empty() ? nullptr : w.o_bias.data(), bf16, threads, out);
-    result.stage_seconds.emplace_back("o_proj", seconds_since(t0));
-
-    // ---- H2O token scores: sum over heads of the per-head column sums (double) ----
-    t0 = Clock::now();
-    result.token_scores.assign(static_cast<size_t>(S), 0.0);
-    for (int64_t h = 0; h < n; ++h) {
-      for (int64_t t = 0; t < S; ++t) result.token_scores[static_cast<size_t>(t)] += result.head_scores[static_cast<size_t>(h * S + t)];
+    KvPath kvp;  // compressed_kv [S, r_kv+d_r], latent_normed [S, r_kv], kv [S, n*(d_n+d_v)]
+    {
+      StageTimer t(stages, "kv_path");
+      kvp = kv_path(L, x);
     }
-    result.stage_seconds.emplace_back("h2o_scores", seconds_h2o + seconds_since(t0));
-
-    check_finite(out.data(), S, H, std::string("cpu backend: attn_output (overflow in ") + precision_name(precision_) + " arithmetic)");
-    result.attn_output = widen("attn_output", {S, H}, out.data());
-    if (opt.keep_states) {
-      result.query_states = TensorD("query_states", {n, S, d_qk});
-      result.key_states = TensorD("key_states", {n, S, d_qk});
-      result.value_states = TensorD("value_states", {n, S, d_v});
-      for (int64_t h = 0; h < n; ++h) {
-        for (int64_t s = 0; s < S; ++s) {
-          double* qs = result.query_states.ptr() + (h * S + s) * d_qk;
-          double* ks = result.key_states.ptr() + (h * S + s) * d_qk;
-          double* vs = result.value_states.ptr() + (h * S + s) * d_v;
-          const float* q_row = q.data() + s * n * d_qk + h * d_qk;
-          const float* kv_row = kv.data() + s * n * (d_n + d_v) + h * (d_n + d_v);
-          for (int64_t d = 0; d < d_qk; ++d) qs[d] = q_row[d];
-          for (int64_t d = 0; d < d_n; ++d) ks[d] = kv_row[d];
-          for (int64_t d = 0; d < d_r; ++d) ks[d_n + d] = k_rot(s, d);
-          for (int64_t d = 0; d < d_v; ++d) vs[d] = kv_row[d_n + d];
-        }
-      }
+    MatrixRM k_pe_roped;  // [S, d_r]; q's rope halves are rotated in place
+    {
+      StageTimer t(stages, "rope");
+      k_pe_roped = rope(L, position_ids(opt.position_offset, x.rows()), q, kvp.compressed_kv);
     }
+    Attention att;  // attn_context [S, n*d_v], head_scores [n*S], attn_weights [n, S, S] on request
+    {
+      StageTimer t(stages, "attend");
+      att = attend(L, q, kvp.kv, k_pe_roped, opt.mask == Mask::Causal, opt.keep_attn_weights);
+    }
+    MatrixRM attn_output;  // [S, H]
+    {
+      StageTimer t(stages, "o_proj");
+      attn_output = o_proj(L, att.attn_context);
+    }
+    ForwardResult result;
+    {
+      StageTimer t(stages, "export");
+      result = export_result(cfg_, opt, q, kvp, k_pe_roped, std::move(att), attn_output);
+    }
+    result.stage_seconds = std::move(stages);
     return result;
   }
 
@@ -377,11 +404,11 @@ class CpuBackend final : public Backend {
   PreparedWeights weights_;
   Precision precision_ = Precision::FP32;
   int threads_ = 0;
-  float scaling_ = 1.0f;
 };
 
 }  // namespace
+}  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
 
 }  // namespace mla

@@ -122,4 +122,15 @@ std::vector<H2ODecision> h2o_select_per_head(std::span<const double> head_scores
   return out;
 }
 
+std::vector<double> token_scores_from_heads(std::span<const double> head_scores, int64_t n_heads) {
+  if (n_heads <= 0 || head_scores.size() % static_cast<size_t>(n_heads) != 0)
+    fail(ErrorKind::Shape, "head scores: " + std::to_string(head_scores.size()) + " values do not split into " +
+                               std::to_string(n_heads) + " heads");
+  const size_t T = head_scores.size() / static_cast<size_t>(n_heads);
+  std::vector<double> token_scores(T, 0.0);
+  for (size_t h = 0; h < static_cast<size_t>(n_heads); ++h)
+    for (size_t t = 0; t < T; ++t) token_scores[t] += head_scores[h * T + t];
+  return token_scores;
+}
+
 }  // namespace mla

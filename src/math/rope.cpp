@@ -193,6 +193,12 @@ double softmax_scale(const AttentionConfig& cfg) {
   return scaling;
 }
 
+std::vector<int64_t> position_ids(int64_t offset, int64_t count) {
+  std::vector<int64_t> positions(static_cast<size_t>(count));
+  for (int64_t s = 0; s < count; ++s) positions[static_cast<size_t>(s)] = offset + s;
+  return positions;
+}
+
 RopeTables rope_tables(const AttentionConfig& cfg, const std::vector<int64_t>& positions) {
   const std::vector<float> inv_freq = rope_inv_freq(cfg);  // [d_r/2]
   const int64_t dim = cfg.qk_rope_head_dim;

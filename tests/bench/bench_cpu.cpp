@@ -8,7 +8,7 @@
 //     random_layer_weights("kimi", seed 1)), hidden states [S, 7168] (default S = 256);
 //   * for fp32 and bf16: prepare() once ("load/widen/prepare"), `--warmup` forwards, then
 //     `--reps` forwards; the MEDIAN of every stage the backend reports and of the whole forward;
-//   * GFLOP/s: linear FLOPs (2 per MAC, mla-math.md §12) per projection stage; for the whole
+//   * GFLOP/s: linear FLOPs (2 per MAC, docs/math.md §12) per projection stage; for the whole
 //     forward, linears + the causal half of the attention (QK^T and PV over the S(S+1)/2
 //     visible pairs, 40,960 FLOPs per pair) -- HF eager computes the full S^2 grid;
 //   * then bench_torch.py (same S, warm-up, reps and threads): transformers'
@@ -109,7 +109,7 @@ double median(std::vector<double> v) {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// FLOPs per stage (2 per multiply-add; mla-math.md §12), for S tokens.
+// FLOPs per stage (2 per multiply-add; docs/math.md §12), for S tokens.
 std::map<std::string, double> stage_flops(const mla::AttentionConfig& c, int64_t S) {
   const double H = static_cast<double>(c.hidden_size), n = static_cast<double>(c.num_attention_heads);
   const double r_q = static_cast<double>(c.q_lora_rank), r_kv = static_cast<double>(c.kv_lora_rank);
@@ -119,8 +119,7 @@ std::map<std::string, double> stage_flops(const mla::AttentionConfig& c, int64_t
   return {
       {"q_path", 2 * s * (H * r_q + r_q * n * (d_n + d_r))},
       {"kv_path", 2 * s * (H * (r_kv + d_r) + r_kv * n * (d_n + d_v))},
-      {"scores+softmax", 2 * pairs * n * (d_n + d_r)},
-      {"pv", 2 * pairs * n * d_v},
+      {"attend", 2 * pairs * n * (d_n + d_r + d_v)},  // scores + P.V
       {"o_proj", 2 * s * n * d_v * H},
   };
 }
@@ -272,7 +271,7 @@ int main(int argc, char** argv) {
     std::printf("(GFLOP/s: linears %.1f GFLOP + causal attention %.2f GFLOP per forward; min/max forward fp32 "
                 "%.1f/%.1f ms, bf16 %.1f/%.1f ms)\n",
                 (flops.at("q_path") + flops.at("kv_path") + flops.at("o_proj")) / 1e9,
-                (flops.at("scores+softmax") + flops.at("pv")) / 1e9,
+                flops.at("attend") / 1e9,
                 1e3 * *std::min_element(fp32.forward_s.begin(), fp32.forward_s.end()),
                 1e3 * *std::max_element(fp32.forward_s.begin(), fp32.forward_s.end()),
                 1e3 * *std::min_element(bf16.forward_s.begin(), bf16.forward_s.end()),

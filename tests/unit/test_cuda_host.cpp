@@ -195,14 +195,14 @@ BOOST_AUTO_TEST_CASE(workspace_slots_are_aligned_disjoint_and_sized) {
   }
   BOOST_TEST(L.total_bytes >= end);
   BOOST_TEST(L.total_bytes - end < kWorkspaceAlign);
-  BOOST_TEST(L.slots[kScores].bytes() == int64_t(64) * 8192 * 8192 * 2);    // 8 GiB of bf16 scores
+  BOOST_TEST(L.slots[kAttnWeights].bytes() == int64_t(64) * 8192 * 8192 * 2);    // 8 GiB of bf16 scores
   BOOST_TEST(L.slots[kQ].bytes() == int64_t(8192) * 64 * 192 * 2);
-  BOOST_TEST(L.slots[kCkv].elements == int64_t(8192) * 576);
+  BOOST_TEST(L.slots[kCompressedKv].elements == int64_t(8192) * 576);
   BOOST_TEST(L.slots[kHeadScores].bytes() == int64_t(64) * 8192 * 8);     // doubles
-  BOOST_TEST(L.slots[kHidden].name == "hidden");
+  BOOST_TEST(L.slots[kHiddenStates].name == "hidden_states");
   // Without q_lora_rank the q_a slots are empty (zero bytes, still aligned).
   d.q_lora_rank = 0;
-  BOOST_TEST(workspace_layout(d).slots[kQa].bytes() == 0);
+  BOOST_TEST(workspace_layout(d).slots[kQA].bytes() == 0);
   // S large enough that n*S*S overflows 64 bits -> a clear error, not a wrapped size.
   d.seq_len = int64_t(1) << 31;
   BOOST_CHECK_THROW(workspace_layout(d), mla::Error);

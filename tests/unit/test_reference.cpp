@@ -160,10 +160,10 @@ BOOST_AUTO_TEST_CASE(softmax_rows_sum_to_one) {
     const TensorF x = mla::test::random_hidden(9, g.cfg.hidden_size, 42);
     for (mla::Mask m : {mla::Mask::Causal, mla::Mask::None}) {
       const auto a = mla::ref::forward(g.cfg, w, x, options(Precision::FP32, m));
-      const int64_t rows = a.probs.dim(0) * a.probs.dim(1), T = a.probs.dim(2);
+      const int64_t rows = a.attn_weights.dim(0) * a.attn_weights.dim(1), T = a.attn_weights.dim(2);
       for (int64_t r = 0; r < rows; ++r) {
         double sum = 0;
-        for (int64_t t = 0; t < T; ++t) sum += a.probs.data[static_cast<size_t>(r * T + t)];
+        for (int64_t t = 0; t < T; ++t) sum += a.attn_weights.data[static_cast<size_t>(r * T + t)];
         // T <= 9 terms in [0, 1], each rounded once: |sum - 1| <= 10 * u64
         BOOST_TEST(std::fabs(sum - 1.0) <= 1e-15, g.name << " " << mla::mask_name(m) << " row " << r);
       }
@@ -178,12 +178,12 @@ BOOST_AUTO_TEST_CASE(causal_mask_exact_zeros) {
   const TensorF x = mla::test::random_hidden(6, cfg.hidden_size, 52);
   for (Precision p : {Precision::FP32, Precision::BF16}) {
     const auto a = mla::ref::forward(cfg, w, x, options(p));
-    const int64_t n = a.probs.dim(0), S = a.probs.dim(1);
+    const int64_t n = a.attn_weights.dim(0), S = a.attn_weights.dim(1);
     for (int64_t h = 0; h < n; ++h) {
-      BOOST_TEST(a.probs.data[static_cast<size_t>(h * S * S)] == 1.0);
+      BOOST_TEST(a.attn_weights.data[static_cast<size_t>(h * S * S)] == 1.0);
       for (int64_t s = 0; s < S; ++s)
         for (int64_t t = s + 1; t < S; ++t)
-          BOOST_TEST(a.probs.data[static_cast<size_t>((h * S + s) * S + t)] == 0.0,
+          BOOST_TEST(a.attn_weights.data[static_cast<size_t>((h * S + s) * S + t)] == 0.0,
                      mla::precision_name(p) << " h " << h << " s " << s << " t " << t);
     }
     // query 0's output is head-wise value 0 only: attn_context row 0 == value_states[:, 0, :]
@@ -292,7 +292,7 @@ BOOST_AUTO_TEST_CASE(hand_computed_one_head) {
   expect_close("hand-computed attn_output", expected, a.attn_output, identity_tol());
   TensorD expected_p("attn_weights", {1, 2, 2});
   expected_p.data = {1.0, 0.0, p10, p11};
-  expect_close("hand-computed attn_weights", expected_p, a.probs, identity_tol());
+  expect_close("hand-computed attn_weights", expected_p, a.attn_weights, identity_tol());
 }
 
 // bf16 mode: values are bf16 at the rounding points of §7, and close to the exact math.
@@ -302,8 +302,8 @@ BOOST_AUTO_TEST_CASE(bf16_values_are_bf16_and_close_to_fp32) {
       const LayerWeights w = mla::test::random_layer_weights(g.cfg, 71);
       const TensorF x = mla::test::random_hidden(16, g.cfg.hidden_size, 72);
       const auto b = mla::ref::forward(g.cfg, w, x, options(Precision::BF16));
-      for (const TensorD* t : {&b.hidden, &b.q, &b.kv_a, &b.latent_normed, &b.kv, &b.cos, &b.sin, &b.query_states,
-                               &b.key_states, &b.value_states, &b.scores, &b.masked_scores, &b.probs,
+      for (const TensorD* t : {&b.hidden, &b.q, &b.compressed_kv, &b.latent_normed, &b.kv, &b.cos, &b.sin, &b.query_states,
+                               &b.key_states, &b.value_states, &b.scores, &b.masked_scores, &b.attn_weights,
                                &b.attn_context, &b.attn_output})
         BOOST_TEST(all_bf16(*t), t->name << " holds a value that is not a bf16 value");
       if (g.cfg.has_q_lora()) {
@@ -315,8 +315,8 @@ BOOST_AUTO_TEST_CASE(bf16_values_are_bf16_and_close_to_fp32) {
       BOOST_TEST(!all_bf16(f.attn_output));
       for (const char* what : {"attn_output", "attn_weights"}) {
         const auto& tol = mla::test::tolerance(what, "reference-bf16-vs-fp32", "bf16");
-        const TensorD& ref = std::string(what) == "attn_output" ? f.attn_output : f.probs;
-        const TensorD& got = std::string(what) == "attn_output" ? b.attn_output : b.probs;
+        const TensorD& ref = std::string(what) == "attn_output" ? f.attn_output : f.attn_weights;
+        const TensorD& got = std::string(what) == "attn_output" ? b.attn_output : b.attn_weights;
         const auto r = mla::test::compare(g.name + " " + what, ref, got, tol);
         BOOST_TEST(r.ok, r.message);
         BOOST_TEST_MESSAGE(g.name << " bf16 vs fp32 " << what << ": norm error " << r.norm_error << ", max abs "
@@ -426,7 +426,8 @@ BOOST_AUTO_TEST_CASE(backend_result_fields) {
   BOOST_TEST((r.value_states.shape == std::vector<int64_t>{n, S, cfg.v_head_dim}));
   BOOST_TEST(r.head_scores.size() == static_cast<size_t>(n * S));
   BOOST_TEST(r.token_scores.size() == static_cast<size_t>(S));
-  BOOST_TEST(!r.stage_seconds.empty());
+  BOOST_TEST_REQUIRE(r.stage_seconds.size() == std::size(mla::kForwardStages));
+  for (size_t i = 0; i < r.stage_seconds.size(); ++i) BOOST_TEST(r.stage_seconds[i].first == mla::kForwardStages[i]);
   // every query row sums to 1: each head's scores sum to S, all tokens' to n*S
   double total = 0;
   for (int64_t h = 0; h < n; ++h) {

@@ -1,0 +1,70 @@
+// mla/stage_timer.hpp — named, timed stages: the one way a backend's forward and the CLI's
+// commands record where their time goes.
+//
+//   StageSeconds stages;
+//   {
+//     StageTimer t(stages, "q_path");   // appends {"q_path", seconds} when the scope ends
+//     ...
+//   }
+//   seconds_of(stages, "q_path");       // a record by name, never by position
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mla {
+
+// (stage name, wall seconds), in execution order.
+using StageSeconds = std::vector<std::pair<std::string, double>>;
+
+// Appends {name, seconds from construction to the end of its scope} to `records`. When the
+// scope is left by an exception nothing is recorded (the run failed; its timings do not matter).
+class StageTimer {
+ public:
+  StageTimer(StageSeconds& records, std::string name)
+      : records_(records), name_(std::move(name)), exceptions_(std::uncaught_exceptions()),
+        start_(std::chrono::steady_clock::now()) {}
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
+  ~StageTimer() {
+    if (std::uncaught_exceptions() == exceptions_) records_.emplace_back(std::move(name_), elapsed());
+  }
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  StageSeconds& records_;
+  std::string name_;
+  int exceptions_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Runs f() as the stage `name` and returns its result:
+//   const Checkpoint ckpt = timed(stages, "open checkpoint", [&] { return Checkpoint::open(path); });
+template <class F>
+auto timed(StageSeconds& records, std::string name, F&& f) {
+  StageTimer t(records, std::move(name));
+  return std::forward<F>(f)();
+}
+
+// Sum of every record.
+inline double total_seconds(const StageSeconds& records) {
+  double s = 0.0;
+  for (const auto& r : records) s += r.second;
+  return s;
+}
+
+// Sum of the records named `name` (0 when there is none).
+inline double seconds_of(const StageSeconds& records, std::string_view name) {
+  double s = 0.0;
+  for (const auto& r : records)
+    if (r.first == name) s += r.second;
+  return s;
+}
+
+}  // namespace mla
