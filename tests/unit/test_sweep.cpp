@@ -397,6 +397,16 @@ BOOST_AUTO_TEST_CASE(sweep_outputs_match_per_layer_runs) {
   BOOST_TEST(read_text(out + "/report.txt") == r.out);
 }
 
+BOOST_AUTO_TEST_CASE(sweep_help) {
+  const RunResult r = ok("sweep --help");
+  BOOST_TEST(contains(r.out, "usage: mla-h2o sweep --checkpoint PATH [--layers all|0-3,60]"));
+  for (const char* flag : {"--layers", "--residual", "--input-tensor", "--tokens", "--dump-tensors", "--budget"})
+    BOOST_TEST(contains(r.out, flag), flag);
+  BOOST_TEST(!contains(r.out, "--per-head"));
+  BOOST_TEST(contains(ok("run --help").out, "--residual"));
+  BOOST_TEST(contains(ok("--help").out, "sweep"));
+}
+
 BOOST_AUTO_TEST_CASE(sweep_with_tokens_reports_the_caveat) {
   const std::string out = scratch_dir("sweep-tokens");
   const RunResult r = ok("sweep --checkpoint " + q(tiny4()) + " --layers 0,2-3 --tokens 5,9,1,33,7,2,60,11 --out " +
