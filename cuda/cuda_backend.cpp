@@ -42,6 +42,7 @@
 #include "mla/h2o.hpp"
 #include "mla/rope.hpp"
 #include "mla/stage_timer.hpp"
+#include "mla/validate.hpp"
 
 static_assert(static_cast<int>(cudaErrorInsufficientDriver) == mla::cuda::kCudaErrorInsufficientDriver);
 static_assert(static_cast<int>(cudaErrorNoDevice) == mla::cuda::kCudaErrorNoDevice);
@@ -51,7 +52,6 @@ namespace cuda {
 namespace {
 
 // HF eager masks hidden keys with finfo(dtype).min of the model dtype (docs/math.md §3.6, §8).
-constexpr float kBf16Min = -3.3895313892515355e38f;  // bf16 0xFF7F, exact in fp32
 constexpr float kFp32Min = -std::numeric_limits<float>::max();
 
 // ---- RAII wrappers: every device resource is released when its owner goes away ----------
@@ -273,34 +273,22 @@ class CudaBackend final : public Backend {
 
   void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
     weights_.reset();  // old layer freed first (peak = one layer); stays empty if this throws
+    validate_layer(cfg, w, opt);
     cfg_ = cfg;
     storage_ = opt.precision == Precision::BF16 ? Storage::BF16 : Storage::F32;
     precision_ = opt.precision;
-    const int64_t H = cfg.hidden_size, n = cfg.num_attention_heads, r_q = cfg.q_lora_rank, r_kv = cfg.kv_lora_rank;
-    const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim;
-    const int64_t d_qk = d_n + d_r;
-    if (H <= 0 || n <= 0 || r_kv <= 0 || d_n < 0 || d_r <= 0 || d_v <= 0 || d_r % 2 != 0)
-      fail(ErrorKind::Config, "cuda: unusable attention geometry (hidden_size " + std::to_string(H) + ", heads " +
-                                  std::to_string(n) + ", kv_lora_rank " + std::to_string(r_kv) +
-                                  ", qk_rope_head_dim " + std::to_string(d_r) + ")");
-    check_no_foreign_bias(cfg, w, "cuda");
-    DeviceWeights dw;
-    if (cfg.has_q_lora()) {
-      dw.q_a_proj = upload(w.q_a_proj, r_q * H);
-      dw.q_a_layernorm = upload(w.q_a_layernorm, r_q);
-      dw.q_b_proj = upload(w.q_b_proj, n * d_qk * r_q);
-    } else {
-      dw.q_proj = upload(w.q_proj, n * d_qk * H);
-    }
-    dw.kv_a_proj_with_mqa = upload(w.kv_a_proj_with_mqa, (r_kv + d_r) * H);
-    dw.kv_a_layernorm = upload(w.kv_a_layernorm, r_kv);
-    dw.kv_b_proj = upload(w.kv_b_proj, n * (d_n + d_v) * r_kv);
-    dw.o_proj = upload(w.o_proj, H * n * d_v);
-    if (cfg.attention_bias) {
-      if (cfg.has_q_lora()) dw.q_a_proj_bias = upload(w.q_a_proj_bias, r_q);
-      dw.kv_a_proj_with_mqa_bias = upload(w.kv_a_proj_with_mqa_bias, r_kv + d_r);
-      dw.o_proj_bias = upload(w.o_proj_bias, H);
-    }
+    DeviceWeights dw;  // absent tensors (empty) stay unallocated
+    dw.q_a_proj = upload(w.q_a_proj);
+    dw.q_a_layernorm = upload(w.q_a_layernorm);
+    dw.q_b_proj = upload(w.q_b_proj);
+    dw.q_proj = upload(w.q_proj);
+    dw.kv_a_proj_with_mqa = upload(w.kv_a_proj_with_mqa);
+    dw.kv_a_layernorm = upload(w.kv_a_layernorm);
+    dw.kv_b_proj = upload(w.kv_b_proj);
+    dw.o_proj = upload(w.o_proj);
+    dw.q_a_proj_bias = upload(w.q_a_proj_bias);
+    dw.kv_a_proj_with_mqa_bias = upload(w.kv_a_proj_with_mqa_bias);
+    dw.o_proj_bias = upload(w.o_proj_bias);
     weights_ = std::make_unique<DeviceWeights>(std::move(dw));
     workspace_ = DeviceBuffer();  // its layout depends on the geometry: rebuilt by the next forward
     workspace_seq_len_ = -1;
@@ -332,11 +320,10 @@ class CudaBackend final : public Backend {
 
   int64_t elem_bytes() const { return storage_ == Storage::BF16 ? 2 : 4; }
 
-  DeviceBuffer upload(const TensorF& t, int64_t expected) const {
-    if (t.numel() != expected || static_cast<int64_t>(t.data.size()) != expected)
-      fail(ErrorKind::Shape, "cuda: weight '" + t.name + "' has " + std::to_string(t.numel()) + " values " +
-                                 shape_string(t.shape) + ", the config needs " + std::to_string(expected));
-    const std::vector<unsigned char> bytes = to_storage(t.ptr(), expected, storage_);
+  // A validated weight (mla/validate.hpp) in T-storage on the device; empty stays empty.
+  DeviceBuffer upload(const TensorF& t) const {
+    if (t.empty()) return DeviceBuffer();
+    const std::vector<unsigned char> bytes = to_storage(t.ptr(), t.numel(), storage_);
     DeviceBuffer buf(static_cast<int64_t>(bytes.size()), "weight " + t.name);
     MLA_CUDA_CHECK(cudaMemcpy(buf.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
     return buf;
@@ -402,26 +389,13 @@ class CudaBackend final : public Backend {
 };
 
 ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& opt) {
-  if (!weights_) fail(ErrorKind::InvalidArgument, "cuda: forward() called before prepare()");
-  if (opt.precision != precision_)
-    fail(ErrorKind::InvalidArgument, std::string("cuda: forward precision ") + precision_name(opt.precision) +
-                                         " differs from the precision the weights were prepared in (" +
-                                         precision_name(precision_) + "); call prepare() again");
+  check_prepared(weights_ != nullptr, precision_, opt);
+  validate_input(cfg_, hidden, opt);
   const AttentionConfig& c = cfg_;
   const int64_t H = c.hidden_size, n = c.num_attention_heads, d_r = c.qk_rope_head_dim;
-  if (hidden.shape.size() != 2 || hidden.dim(1) != H || hidden.dim(0) <= 0)
-    fail(ErrorKind::Shape, "cuda: hidden states '" + hidden.name + "' have shape " + shape_string(hidden.shape) +
-                               ", expected [S, " + std::to_string(H) + "] with S >= 1");
   const int64_t S = hidden.dim(0);
-  for (int64_t i = 0; i < hidden.numel(); ++i)
-    if (!std::isfinite(hidden.data[static_cast<size_t>(i)]))
-      fail(ErrorKind::InvalidValue, "cuda: hidden states '" + hidden.name + "' hold a non-finite value at [" +
-                                        std::to_string(i / H) + ", " + std::to_string(i % H) + "]");
+  // A device limit, not an input error: one softmax row per block of the launch grid.
   if (!row_launch_fits(n * S)) fail(ErrorKind::Unsupported, "cuda: n*S = " + std::to_string(n * S) + " softmax rows exceed the grid limit");
-  if (!(opt.latent_norm_eps > 0.0) || !std::isfinite(opt.latent_norm_eps))
-    fail(ErrorKind::InvalidArgument, "cuda: latent_norm_eps " + std::to_string(opt.latent_norm_eps) + " must be a positive finite number");
-  if (opt.position_offset < 0)
-    fail(ErrorKind::InvalidArgument, "cuda: position_offset " + std::to_string(opt.position_offset) + " is negative");
 
   // Host side: input and cos/sin tables (fp32 as HF's rotary module) in T-storage.
   const RopeTables tables = rope_tables(c, position_ids(opt.position_offset, S));
@@ -432,7 +406,7 @@ ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& 
   run.S = S;
   run.scaling = static_cast<float>(softmax_scale(c));
   run.eps = static_cast<float>(opt.latent_norm_eps);
-  run.mask_value = storage_ == Storage::BF16 ? kBf16Min : kFp32Min;
+  run.mask_value = storage_ == Storage::BF16 ? kBf16FinfoMin : kFp32Min;
   run.causal = opt.mask == Mask::Causal;
   run.tf32 = opt.allow_tf32;
   const std::vector<unsigned char> hidden_bytes = to_storage(hidden.ptr(), S * H, storage_);
@@ -557,11 +531,7 @@ ForwardResult CudaBackend::export_result(const RunSettings& run, const ForwardOp
   ForwardResult r;
   r.computed_in_double = false;
   r.attn_output = download(kAttnOutput, "attn_output", {S, H});
-  for (int64_t i = 0; i < S * H; ++i)
-    if (!std::isfinite(r.attn_output.data[static_cast<size_t>(i)]))
-      fail(ErrorKind::InvalidValue, std::string("cuda backend: attn_output[row ") + std::to_string(i / H) + ", col " +
-                                        std::to_string(i % H) + "] is not finite (overflow in " +
-                                        precision_name(precision_) + " arithmetic)");
+  check_attn_output_finite(r.attn_output, precision_);
   if (opt.keep_attn_weights) r.attn_weights = download(kAttnWeights, "attn_weights", {n, S, S});
   if (opt.keep_states) {
     r.query_states = download(kQueryStates, "query_states", {n, S, d_qk});

@@ -25,6 +25,7 @@
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
 #include "mla/rope.hpp"
+#include "mla/validate.hpp"
 
 namespace mla::ref {
 namespace {
@@ -35,89 +36,19 @@ size_t idx(int64_t i) { return static_cast<size_t>(i); }
 // op on float operands rounded once equals the fp32 op.
 double f32(double x) { return static_cast<double>(static_cast<float>(x)); }
 
-void expect_shape(const std::string& name, const std::vector<int64_t>& got, const std::vector<int64_t>& want) {
-  if (got != want)
-    fail(ErrorKind::Shape, "tensor " + name + " has shape " + shape_string(got) + ", expected " +
-                               shape_string(want) + " from the config");
-}
-
-void expect_positive(const char* key, int64_t v) {
-  if (v <= 0) fail(ErrorKind::Config, std::string("config key ") + key + " must be > 0, got " + std::to_string(v));
-}
-
 }  // namespace
 
 double round_as(Precision p, double x) { return p == Precision::BF16 ? round_to_bf16(x) : x; }
 
 // ---- inputs --------------------------------------------------------------------------------
 
-void check_weights(const AttentionConfig& cfg, const LayerWeights& w) {
-  expect_positive("hidden_size", cfg.hidden_size);
-  expect_positive("num_attention_heads", cfg.num_attention_heads);
-  expect_positive("kv_lora_rank", cfg.kv_lora_rank);
-  expect_positive("qk_nope_head_dim", cfg.qk_nope_head_dim);
-  expect_positive("qk_rope_head_dim", cfg.qk_rope_head_dim);
-  expect_positive("v_head_dim", cfg.v_head_dim);
-  if (cfg.qk_rope_head_dim % 2 != 0)
-    fail(ErrorKind::Config, "config key qk_rope_head_dim must be even, got " + std::to_string(cfg.qk_rope_head_dim));
-  if (cfg.q_lora_rank < 0)
-    fail(ErrorKind::Config, "config key q_lora_rank must be >= 0 (0 = null), got " + std::to_string(cfg.q_lora_rank));
-  const int64_t H = cfg.hidden_size, n = cfg.num_attention_heads, r_q = cfg.q_lora_rank,
-                r_kv = cfg.kv_lora_rank, d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim,
-                d_v = cfg.v_head_dim, d_qk = cfg.qk_head_dim();
-  if (cfg.has_q_lora()) {
-    expect_shape("q_a_proj.weight", w.q_a_proj.shape, {r_q, H});
-    expect_shape("q_a_layernorm.weight", w.q_a_layernorm.shape, {r_q});
-    expect_shape("q_b_proj.weight", w.q_b_proj.shape, {n * d_qk, r_q});
-    if (!w.q_a_proj_bias.empty()) expect_shape("q_a_proj.bias", w.q_a_proj_bias.shape, {r_q});
-  } else {
-    expect_shape("q_proj.weight", w.q_proj.shape, {n * d_qk, H});
-    check_no_foreign_bias(cfg, w, "reference");
+TensorD widen_hidden(const TensorF& hidden, Precision p) {
+  TensorD x("hidden_states", hidden.shape);
+  for (size_t i = 0; i < hidden.data.size(); ++i) {
+    const float v = hidden.data[i];
+    // HF's bf16 run receives the hidden states as a bf16 tensor.
+    x.data[i] = p == Precision::BF16 ? static_cast<double>(round_to_bf16(v)) : static_cast<double>(v);
   }
-  expect_shape("kv_a_proj_with_mqa.weight", w.kv_a_proj_with_mqa.shape, {r_kv + d_r, H});
-  expect_shape("kv_a_layernorm.weight", w.kv_a_layernorm.shape, {r_kv});
-  expect_shape("kv_b_proj.weight", w.kv_b_proj.shape, {n * (d_n + d_v), r_kv});
-  expect_shape("o_proj.weight", w.o_proj.shape, {H, n * d_v});
-  if (!w.kv_a_proj_with_mqa_bias.empty())
-    expect_shape("kv_a_proj_with_mqa.bias", w.kv_a_proj_with_mqa_bias.shape, {r_kv + d_r});
-  if (!w.o_proj_bias.empty()) expect_shape("o_proj.bias", w.o_proj_bias.shape, {H});
-  // A tensor whose data does not match its own shape is a loader bug; name it anyway.
-  const std::pair<const char*, const TensorF*> all[] = {
-      {"q_a_proj.weight", &w.q_a_proj}, {"q_a_layernorm.weight", &w.q_a_layernorm},
-      {"q_b_proj.weight", &w.q_b_proj}, {"q_proj.weight", &w.q_proj},
-      {"kv_a_proj_with_mqa.weight", &w.kv_a_proj_with_mqa}, {"kv_a_layernorm.weight", &w.kv_a_layernorm},
-      {"kv_b_proj.weight", &w.kv_b_proj}, {"o_proj.weight", &w.o_proj},
-      {"q_a_proj.bias", &w.q_a_proj_bias}, {"kv_a_proj_with_mqa.bias", &w.kv_a_proj_with_mqa_bias},
-      {"o_proj.bias", &w.o_proj_bias}};
-  for (const auto& [name, t] : all)
-    if (!t->shape.empty() && static_cast<int64_t>(t->data.size()) != t->numel())
-      fail(ErrorKind::Shape, std::string("tensor ") + name + " holds " + std::to_string(t->data.size()) +
-                                 " values but its shape " + shape_string(t->shape) + " needs " +
-                                 std::to_string(t->numel()));
-}
-
-TensorD widen_hidden(const TensorF& hidden, int64_t hidden_size, Precision p) {
-  if (hidden.shape.size() != 2)
-    fail(ErrorKind::Shape, "hidden states have shape " + shape_string(hidden.shape) + ", expected [S, " +
-                               std::to_string(hidden_size) + "]");
-  const int64_t S = hidden.shape[0], H = hidden.shape[1];
-  if (S == 0) fail(ErrorKind::InvalidArgument, "hidden states have 0 tokens (S = 0); need at least one");
-  if (H != hidden_size)
-    fail(ErrorKind::Shape, "hidden states have shape " + shape_string(hidden.shape) + ", expected [S, " +
-                               std::to_string(hidden_size) + "] (hidden_size " + std::to_string(hidden_size) + ")");
-  if (static_cast<int64_t>(hidden.data.size()) != S * H)
-    fail(ErrorKind::Shape, "hidden states hold " + std::to_string(hidden.data.size()) +
-                               " values, shape " + shape_string(hidden.shape) + " needs " + std::to_string(S * H));
-  TensorD x("hidden_states", {S, H});
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t c = 0; c < H; ++c) {
-      const float v = hidden.data[idx(s * H + c)];
-      if (!std::isfinite(v))
-        fail(ErrorKind::InvalidValue, "hidden states contain " + std::string(std::isnan(v) ? "NaN" : "Inf") +
-                                          " at row " + std::to_string(s) + ", column " + std::to_string(c));
-      // HF's bf16 run receives the hidden states as a bf16 tensor.
-      x.data[idx(s * H + c)] = p == Precision::BF16 ? static_cast<double>(round_to_bf16(v)) : static_cast<double>(v);
-    }
   return x;
 }
 
@@ -286,7 +217,7 @@ TensorD apply_mask(const TensorD& scores, Mask mask, Precision p) {
     for (int64_t s = 0; s < S; ++s)
       for (int64_t t = s + 1; t < T; ++t) {
         double& v = out.data[idx((h * S + s) * T + t)];
-        v = p == Precision::BF16 ? round_to_bf16(v + kBf16Min) : -std::numeric_limits<double>::infinity();
+        v = p == Precision::BF16 ? round_to_bf16(v + static_cast<double>(kBf16FinfoMin)) : -std::numeric_limits<double>::infinity();
       }
   return out;
 }
@@ -445,13 +376,10 @@ void o_proj(const LayerWeights& w, const ForwardOptions& opt, Activations& a) {
 
 Activations forward(const AttentionConfig& cfg, const LayerWeights& w, const TensorF& hidden,
                     const ForwardOptions& opt) {
-  check_weights(cfg, w);
-  if (opt.position_offset < 0)
-    fail(ErrorKind::InvalidArgument, "position offset must be >= 0, got " + std::to_string(opt.position_offset));
-  if (!(opt.latent_norm_eps > 0.0))
-    fail(ErrorKind::InvalidArgument, "latent norm eps must be > 0, got " + std::to_string(opt.latent_norm_eps));
+  validate_layer(cfg, w, opt);
+  validate_input(cfg, hidden, opt);
   Activations a;
-  a.hidden = widen_hidden(hidden, cfg.hidden_size, opt.precision);  // [S, H]
+  a.hidden = widen_hidden(hidden, opt.precision);  // [S, H]
   {
     StageTimer t(a.stage_seconds, "q_path");
     q_path(cfg, w, opt, a);
@@ -484,14 +412,16 @@ class ReferenceBackend final : public Backend {
   std::string description() const override {
     return "scalar reference, double accumulation (fp32 = exact math; bf16 = HF bf16 eager rounding)";
   }
-  void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions&) override {
-    check_weights(cfg, w);
+  void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
+    weights_.reset();
+    validate_layer(cfg, w, opt);
     cfg_ = cfg;
+    precision_ = opt.precision;
     // The weights are kept as given (fp32 values); bf16 mode reads them rounded to bf16.
     weights_ = std::make_unique<LayerWeights>(w);
   }
   ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) override {
-    if (!weights_) fail(ErrorKind::InvalidArgument, "reference backend: forward() called before prepare()");
+    check_prepared(weights_ != nullptr, precision_, opt);
     Activations a = ref::forward(cfg_, *weights_, hidden, opt);
     StageSeconds stages = std::move(a.stage_seconds);
     ForwardResult r;
@@ -506,6 +436,7 @@ class ReferenceBackend final : public Backend {
  private:
   // export: the result fields of the activations (moved, not copied), and the H2O sums.
   static ForwardResult export_result(Activations&& a, const ForwardOptions& opt) {
+    check_attn_output_finite(a.attn_output, opt.precision);
     ForwardResult r;
     r.computed_in_double = opt.precision == Precision::FP32;
     accumulate_scores(a.attn_weights, r.head_scores, r.token_scores);
@@ -520,6 +451,7 @@ class ReferenceBackend final : public Backend {
   }
 
   AttentionConfig cfg_;
+  Precision precision_ = Precision::FP32;
   std::unique_ptr<LayerWeights> weights_;
 };
 

@@ -40,19 +40,14 @@ namespace mla::ref {
 // (round to fp32, then to bf16, both nearest-even). fp32 mode: x unchanged (exact math).
 double round_as(Precision p, double x);
 
-// Finite bf16 minimum, `torch.finfo(torch.bfloat16).min` (0xFF7F): HF's additive mask value.
-inline constexpr double kBf16Min = -3.3895313892515355e38;
 
 // ---- inputs --------------------------------------------------------------------------------
 
-// Checks every weight's shape against the config (Error(Shape) naming the tensor and both
-// shapes) and that the config is usable (Error(Config)).
-void check_weights(const AttentionConfig& cfg, const LayerWeights& w);
+// Inputs are checked by the validator every backend shares (mla/validate.hpp); forward()
+// calls it first.
 
-// hidden: [S, H] fp32 -> [S, H] double, rounded to bf16 in bf16 mode (HF's bf16 input).
-// Error(Shape) for a wrong shape, Error(InvalidArgument) for S == 0, Error(InvalidValue)
-// naming row and column for NaN/Inf.
-TensorD widen_hidden(const TensorF& hidden, int64_t hidden_size, Precision p);
+// hidden: [S, H] fp32 (valid) -> [S, H] double, rounded to bf16 in bf16 mode (HF's bf16 input).
+TensorD widen_hidden(const TensorF& hidden, Precision p);
 
 // ---- one function per equation -------------------------------------------------------------
 
@@ -113,7 +108,7 @@ TensorD attention_scores(const TensorD& query, const TensorD& key, double scale,
 
 // scores + mask; causal: key t is hidden from query s iff t > s.
 //   torch: attn_weights = attn_weights + causal_mask   (mask 0 / finfo(bf16).min, §8)
-// bf16 mode: hidden entries become bf16(s + kBf16Min); fp32 mode: -infinity (exact zero
+// bf16 mode: hidden entries become bf16(s + kBf16FinfoMin); fp32 mode: -infinity (exact zero
 // probability either way). [n, S, T] -> [n, S, T].
 TensorD apply_mask(const TensorD& scores, Mask mask, Precision p);
 

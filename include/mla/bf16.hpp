@@ -48,6 +48,10 @@ constexpr float round_to_bf16(float f) { return bf16::from_float(f).to_float(); 
 // backend uses it only where PyTorch itself holds an fp32 value.
 constexpr double round_to_bf16(double d) { return round_to_bf16(static_cast<float>(d)); }
 
+// torch.finfo(torch.bfloat16).min, the finite bf16 minimum (bits 0xFF7F, exact in fp32): the
+// additive mask value of HF's eager attention in a bf16 run (docs/math.md §8).
+inline constexpr float kBf16FinfoMin = std::bit_cast<float>(uint32_t{0xFF7F0000});
+
 // IEEE binary16 -> f32, exact.
 float f16_to_float(uint16_t h);
 

@@ -23,7 +23,7 @@
 namespace mla {
 
 // One layer's attention parameters, widened to fp32 exactly (BF16/F16/F32), or FP8 E4M3
-// dequantized in fp32 with its 128x128 `weight_scale_inv` blocks (mla-math.md §11).
+// dequantized in fp32 with its 128x128 `weight_scale_inv` blocks (docs/math.md §11).
 // Linear weights are [out, in] row-major (y = x W^T), exactly as stored.
 //   H = hidden_size, n = num_attention_heads, r_q = q_lora_rank, r_kv = kv_lora_rank,
 //   d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim
@@ -47,13 +47,8 @@ struct LayerWeights {
   TensorF input_layernorm;
   // dtype of each tensor in the checkpoint, by short name ("q_a_proj": "BF16")
   std::map<std::string, std::string> source_dtype;
-  int64_t parameter_count() const;  // attention tensors only (the 7 of mla-math.md §12)
+  int64_t parameter_count() const;  // attention tensors only (the rows of mla/layer_tensors.hpp, docs/math.md §12)
 };
-
-// Every backend's prepare() calls this: Error(Shape) when the weights carry a bias that
-// DeepseekV3Attention does not have (a q bias with a null q_lora_rank, where q_proj is
-// bias-free), naming the tensor and `who` ("cpu backend", ...).
-void check_no_foreign_bias(const AttentionConfig& cfg, const LayerWeights& w, const std::string& who);
 
 struct TensorLocation {
   std::string name;   // full tensor name in the checkpoint

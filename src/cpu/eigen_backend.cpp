@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +37,7 @@
 #include "mla/h2o.hpp"
 #include "mla/rope.hpp"
 #include "mla/stage_timer.hpp"
+#include "mla/validate.hpp"
 #include "mla_build_config.h"
 
 namespace mla {
@@ -46,74 +46,24 @@ namespace {
 
 constexpr int64_t kProbsBudgetBytes = int64_t{256} << 20;  // probability buffers per chunk
 
-// Checks that a weight has the shape the config implies.
-void check_shape(const TensorF& t, const char* name, std::vector<int64_t> expected) {
-  if (t.shape != expected) {
-    fail(ErrorKind::Shape, std::string("cpu backend: weight ") + name + " has shape " +
-                               shape_string(t.shape) + ", expected " + shape_string(expected));
-  }
-  if (static_cast<int64_t>(t.data.size()) != t.numel()) {
-    fail(ErrorKind::Shape, std::string("cpu backend: weight ") + name + " holds " +
-                               std::to_string(t.data.size()) + " values for shape " + shape_string(t.shape));
-  }
-}
-
-void check_finite(const float* v, int64_t rows, int64_t cols, const std::string& what) {
-  if (Eigen::Map<const Eigen::ArrayXf>(v, rows * cols).allFinite()) return;  // vectorised fast path
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const float x = v[r * cols + c];
-      if (!std::isfinite(x)) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%g", static_cast<double>(x));
-        fail(ErrorKind::InvalidValue, what + "[row " + std::to_string(r) + ", col " + std::to_string(c) +
-                                          "] is " + buf + " (values must be finite)");
-      }
-    }
-  }
-}
-
-// Copies a checked weight, rounded to bf16 values in bf16 mode, and checks it is finite.
-MatrixRM prepare_matrix(const TensorF& t, const char* name, int64_t rows, int64_t cols, bool bf16, int threads) {
-  check_shape(t, name, {rows, cols});
+// A validated weight (mla/validate.hpp) as the GEMMs read it, rounded to bf16 values in bf16
+// mode; an absent (empty) tensor stays empty.
+MatrixRM prepare_matrix(const TensorF& t, bool bf16, int threads) {
+  if (t.empty()) return MatrixRM();
+  const int64_t rows = t.dim(0), cols = t.dim(1);
   MatrixRM m(rows, cols);
   parallel_for(threads, threads, [&](int64_t slice, int) {  // copy (+ round) row slices
     const int64_t begin = rows * slice / threads, end = rows * (slice + 1) / threads;
     std::copy(t.ptr() + begin * cols, t.ptr() + end * cols, m.data() + begin * cols);
     if (bf16) round_to_bf16_inplace(m.data() + begin * cols, (end - begin) * cols);
   });
-  check_finite(m.data(), rows, cols, std::string("cpu backend: weight ") + name + (bf16 ? " (as bf16)" : ""));
   return m;
 }
 
-std::vector<float> prepare_vector(const TensorF& t, const char* name, int64_t size, bool bf16) {
-  check_shape(t, name, {size});
+std::vector<float> prepare_vector(const TensorF& t, bool bf16) {
   std::vector<float> v = t.data;
-  if (bf16) round_to_bf16_inplace(v.data(), size);
-  check_finite(v.data(), 1, size, std::string("cpu backend: weight ") + name + (bf16 ? " (as bf16)" : ""));
+  if (bf16) round_to_bf16_inplace(v.data(), static_cast<int64_t>(v.size()));
   return v;
-}
-
-void check_config(const AttentionConfig& cfg) {
-  auto positive = [](int64_t v, const char* key) {
-    if (v <= 0) fail(ErrorKind::Config, std::string("cpu backend: config ") + key + " = " + std::to_string(v) + " must be > 0");
-  };
-  positive(cfg.hidden_size, "hidden_size");
-  positive(cfg.num_attention_heads, "num_attention_heads");
-  positive(cfg.kv_lora_rank, "kv_lora_rank");
-  positive(cfg.qk_nope_head_dim, "qk_nope_head_dim");
-  positive(cfg.qk_rope_head_dim, "qk_rope_head_dim");
-  positive(cfg.v_head_dim, "v_head_dim");
-  if (cfg.q_lora_rank < 0) fail(ErrorKind::Config, "cpu backend: config q_lora_rank must be >= 0 (0 = null)");
-  if (cfg.qk_rope_head_dim % 2 != 0) {
-    fail(ErrorKind::Unsupported, "cpu backend: qk_rope_head_dim = " + std::to_string(cfg.qk_rope_head_dim) +
-                                     " (must be even)");
-  }
-  if (cfg.num_key_value_heads != 0 && cfg.num_key_value_heads != cfg.num_attention_heads) {
-    fail(ErrorKind::Unsupported, "cpu backend: num_key_value_heads = " + std::to_string(cfg.num_key_value_heads) +
-                                     " differs from num_attention_heads = " + std::to_string(cfg.num_attention_heads) +
-                                     " (MLA has one K/V head per query head)");
-  }
 }
 
 TensorD widen(const std::string& name, std::vector<int64_t> shape, const float* src) {
@@ -128,37 +78,25 @@ const float* bias_or_null(const std::vector<float>& b) { return b.empty() ? null
 
 // ---- the stages (cpu_stages.hpp) ------------------------------------------------------------
 
-PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads) {
-  const int64_t H = cfg.hidden_size, n = cfg.num_attention_heads, r_q = cfg.q_lora_rank, r_kv = cfg.kv_lora_rank;
-  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
+PreparedWeights prepare_weights(const LayerWeights& w, bool bf16, int threads) {
   PreparedWeights p;
-  if (cfg.has_q_lora()) {
-    p.q_a_proj = prepare_matrix(w.q_a_proj, "q_a_proj", r_q, H, bf16, threads);
-    p.q_a_layernorm = prepare_vector(w.q_a_layernorm, "q_a_layernorm", r_q, bf16);
-    p.q_b_proj = prepare_matrix(w.q_b_proj, "q_b_proj", n * d_qk, r_q, bf16, threads);
-  } else {
-    p.q_proj = prepare_matrix(w.q_proj, "q_proj", n * d_qk, H, bf16, threads);
-  }
-  p.kv_a_proj_with_mqa = prepare_matrix(w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", r_kv + d_r, H, bf16, threads);
-  p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, "kv_a_layernorm", r_kv, bf16);
-  p.kv_b_proj = prepare_matrix(w.kv_b_proj, "kv_b_proj", n * (d_n + d_v), r_kv, bf16, threads);
-  p.o_proj = prepare_matrix(w.o_proj, "o_proj", H, n * d_v, bf16, threads);
-  if (cfg.attention_bias) {
-    if (cfg.has_q_lora()) p.q_a_proj_bias = prepare_vector(w.q_a_proj_bias, "q_a_proj_bias", r_q, bf16);
-    p.kv_a_proj_with_mqa_bias = prepare_vector(w.kv_a_proj_with_mqa_bias, "kv_a_proj_with_mqa_bias", r_kv + d_r, bf16);
-    p.o_proj_bias = prepare_vector(w.o_proj_bias, "o_proj_bias", H, bf16);
-  }
+  p.q_a_proj = prepare_matrix(w.q_a_proj, bf16, threads);
+  p.q_a_layernorm = prepare_vector(w.q_a_layernorm, bf16);
+  p.q_b_proj = prepare_matrix(w.q_b_proj, bf16, threads);
+  p.q_proj = prepare_matrix(w.q_proj, bf16, threads);
+  p.kv_a_proj_with_mqa = prepare_matrix(w.kv_a_proj_with_mqa, bf16, threads);
+  p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, bf16);
+  p.kv_b_proj = prepare_matrix(w.kv_b_proj, bf16, threads);
+  p.o_proj = prepare_matrix(w.o_proj, bf16, threads);
+  p.q_a_proj_bias = prepare_vector(w.q_a_proj_bias, bf16);
+  p.kv_a_proj_with_mqa_bias = prepare_vector(w.kv_a_proj_with_mqa_bias, bf16);
+  p.o_proj_bias = prepare_vector(w.o_proj_bias, bf16);
   return p;
 }
 
 MatrixRM input_rows(const TensorF& hidden, bool bf16) {
-  const int64_t S = hidden.dim(0), H = hidden.dim(1);
-  check_finite(hidden.ptr(), S, H, "hidden states");
-  MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr(), S, H);  // [S, H]
-  if (bf16) {
-    round_to_bf16_inplace(x.data(), x.size());
-    check_finite(x.data(), S, H, "hidden states rounded to bf16");
-  }
+  MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr(), hidden.dim(0), hidden.dim(1));  // [S, H]
+  if (bf16) round_to_bf16_inplace(x.data(), x.size());
   return x;
 }
 
@@ -279,11 +217,10 @@ ForwardResult export_result(const AttentionConfig& cfg, const ForwardOptions& op
                             const MatrixRM& attn_output) {
   const int64_t S = q.rows(), H = cfg.hidden_size, n = cfg.num_attention_heads;
   const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
-  check_finite(attn_output.data(), S, H,
-               std::string("cpu backend: attn_output (overflow in ") + precision_name(opt.precision) + " arithmetic)");
   ForwardResult result;
   result.computed_in_double = false;
   result.attn_output = widen("attn_output", {S, H}, attn_output.data());
+  check_attn_output_finite(result.attn_output, opt.precision);
   result.head_scores = std::move(att.head_scores);
   result.token_scores = token_scores_from_heads(result.head_scores, n);
   result.attn_weights = std::move(att.attn_weights);
@@ -326,11 +263,9 @@ class CpuBackend final : public Backend {
 
   void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
     prepared_ = false;
-    check_config(cfg);
-    check_no_foreign_bias(cfg, w, "cpu backend");
-    if (opt.threads < 0) fail(ErrorKind::InvalidArgument, "cpu backend: threads = " + std::to_string(opt.threads) + " (0 = all cores)");
+    validate_layer(cfg, w, opt);
     const int threads = resolve_threads(opt.threads);
-    weights_ = prepare_weights(cfg, w, opt.precision == Precision::BF16, threads);
+    weights_ = prepare_weights(w, opt.precision == Precision::BF16, threads);
     cfg_ = cfg;
     precision_ = opt.precision;
     threads_ = threads;
@@ -338,28 +273,8 @@ class CpuBackend final : public Backend {
   }
 
   ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) override {
-    if (!prepared_) fail(ErrorKind::InvalidArgument, "cpu backend: forward() called before prepare()");
-    if (opt.precision != precision_) {
-      fail(ErrorKind::InvalidArgument, std::string("cpu backend: forward precision ") + precision_name(opt.precision) +
-                                           " differs from the precision the weights were prepared in (" +
-                                           precision_name(precision_) + "); call prepare() again");
-    }
-    if (opt.threads < 0) fail(ErrorKind::InvalidArgument, "cpu backend: threads = " + std::to_string(opt.threads) + " (0 = all cores)");
-    if (opt.position_offset < 0) {
-      fail(ErrorKind::InvalidArgument, "cpu backend: position_offset = " + std::to_string(opt.position_offset) + " must be >= 0");
-    }
-    if (!(opt.latent_norm_eps > 0.0) || !std::isfinite(opt.latent_norm_eps)) {
-      fail(ErrorKind::InvalidArgument, "cpu backend: latent norm eps must be finite and > 0, got " +
-                                           std::to_string(opt.latent_norm_eps));
-    }
-    const int64_t H = cfg_.hidden_size;
-    if (hidden.shape.size() != 2 || hidden.shape[1] != H || hidden.shape[0] < 0 ||
-        static_cast<int64_t>(hidden.data.size()) != hidden.numel()) {
-      fail(ErrorKind::Shape, "cpu backend: hidden states have shape " + shape_string(hidden.shape) + " (" +
-                                 std::to_string(hidden.data.size()) + " values), expected [S, " + std::to_string(H) + "]");
-    }
-    if (hidden.shape[0] == 0) fail(ErrorKind::InvalidArgument, "cpu backend: hidden states have 0 tokens (S = 0); need at least one");
-
+    check_prepared(prepared_, precision_, opt);
+    validate_input(cfg_, hidden, opt);
     const Layer L{cfg_, weights_, precision_ == Precision::BF16, opt.threads > 0 ? opt.threads : threads_,
                   static_cast<float>(opt.latent_norm_eps)};
     StageSeconds stages;

@@ -4,13 +4,13 @@
 // model.safetensors, or one .safetensors file + config) into fp32 LayerWeights, reading
 // only the bytes of the requested tensors and checking every shape against config.json.
 //
-// Names (mla-math.md §1.1): <prefix>layers.{L}.self_attn.<suffix>, where <prefix> is whatever
+// Names (docs/math.md §1.1): <prefix>layers.{L}.self_attn.<suffix>, where <prefix> is whatever
 // precedes "layers." ("model." for DeepSeek-V3/Kimi K2, "language_model.model." for Kimi
 // K2.5/K2.6). The prefix is detected from the names of kv_a_proj_with_mqa (MLA-specific, so
 // a vision tower's "layers." cannot be mistaken for it), else from embed_tokens.
 //
 // Dtypes: BF16, F16, F32 are widened exactly. F8_E4M3 weights are block-dequantized with
-// `<name>_scale_inv` (mla-math.md §11):
+// `<name>_scale_inv` (docs/math.md §11):
 //   W[i, j] = fp32(fp8 W[i, j]) * scale_inv[i / 128, j / 128]      (one fp32 multiply)
 //   scale_inv: [ceil(out / 128), ceil(in / 128)], edge blocks partial.
 //
@@ -31,6 +31,7 @@
 #include "mla/bf16.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
+#include "mla/layer_tensors.hpp"
 
 namespace mla {
 namespace fs = std::filesystem;
@@ -44,49 +45,6 @@ constexpr int64_t kFp8Block = 128;  // weight_block_size [128, 128]
 std::string shape_u64_string(const std::vector<uint64_t>& s) {
   std::vector<int64_t> v(s.begin(), s.end());
   return shape_string(v);
-}
-
-// One attention tensor of a layer: its short name (LayerWeights field), checkpoint suffix
-// and expected shape with the config names it comes from.
-struct TensorSpec {
-  std::string field;                // "q_a_proj", "q_a_proj_bias", ...
-  std::string suffix;               // "self_attn.q_a_proj.weight"
-  std::vector<int64_t> shape;       // expected
-  std::string shape_names;          // "[q_lora_rank, hidden_size]"
-  TensorF LayerWeights::*member;    // destination
-};
-
-// The attention tensors HF DeepseekV3Attention holds for this config (biases follow
-// `bias=config.attention_bias` on q_a_proj, kv_a_proj_with_mqa and o_proj; q_proj, q_b_proj
-// and kv_b_proj never have a bias in HF).
-std::vector<TensorSpec> attention_specs(const AttentionConfig& c) {
-  const int64_t H = c.hidden_size, n = c.num_attention_heads, r_q = c.q_lora_rank, r_kv = c.kv_lora_rank;
-  const int64_t d_qk = c.qk_head_dim(), d_r = c.qk_rope_head_dim, d_n = c.qk_nope_head_dim, d_v = c.v_head_dim;
-  std::vector<TensorSpec> s;
-  if (c.has_q_lora()) {
-    s.push_back({"q_a_proj", "self_attn.q_a_proj.weight", {r_q, H}, "[q_lora_rank, hidden_size]", &LayerWeights::q_a_proj});
-    s.push_back({"q_a_layernorm", "self_attn.q_a_layernorm.weight", {r_q}, "[q_lora_rank]", &LayerWeights::q_a_layernorm});
-    s.push_back({"q_b_proj", "self_attn.q_b_proj.weight", {n * d_qk, r_q},
-                 "[num_attention_heads*(qk_nope_head_dim+qk_rope_head_dim), q_lora_rank]", &LayerWeights::q_b_proj});
-  } else {
-    s.push_back({"q_proj", "self_attn.q_proj.weight", {n * d_qk, H},
-                 "[num_attention_heads*(qk_nope_head_dim+qk_rope_head_dim), hidden_size]", &LayerWeights::q_proj});
-  }
-  s.push_back({"kv_a_proj_with_mqa", "self_attn.kv_a_proj_with_mqa.weight", {r_kv + d_r, H},
-               "[kv_lora_rank+qk_rope_head_dim, hidden_size]", &LayerWeights::kv_a_proj_with_mqa});
-  s.push_back({"kv_a_layernorm", "self_attn.kv_a_layernorm.weight", {r_kv}, "[kv_lora_rank]", &LayerWeights::kv_a_layernorm});
-  s.push_back({"kv_b_proj", "self_attn.kv_b_proj.weight", {n * (d_n + d_v), r_kv},
-               "[num_attention_heads*(qk_nope_head_dim+v_head_dim), kv_lora_rank]", &LayerWeights::kv_b_proj});
-  s.push_back({"o_proj", "self_attn.o_proj.weight", {H, n * d_v}, "[hidden_size, num_attention_heads*v_head_dim]",
-               &LayerWeights::o_proj});
-  if (c.attention_bias) {
-    if (c.has_q_lora())
-      s.push_back({"q_a_proj_bias", "self_attn.q_a_proj.bias", {r_q}, "[q_lora_rank]", &LayerWeights::q_a_proj_bias});
-    s.push_back({"kv_a_proj_with_mqa_bias", "self_attn.kv_a_proj_with_mqa.bias", {r_kv + d_r},
-                 "[kv_lora_rank+qk_rope_head_dim]", &LayerWeights::kv_a_proj_with_mqa_bias});
-    s.push_back({"o_proj_bias", "self_attn.o_proj.bias", {H}, "[hidden_size]", &LayerWeights::o_proj_bias});
-  }
-  return s;
 }
 
 std::string layer_name(const std::string& prefix, int64_t layer, const std::string& suffix) {
@@ -306,11 +264,11 @@ std::vector<TensorLocation> Checkpoint::list_tensors() const {
 }
 
 std::vector<int64_t> Checkpoint::layers_present() const {
-  const auto specs = attention_specs(config_);
+  const std::vector<const LayerTensorSpec*> specs = layer_tensors(config_);
   std::vector<int64_t> out;
   for (int64_t L = 0; L < config_.num_hidden_layers; ++L) {
     bool all = true;
-    for (const auto& s : specs) all = all && impl_->weight_map.count(layer_name(prefix_, L, s.suffix));
+    for (const LayerTensorSpec* s : specs) all = all && impl_->weight_map.count(layer_name(prefix_, L, s->checkpoint_suffix()));
     if (all) out.push_back(L);
   }
   return out;
@@ -332,7 +290,7 @@ TensorF Checkpoint::Impl::load_checked(const std::string& ckpt, const std::strin
   TensorF t(name, expected);
   std::vector<float> values = file->to_float(*info);  // exact for BF16 / F16 / F32 / F8_E4M3
   if (info->dtype == DType::F8_E4M3) {
-    // W[i, j] = fp8(W[i, j]) * scale_inv[i / 128, j / 128]   (mla-math.md §11)
+    // W[i, j] = fp8(W[i, j]) * scale_inv[i / 128, j / 128]   (docs/math.md §11)
     if (expected.size() != 2)
       fail(ErrorKind::Unsupported, where + " is F8_E4M3 but only 2-D weights can be block-quantized");
     const std::string scale_name = name + "_scale_inv";
@@ -371,9 +329,9 @@ LayerWeights Checkpoint::load_layer(int64_t layer, bool with_input_layernorm) co
                                     std::to_string(config_.num_hidden_layers) + ") (num_hidden_layers of " + path_ + ")");
   LayerWeights w;
   w.layer = layer;
-  for (const TensorSpec& s : attention_specs(config_))
-    w.*(s.member) = impl_->load_checked(path_, layer_name(prefix_, layer, s.suffix), s.field, s.shape, s.shape_names,
-                                 w.source_dtype);
+  for (const LayerTensorSpec* s : layer_tensors(config_))  // the table of mla/layer_tensors.hpp
+    w.*(s->member) = impl_->load_checked(path_, layer_name(prefix_, layer, s->checkpoint_suffix()), s->field,
+                                         s->shape(config_), s->shape_names, w.source_dtype);
   if (with_input_layernorm)
     w.input_layernorm = impl_->load_checked(path_, layer_name(prefix_, layer, "input_layernorm.weight"),
                                      "input_layernorm", {config_.hidden_size}, "[hidden_size]", w.source_dtype);
@@ -431,17 +389,11 @@ TensorF Checkpoint::embed_rows(const std::vector<int64_t>& token_ids) const {
 
 int64_t LayerWeights::parameter_count() const {
   int64_t n = 0;
-  for (const TensorF* t : {&q_a_proj, &q_a_layernorm, &q_b_proj, &q_proj, &kv_a_proj_with_mqa, &kv_a_layernorm,
-                           &kv_b_proj, &o_proj, &q_a_proj_bias, &kv_a_proj_with_mqa_bias, &o_proj_bias})
-    n += t->empty() ? 0 : t->numel();
+  for (const LayerTensorSpec& t : layer_tensor_table()) {
+    const TensorF& tensor = this->*(t.member);
+    n += tensor.empty() ? 0 : tensor.numel();
+  }
   return n;
-}
-
-void check_no_foreign_bias(const AttentionConfig& cfg, const LayerWeights& w, const std::string& who) {
-  if (!cfg.has_q_lora() && !w.q_a_proj_bias.empty())
-    fail(ErrorKind::Shape, who + ": a q bias '" + w.q_a_proj_bias.name + "' " + shape_string(w.q_a_proj_bias.shape) +
-                               " was given with q_lora_rank null, but DeepseekV3Attention's q_proj has no bias "
-                               "(only q_a_proj, kv_a_proj_with_mqa and o_proj take attention_bias)");
 }
 
 }  // namespace mla

@@ -295,7 +295,7 @@ BOOST_AUTO_TEST_CASE(bad_inputs_are_clear_errors) {
   hidden.data[static_cast<size_t>(2 * cfg.hidden_size + 5)] = std::nanf("");
   BOOST_TEST((error_kind_of([&] { cpu->forward(hidden, opt); }, &msg) == mla::ErrorKind::InvalidValue));
   BOOST_TEST(msg.find("row 2") != std::string::npos, msg);
-  BOOST_TEST(msg.find("col 5") != std::string::npos, msg);
+  BOOST_TEST(msg.find("column 5") != std::string::npos, msg);
 
   const mla::TensorF wrong_width = mla::test::random_hidden(4, cfg.hidden_size + 1, 1);
   BOOST_TEST((error_kind_of([&] { cpu->forward(wrong_width, opt); }, &msg) == mla::ErrorKind::Shape));
