@@ -248,12 +248,22 @@ struct RunSettings {
   bool tf32 = false;
 };
 
+// Selects the device; the backend's first member, so the stream, the cuBLAS handle and every
+// buffer are created on that device (members are constructed in declaration order).
+class DeviceSelection {
+ public:
+  explicit DeviceSelection(int device) : device_(device) { MLA_CUDA_CHECK(cudaSetDevice(device)); }
+  int get() const { return device_; }
+
+ private:
+  int device_;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
-    MLA_CUDA_CHECK(cudaSetDevice(0));
     cudaDeviceProp prop{};
-    MLA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    MLA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_.get()));
     int cublas_version = 0;
     MLA_CUBLAS_CHECK(cublasGetVersion(blas_.get(), &cublas_version));
     device_text_ = "cuBLAS " + std::to_string(cublas_version) + " on " + prop.name + " (cc " +
@@ -321,11 +331,16 @@ class CudaBackend final : public Backend {
   int64_t elem_bytes() const { return storage_ == Storage::BF16 ? 2 : 4; }
 
   // A validated weight (mla/validate.hpp) in T-storage on the device; empty stays empty.
+  // The copy is enqueued on the compute stream and waited for: a plain cudaMemcpy would run on
+  // the legacy default stream, which a cudaStreamNonBlocking stream is not ordered after (and
+  // from pageable memory it may return before the data has landed), so the first forward could
+  // read weights still in flight. Waiting per tensor also frees its host staging copy at once.
   DeviceBuffer upload(const TensorF& t) const {
     if (t.empty()) return DeviceBuffer();
     const std::vector<unsigned char> bytes = to_storage(t.ptr(), t.numel(), storage_);
     DeviceBuffer buf(static_cast<int64_t>(bytes.size()), "weight " + t.name);
-    MLA_CUDA_CHECK(cudaMemcpy(buf.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    MLA_CUDA_CHECK(cudaMemcpyAsync(buf.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream_.get()));
+    MLA_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
     return buf;
   }
 
@@ -378,6 +393,7 @@ class CudaBackend final : public Backend {
   AttentionConfig cfg_;
   Storage storage_ = Storage::F32;
   Precision precision_ = Precision::FP32;
+  DeviceSelection device_{0};  // first: selected before stream_ and blas_ exist
   std::string device_text_;
   Stream stream_;
   CublasHandle blas_;

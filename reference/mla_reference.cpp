@@ -42,6 +42,11 @@ double round_as(Precision p, double x) { return p == Precision::BF16 ? round_to_
 
 // ---- inputs --------------------------------------------------------------------------------
 
+void check_weights(const AttentionConfig& cfg, const LayerWeights& w) {
+  validate_config(cfg);
+  validate_weights(cfg, w, Precision::FP32);
+}
+
 TensorD widen_hidden(const TensorF& hidden, Precision p) {
   TensorD x("hidden_states", hidden.shape);
   for (size_t i = 0; i < hidden.data.size(); ++i) {

@@ -44,7 +44,8 @@ double round_as(Precision p, double x);
 // ---- inputs --------------------------------------------------------------------------------
 
 // Inputs are checked by the validator every backend shares (mla/validate.hpp); forward()
-// calls it first.
+// calls it first. check_weights(cfg, w) = validate_config + validate_weights (fp32 values).
+void check_weights(const AttentionConfig& cfg, const LayerWeights& w);
 
 // hidden: [S, H] fp32 (valid) -> [S, H] double, rounded to bf16 in bf16 mode (HF's bf16 input).
 TensorD widen_hidden(const TensorF& hidden, Precision p);

@@ -28,6 +28,7 @@
 #include "mla/config.hpp"
 #include "mla/h2o.hpp"
 #include "mla/json_text.hpp"
+#include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla {
@@ -79,8 +80,8 @@ struct RunInfo {
   bool allow_tf32 = false;
   std::vector<std::string> notes;                 // free lines printed under "notes:"
   // Time per stage in execution order (seconds), and the three headline groups.
-  std::vector<std::pair<std::string, double>> stage_seconds;
-  std::vector<std::pair<std::string, double>> forward_stage_seconds;  // the backend's own split of "forward"
+  StageSeconds stage_seconds;
+  StageSeconds forward_stage_seconds;  // the backend's own split of "forward"
   double load_seconds = 0, forward_seconds = 0, h2o_seconds = 0;
   std::vector<std::string> files;                 // outputs written (paths)
 };

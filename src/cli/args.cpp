@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -155,6 +156,12 @@ std::string help_text(const CommandSpec& spec) {
   }
   os << "  --help                      this text\n";
   return os.str();
+}
+
+bool print_help_if_asked(const Args& a, const CommandSpec& spec) {
+  if (!a.help()) return false;
+  std::fputs(help_text(spec).c_str(), stdout);
+  return true;
 }
 
 }  // namespace mla::cli

@@ -54,6 +54,9 @@ class Args {
 };
 
 std::string help_text(const CommandSpec& spec);
+// When --help/-h was given: prints help_text(spec) to stdout and returns true (the command then
+// returns 0 without doing anything else).
+bool print_help_if_asked(const Args& a, const CommandSpec& spec);
 // Parses "3,17,250" (spaces and newlines allowed as separators too); errors name `what`.
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);
 

@@ -55,10 +55,7 @@ std::vector<std::string> split_names(const std::string& s) {
 int cmd_compare(const std::vector<std::string>& argv) {
   const CommandSpec spec = compare_spec();
   const Args a = Args::parse(spec, argv);
-  if (a.help()) {
-    std::fputs(help_text(spec).c_str(), stdout);
-    return 0;
-  }
+  if (print_help_if_asked(a, spec)) return 0;
   if (a.positional().size() != 2)
     fail(ErrorKind::InvalidArgument, "expected two files A.safetensors B.safetensors, got " +
                                          std::to_string(a.positional().size()) + " (see mla-h2o compare --help)");

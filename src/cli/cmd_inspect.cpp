@@ -271,10 +271,7 @@ int inspect_checkpoint(const std::string& path, const std::string& config, bool 
 
 int cmd_inspect(const std::vector<std::string>& argv) {
   const Args args = Args::parse(kSpec, argv);
-  if (args.help()) {
-    std::fputs(help_text(kSpec).c_str(), stdout);
-    return 0;
-  }
+  if (print_help_if_asked(args, kSpec)) return 0;
   if (args.positional().empty()) fail(ErrorKind::InvalidArgument, "inspect: PATH is required (see mla-h2o inspect --help)");
   const std::string path = args.positional()[0];
   const std::string config = args.str("config");

@@ -352,10 +352,7 @@ std::string demo_checkpoint(const std::string& cache_dir, bool& reused) {
 int cmd_run(const std::vector<std::string>& argv) {
   const CommandSpec spec = run_spec();
   const Args a = Args::parse(spec, argv);
-  if (a.help()) {
-    std::fputs(help_text(spec).c_str(), stdout);
-    return 0;
-  }
+  if (print_help_if_asked(a, spec)) return 0;
   RunPlan plan;
   plan.command = "run";
   plan.checkpoint = a.str("checkpoint");
@@ -370,10 +367,7 @@ int cmd_run(const std::vector<std::string>& argv) {
 int cmd_demo(const std::vector<std::string>& argv) {
   const CommandSpec spec = demo_spec();
   const Args a = Args::parse(spec, argv);
-  if (a.help()) {
-    std::fputs(help_text(spec).c_str(), stdout);
-    return 0;
-  }
+  if (print_help_if_asked(a, spec)) return 0;
   RunPlan plan;
   plan.command = "demo";
   plan.layer = 0;

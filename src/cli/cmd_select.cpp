@@ -25,6 +25,7 @@
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "inputs.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
 #include "mla/report.hpp"
@@ -180,13 +181,7 @@ ScoreInput read_csv(const std::string& path, const std::string& column, bool per
 
 ScoreInput read_safetensors(const std::string& path, const std::string& tensor, bool per_head) {
   const SafetensorsFile f = SafetensorsFile::open(path);
-  const TensorInfo* info = f.find(tensor);
-  if (!info) {
-    std::string names;
-    for (const auto& t : f.tensors()) names += (names.empty() ? "" : ", ") + t.name;
-    fail(ErrorKind::TensorNotFound, "--scores " + path + " has no tensor '" + tensor + "' (it holds: " +
-                                        (names.empty() ? "nothing" : names) + "); choose one with --tensor");
-  }
+  const TensorInfo* info = &find_tensor_or_fail(f, "--scores", path, tensor, "--tensor");
   const std::string where = path + ", tensor '" + tensor + "'";
   const std::vector<double> v = f.to_double(*info);
   std::vector<int64_t> shape(info->shape.begin(), info->shape.end());
@@ -227,10 +222,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 int cmd_select(const std::vector<std::string>& argv) {
   const CommandSpec spec = select_spec();
   const Args a = Args::parse(spec, argv);
-  if (a.help()) {
-    std::fputs(help_text(spec).c_str(), stdout);
-    return 0;
-  }
+  if (print_help_if_asked(a, spec)) return 0;
   const std::string path = a.str("scores");
   if (path.empty()) fail(ErrorKind::InvalidArgument, "--scores FILE is required (see mla-h2o select --help)");
   const bool per_head = a.has("per-head");

@@ -273,10 +273,7 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
 int cmd_sweep(const std::vector<std::string>& argv) {
   const CommandSpec spec = sweep_spec();
   const Args a = Args::parse(spec, argv);
-  if (a.help()) {
-    std::fputs(help_text(spec).c_str(), stdout);
-    return 0;
-  }
+  if (print_help_if_asked(a, spec)) return 0;
   RunPlan plan;
   plan.command = "sweep";
   plan.checkpoint = a.str("checkpoint");

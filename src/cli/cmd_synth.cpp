@@ -40,10 +40,7 @@ const CommandSpec kSpec = {
 
 int cmd_synth(const std::vector<std::string>& argv) {
   const Args args = Args::parse(kSpec, argv);
-  if (args.help()) {
-    std::fputs(help_text(kSpec).c_str(), stdout);
-    return 0;
-  }
+  if (print_help_if_asked(args, kSpec)) return 0;
   SynthOptions opts;
   opts.out_dir = args.str("out");
   if (opts.out_dir.empty()) fail(ErrorKind::InvalidArgument, "synth: --out DIR is required");

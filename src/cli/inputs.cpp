@@ -71,39 +71,27 @@ TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed
   return x;
 }
 
-namespace {
-
-std::string tensor_list(const SafetensorsFile& f) {
+const TensorInfo& find_tensor_or_fail(const SafetensorsFile& f, const std::string& flag, const std::string& path,
+                                      const std::string& name, const std::string& choose_flag) {
+  if (const TensorInfo* info = f.find(name)) return *info;
   std::string names;
-  size_t shown = 0;
-  for (const auto& t : f.tensors()) {
-    if (++shown > 24) {
-      names += ", ...";
-      break;
-    }
-    names += (names.empty() ? "" : ", ") + t.name;
-  }
-  return names.empty() ? "nothing" : names;
+  for (const auto& t : f.tensors()) names += (names.empty() ? "" : ", ") + t.name;
+  fail(ErrorKind::TensorNotFound, flag + " " + path + " has no tensor '" + name + "' (it holds: " +
+                                      (names.empty() ? "nothing" : names) + "); choose one with " + choose_flag);
 }
-
-}  // namespace
 
 std::string input_tensor_for_layer(const std::string& path, const std::string& name, int64_t layer) {
   const SafetensorsFile f = SafetensorsFile::open(path);
   const std::string per_layer = name + "." + std::to_string(layer);
   if (f.find(per_layer)) return per_layer;
-  if (f.find(name)) return name;
-  fail(ErrorKind::TensorNotFound, "--input " + path + " has no tensor '" + name + "' (nor '" + per_layer +
-                                      "' for layer " + std::to_string(layer) + "; it holds: " + tensor_list(f) +
-                                      "); choose one with --input-tensor");
+  return find_tensor_or_fail(f, "--input", path, name,
+                             "--input-tensor (layer " + std::to_string(layer) + " would also read '" + per_layer + "')")
+      .name;
 }
 
 TensorF hidden_states_from_file(const std::string& path, const std::string& name, int64_t hidden_size) {
   const SafetensorsFile f = SafetensorsFile::open(path);
-  const TensorInfo* info = f.find(name);
-  if (!info)
-    fail(ErrorKind::TensorNotFound, "--input " + path + " has no tensor '" + name + "' (it holds: " + tensor_list(f) +
-                                        "); choose one with --input-tensor");
+  const TensorInfo* info = &find_tensor_or_fail(f, "--input", path, name, "--input-tensor");
   const std::string where = "--input " + path + ", tensor '" + name + "'";
   if (info->dtype != DType::F32 && info->dtype != DType::BF16 && info->dtype != DType::F16)
     fail(ErrorKind::Unsupported, where + " has dtype " + std::string(dtype_name(info->dtype)) + "; expected F32, BF16 or F16");

@@ -25,6 +25,7 @@
 #include "args.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/safetensors.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla::cli {
@@ -78,8 +79,13 @@ TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed
 
 // The tensor of `path` that feeds layer `layer`: "<name>.<layer>" when the file holds it
 // (one tensor per layer, as reference/python/dump_hidden_states.py writes them), else
-// "<name>". Error(TensorNotFound) naming both and listing the file's tensors otherwise.
+// "<name>"; Error(TensorNotFound) naming both and listing the file's tensors otherwise.
 std::string input_tensor_for_layer(const std::string& path, const std::string& name, int64_t layer);
+
+// Tensor `name` of f (opened from `path` for `flag`), or Error(TensorNotFound):
+// "<flag> <path> has no tensor '<name>' (it holds: a, b); choose one with <choose_flag>".
+const TensorInfo& find_tensor_or_fail(const SafetensorsFile& f, const std::string& flag, const std::string& path,
+                                      const std::string& name, const std::string& choose_flag);
 
 // Reads tensor `name` of `path` as [S, H]; errors name the file, the tensor and what is
 // wrong (missing tensor, dtype, rank, hidden size, non-finite value at [s, j]).

@@ -56,11 +56,12 @@ struct Layer {
   float latent_norm_eps = 1e-6f;  // q_a_layernorm / kv_a_layernorm eps
 };
 
-// Copies weights the validator accepted (mla/validate.hpp), rounded to bf16 in bf16 mode;
-// absent tensors stay empty.
-PreparedWeights prepare_weights(const LayerWeights& w, bool bf16, int threads);
+// Copies weights the validator accepted for cfg (mla/validate.hpp: validate_layer), rounded
+// to bf16 in bf16 mode; absent tensors stay empty.
+PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads);
 
-// hidden [S, H] fp32 (validated) -> x [S, H]; bf16 mode rounds it (HF's input is a bf16 tensor).
+// hidden [S, H] fp32, validated (mla/validate.hpp: validate_hidden) -> x [S, H]; bf16 mode
+// rounds it (HF's input is a bf16 tensor).
 MatrixRM input_rows(const TensorF& hidden, bool bf16);
 
 // x [S, H] -> q [S, n*d_qk], head-major: feature h*d_qk + (nope d_n | rope d_r)

@@ -78,7 +78,8 @@ const float* bias_or_null(const std::vector<float>& b) { return b.empty() ? null
 
 // ---- the stages (cpu_stages.hpp) ------------------------------------------------------------
 
-PreparedWeights prepare_weights(const LayerWeights& w, bool bf16, int threads) {
+PreparedWeights prepare_weights(const AttentionConfig& /*cfg: validated against*/, const LayerWeights& w, bool bf16,
+                                int threads) {
   PreparedWeights p;
   p.q_a_proj = prepare_matrix(w.q_a_proj, bf16, threads);
   p.q_a_layernorm = prepare_vector(w.q_a_layernorm, bf16);
@@ -265,7 +266,7 @@ class CpuBackend final : public Backend {
     prepared_ = false;
     validate_layer(cfg, w, opt);
     const int threads = resolve_threads(opt.threads);
-    weights_ = prepare_weights(w, opt.precision == Precision::BF16, threads);
+    weights_ = prepare_weights(cfg, w, opt.precision == Precision::BF16, threads);
     cfg_ = cfg;
     precision_ = opt.precision;
     threads_ = threads;

@@ -173,13 +173,11 @@ void string_array(JsonWriter& w, const char* k, const std::vector<std::string>& 
 
 // "timing_s": {load, forward, h2o, total, stages, forward_stages}; total = sum of stages
 void timing_object(JsonWriter& w, const RunInfo& in) {
-  double total = 0;
-  for (const auto& st : in.stage_seconds) total += st.second;
   w.key("timing_s").begin_object();
   w.key("load").value(in.load_seconds);
   w.key("forward").value(in.forward_seconds);
   w.key("h2o").value(in.h2o_seconds);
-  w.key("total").value(total);
+  w.key("total").value(total_seconds(in.stage_seconds));
   w.key("stages");
   stage_array(w, in.stage_seconds);
   w.key("forward_stages");

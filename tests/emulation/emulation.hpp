@@ -26,6 +26,12 @@ struct Counters {
   int64_t bytes_in_use = 0;      // device bytes allocated now
   int64_t bytes_high_water = 0;  // the most ever allocated at once since reset_counters()
   int64_t live_streams = 0, live_events = 0, live_handles = 0;
+  // Stream ordering as a real device sees it: a synchronous host-to-device cudaMemcpy runs on
+  // the legacy default stream and, from pageable memory, may return before its data has
+  // landed; a stream created with cudaStreamNonBlocking is not ordered after it. Until a
+  // cudaDeviceSynchronize (or a synchronisation of the legacy stream) every launch, GEMM or
+  // async copy on a non-blocking stream counts here (it may read the copy's destination early).
+  int64_t stream_order_hazards = 0;
 };
 Counters counters();
 void reset_counters();  // zeroes the call counts and sets the high-water mark to bytes_in_use

@@ -28,6 +28,7 @@ struct State {
   int device_count = 1, cc_major = 9, cc_minor = 0;
   int64_t malloc_countdown = 0, gemm_countdown = 0;
   cudaError_t last_error = cudaSuccess;
+  bool legacy_copy_in_flight = false;  // a host-to-device cudaMemcpy not yet waited for (Counters)
 };
 
 State& state() {
@@ -63,7 +64,7 @@ cudaError_t fail_call(cudaError_t e, const char* what) {
 }
 
 // The tokens handed out for streams, events and cuBLAS handles: distinct heap objects.
-struct StreamToken { int unused = 0; };
+struct StreamToken { bool non_blocking = false; };
 struct EventToken { std::chrono::steady_clock::time_point t{}; bool recorded = false; };
 
 }  // namespace
@@ -97,6 +98,15 @@ using mla::emulation::state;
 
 void mla::simt::set_last_launch_error(cudaError_t st) { state().last_error = st; }
 void mla::simt::note_launch() { ++state().c.kernel_launches; }
+void mla::simt::note_stream_work(cudaStream_t stream, const char* what) {
+  auto& s = state();
+  // The legacy default stream (0 or cudaStreamLegacy) and blocking streams are ordered after it.
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return;
+  if (!reinterpret_cast<mla::emulation::StreamToken*>(stream)->non_blocking || !s.legacy_copy_in_flight) return;
+  ++s.c.stream_order_hazards;
+  std::fprintf(stderr, "emulated cuda runtime: %s on a non-blocking stream is not ordered after a host-to-device "
+               "cudaMemcpy on the legacy default stream (no cudaDeviceSynchronize in between)\n", what);
+}
 
 // ---- CUDA runtime ---------------------------------------------------------------------------
 
@@ -227,17 +237,23 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   ++state().c.host_syncs;
   mla::simt::log_call("sync cudaMemcpy");
-  return copy(dst, src, bytes, kind);
+  const cudaError_t st = copy(dst, src, bytes, kind);
+  // From pageable memory the call may return once the data is staged, before it lands.
+  if (st == cudaSuccess && kind == cudaMemcpyHostToDevice && bytes > 0) state().legacy_copy_in_flight = true;
+  return st;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   ++state().c.async_copies;
   mla::simt::log_call("copy cudaMemcpyAsync");
+  mla::simt::note_stream_work(stream, "cudaMemcpyAsync");
   return copy(dst, src, bytes, kind);
 }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
-  *stream = reinterpret_cast<cudaStream_t>(new mla::emulation::StreamToken);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  if (flags != cudaStreamDefault && flags != cudaStreamNonBlocking)
+    return mla::emulation::fail_call(cudaErrorInvalidValue, "cudaStreamCreateWithFlags: unknown flags");
+  *stream = reinterpret_cast<cudaStream_t>(new mla::emulation::StreamToken{flags == cudaStreamNonBlocking});
   ++state().c.live_streams;
   return cudaSuccess;
 }
@@ -246,14 +262,17 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   --state().c.live_streams;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   ++state().c.host_syncs;
   mla::simt::log_call("sync cudaStreamSynchronize");
+  // Waiting for the legacy stream waits for its copies; waiting for another stream does not.
+  if (stream == nullptr || stream == cudaStreamLegacy) state().legacy_copy_in_flight = false;
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {
   ++state().c.host_syncs;
   mla::simt::log_call("sync cudaDeviceSynchronize");
+  state().legacy_copy_in_flight = false;
   return cudaSuccess;
 }
 
@@ -387,6 +406,7 @@ cublasStatus_t gemm_batched(cublasHandle_t handle, cublasOperation_t ta, cublasO
   ++s.c.gemm_calls;
   mla::simt::log_call(batch == 1 && sa == 0 ? "gemm cublasGemmEx" : "gemm cublasGemmStridedBatchedEx");
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  mla::simt::note_stream_work(handle->stream, "a cuBLAS GEMM");
   if (mla::emulation::countdown_fires(s.gemm_countdown)) return CUBLAS_STATUS_EXECUTION_FAILED;
   // Argument rules of cublasGemmEx (cuBLAS docs): sizes >= 0, lda >= max(1, rows of A as
   // stored), same for B, ldc >= max(1, m); the types this project uses all agree.

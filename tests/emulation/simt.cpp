@@ -149,10 +149,11 @@ void log_call(std::string entry) { sched().log.push_back(std::move(entry)); }
 const std::vector<std::string>& call_log() { return sched().log; }
 void clear_call_log() { sched().log.clear(); }
 
-cudaError_t run_grid(const char* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t /*stream*/,
+cudaError_t run_grid(const char* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                      const std::function<void()>& body) {
   Scheduler& s = sched();
   s.log.push_back(std::string("launch ") + kernel);
+  note_stream_work(stream, kernel);
   if (s.in_kernel) {
     std::fprintf(stderr, "simt: %s launched from inside a kernel (dynamic parallelism is not emulated)\n", kernel);
     return cudaErrorLaunchFailure;

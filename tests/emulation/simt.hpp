@@ -67,6 +67,9 @@ void* dynamic_shared();  // the running block's dynamic shared memory
 // Defined by host_runtime.cpp: what the next cudaGetLastError() returns, and the launch counter.
 void set_last_launch_error(cudaError_t st);
 void note_launch();
+// Work enqueued on `stream` (a launch, a GEMM, an async copy): checks its ordering against a
+// host-to-device cudaMemcpy that may still be in flight (emulation.hpp, stream_order_hazards).
+void note_stream_work(cudaStream_t stream, const char* what);
 
 // MLA_LAUNCH(kernel, grid, block, smem, stream)(args...) — the <<< >>> of the emulator.
 template <class... Params>

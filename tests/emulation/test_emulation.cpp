@@ -17,6 +17,8 @@
 //                       auto picks cuda and says so, and its H2O decision equals the CPU's.
 #include <boost/test/unit_test.hpp>
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -28,8 +30,10 @@
 #include "cuda/workspace_layout.hpp"
 #include "emulation.hpp"
 #include "geometries.hpp"
+#include "invalid_inputs.hpp"
 #include "mla/attention.hpp"
 #include "mla/error.hpp"
+#include "mla/layer_tensors.hpp"
 #include "simt.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"
@@ -203,6 +207,63 @@ BOOST_AUTO_TEST_CASE(one_forward_is_a_fixed_sequence_with_one_sync) {
       }
     }
   }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// -------------------------------------------------------------------------------------------------
+BOOST_FIXTURE_TEST_SUITE(cuda_stream_order, DefaultDevice)
+
+// The emulator's ordering check itself: a synchronous host-to-device cudaMemcpy (legacy default
+// stream) followed by work on a non-blocking stream is a hazard until a device-wide sync.
+BOOST_AUTO_TEST_CASE(a_legacy_copy_is_not_ordered_before_a_non_blocking_stream) {
+  BOOST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  cudaStream_t stream = nullptr;
+  BOOST_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  void* dev = nullptr;
+  BOOST_REQUIRE(cudaMalloc(&dev, 64) == cudaSuccess);
+  std::vector<unsigned char> host(64, 1);
+  emu::reset_counters();
+  BOOST_TEST(cudaMemcpyAsync(dev, host.data(), 64, cudaMemcpyHostToDevice, stream) == cudaSuccess);
+  BOOST_TEST(emu::counters().stream_order_hazards == 0);  // nothing in flight on the legacy stream
+  BOOST_TEST(cudaMemcpy(dev, host.data(), 64, cudaMemcpyHostToDevice) == cudaSuccess);
+  BOOST_TEST(cudaMemcpyAsync(host.data(), dev, 64, cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+  BOOST_TEST(emu::counters().stream_order_hazards == 1);
+  BOOST_TEST(cudaStreamSynchronize(stream) == cudaSuccess);  // waits for `stream`, not for the copy
+  BOOST_TEST(cudaMemcpyAsync(host.data(), dev, 64, cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+  BOOST_TEST(emu::counters().stream_order_hazards == 2);
+  BOOST_TEST(cudaDeviceSynchronize() == cudaSuccess);
+  BOOST_TEST(cudaMemcpyAsync(host.data(), dev, 64, cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+  BOOST_TEST(emu::counters().stream_order_hazards == 2);
+  BOOST_TEST(cudaFree(dev) == cudaSuccess);
+  BOOST_TEST(cudaStreamDestroy(stream) == cudaSuccess);
+}
+
+// prepare() uploads the weights on the compute stream, so the first forward is ordered after them.
+BOOST_AUTO_TEST_CASE(the_first_forward_is_ordered_after_the_weight_upload) {
+  for (const char* name : {"tiny", "bias_q_lora_null"}) {
+    const mla::AttentionConfig cfg = mla::test::geometry(name);
+    const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 21);
+    BOOST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    emu::reset_counters();
+    auto gpu = mla::make_cuda_backend();
+    ForwardOptions o;
+    gpu->prepare(cfg, w, o);
+    gpu->forward(mla::test::random_hidden(4, cfg.hidden_size, 22), o);
+    BOOST_TEST(emu::counters().stream_order_hazards == 0, name);
+    BOOST_TEST(emu::counters().async_copies == int64_t(mla::layer_tensors(cfg).size()) + 3, name);  // weights + hidden, cos, sin
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// -------------------------------------------------------------------------------------------------
+BOOST_FIXTURE_TEST_SUITE(cuda_errors, DefaultDevice)
+
+// Every invalid input of tests/unit/invalid_inputs.hpp: the emulated cuda backend gives the
+// reference's and the cpu backend's ErrorKind and message (one validator, mla/validate.hpp).
+BOOST_AUTO_TEST_CASE(cuda_refuses_each_invalid_input_as_the_other_backends) {
+  mla::test::expect_same_errors({mla::make_reference_backend, mla::make_cpu_backend, mla::make_cuda_backend});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -217,9 +217,7 @@ void check_rope(const std::string& what, const mla::SafetensorsFile& fx, const m
   const std::vector<double> hf_inv = tensor_values(fx, "inv_freq", &shape);
   const std::vector<float> inv = mla::rope_inv_freq(cfg);
   check_tensor(what, "inv_freq", hf_inv, std::vector<double>(inv.begin(), inv.end()), shape, "ours-vs-hf", "fp32");
-  std::vector<int64_t> positions(static_cast<size_t>(seq_len));
-  for (int64_t s = 0; s < seq_len; ++s) positions[static_cast<size_t>(s)] = s;
-  const mla::RopeTables t = mla::rope_tables(cfg, positions);
+  const mla::RopeTables t = mla::rope_tables(cfg, mla::position_ids(0, seq_len));
   for (const char* name : {"cos", "sin"}) {
     const std::vector<double> hf = tensor_values(fx, name, &shape);
     const std::vector<float>& ours_f = std::string(name) == "cos" ? t.cos : t.sin;
