@@ -78,6 +78,11 @@ class Checkpoint {
   // id >= vocab rows.
   TensorF embed_rows(const std::vector<int64_t>& token_ids) const;
 
+  // Unmaps every shard opened so far (they are reopened on the next read). A loop over
+  // layers calls it after each load, so that the mapped pages of the layers already done do
+  // not stay resident (`mla-h2o sweep`: the memory of one layer, not of all).
+  void release_mappings() const;
+
   Checkpoint(Checkpoint&&) noexcept;
   Checkpoint& operator=(Checkpoint&&) noexcept;
   ~Checkpoint();

@@ -143,6 +143,12 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
+// The "config" object of report.json (geometry, rope, softmax scale) and the H2O decision
+// fields of its "h2o" object (counts, fractions, mean scores, top heavy hitters, indices);
+// shared by report_json and sweep_report_json.
+void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale);
+void write_decision(JsonWriter& w, std::span<const double> scores, const H2ODecision& d, size_t top_k);
+
 // --dump-tensors: writes `path` (safetensors) in HF's layout so other implementations can
 // compare tensor by tensor (`mla-h2o compare`):
 //   hidden_states [S, H]           the layer input as given (before any bf16 rounding)

@@ -209,7 +209,7 @@ int cmd_decode(const std::vector<std::string>& argv) {
   auto t0 = std::chrono::steady_clock::now();
   const Checkpoint ckpt = Checkpoint::open(checkpoint, a.str("config"));
   const AttentionConfig& cfg = ckpt.config();
-  const LayerWeights weights = load_checked_layer(ckpt, checkpoint, layer, input_req.kind == InputKind::Tokens);
+  const LayerWeights weights = load_checked_layer(ckpt, layer, needs_input_layernorm(input_req));
   const HiddenInput input = load_input(input_req, ckpt, weights, fopt.precision);
   const int64_t T = input.hidden.dim(0);
   opt.steps = a.has("steps") ? a.integer("steps", 0) : T - opt.prompt_len;

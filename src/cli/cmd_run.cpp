@@ -2,7 +2,8 @@
 // `mla-h2o demo` (the configuration of the published Kimi K2.6 layer-0 H2O demo on a cached
 // synthetic Kimi K2.6 layer 0).
 //
-// Pipeline of both (execute_run): three phases, each timing its steps (StageTimer):
+// Pipeline of both (execute_run): three phases, each timing its steps (StageTimer); `sweep`
+// (cmd_sweep.cpp) runs load and run once per layer (declared in run_pipeline.hpp):
 //   load     output directory (first, so an unwritable --out fails before any work),
 //            open checkpoint, memory plan (refuses a run that cannot fit before anything
 //            large is allocated: mla/memory_plan.hpp, docs/long-context.md), load layer (the attention tensors + input_layernorm),
@@ -30,6 +31,7 @@
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "progress.hpp"
+#include "run_pipeline.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
@@ -41,26 +43,8 @@
 #include "mla_build_config.h"
 
 namespace mla::cli {
-namespace {
 
-// ---- settings shared by run and demo ------------------------------------------------------
-
-struct RunPlan {
-  std::string command;       // "run" | "demo"
-  std::string checkpoint;    // path
-  std::string config_path;   // --config ("" = beside the checkpoint)
-  int64_t layer = 0;
-  InputRequest input;
-  BackendKind backend = BackendKind::Auto;
-  ForwardOptions forward;    // mask, precision, latent eps, threads, allow_tf32
-  std::string latent_eps_arg = "hf";  // "hf" | "config" | a number
-  H2OOptions h2o;
-  bool per_head = false;
-  bool dump_tensors = false;
-  bool quiet = false;        // --quiet: no progress on stderr
-  std::string out_dir = "mla-h2o-out";
-  std::vector<std::string> notes;
-};
+// ---- settings shared by run, demo and sweep (run_pipeline.hpp) ----------------------------
 
 std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::string& default_precision) {
   return {
@@ -85,12 +69,14 @@ std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::
   };
 }
 
+namespace {
 BackendKind backend_kind(const std::string& s) {
   if (s == "reference") return BackendKind::Reference;
   if (s == "cpu") return BackendKind::Cpu;
   if (s == "cuda") return BackendKind::Cuda;
   return BackendKind::Auto;
 }
+}  // namespace
 
 // Reads the flags of forward_flags() into `plan`.
 void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default_mask, const std::string& default_precision) {
@@ -127,10 +113,6 @@ double latent_eps(const std::string& arg, const AttentionConfig& cfg, std::strin
     fail(ErrorKind::InvalidArgument, "--latent-norm-eps: '" + arg + "' is not hf, config or a positive number");
   mode = "value";
   return v;
-}
-
-std::string join_path(const std::string& dir, const std::string& name) {
-  return (std::filesystem::path(dir) / name).string();
 }
 
 // ---- memory plan, cost, peak (docs/long-context.md) ------------------------------------------
@@ -184,17 +166,6 @@ void announce_reference_cost(const std::string& command, const AttentionConfig& 
 // totals of those lists, and its stage list is their concatenation in execution order.
 
 // load: output directory, checkpoint, layer, input                        (timing_s.load)
-struct LoadedRun {
-  explicit LoadedRun(Checkpoint c) : ckpt(std::move(c)) {}
-  Checkpoint ckpt;
-  LayerWeights weights;
-  ForwardOptions options;          // the plan's, with the latent eps resolved and keep_* set
-  MemoryPlan memory;               // made before the layer is loaded
-  std::string latent_eps_mode;     // "hf" | "config" | "value"
-  HiddenInput input;               // hidden [S, H]
-  StageSeconds stages;
-};
-
 LoadedRun load(const RunPlan& plan) {
   ensure_output_dir(plan.out_dir);  // first, so an unwritable --out fails before any work
   StageSeconds stages;
@@ -203,7 +174,7 @@ LoadedRun load(const RunPlan& plan) {
   const AttentionConfig& cfg = r.ckpt.config();
   r.memory = check_memory(plan, cfg);  // refuses before anything large is allocated
   r.weights = timed(r.stages, "load layer", [&] {
-    return load_checked_layer(r.ckpt, plan.checkpoint, plan.layer, plan.input.kind == InputKind::Tokens);
+    return load_checked_layer(r.ckpt, plan.layer, needs_input_layernorm(plan.input));
   });
   r.options = plan.forward;
   r.options.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg, r.latent_eps_mode);
@@ -215,14 +186,6 @@ LoadedRun load(const RunPlan& plan) {
 }
 
 // run: backend, forward, H2O selection                       (timing_s.forward, timing_s.h2o)
-struct RunOutcome {
-  std::unique_ptr<Backend> backend;
-  std::string backend_reason;  // why auto chose it ("" when not auto)
-  ForwardResult result;
-  StageSeconds forward_stages;  // backend prepare + forward
-  StageSeconds h2o_stages;
-};
-
 RunOutcome run(const RunPlan& plan, const LoadedRun& in, Report& rep) {
   const AttentionConfig& cfg = in.ckpt.config();
   const int64_t S = in.input.hidden.dim(0), n = cfg.num_attention_heads;
@@ -260,6 +223,25 @@ RunOutcome run(const RunPlan& plan, const LoadedRun& in, Report& rep) {
   return out;
 }
 
+void write_layer_dump(const std::string& path, const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran) {
+  const AttentionConfig& cfg = in.ckpt.config();
+  const Backend& backend = *ran.backend;
+  const std::map<std::string, std::string> meta = {
+      {"producer", std::string("mla-h2o ") + MLA_VERSION + (plan.command == "sweep" ? " sweep" : "")},
+      {"backend", backend.name() + " (" + backend.description() + ")"},
+      {"precision", precision_name(in.options.precision)},
+      {"mask", mask_name(in.options.mask)},
+      {"latent_norm_eps", format_double(in.options.latent_norm_eps)},
+      {"checkpoint", plan.checkpoint},
+      {"layer", std::to_string(plan.layer)},
+      {"input", in.input.description},
+      {"config", config_to_json(cfg, false)},
+  };
+  write_tensor_dump(path, in.input.hidden, ran.result, cfg.num_attention_heads, meta);
+}
+
+namespace {
+
 // report: settings, tensors.safetensors (--dump-tensors), scores.csv, heads_kept.csv
 // (--per-head), scores.svg, report.txt, report.json; the text also goes to stdout.
 void report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Report& rep) {
@@ -272,6 +254,7 @@ void report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Rep
   info.command = plan.command;
   info.notes = plan.notes;
   if (in.memory.attn_weights_dropped) info.notes.push_back(in.memory.note);
+  if (plan.input.kind == InputKind::Tokens && plan.layer > 0) info.notes.push_back(tokens_caveat(std::to_string(plan.layer)));
   info.checkpoint = plan.checkpoint;
   info.layer = plan.layer;
   info.input_source = in.input.description;
@@ -303,19 +286,8 @@ void report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Rep
 
   if (plan.dump_tensors) {
     const std::string path = join_path(plan.out_dir, "tensors.safetensors");
-    std::map<std::string, std::string> meta = {
-        {"producer", std::string("mla-h2o ") + MLA_VERSION},
-        {"backend", backend.name() + " (" + backend.description() + ")"},
-        {"precision", precision_name(fopt.precision)},
-        {"mask", mask_name(fopt.mask)},
-        {"latent_norm_eps", format_double(fopt.latent_norm_eps)},
-        {"checkpoint", plan.checkpoint},
-        {"layer", std::to_string(plan.layer)},
-        {"input", in.input.description},
-        {"config", config_to_json(cfg, false)},
-    };
     StageTimer t(info.stage_seconds, "write tensors.safetensors");
-    write_tensor_dump(path, in.input.hidden, fr, n, meta);
+    write_layer_dump(path, plan, in, ran);
     info.files.push_back(path);
   }
   const std::string csv = join_path(plan.out_dir, "scores.csv"), json = join_path(plan.out_dir, "report.json"),

@@ -19,7 +19,9 @@ namespace mla::cli {
 std::vector<FlagSpec> input_flags() {
   return {
       {"input", "FILE", "hidden states from a safetensors file, [S, hidden] or [1, S, hidden], F32/BF16/F16", ""},
-      {"input-tensor", "NAME", "tensor to read from --input", "hidden_states"},
+      {"input-tensor", "NAME", "tensor to read from --input (NAME.L for layer L when the file holds it)", "hidden_states"},
+      {"residual", "", "--input rows are the residual stream entering the layer (HF output_hidden_states[L]): "
+                       "apply the layer's input_layernorm first", ""},
       {"tokens", "IDS|FILE", "token ids (3,17,250 or a file of ids): embed_tokens rows + input_layernorm", ""},
       {"seq-len", "S", "seeded standard-normal embeddings: number of tokens", "256"},
       {"seed", "N", "seed of the seeded embeddings (Rng stream 1, row-major [S, hidden])", "0"},
@@ -37,10 +39,13 @@ InputRequest input_request(const Args& args) {
     fail(ErrorKind::InvalidArgument, "two input sources given (" + given[0] + " and " + given[1] +
                                          "); use exactly one of --input, --tokens, --seq-len/--seed");
   if (args.has("input-tensor") && !file) fail(ErrorKind::InvalidArgument, "--input-tensor needs --input FILE");
+  if (args.has("residual") && !file)
+    fail(ErrorKind::InvalidArgument, "--residual needs --input FILE (the residual stream entering the layer)");
   if (file) {
     req.kind = InputKind::File;
     req.file = args.str("input");
     req.tensor = args.str("input-tensor", "hidden_states");
+    req.residual = args.has("residual");
   } else if (tokens) {
     req.kind = InputKind::Tokens;
     req.tokens = args.str("tokens");
@@ -68,6 +73,14 @@ int64_t input_seq_len(const InputRequest& req) {
   return -1;
 }
 
+std::string tokens_caveat(const std::string& layers) {
+  return "--tokens on layer(s) " + layers +
+         ": these are NOT the model's inputs to those layers. --tokens feeds embed_tokens rows (through the layer's "
+         "own input_layernorm), which only layer 0 receives; layer L > 0 receives the residual stream after layers "
+         "0..L-1 (attention and MLP/MoE). Write the real inputs with reference/python/dump_hidden_states.py and pass "
+         "--input FILE --residual (docs/sweep.md)";
+}
+
 TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed) {
   TensorF x("hidden_states", {seq_len, hidden_size});  // [S, H]
   Rng rng(seed, kHiddenStatesStream);
@@ -82,6 +95,15 @@ const TensorInfo& find_tensor_or_fail(const SafetensorsFile& f, const std::strin
   for (const auto& t : f.tensors()) names += (names.empty() ? "" : ", ") + t.name;
   fail(ErrorKind::TensorNotFound, flag + " " + path + " has no tensor '" + name + "' (it holds: " +
                                       (names.empty() ? "nothing" : names) + "); choose one with " + choose_flag);
+}
+
+std::string input_tensor_for_layer(const std::string& path, const std::string& name, int64_t layer) {
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  const std::string per_layer = name + "." + std::to_string(layer);
+  if (f.find(per_layer)) return per_layer;
+  return find_tensor_or_fail(f, "--input", path, name,
+                             "--input-tensor (layer " + std::to_string(layer) + " would also read '" + per_layer + "')")
+      .name;
 }
 
 TensorF hidden_states_from_file(const std::string& path, const std::string& name, int64_t hidden_size) {
@@ -160,11 +182,21 @@ HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const La
   const AttentionConfig& cfg = ckpt.config();
   HiddenInput in;
   switch (req.kind) {
-    case InputKind::File:
-      in.hidden = hidden_states_from_file(req.file, req.tensor, cfg.hidden_size);
-      in.description = "hidden states from " + req.file + " (tensor '" + req.tensor + "', " +
-                       std::to_string(in.hidden.dim(0)) + " tokens)";
+    case InputKind::File: {
+      const std::string tensor = input_tensor_for_layer(req.file, req.tensor, weights.layer);
+      in.hidden = hidden_states_from_file(req.file, tensor, cfg.hidden_size);
+      std::ostringstream os;
+      os << (req.residual ? "residual stream" : "hidden states") << " from " << req.file << " (tensor '" << tensor
+         << "', " << in.hidden.dim(0) << " tokens)";
+      if (req.residual) {
+        if (weights.input_layernorm.empty())
+          fail(ErrorKind::TensorNotFound, "--residual needs layer " + std::to_string(weights.layer) + "'s input_layernorm");
+        input_rms_norm(in.hidden, weights.input_layernorm, cfg.rms_norm_eps, precision);
+        os << " -> layer " << weights.layer << "'s input_layernorm (eps " << cfg.rms_norm_eps << ")";
+      }
+      in.description = os.str();
       break;
+    }
     case InputKind::Tokens: {
       in.token_ids = parse_token_ids(req.tokens);
       in.hidden = ckpt.embed_rows(in.token_ids);
@@ -187,21 +219,23 @@ HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const La
   return in;
 }
 
-LayerWeights load_checked_layer(const Checkpoint& ckpt, const std::string& path, int64_t layer, bool input_norm) {
+void check_layer_present(const Checkpoint& ckpt, int64_t layer, const std::string& flag) {
   const AttentionConfig& cfg = ckpt.config();
   if (layer < 0 || layer >= cfg.num_hidden_layers)
-    fail(ErrorKind::InvalidArgument, "--layer " + std::to_string(layer) + " is out of range: the config has " +
-                                         std::to_string(cfg.num_hidden_layers) + " layers (0.." +
-                                         std::to_string(cfg.num_hidden_layers - 1) + ")");
+    fail(ErrorKind::InvalidArgument, flag + " is out of range: the config has " + std::to_string(cfg.num_hidden_layers) +
+                                         " layers (0.." + std::to_string(cfg.num_hidden_layers - 1) + ")");
   const std::vector<int64_t> present = ckpt.layers_present();
   if (std::find(present.begin(), present.end(), layer) == present.end()) {
     std::string list;
     for (size_t i = 0; i < present.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(present[i]);
     if (present.size() > 16) list += ", ...";
-    fail(ErrorKind::Checkpoint, "--layer " + std::to_string(layer) + ": " + path +
-                                    " does not hold that layer's attention tensors (layers present: " +
+    fail(ErrorKind::Checkpoint, flag + ": " + ckpt.path() + " does not hold that layer's attention tensors (layers present: " +
                                     (list.empty() ? "none" : list) + ")");
   }
+}
+
+LayerWeights load_checked_layer(const Checkpoint& ckpt, int64_t layer, bool input_norm) {
+  check_layer_present(ckpt, layer, "--layer " + std::to_string(layer));
   return ckpt.load_layer(layer, input_norm);
 }
 

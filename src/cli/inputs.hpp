@@ -1,8 +1,12 @@
 // src/cli/inputs.hpp — the three input sources of `mla-h2o run` (exactly one per run):
 //
-//   --input FILE [--input-tensor NAME]   hidden states from a safetensors file: tensor NAME
+//   --input FILE [--input-tensor NAME]   hidden states from a safetensors file: tensor NAME.L
+//                                        for layer L when the file holds one, else NAME
 //                                        (default hidden_states), shape [S, H] or [1, S, H],
 //                                        dtype F32, BF16 or F16 (widened exactly to fp32)
+//     [--residual]                       the tensor is the residual stream entering layer L
+//                                        (transformers' output_hidden_states[L]): the layer's
+//                                        input_layernorm is applied, as for --tokens
 //   --tokens 3,17,250 | --tokens FILE    rows of embed_tokens, then the layer's input_layernorm
 //                                        (eps = rms_norm_eps), as the decoder layer feeds its
 //                                        attention; in bf16 mode with HF's two bf16 roundings
@@ -32,6 +36,7 @@ struct InputRequest {
   InputKind kind = InputKind::Seeded;
   std::string file;                      // --input
   std::string tensor = "hidden_states";  // --input-tensor
+  bool residual = false;                 // --residual: apply input_layernorm to the --input rows
   std::string tokens;                    // --tokens (list or file path)
   int64_t seq_len = 256;                 // --seq-len
   uint64_t seed = 0;                     // --seed
@@ -54,14 +59,27 @@ struct HiddenInput {
 // what is wrong). Used by the memory plan before anything large is allocated.
 int64_t input_seq_len(const InputRequest& req);
 
-// `weights` must hold input_layernorm when req.kind == Tokens (load_layer(L, true)).
+// Whether the layer's input_layernorm must be loaded (load_layer(L, true)) for this source.
+inline bool needs_input_layernorm(const InputRequest& req) {
+  return req.kind == InputKind::Tokens || (req.kind == InputKind::File && req.residual);
+}
+
+// `weights` must hold input_layernorm when needs_input_layernorm(req) (load_layer(L, true)).
 HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const LayerWeights& weights,
                        Precision precision);
 
-// The attention tensors of `layer` (+ input_layernorm when input_norm), after checking that
-// the config has that layer (Error InvalidArgument) and that `path` holds it (Error Checkpoint,
-// listing the layers present).
-LayerWeights load_checked_layer(const Checkpoint& ckpt, const std::string& path, int64_t layer, bool input_norm);
+// The caveat of --tokens on layers above 0 (one line for reports): only layer 0 receives the
+// embeddings in the model; `layers` lists the layers concerned ("1, 2, 5").
+std::string tokens_caveat(const std::string& layers);
+
+// Error naming `flag` (e.g. "--layer 5") unless `layer` is within num_hidden_layers
+// (Error InvalidArgument) and the checkpoint holds all of that layer's attention tensors
+// (Error Checkpoint, listing the layers present).
+void check_layer_present(const Checkpoint& ckpt, int64_t layer, const std::string& flag);
+
+// The attention tensors of `layer` (+ input_layernorm when input_norm) after
+// check_layer_present(ckpt, layer, "--layer L").
+LayerWeights load_checked_layer(const Checkpoint& ckpt, int64_t layer, bool input_norm);
 
 // The Rng stream of the seeded hidden states (random.hpp: Rng(seed, stream)). Stream 1 is
 // unused by `synth` (which uses 0 and 1000*(L+1)+k), so a checkpoint and its inputs
@@ -72,6 +90,11 @@ inline constexpr uint64_t kHiddenStatesStream = 1;
 // Rng(seed, kHiddenStatesStream). In Python:  rng = <Rng port>(seed, 1);
 //   x = np.array([rng.normal() for _ in range(S*H)], dtype=np.float64).astype(np.float32).reshape(S, H)
 TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed);
+
+// The tensor of `path` that feeds layer `layer`: "<name>.<layer>" when the file holds it
+// (one tensor per layer, as reference/python/dump_hidden_states.py writes them), else
+// "<name>"; Error(TensorNotFound) naming both and listing the file's tensors otherwise.
+std::string input_tensor_for_layer(const std::string& path, const std::string& name, int64_t layer);
 
 // Tensor `name` of f (opened from `path` for `flag`), or Error(TensorNotFound):
 // "<flag> <path> has no tensor '<name>' (it holds: a, b); choose one with <choose_flag>".

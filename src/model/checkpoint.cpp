@@ -249,6 +249,11 @@ Checkpoint Checkpoint::open(const std::string& path, const std::string& config_p
   return ck;
 }
 
+void Checkpoint::release_mappings() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->open_shards.clear();
+}
+
 std::vector<TensorLocation> Checkpoint::list_tensors() const {
   std::vector<TensorLocation> out;
   for (const std::string& shard : shard_paths_) {

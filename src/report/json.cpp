@@ -13,6 +13,7 @@
 
 #include "mla/error.hpp"
 #include "mla/report.hpp"
+#include "mla/sweep.hpp"
 #include "mla_build_config.h"
 
 namespace mla {
@@ -127,6 +128,97 @@ void int_array(JsonWriter& w, const std::vector<int64_t>& v) {
   w.end_array();
 }
 
+// [{"stage": name, "seconds": s}, ...] in execution order
+void stage_array(JsonWriter& w, const std::vector<std::pair<std::string, double>>& stages) {
+  w.begin_array();
+  for (const auto& [name, sec] : stages) {
+    w.begin_object();
+    w.key("stage").value(name);
+    w.key("seconds").value(sec);
+    w.end_object();
+  }
+  w.end_array();
+}
+
+// "options" fields shared by run's and sweep's report.json
+void option_fields(JsonWriter& w, const RunInfo& in, const H2OOptions& h2o) {
+  string_or_null(w, "mask", in.mask);
+  string_or_null(w, "precision", in.precision);
+  string_or_null(w, "backend", in.backend_requested);
+  string_or_null(w, "latent_norm_eps_mode", in.latent_norm_eps_mode);
+  w.key("latent_norm_eps");
+  if (in.latent_norm_eps) w.value(*in.latent_norm_eps);
+  else w.null();
+  w.key("sinks").value(h2o.sinks);
+  w.key("recent").value(h2o.recent);
+  w.key("budget").value(h2o.budget);
+}
+
+// "backend": {name, requested, reason, description, computed_in_double}
+void backend_object(JsonWriter& w, const RunInfo& in) {
+  w.key("backend").begin_object();
+  string_or_null(w, "name", in.backend);
+  string_or_null(w, "requested", in.backend_requested);
+  string_or_null(w, "reason", in.backend_reason);
+  string_or_null(w, "description", in.backend_description);
+  if (!in.gemm.engine.empty()) {
+    w.key("gemm").begin_object();
+    string_or_null(w, "requested", in.gemm.requested);
+    string_or_null(w, "engine", in.gemm.engine);
+    string_or_null(w, "kernel", in.gemm.kernel);
+    string_or_null(w, "reason", in.gemm.reason);
+    w.end_object();
+  }
+  w.key("computed_in_double").value(in.computed_in_double);
+  w.end_object();
+}
+
+void string_array(JsonWriter& w, const char* k, const std::vector<std::string>& v) {
+  w.key(k).begin_array();
+  for (const auto& s : v) w.value(s);
+  w.end_array();
+}
+
+// "timing_s": {load, forward, h2o, total, stages, forward_stages}; total = sum of stages
+void timing_object(JsonWriter& w, const RunInfo& in) {
+  w.key("timing_s").begin_object();
+  w.key("load").value(in.load_seconds);
+  w.key("forward").value(in.forward_seconds);
+  w.key("h2o").value(in.h2o_seconds);
+  w.key("total").value(total_seconds(in.stage_seconds));
+  w.key("stages");
+  stage_array(w, in.stage_seconds);
+  w.key("forward_stages");
+  stage_array(w, in.forward_stage_seconds);
+  w.end_object();
+}
+
+// "scores": {count, min, max, mean, std, sum, argmin, argmax}
+void scores_object(JsonWriter& w, std::span<const double> scores) {
+  const ScoreStats st = score_stats(scores);
+  w.key("scores").begin_object();
+  w.key("count").value(st.count);
+  w.key("min").value(st.min);
+  w.key("max").value(st.max);
+  w.key("mean").value(st.mean);
+  w.key("std").value(st.std);
+  w.key("sum").value(st.sum);
+  w.key("argmin").value(st.argmin);
+  w.key("argmax").value(st.argmax);
+  w.end_object();
+}
+
+void versions_object(JsonWriter& w) {
+  w.key("versions").begin_object();
+  w.key("mla_h2o").value(MLA_VERSION);
+  w.key("compiler").value(MLA_COMPILER);
+  w.key("cuda_built").value(MLA_HAVE_CUDA != 0);
+  w.key("openblas").value(MLA_HAVE_BLAS != 0);
+  w.end_object();
+}
+
+}  // namespace
+
 void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale) {
   w.begin_object();
   w.key("model_type").value(c.model_type);
@@ -211,20 +303,13 @@ void write_decision(JsonWriter& w, std::span<const double> scores, const H2ODeci
   }
 }
 
-}  // namespace
-
 std::string report_json(const Report& r) {
   const RunInfo& in = r.info;
   JsonWriter w;
   w.begin_object();
   w.key("format").value("mla-h2o report v1");
   string_or_null(w, "command", in.command);
-  w.key("versions").begin_object();
-  w.key("mla_h2o").value(MLA_VERSION);
-  w.key("compiler").value(MLA_COMPILER);
-  w.key("cuda_built").value(MLA_HAVE_CUDA != 0);
-  w.key("openblas").value(MLA_HAVE_BLAS != 0);
-  w.end_object();
+  versions_object(w);
   string_or_null(w, "checkpoint", in.checkpoint);
   w.key("layer");
   if (in.layer) w.value(*in.layer);
@@ -238,36 +323,12 @@ std::string report_json(const Report& r) {
   else w.null();
 
   w.key("options").begin_object();
-  string_or_null(w, "mask", in.mask);
-  string_or_null(w, "precision", in.precision);
-  string_or_null(w, "backend", in.backend_requested);
-  string_or_null(w, "latent_norm_eps_mode", in.latent_norm_eps_mode);
-  w.key("latent_norm_eps");
-  if (in.latent_norm_eps) w.value(*in.latent_norm_eps);
-  else w.null();
-  w.key("sinks").value(r.h2o.sinks);
-  w.key("recent").value(r.h2o.recent);
-  w.key("budget").value(r.h2o.budget);
+  option_fields(w, in, r.h2o);
   w.key("per_head").value(r.n_heads > 0);
   w.key("threads").value(in.threads);
   w.key("allow_tf32").value(in.allow_tf32);
   w.end_object();
-
-  w.key("backend").begin_object();
-  string_or_null(w, "name", in.backend);
-  string_or_null(w, "requested", in.backend_requested);
-  string_or_null(w, "reason", in.backend_reason);
-  string_or_null(w, "description", in.backend_description);
-  if (!in.gemm.engine.empty()) {
-    w.key("gemm").begin_object();
-    string_or_null(w, "requested", in.gemm.requested);
-    string_or_null(w, "engine", in.gemm.engine);
-    string_or_null(w, "kernel", in.gemm.kernel);
-    string_or_null(w, "reason", in.gemm.reason);
-    w.end_object();
-  }
-  w.key("computed_in_double").value(in.computed_in_double);
-  w.end_object();
+  backend_object(w, in);
 
   w.key("shapes").begin_object();
   w.key("hidden_states");
@@ -280,17 +341,7 @@ std::string report_json(const Report& r) {
   int_array(w, {static_cast<int64_t>(r.scores.size())});
   w.end_object();
 
-  const ScoreStats st = score_stats(r.scores);
-  w.key("scores").begin_object();
-  w.key("count").value(st.count);
-  w.key("min").value(st.min);
-  w.key("max").value(st.max);
-  w.key("mean").value(st.mean);
-  w.key("std").value(st.std);
-  w.key("sum").value(st.sum);
-  w.key("argmin").value(st.argmin);
-  w.key("argmax").value(st.argmax);
-  w.end_object();
+  scores_object(w, r.scores);
 
   w.key("h2o").begin_object();
   w.key("sinks").value(r.h2o.sinks);
@@ -312,25 +363,7 @@ std::string report_json(const Report& r) {
     w.end_array();
   }
 
-  w.key("timing_s").begin_object();
-  w.key("load").value(in.load_seconds);
-  w.key("forward").value(in.forward_seconds);
-  w.key("h2o").value(in.h2o_seconds);
-  w.key("total").value(total_seconds(in.stage_seconds));
-  const std::pair<const char*, const StageSeconds*> lists[] = {{"stages", &in.stage_seconds},
-                                                               {"forward_stages", &in.forward_stage_seconds}};
-  for (const auto& [key, records] : lists) {
-    w.key(key).begin_array();
-    for (const auto& [name, sec] : *records) {
-      w.begin_object();
-      w.key("stage").value(name);
-      w.key("seconds").value(sec);
-      w.end_object();
-    }
-    w.end_array();
-  }
-  w.end_object();
-
+  timing_object(w, in);
   if (in.memory_planned_bytes >= 0 || in.memory_peak_rss_bytes >= 0) {
     w.key("memory").begin_object();
     w.key("planned_peak_bytes").value(in.memory_planned_bytes);
@@ -341,12 +374,65 @@ std::string report_json(const Report& r) {
     w.key("measured_peak_rss_bytes").value(in.memory_peak_rss_bytes);
     w.end_object();
   }
-  w.key("notes").begin_array();
-  for (const auto& n : in.notes) w.value(n);
+  string_array(w, "notes", in.notes);
+  string_array(w, "files", in.files);
+  w.end_object();
+  return w.str() + "\n";
+}
+
+// report.json of `mla-h2o sweep`: settings as in run's report.json, the caveats, one object
+// per layer (scores summary, the H2O decision, timings) and every pair's overlap.
+std::string sweep_report_json(const SweepReport& r, const std::vector<LayerOverlap>& overlaps) {
+  const RunInfo& in = r.info;
+  JsonWriter w;
+  w.begin_object();
+  w.key("format").value("mla-h2o sweep report v1");
+  string_or_null(w, "command", in.command);
+  versions_object(w);
+  string_or_null(w, "checkpoint", in.checkpoint);
+  string_or_null(w, "input", in.input_source);
+  string_array(w, "caveats", r.caveats);
+  string_array(w, "notes", in.notes);
+  w.key("config");
+  if (in.config) write_config(w, *in.config, in.softmax_scale);
+  else w.null();
+  w.key("options").begin_object();
+  option_fields(w, in, r.h2o);
+  w.key("threads").value(in.threads);
+  w.key("allow_tf32").value(in.allow_tf32);
+  w.end_object();
+  backend_object(w, in);
+
+  w.key("layers").begin_array();
+  for (const SweepLayer& l : r.layers) {
+    w.begin_object();
+    w.key("layer").value(l.layer);
+    w.key("input").value(l.input_source);
+    scores_object(w, l.scores);
+    w.key("h2o").begin_object();
+    write_decision(w, l.scores, l.decision, 10);
+    w.end_object();
+    w.key("timing_s").begin_object();
+    w.key("load").value(l.load_seconds);
+    w.key("forward").value(l.forward_seconds);
+    w.end_object();
+    w.end_object();
+  }
   w.end_array();
-  w.key("files").begin_array();
-  for (const auto& f : in.files) w.value(f);
+
+  w.key("overlap").begin_array();
+  for (const LayerOverlap& o : overlaps) {
+    w.begin_object();
+    w.key("layer_a").value(o.layer_a);
+    w.key("layer_b").value(o.layer_b);
+    w.key("kept_jaccard").value(o.kept_jaccard);
+    w.key("heavy_jaccard").value(o.heavy_jaccard);
+    w.end_object();
+  }
   w.end_array();
+
+  timing_object(w, in);
+  string_array(w, "files", in.files);
   w.end_object();
   return w.str() + "\n";
 }

@@ -13,6 +13,7 @@
 
 #include "mla/memory_plan.hpp"
 #include "mla/report.hpp"
+#include "mla/sweep.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla {
@@ -199,16 +200,52 @@ std::string memory_block(const RunInfo& in) {
   return s + "\n";
 }
 
+std::string files_block(const RunInfo& in) {
+  if (in.files.empty()) return "";
+  std::string s = "\nfiles written:\n";
+  for (const auto& f : in.files) s += "  " + f + "\n";
+  return s;
+}
+
 }  // namespace
 
 std::string report_text(const Report& r) {
-  std::string s = settings_block(r) + results_block(r) + per_head_block(r) + timing_block(r.info) +
-                  memory_block(r.info);
-  if (!r.info.files.empty()) {
-    s += "\nfiles written:\n";
-    for (const auto& f : r.info.files) s += "  " + f + "\n";
+  return settings_block(r) + results_block(r) + per_head_block(r) + timing_block(r.info) + memory_block(r.info) +
+         files_block(r.info);
+}
+
+// mla-h2o sweep: the settings block of run (seq_len from the first layer), the caveats, one
+// line per layer and the mean overlap of the kept sets.
+std::string sweep_report_text(const SweepReport& r, const std::vector<LayerOverlap>& overlaps) {
+  Report shared;
+  shared.info = r.info;
+  shared.h2o = r.h2o;
+  if (!r.layers.empty()) shared.scores = r.layers.front().scores;
+  std::string s = settings_block(shared);
+  for (const auto& c : r.caveats) s += "\n*** " + c + "\n";
+  s += "\nper layer (scores = attention mass received, summed over heads and queries):\n";
+  s += fmt("  %5s  %10s  %10s  %10s  %10s  %6s  %6s  %8s  %s\n", "layer", "min", "max", "mean", "std", "kept", "heavy",
+           "evicted", "heavy/evicted");
+  for (const SweepLayer& l : r.layers) {
+    const ScoreStats st = score_stats(l.scores);
+    const DecisionSummary sum = summarize_decision(l.scores, l.decision, 0);
+    s += fmt("  %5lld  %10s  %10s  %10s  %10s  %6lld  %6lld  %8lld  %s\n", static_cast<long long>(l.layer),
+             score(st.min).c_str(), score(st.max).c_str(), score(st.mean).c_str(), score(st.std).c_str(),
+             static_cast<long long>(l.decision.kept()), static_cast<long long>(l.decision.n_heavy),
+             static_cast<long long>(l.decision.n_evicted),
+             sum.heavy_evicted_ratio ? fmt("%.2fx", *sum.heavy_evicted_ratio).c_str() : "n/a");
   }
-  return s;
+  if (!overlaps.empty()) {
+    double kept = 0, heavy = 0;
+    for (const LayerOverlap& o : overlaps) {
+      kept += o.kept_jaccard;
+      heavy += o.heavy_jaccard;
+    }
+    const double n = static_cast<double>(overlaps.size());
+    s += fmt("\nkept-set overlap over %zu layer pairs: mean Jaccard %.3f (heavy hitters alone: %.3f; overlap.csv)\n",
+             overlaps.size(), kept / n, heavy / n);
+  }
+  return s + timing_block(r.info) + files_block(r.info);
 }
 
 }  // namespace mla

@@ -1,0 +1,290 @@
+// src/cli/cmd_sweep.cpp — `mla-h2o sweep`: one layer's attention + H2O selection (as `run`) on
+// every listed layer of a checkpoint, one layer in memory at a time, and a report across layers.
+//
+// Pipeline:
+//   1. output directory      created first, so an unwritable --out fails before any work
+//   2. open checkpoint       config.json + index/shard headers
+//   3. checks                the layer list (all | 0-3,60), every layer present, and with --input
+//                            every layer's tensor (NAME.L, else NAME) present with the same S —
+//                            all before the first layer runs
+//   4. per layer L           run's load and run phases (run_pipeline.hpp): L's attention tensors
+//                            (+ input_layernorm for --tokens and --residual), L's input, backend
+//                            prepare, forward, H2O; the shards are unmapped after the load and
+//                            only L's scores and decision are kept; progress on stderr
+//   5. outputs               layers.csv, scores.csv, overlap.csv, heatmap.svg, report.json,
+//                            report.txt (also printed); layer-L.safetensors with --dump-tensors
+//
+// Shape legend: S = tokens, H = hidden_size, n = heads.
+#include <algorithm>
+#include <cstdio>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "args.hpp"
+#include "commands.hpp"
+#include "inputs.hpp"
+#include "mla/error.hpp"
+#include "mla/report.hpp"
+#include "mla/rope.hpp"
+#include "mla/safetensors.hpp"
+#include "mla/stage_timer.hpp"
+#include "mla/sweep.hpp"
+#include "mla_build_config.h"
+#include "run_pipeline.hpp"
+
+namespace mla::cli {
+namespace {
+
+CommandSpec sweep_spec() {
+  CommandSpec spec;
+  spec.name = "sweep";
+  spec.synopsis =
+      "mla-h2o sweep: `run` (MLA attention + H2O selection) on every listed layer, one layer in memory at a time,\n"
+      "with per-layer statistics, the kept sets' overlap between layers and a layers x tokens heatmap";
+  spec.usage = "mla-h2o sweep --checkpoint PATH [--layers all|0-3,60] [input source] [options]";
+  spec.flags = {
+      {"checkpoint", "PATH", "checkpoint directory or .safetensors file (required)", ""},
+      {"config", "FILE", "config.json to use instead of the one beside the checkpoint", ""},
+      {"layers", "all|LIST", "layers to run: all (every layer the checkpoint holds) or a list like 0-3,60", "all"},
+  };
+  for (auto& f : input_flags()) spec.flags.push_back(f);
+  for (auto& f : forward_flags("causal", "fp32")) {
+    if (f.name == "per-head") continue;
+    if (f.name == "out") f.default_value = "./mla-h2o-sweep";
+    if (f.name == "dump-tensors") f.help = "write layer-L.safetensors (HF layout) for every layer";
+    spec.flags.push_back(f);
+  }
+  spec.positional_help =
+      "input source (exactly one): --input FILE [--residual] (tensor NAME.L for layer L, else NAME) | --tokens IDS|FILE |\n"
+      "  --seq-len S --seed N (default: 256 tokens, seed 0)";
+  return spec;
+}
+
+// "all" -> every layer the checkpoint holds; "0-3,60" -> {0, 1, 2, 3, 60}. Ascending, each
+// layer once, each within num_hidden_layers and present in the checkpoint.
+std::vector<int64_t> parse_layers(const std::string& text, const Checkpoint& ckpt) {
+  if (text == "all") {
+    std::vector<int64_t> present = ckpt.layers_present();
+    if (present.empty())
+      fail(ErrorKind::Checkpoint, "--layers all: " + ckpt.path() + " holds no layer with all its attention tensors");
+    return present;
+  }
+  std::set<int64_t> layers;
+  std::stringstream items(text);
+  std::string item;
+  const auto number = [&](const std::string& s) {
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 9)
+      fail(ErrorKind::InvalidArgument, "--layers '" + text + "': '" + item +
+                                           "' is not a layer number or a range like 0-3 (expected all or a list like 0-3,60)");
+    return static_cast<int64_t>(std::stoll(s));
+  };
+  while (std::getline(items, item, ',')) {
+    const size_t dash = item.find('-');
+    const int64_t first = number(item.substr(0, dash));
+    const int64_t last = dash == std::string::npos ? first : number(item.substr(dash + 1));
+    if (last < first)
+      fail(ErrorKind::InvalidArgument, "--layers '" + text + "': range '" + item + "' runs backwards");
+    for (int64_t l = first; l <= last; ++l) {
+      if (!layers.insert(l).second)
+        fail(ErrorKind::InvalidArgument, "--layers '" + text + "': layer " + std::to_string(l) + " is listed twice");
+      check_layer_present(ckpt, l, "--layers: layer " + std::to_string(l));
+    }
+  }
+  if (layers.empty() || text.back() == ',')
+    fail(ErrorKind::InvalidArgument, "--layers '" + text + "': empty item (expected all or a list like 0-3,60)");
+  return {layers.begin(), layers.end()};
+}
+
+std::string layer_list_text(const std::vector<int64_t>& layers) {
+  std::string s;
+  for (int64_t l : layers) s += (s.empty() ? "" : ", ") + std::to_string(l);
+  return s;
+}
+
+// With --input: each layer's tensor must exist before anything runs, and all must hold the
+// same number of tokens. Returns the notes to report (a tensor shared by several layers).
+std::vector<std::string> check_file_inputs(const InputRequest& req, const std::vector<int64_t>& layers,
+                                           Precision precision) {
+  std::map<std::string, std::vector<int64_t>> users;  // tensor -> layers it feeds
+  for (int64_t l : layers) users[input_tensor_for_layer(req.file, req.tensor, l)].push_back(l);
+  const SafetensorsFile f = SafetensorsFile::open(req.file);
+  std::string first;
+  uint64_t first_s = 0;
+  std::vector<std::string> notes;
+  for (const auto& [name, ls] : users) {
+    const TensorInfo& info = f.at(name);
+    const uint64_t s = info.shape.size() >= 2 ? info.shape[info.shape.size() - 2] : 0;  // checked fully when read
+    if (first.empty()) {
+      first = name;
+      first_s = s;
+    } else if (s != first_s) {
+      fail(ErrorKind::Shape, "--input " + req.file + ": tensor '" + name + "' has " + std::to_string(s) +
+                                 " tokens but '" + first + "' has " + std::to_string(first_s) +
+                                 "; every layer of a sweep needs the same tokens");
+    }
+    if (ls.size() > 1)
+      notes.push_back("layers " + layer_list_text(ls) + " all read the same tensor '" + name + "' of " + req.file);
+  }
+  // dump_hidden_states.py records the precision the model ran in
+  const auto written = f.metadata().find("precision");
+  if (written != f.metadata().end() && written->second != precision_name(precision))
+    notes.push_back(req.file + " was written by a " + written->second + " run of the model; this sweep runs " +
+                    precision_name(precision) + " (pass --precision " + written->second + " for the model's numerics)");
+  return notes;
+}
+
+// The input line of the report: the source, as each layer gets it (layer 0's own description
+// names one tensor / one layer's norm).
+std::string sweep_input_text(const InputRequest& req, const AttentionConfig& cfg, const std::string& first_layer) {
+  std::ostringstream os;
+  switch (req.kind) {
+    case InputKind::File:
+      os << (req.residual ? "residual stream" : "hidden states") << " from " << req.file << ", tensor '" << req.tensor
+         << ".L' for layer L (else '" << req.tensor << "')";
+      if (req.residual) os << " -> that layer's input_layernorm (eps " << cfg.rms_norm_eps << ")";
+      return os.str();
+    case InputKind::Tokens: return first_layer + ", each layer with its own input_layernorm";
+    case InputKind::Seeded: return first_layer;
+  }
+  return first_layer;
+}
+
+int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
+  SweepReport rep;
+  RunInfo& info = rep.info;
+  info.command = "sweep";
+
+  // 1-3. output directory, checkpoint, checks (before any layer runs)
+  ensure_output_dir(plan.out_dir);
+  std::vector<int64_t> layers;
+  AttentionConfig cfg;
+  {
+    StageTimer t(info.stage_seconds, "open checkpoint + checks");
+    const Checkpoint ckpt = Checkpoint::open(plan.checkpoint, plan.config_path);
+    cfg = ckpt.config();
+    layers = parse_layers(layers_arg, ckpt);
+    std::string mode;
+    latent_eps(plan.latent_eps_arg, cfg, mode);  // a bad value fails here, not at the first layer
+    if (plan.input.kind == InputKind::File) info.notes = check_file_inputs(plan.input, layers, plan.forward.precision);
+  }
+  if (plan.input.kind == InputKind::Tokens) {
+    std::vector<int64_t> above0;
+    std::copy_if(layers.begin(), layers.end(), std::back_inserter(above0), [](int64_t l) { return l > 0; });
+    if (!above0.empty()) rep.caveats.push_back(tokens_caveat(layer_list_text(above0)));
+  }
+  if (plan.input.kind == InputKind::Seeded && layers.size() > 1)
+    info.notes.push_back("every layer gets the same seeded standard-normal hidden states, not a model's input");
+  if (layers_arg == "all" && static_cast<int64_t>(layers.size()) < cfg.num_hidden_layers)
+    info.notes.push_back("--layers all: the checkpoint holds " + std::to_string(layers.size()) + " of the config's " +
+                         std::to_string(cfg.num_hidden_layers) + " layers; the others are skipped");
+
+  // 4. one layer at a time: run's load and run phases, then only the scores and decision are kept
+  int64_t seq_len = -1;
+  for (size_t k = 0; k < layers.size(); ++k) {
+    RunPlan lp = plan;
+    lp.layer = layers[k];
+    SweepLayer out;
+    out.layer = lp.layer;
+    {
+      LoadedRun loaded = load(lp);
+      loaded.ckpt.release_mappings();  // the layer's pages of the shards are not needed any more
+      const int64_t S = loaded.input.hidden.dim(0);
+      if (seq_len < 0) seq_len = S;
+      if (S != seq_len)
+        fail(ErrorKind::Shape, "layer " + std::to_string(lp.layer) + "'s input has " + std::to_string(S) +
+                                   " tokens but the first layer's had " + std::to_string(seq_len));
+      Report layer_rep;
+      const RunOutcome ran = run(lp, loaded, layer_rep);
+      out.input_source = loaded.input.description;
+      out.scores = std::move(layer_rep.scores);
+      out.decision = std::move(layer_rep.decision);
+      out.load_seconds = total_seconds(loaded.stages);
+      out.forward_seconds = total_seconds(ran.forward_stages);
+      info.load_seconds += out.load_seconds;
+      info.forward_seconds += out.forward_seconds;
+      info.h2o_seconds += total_seconds(ran.h2o_stages);
+      double layer_seconds = out.load_seconds + out.forward_seconds + total_seconds(ran.h2o_stages);
+      if (k == 0) {
+        info.latent_norm_eps_mode = loaded.latent_eps_mode;
+        info.latent_norm_eps = loaded.options.latent_norm_eps;
+        info.backend = ran.backend->name();
+        info.backend_reason = ran.backend_reason;
+        info.backend_description = ran.backend->description();
+        info.computed_in_double = ran.result.computed_in_double;
+        info.parameter_count = loaded.weights.parameter_count();
+        info.hidden_shape = loaded.input.hidden.shape;
+      }
+      if (plan.dump_tensors) {
+        const std::string path = join_path(plan.out_dir, "layer-" + std::to_string(lp.layer) + ".safetensors");
+        StageSeconds dump;
+        timed(dump, "dump", [&] { write_layer_dump(path, lp, loaded, ran); });
+        layer_seconds += total_seconds(dump);
+        info.files.push_back(path);
+      }
+      info.stage_seconds.emplace_back("layer " + std::to_string(lp.layer), layer_seconds);
+    }  // the layer's weights, input and backend are freed here
+    std::fprintf(stderr, "mla-h2o sweep: layer %lld (%zu/%zu) done in %.2f s, kept %lld of %lld\n",
+                 static_cast<long long>(out.layer), k + 1, layers.size(), info.stage_seconds.back().second,
+                 static_cast<long long>(out.decision.kept()), static_cast<long long>(seq_len));
+    rep.layers.push_back(std::move(out));
+  }
+
+  // settings for the report
+  rep.h2o = plan.h2o;
+  info.checkpoint = plan.checkpoint;
+  info.input_source = sweep_input_text(plan.input, cfg, rep.layers.front().input_source);
+  info.mask = mask_name(plan.forward.mask);
+  if (plan.forward.mask == Mask::None) info.mask += " (every query sees every key, as HF eager with attention_mask=None)";
+  info.precision = precision_name(plan.forward.precision);
+  info.backend_requested = backend_name(plan.backend);
+  info.config = cfg;
+  info.softmax_scale = softmax_scale(cfg);
+  info.threads = plan.forward.threads;
+  info.allow_tf32 = plan.forward.allow_tf32;
+  info.notes.insert(info.notes.begin(), "layers run: " + layer_list_text(layers));
+
+  // 5. outputs
+  const std::vector<LayerOverlap> overlaps = layer_overlaps(rep);
+  const std::string layers_csv = join_path(plan.out_dir, "layers.csv"), scores = join_path(plan.out_dir, "scores.csv"),
+                    overlap = join_path(plan.out_dir, "overlap.csv"), svg = join_path(plan.out_dir, "heatmap.svg"),
+                    json = join_path(plan.out_dir, "report.json"), txt = join_path(plan.out_dir, "report.txt");
+  info.files.insert(info.files.end(), {layers_csv, scores, overlap, svg, json, txt});
+  {
+    StageTimer t(info.stage_seconds, "outputs");
+    write_text_file(layers_csv, sweep_layers_csv(rep));
+    write_text_file(scores, sweep_scores_csv(rep));
+    write_text_file(overlap, sweep_overlap_csv(overlaps));
+    std::ostringstream title;
+    title << "H2O scores of " << layers.size() << " layer" << (layers.size() == 1 ? "" : "s") << ", " << seq_len
+          << " tokens (" << info.backend << ", " << info.precision << ", mask " << mask_name(plan.forward.mask) << ")";
+    write_text_file(svg, sweep_heatmap_svg(rep, title.str()));
+  }
+  const std::string text = sweep_report_text(rep, overlaps);
+  write_text_file(txt, text);
+  write_text_file(json, sweep_report_json(rep, overlaps));
+  std::fputs(text.c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_sweep(const std::vector<std::string>& argv) {
+  const CommandSpec spec = sweep_spec();
+  const Args a = Args::parse(spec, argv);
+  if (print_help_if_asked(a, spec)) return 0;
+  RunPlan plan;
+  plan.command = "sweep";
+  plan.checkpoint = a.str("checkpoint");
+  if (plan.checkpoint.empty()) fail(ErrorKind::InvalidArgument, "--checkpoint PATH is required (see mla-h2o sweep --help)");
+  plan.config_path = a.str("config");
+  plan.input = input_request(a);
+  plan.out_dir = "mla-h2o-sweep";
+  read_forward_flags(a, plan, "causal", "fp32");
+  const std::string layers = a.str("layers", "all");
+  if (layers.empty()) fail(ErrorKind::InvalidArgument, "--layers: empty (expected all or a list like 0-3,60)");
+  return execute_sweep(plan, layers);
+}
+
+}  // namespace mla::cli

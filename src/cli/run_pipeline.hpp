@@ -1,0 +1,85 @@
+// src/cli/run_pipeline.hpp — what `mla-h2o run`, `demo` and `sweep` share (defined in
+// cmd_run.cpp): the plan read from the flags, and the load and run phases of the pipeline.
+// `run` is load -> run -> report once; `sweep` is load -> run for each layer, then its own
+// report across layers.
+//
+// Shape legend: S = tokens, H = hidden_size.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "inputs.hpp"
+#include "mla/attention.hpp"
+#include "mla/checkpoint.hpp"
+#include "mla/h2o.hpp"
+#include "mla/memory_plan.hpp"
+#include "mla/report.hpp"
+#include "mla/stage_timer.hpp"
+
+namespace mla::cli {
+
+struct RunPlan {
+  std::string command;       // "run" | "demo" | "sweep"
+  std::string checkpoint;    // path
+  std::string config_path;   // --config ("" = beside the checkpoint)
+  int64_t layer = 0;
+  InputRequest input;
+  BackendKind backend = BackendKind::Auto;
+  ForwardOptions forward;    // mask, precision, latent eps, threads, allow_tf32
+  std::string latent_eps_arg = "hf";  // "hf" | "config" | a number
+  H2OOptions h2o;
+  bool per_head = false;
+  bool dump_tensors = false;
+  bool quiet = false;        // --quiet: no progress on stderr
+  std::string out_dir = "mla-h2o-out";
+  std::vector<std::string> notes;
+};
+
+// --mask --backend --precision --latent-norm-eps --sinks --recent --budget --per-head --out
+// --dump-tensors --threads --allow-tf32, and reading them into `plan`.
+std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::string& default_precision);
+void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default_mask, const std::string& default_precision);
+
+// --latent-norm-eps: "hf" -> 1e-6, "config" -> rms_norm_eps, else a positive finite number;
+// `mode` receives "hf" | "config" | "value".
+double latent_eps(const std::string& arg, const AttentionConfig& cfg, std::string& mode);
+
+inline std::string join_path(const std::string& dir, const std::string& name) {
+  return (std::filesystem::path(dir) / name).string();
+}
+
+// load: output directory (created first), checkpoint, layer plan.layer (its attention tensors,
+// + input_layernorm for --tokens / --residual), input                    (timing_s.load)
+struct LoadedRun {
+  explicit LoadedRun(Checkpoint c) : ckpt(std::move(c)) {}
+  Checkpoint ckpt;
+  LayerWeights weights;
+  ForwardOptions options;          // the plan's, with the latent eps resolved and keep_* set
+  MemoryPlan memory;               // made before the layer is loaded
+  std::string latent_eps_mode;     // "hf" | "config" | "value"
+  HiddenInput input;               // hidden [S, H]
+  StageSeconds stages;
+};
+LoadedRun load(const RunPlan& plan);
+
+// run: backend, forward, H2O selection into rep.h2o/scores/decision (+ per head)
+//                                                               (timing_s.forward, timing_s.h2o)
+struct RunOutcome {
+  std::unique_ptr<Backend> backend;
+  std::string backend_reason;  // why auto chose it ("" when not auto)
+  ForwardResult result;
+  StageSeconds forward_stages;  // backend prepare + forward
+  StageSeconds h2o_stages;
+};
+RunOutcome run(const RunPlan& plan, const LoadedRun& in, Report& rep);
+
+// --dump-tensors: the layer's tensors in HF's layout (write_tensor_dump) with the run's
+// settings as metadata.
+void write_layer_dump(const std::string& path, const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran);
+
+}  // namespace mla::cli
