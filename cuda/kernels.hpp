@@ -8,7 +8,7 @@
 //   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
 //   d_qk = d_n + d_r.
 //
-// This header holds only CUDA runtime types (no library headers: build-and-hardening.md P6).
+// This header holds only CUDA runtime types (no library headers: docs/backends.md §4).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // cuda/rms_norm.cu — RMSNorm of the latent vectors (q_a_layernorm, kv_a_layernorm).
 //
-// Equation (mla-math.md §3.5, HF DeepseekV3RMSNorm = LlamaRMSNorm), per row x of length dim:
+// Equation (docs/math.md §3.5, HF DeepseekV3RMSNorm = LlamaRMSNorm), per row x of length dim:
 //   var = mean(x32^2)                    fp32, deterministic tree sum (device_math.cuh)
 //   y   = x32 * (1 / sqrt(var + eps))    fp32
 //   yb  = round_T(y)                     bf16 rounding #1 (`.to(input_dtype)`), identity in fp32

@@ -1,6 +1,6 @@
 // cuda/rope.cu — RoPE and the HF head layout of the query, key and value states.
 //
-// Equations (mla-math.md §3.1 step 3-4, §3.3 step 3-4, §3.4, §6, §7 rows 8-9):
+// Equations (docs/math.md §3.1 step 3-4, §3.3 step 3-4, §3.4, §6, §7 rows 8-9):
 //   q       = view(q_b_proj(...), [S, n, d_qk]).transpose -> [n, S, d_qk]; split [d_n | d_r]
 //   k_nope, value = view(kv_b_proj(...), [S, n, d_n + d_v]).transpose; split [d_n | d_v]
 //   k_rot   = k_pe [S, d_r], shared by every head (expanded, not copied, in HF)

@@ -1,6 +1,6 @@
 // cuda/softmax.cu — scale, mask and softmax of the attention scores, in place.
 //
-// Equations (mla-math.md §3.6 steps 2-4, §7 rows 11-13), for head h, query s, key t:
+// Equations (docs/math.md §3.6 steps 2-4, §7 rows 11-13), for head h, query s, key t:
 //   a[t] = round_T(score[t] * scaling)           scaling = fp32(softmax_scale) (PyTorch casts the
 //                                                 Python float to the fp32 opmath type)
 //   b[t] = round_T(a[t] + mask[s, t])             causal only: mask = 0 if t <= s else mask_value

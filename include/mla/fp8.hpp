@@ -1,5 +1,5 @@
 // mla/fp8.hpp — f32 -> FP8 E4M3FN encoding (the inverse of fp8_e4m3fn_to_float in bf16.hpp),
-// used to write FP8 block-quantized synthetic checkpoints (mla-math.md §11).
+// used to write FP8 block-quantized synthetic checkpoints (docs/math.md §11).
 //
 // E4M3FN: S.EEEE.MMM, bias 7, no infinities, NaN = 0x7F / 0xFF, max +-448, min subnormal 2^-9.
 // Encoding rules:

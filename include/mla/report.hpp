@@ -4,9 +4,9 @@
 // geometry, timings). Each output format is one pure function of it, so tests check the
 // formats on hand-made reports and the CLI only gathers values and writes files:
 //
-//   report_text   the starting demo's "Results" block (kimi-layer0-demo.md) plus the
+//   report_text   the published Kimi K2.6 layer-0 H2O demo's "Results" block (docs/outputs.md §5) plus the
 //                 settings that decide the numbers (mask, precision, backend, latent eps, ...)
-//   scores_csv    token_idx,attention_score,kept,category   (the starting demo's CSV columns;
+//   scores_csv    token_idx,attention_score,kept,category   (the published Kimi K2.6 layer-0 H2O demo's CSV columns;
 //                 kept is True/False as pandas writes it; scores printed with %.17g so they
 //                 round-trip to the same double)
 //   heads_csv     head,token_idx,attention_score,kept,category   (--per-head)
@@ -41,7 +41,7 @@ struct ScoreStats {
 };
 ScoreStats score_stats(std::span<const double> scores);
 
-// The decision summarised as the starting demo printed it.
+// The decision summarised as the published Kimi K2.6 layer-0 H2O demo printed it.
 struct DecisionSummary {
   int64_t seq_len = 0;                          // S
   int64_t middle = 0;                           // tokens that were neither sink nor recent

@@ -8,7 +8,7 @@
 //   [8+N, EOF)    byte buffer; offsets are relative to its start, end exclusive,
 //                 little-endian, row-major (C order).
 //
-// The reader enforces every rule of the reference crate (see README "Error model"),
+// The reader enforces every rule of the reference crate (see docs/safetensors.md §3 and §7),
 // plus one deliberate divergence: duplicate tensor names are rejected (DuplicateTensor)
 // even when both entries are identical. Unknown extra fields inside a tensor entry are
 // ignored, as the crate does. Tensor bytes are never read until asked for: opening a

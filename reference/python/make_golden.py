@@ -16,7 +16,7 @@ Purpose
   HF hands to QK^T); nothing is recomputed here. Weights are read with the `safetensors`
   package's own reader, so the C++ writer is checked by the reference reader.
 
-How each case is run (mla-math.md §3, §7, §8)
+How each case is run (docs/math.md §3, §7, §8)
   fp32: module parameters float32 (widened exactly from the checkpoint), hidden states fp32.
   bf16: module parameters bfloat16, hidden states bfloat16, and the rotary module's
         `inv_freq` buffer kept in float32 -- what `from_pretrained(dtype=torch.bfloat16)`
@@ -64,7 +64,7 @@ import sys
 MASK64 = (1 << 64) - 1
 HIDDEN_STREAM = 0x68696464656E  # "hidden" -- the Rng stream for seeded hidden states
 
-# The attention parameters of one layer, by HF module attribute name (mla-math.md §1.1).
+# The attention parameters of one layer, by HF module attribute name (docs/math.md §1.1).
 WEIGHT_NAMES = [
     "q_a_proj.weight",
     "q_a_layernorm.weight",
@@ -197,7 +197,7 @@ def load_layer_weights(torch, checkpoint_dir: str, layer: int) -> tuple[dict, di
 
 
 def dequantize_fp8_blocks(torch, w, scale_inv, name: str, block: int = 128):
-    """DeepSeek-V3 FP8 weights (mla-math.md §11): W = fp32(w) * scale_inv[i // 128, j // 128].
+    """DeepSeek-V3 FP8 weights (docs/math.md §11): W = fp32(w) * scale_inv[i // 128, j // 128].
 
     Written here with torch ops (float8 -> float32 conversion, repeat_interleave), independently
     of the C++ loader, so the fixture's weight checksums cross-check our dequantization."""

@@ -10,7 +10,7 @@
 //   --tokens 3,17,250 | --tokens FILE    rows of embed_tokens, then the layer's input_layernorm
 //                                        (eps = rms_norm_eps), as the decoder layer feeds its
 //                                        attention; in bf16 mode with HF's two bf16 roundings
-//                                        (mla-math.md §3.5). FILE holds ids separated by commas,
+//                                        (docs/math.md §3.5). FILE holds ids separated by commas,
 //                                        spaces or newlines.
 //   --seq-len S --seed N                 seeded standard-normal embeddings (the default source:
 //                                        256 tokens, seed 0) — see seeded_hidden_states.

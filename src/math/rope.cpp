@@ -1,5 +1,5 @@
 // src/math/rope.cpp — RoPE / YaRN inverse frequencies, cos/sin tables and the softmax scale,
-// evaluated the way Hugging Face transformers evaluates them (mla-math.md §4, §5).
+// evaluated the way Hugging Face transformers evaluates them (docs/math.md §4, §5).
 //
 // Every backend takes its `inv_freq` and cos/sin tables from here, so all of them rotate by
 // the same fp32 angles HF's rotary module uses.

@@ -2,7 +2,7 @@
 // AttentionConfig -> config.json.
 //
 // Purpose: read exactly the keys HF `DeepseekV3Attention` and its rotary module read
-// (mla-math.md §1, §4, §5), from either layout a Kimi/DeepSeek checkpoint ships:
+// (docs/math.md §1, §4, §5), from either layout a Kimi/DeepSeek checkpoint ships:
 //   flat    {"model_type": "deepseek_v3" | "kimi_k2", "hidden_size": 7168, ...}
 //   nested  {"model_type": "kimi_k25", "text_config": {"model_type": "kimi_k2", ...}}
 // and RoPE under "rope_scaling" (transformers 4.x) or "rope_parameters" (transformers 5,
@@ -278,7 +278,7 @@ AttentionConfig kimi_k26_config() {
   c.rms_norm_eps = 1e-5;
   c.attention_bias = false;
   c.rope_interleave = true;
-  // K2.6's rope values are unpublished; these are Kimi K2.5's (mla-math.md §1).
+  // K2.6's rope values are unpublished; these are Kimi K2.5's (docs/math.md §1).
   c.rope.rope_type = "yarn";
   c.rope.rope_theta = 50000.0;
   c.rope.factor = 64.0;

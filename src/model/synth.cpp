@@ -1,7 +1,7 @@
 // src/model/synth.cpp — synthetic checkpoints with the real Kimi K2.6 layout (`mla-h2o synth`).
 //
 // Purpose: a deterministic stand-in for a real checkpoint, so every command can be run and
-// tested without downloading 554 GB. Layout (mla-math.md §1.1, §13.15):
+// tested without downloading 554 GB. Layout (docs/math.md §1.1, §13.15):
 //   <out>/config.json                         nested Kimi K2.5/K2.6 layout (text_config) or flat
 //   <out>/model.safetensors.index.json        {"metadata": {"total_size": B}, "weight_map": {..}}
 //   <out>/model-00001-of-0000NN.safetensors   5-digit index, 6-digit total (as K2.5/K2.6)

@@ -1,6 +1,6 @@
 // src/report/csv.cpp — scores.csv and heads_kept.csv.
 //
-// scores.csv keeps the starting demo's columns exactly (kimi-layer0-demo.md "Per-token CSV"):
+// scores.csv keeps the published Kimi K2.6 layer-0 H2O demo's columns exactly (docs/outputs.md §5):
 //   token_idx,attention_score,kept,category
 //   0,12.345678901234567,True,sink
 // kept is True/False (pandas' spelling), category sink/recent/heavy/evicted, and the score

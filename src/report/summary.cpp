@@ -1,5 +1,5 @@
 // src/report/summary.cpp — the numbers every report format shares: score statistics and
-// the H2O decision summary of the starting demo (kimi-layer0-demo.md "Results").
+// the H2O decision summary of the published Kimi K2.6 layer-0 H2O demo (docs/outputs.md §5).
 //
 // Shape legend: S = tokens.
 #include <algorithm>

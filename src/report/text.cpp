@@ -1,7 +1,7 @@
 // src/report/text.cpp — the human-readable report of run / demo / select.
 //
-// Layout: a settings block (everything that decides the numbers), then the starting demo's
-// "Results" block in its own wording and order (kimi-layer0-demo.md), then per-head lines
+// Layout: a settings block (everything that decides the numbers), then the published Kimi K2.6 layer-0 H2O demo's
+// "Results" block in its own wording and order (docs/outputs.md §5), then per-head lines
 // (--per-head), timings and the files written. Scores are printed with 3 decimals, as the
 // demo did; exact values are in scores.csv / report.json.
 //

@@ -10,7 +10,7 @@ Purpose
 What runs
   transformers' own `DeepseekV3Attention` (attn_implementation "eager", eval mode, no cache)
   with its `DeepseekV3RotaryEmbedding` when transformers is importable; otherwise a plain-torch
-  module with the same math (mla-math.md §3: q_a -> RMSNorm -> q_b, kv_a -> RMSNorm -> kv_b,
+  module with the same math (docs/math.md §3: q_a -> RMSNorm -> q_b, kv_a -> RMSNorm -> kv_b,
   interleaved RoPE, QK^T * scaling + mask, fp32 softmax, PV, o_proj).
   Weights: random normal(0, 1/sqrt(in)) rounded to bf16 values (speed does not depend on the
   values). fp32: parameters float32; bf16: parameters bfloat16 with the rotary inv_freq kept
@@ -25,7 +25,7 @@ Output
   Exit status 77 (meson SKIP) when torch is not importable.
 
 Shape legend: S = seq_len, H = hidden_size 7168, n = 64 heads, r_q = 1536, r_kv = 512,
-d_n = 128, d_r = 64, d_v = 128 (mla-math.md §1).
+d_n = 128, d_r = 64, d_v = 128 (docs/math.md §1).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ except ImportError as exc:  # meson: exit code 77 = SKIP
     print(f"bench_torch.py: torch is not importable ({exc}); skipping the PyTorch peer", file=sys.stderr)
     sys.exit(77)
 
-# The Kimi K2.6 attention geometry (K2.5 values, mla-math.md §1).
+# The Kimi K2.6 attention geometry (K2.5 values, docs/math.md §1).
 KIMI = dict(
     hidden_size=7168, num_attention_heads=64, num_key_value_heads=64, q_lora_rank=1536,
     kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,

@@ -14,7 +14,7 @@
 // figures end up in scripts/gpu-check's report.
 //
 // Without a usable CUDA device (or in a build without CUDA) the program prints why and exits
-// 77 before running anything, which meson reports as SKIP (build-and-hardening.md P14).
+// 77 before running anything, which meson reports as SKIP (docs/testing.md §1).
 //
 // The same file is also compiled with MLA_CUDA_EMULATED (tests/emulation, meson test
 // 'cuda_emulated'): the backend then runs on the host SIMT emulator, every case above runs

@@ -6,7 +6,7 @@
 // whole GPU path — launch shapes, indexing, __syncthreads placement, rounding points, cuBLAS
 // argument plans, workspace offsets, error mapping — without a device. What it cannot check:
 // device intrinsics' last-bit accuracy (expf, division), real cuBLAS summation order, memory
-// coalescing and speed. See README "GPU backend: emulated on the CPU".
+// coalescing and speed. See docs/backends.md §5.
 //
 // Semantics (stricter than a GPU where a GPU is undefined):
 //   * Blocks run one after another; the threads of a block are cooperative fibers run in a

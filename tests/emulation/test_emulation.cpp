@@ -4,7 +4,7 @@
 //                       order-dependent results, a divergent barrier and a bad launch shape
 //                       are launch errors, unwritten shared memory reads as NaN;
 //   cuda_launches       one forward is a fixed sequence of launches and GEMMs with no host
-//                       synchronisation before the single cudaStreamSynchronize (issue 4 §2);
+//                       synchronisation before the single cudaStreamSynchronize (docs/backends.md §4);
 //   cuda_races          every kernel gives bit-identical results with the threads of each block
 //                       run in ascending and in descending order (no data race);
 //   cuda_memory         device memory high-water mark = weights + one workspace + the cuBLAS

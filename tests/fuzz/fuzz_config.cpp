@@ -6,7 +6,7 @@
 // field (both layouts, flat and nested). Anything else (another exception, a crash, an ASan or
 // UBSan report, a round-trip mismatch) is a finding.
 //
-// Build and run as fuzz_safetensors (README "Fuzzing"), with tests/data/fuzz_seeds/config/.
+// Build and run as fuzz_safetensors (docs/testing.md §6), with tests/data/fuzz_seeds/config/.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>

@@ -6,7 +6,7 @@
 // acceptable failure is mla::Error; anything else (another exception, a crash, an ASan or
 // UBSan report) is a finding.
 //
-// Build and run (see README "Fuzzing"):
+// Build and run (see docs/testing.md §6):
 //   CXX=clang++ meson setup build-fuzz -Dcuda=disabled -Dfuzz=true -Dbuildtype=debugoptimized \
 //       -Db_sanitize=address,undefined -Db_lundef=false
 //   ninja -C build-fuzz tests/fuzz_safetensors

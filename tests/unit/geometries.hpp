@@ -12,7 +12,7 @@
 //   bias            tiny with attention_bias true (q_a_proj, kv_a_proj_with_mqa, o_proj biases)
 //   bias_q_lora_null  tiny with attention_bias true and q_lora_rank null (kv_a_proj_with_mqa and
 //                   o_proj biases; HF's q_proj never has one)
-//   kimi            the full Kimi K2.6 attention geometry (K2.5 values, mla-math.md §1)
+//   kimi            the full Kimi K2.6 attention geometry (K2.5 values, docs/math.md §1)
 // All tiny geometries carry rms_norm_eps 1e-5 (like K2.5) so that a backend that wrongly uses
 // it for the latent norms (HF uses 1e-6, ForwardOptions::latent_norm_eps) is caught.
 #pragma once

@@ -7,7 +7,7 @@
 //   * F16 and E5M2 codes are checked against their format formula evaluated with std::ldexp
 //     in double;
 //   * E4M3FN codes are checked against a literal table derived by hand from the format
-//     definition (build-and-hardening.md §6).
+//     definition (docs/safetensors.md §5).
 #include <bit>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -85,7 +85,7 @@ BOOST_AUTO_TEST_CASE(all_codes_round_trip) {
   BOOST_TEST(mismatches == 0);
 }
 
-// The boundary table of build-and-hardening.md §6, plus ties around 1.0 and infinities.
+// The boundary table of docs/safetensors.md §5, plus ties around 1.0 and infinities.
 BOOST_AUTO_TEST_CASE(rne_boundary_table) {
   struct Row {
     uint32_t in;

@@ -367,7 +367,7 @@ BOOST_AUTO_TEST_CASE(kimi_layer0_parameter_count) {
   const Checkpoint ck = Checkpoint::open(dir);
   BOOST_TEST(ck.config().vocab_size == 16);
   const LayerWeights w = ck.load_layer(0);
-  BOOST_TEST(w.parameter_count() == 101124096);  // mla-math.md §12
+  BOOST_TEST(w.parameter_count() == 101124096);  // docs/math.md §12
   BOOST_TEST((w.o_proj.shape == std::vector<int64_t>{7168, 8192}));
   BOOST_TEST((w.kv_b_proj.shape == std::vector<int64_t>{16384, 512}));
 }

@@ -273,7 +273,7 @@ BOOST_AUTO_TEST_CASE(select_reproduces_run) {
   BOOST_TEST(read_text(dir + "/selv/heads_kept.csv") == read_text(dir + "/run/heads_kept.csv"));
 }
 
-// `mla-h2o demo` end to end: the starting demo's configuration (256 tokens, 4 sinks, 32 recent,
+// `mla-h2o demo` end to end: the published Kimi K2.6 layer-0 H2O demo's configuration (256 tokens, 4 sinks, 32 recent,
 // 64 heavy) on the synthesized Kimi K2.6-shaped layer 0 must keep exactly 100 of 256, with the
 // categories where the H2O rule puts them; a second run reuses the cached checkpoint.
 BOOST_AUTO_TEST_CASE(demo_keeps_100_of_256) {

@@ -3,7 +3,7 @@
 // rope_type, null rope, null q_lora_rank, yarn key fallbacks), every error naming its key
 // and file, the built-in Kimi K2.6 / tiny geometries, and config_to_json round trips.
 // Expected values are the literal numbers written in the JSON texts below (and in
-// mla-math.md §1 for Kimi), never values produced by the code under test.
+// docs/math.md §1 for Kimi), never values produced by the code under test.
 #include <boost/test/unit_test.hpp>
 
 #include <map>
@@ -21,7 +21,7 @@ using mla::ErrorKind;
 using mla::parse_config;
 
 // A flat DeepSeek-V3-layout config as key -> raw JSON value, so a test can drop or replace
-// one key. Values: Kimi K2-Instruct-0905 geometry and rope (mla-math.md §1).
+// one key. Values: Kimi K2-Instruct-0905 geometry and rope (docs/math.md §1).
 std::map<std::string, std::string> flat_keys() {
   return {
       {"model_type", "\"kimi_k2\""},
@@ -352,7 +352,7 @@ BOOST_AUTO_TEST_CASE(kimi_k26_and_tiny_geometries) {
   BOOST_TEST(k.rope.mscale_all_dim == 1.0);
   BOOST_TEST(k.nested_text_config);
   BOOST_TEST(k.model_type == "kimi_k25");
-  // mla-math.md §12: 101,124,096 attention parameters per layer, from the shapes.
+  // docs/math.md §12: 101,124,096 attention parameters per layer, from the shapes.
   const int64_t params = k.q_lora_rank * k.hidden_size + k.q_lora_rank +
                          k.num_attention_heads * k.qk_head_dim() * k.q_lora_rank +
                          (k.kv_lora_rank + k.qk_rope_head_dim) * k.hidden_size + k.kv_lora_rank +

@@ -173,7 +173,7 @@ std::vector<int64_t> as_shape(const std::vector<uint64_t>& s) { return std::vect
 
 // Candidate `got` against HF's `ref` with the tolerance row (what, pair, precision) of
 // tests/unit/tolerances.hpp; logs max|ref-got|/max|ref| and ||ref-got||/||ref|| (the numbers
-// the README's "Cross-checking" section quotes).
+// docs/testing.md §4 quotes).
 void check_tensor(const std::string& what, const std::string& name, const std::vector<double>& ref,
                   const std::vector<double>& got, const std::vector<uint64_t>& shape, const std::string& pair,
                   const std::string& precision) {
@@ -351,7 +351,7 @@ BOOST_AUTO_TEST_CASE(kimi_k26_geometry_matches_hf) {
 BOOST_AUTO_TEST_CASE(latent_norm_eps_is_pinned_by_the_fixtures) {
   // tiny-yarn-beta1 has rms_norm_eps = 1e-5 and hidden states scaled by 2^-8, so the latents'
   // mean square (~1e-5) is comparable to eps. HF builds q_a/kv_a_layernorm with their default
-  // eps 1e-6 (mla-math.md §0.6); vLLM/SGLang pass rms_norm_eps. Running with the config's 1e-5
+  // eps 1e-6 (docs/math.md §0.6); vLLM/SGLang pass rms_norm_eps. Running with the config's 1e-5
   // must therefore miss HF by far more than the fp32 tolerance: the fixture can tell the two
   // conventions apart, and the test that passes with 1e-6 is not passing by accident.
   const mla::SafetensorsFile fx = mla::SafetensorsFile::open(golden_dir() + "/tiny-yarn-beta1/fp32_causal.safetensors");

@@ -77,7 +77,7 @@ BOOST_AUTO_TEST_CASE(hand_made_vector) {
 }
 
 BOOST_AUTO_TEST_CASE(demo_configuration_counts) {
-  // The starting demo: 256 tokens, 4 sinks, 32 recent, budget 64 -> 100 kept, 156 evicted,
+  // The published Kimi K2.6 layer-0 H2O demo: 256 tokens, 4 sinks, 32 recent, budget 64 -> 100 kept, 156 evicted,
   // whatever the scores are (distinct values here: 256 - i so the heavy set is 4..67).
   std::vector<double> s(256);
   for (size_t i = 0; i < s.size(); ++i) s[i] = 256.0 - static_cast<double>(i);

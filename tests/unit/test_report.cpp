@@ -72,7 +72,7 @@ mla::Report small_report() {
   r.info.load_seconds = 0.5;
   r.info.forward_seconds = 0.25;
   r.info.h2o_seconds = 0.125;
-  r.info.notes = {"mask none as in the starting demo"};
+  r.info.notes = {"mask none as in the published Kimi K2.6 layer-0 H2O demo"};
   return r;
 }
 
@@ -227,7 +227,7 @@ BOOST_AUTO_TEST_CASE(report_json_per_head) {
 }
 
 BOOST_AUTO_TEST_CASE(report_text_has_the_demo_lines) {
-  // The starting demo's configuration on a linear score vector: 100 of 256 kept.
+  // The published Kimi K2.6 layer-0 H2O demo's configuration on a linear score vector: 100 of 256 kept.
   mla::Report r;
   r.scores.resize(256);
   for (size_t i = 0; i < 256; ++i) r.scores[i] = static_cast<double>(i % 7);

@@ -1,6 +1,6 @@
 // tests/unit/test_rope.cpp — suite `rope`: YaRN / plain RoPE frequencies, correction range,
 // attention factor, softmax scale and cos/sin tables (src/math/rope.cpp) against the
-// numbers printed in mla-math.md §4-§5 and against closed forms.
+// numbers printed in docs/math.md §4-§5 and against closed forms.
 //
 // Expected values come from the spec's tables (computed there independently in double
 // precision) or from formulas evaluated here in a different way; never from the code under
@@ -34,7 +34,7 @@ AttentionConfig yarn_config(double theta, double factor, double beta_fast, doubl
   return c;
 }
 
-// Rows of the mla-math.md §4 table: i and the printed inv_freq (7 significant digits).
+// Rows of the docs/math.md §4 table: i and the printed inv_freq (7 significant digits).
 struct TableRow {
   int i;
   double value;
@@ -69,7 +69,7 @@ mla::ErrorKind error_kind_of(F&& f) {
 
 BOOST_AUTO_TEST_SUITE(rope)
 
-// mla-math.md §4 table, K2.5 column: theta 5e4, factor 64, beta 32/1 -> ramp over i = 8..20.
+// docs/math.md §4 table, K2.5 column: theta 5e4, factor 64, beta 32/1 -> ramp over i = 8..20.
 BOOST_AUTO_TEST_CASE(inv_freq_k25_beta_32_1) {
   check_table("K2.5 inv_freq", yarn_config(50000.0, 64.0, 32.0, 1.0),
               {{0, 1.000000e+00}, {1, 7.131111e-01}, {8, 6.687403e-02}, {9, 4.377666e-02}, {14, 4.465849e-03},

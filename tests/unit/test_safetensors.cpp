@@ -1,6 +1,6 @@
 // tests/unit/test_safetensors.cpp — suite `safetensors`: the hand-written reader and writer.
 //
-// What is pinned here (build-and-hardening.md §5 and §7):
+// What is pinned here (docs/safetensors.md and docs/testing.md):
 //   * writer layout, byte for byte, on a hand-written expected image;
 //   * writer -> reader -> writer round trip, byte-exact, over all 15 dtypes, zero-size
 //     tensors, scalars and metadata with characters that need JSON escaping;
@@ -625,7 +625,7 @@ BOOST_AUTO_TEST_CASE(rejects_bad_offsets_and_sizes) {
   }
   check_all(cases);
 
-  // The message of a size mismatch spells out both sizes (the README's example wording).
+  // The message of a size mismatch spells out both sizes (the example of docs/safetensors.md §3).
   try {
     (void)mla::SafetensorsFile::from_bytes(image("{" + t("x.weight", "BF16", "[2,3]", 0, 10) + "}", zeros(10)),
                                            "model-00001-of-000064.safetensors");

@@ -45,7 +45,7 @@ inline constexpr Tolerance kTolerances[] = {
    "(absorbed vs naive scores, permuted rope rows, S=1 masks): error <= K*u64*sum|terms| "
    "with K <= 1024 terms of O(1) values in the test geometries -> ~1e-13; 10x margin"},
 
-  // ---- rope tables against the printed spec tables (mla-math.md §4) -----------------------
+  // ---- rope tables against the printed spec tables (docs/math.md §4) -----------------------
   {"inv_freq", "rope-vs-spec-table", "fp32", 0.0, 6e-7, kNoBound, -1.0,
    "the spec prints 7 significant digits (half a unit of the 7th digit is <= 5e-7 relative) "
    "and our value is an fp32 rounding of it (u32 = 6e-8): rtol 5e-7 + 6e-8 ~ 6e-7"},
@@ -145,7 +145,7 @@ inline constexpr Tolerance kTolerances[] = {
    "is within the reference-vs-hf fp32 bounds of the exact value, so their difference is "
    "within twice those bounds (triangle inequality)"},
   {"*", "reference-vs-hf", "bf16", 3e-2, 3e-2, 1e-2, 0.9999,
-   "the reference rounds to bf16 at exactly HF's points (mla-math.md §7), so values differ only "
+   "the reference rounds to bf16 at exactly HF's points (docs/math.md §7), so values differ only "
    "where HF's fp32 accumulation and our double accumulation land on different sides of a bf16 "
    "rounding boundary: a 1-ulp flip (<= 2^-7 relative), which later roundings can propagate. A "
    "flip needs the accumulation error (~sqrt(K)*u32 ~ 5e-6 relative for K <= 8192) to reach a "
