@@ -136,10 +136,9 @@ class DnnlThreads {
   [[maybe_unused]] int saved_ = 0;
 };
 
-// Threads for one oneDNN call of `macs` multiply-adds: one below kParallelMacs. Idle OpenMP
-// workers spin-wait after a parallel region (libgomp's default wait policy) and take the cores
-// the backend's own threads and OpenBLAS need next; for a small product that costs more than
-// the second thread gains (the cpu suite's small geometries ran 4x slower with it).
+// Workers for one product of `macs` multiply-adds: one below kParallelMacs, where starting a
+// thread costs more than the second core gains (the cpu suite's small geometries). The result
+// does not depend on it: the same slices run either way.
 constexpr int64_t kParallelMacs = int64_t{1} << 24;
 int dnnl_threads_for(int64_t macs, int threads) { return macs < kParallelMacs ? 1 : threads; }
 
@@ -189,34 +188,98 @@ std::string isa_name() {
   }
 }
 
+// Writes W [out, in] (rounded to bf16 when bf16) straight into `dst`, whose layout `md` is the
+// blocked layout a primitive chose for W^T [in, out], in one pass parallel over output features.
+// Element (k, n) of W^T lives at k_offset[k] + n_offset[n]: per dimension, its outer block index
+// times the stride plus its digits in the inner blocks (dnnl_blocking_desc_t; inner_blks[last]
+// is the innermost). Returns false for a layout that is not plain blocked, or has an offset
+// (oneDNN's reorder handles it).
+bool pack_blocked(const LinearWeight& w, const memory::desc& md_, memory& dst_memory, bool bf16, int threads) {
+  const dnnl_memory_desc_t& md = md_.data;
+  if (md.format_kind != dnnl_blocked || md.ndims != 2 || md.offset0 != 0) return false;
+  const int64_t in = w.in_features, out = w.out_features;
+  const dnnl_blocking_desc_t& blk = md.format_desc.blocking;
+  auto offsets = [&](int dim, int64_t count) {
+    int64_t block = 1;
+    for (int j = 0; j < blk.inner_nblks; ++j)
+      if (blk.inner_idxs[j] == dim) block *= blk.inner_blks[j];
+    std::vector<int64_t> off(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t o = (i / block) * blk.strides[dim], rest = i % block, inner_stride = 1;
+      for (int j = blk.inner_nblks - 1; j >= 0; --j) {
+        if (blk.inner_idxs[j] == dim) {
+          o += (rest % blk.inner_blks[j]) * inner_stride;
+          rest /= blk.inner_blks[j];
+        }
+        inner_stride *= blk.inner_blks[j];
+      }
+      off[static_cast<size_t>(i)] = o;
+    }
+    return off;
+  };
+  const std::vector<int64_t> k_offset = offsets(0, in), n_offset = offsets(1, out);
+  if (md.padded_dims[0] != in || md.padded_dims[1] != out)  // the padding must hold zeros
+    std::memset(dst_memory.get_data_handle(), 0, md_.get_size());
+  // Tiles of 64 output features x 64 input features: the tile's rows are read in address
+  // order into a buffer that stays in L1, then written k-major, the blocked layout's order.
+  // (Reading W column-wise directly would touch 64 rows whose stride is a multiple of 4 KiB:
+  // all in one L1 set.)
+  constexpr int64_t kTile = 64;
+  auto pack = [&](auto* dst, auto convert) {
+    for_slices(out, threads, [&](int64_t begin, int64_t end) {
+      float tile[kTile][kTile];
+      for (int64_t n0 = begin; n0 < end; n0 += kTile) {
+        const int64_t rows = std::min(end - n0, kTile);
+        for (int64_t k0 = 0; k0 < in; k0 += kTile) {
+          const int64_t cols = std::min(in - k0, kTile);
+          for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(tile[r], w.weight + (n0 + r) * in + k0, static_cast<size_t>(cols) * sizeof(float));
+          for (int64_t c = 0; c < cols; ++c) {
+            auto* o = dst + k_offset[static_cast<size_t>(k0 + c)];
+            for (int64_t r = 0; r < rows; ++r) convert(tile[r][c], o[n_offset[static_cast<size_t>(n0 + r)]]);
+          }
+        }
+      }
+    });
+  };
+  if (bf16) {
+    pack(static_cast<uint16_t*>(dst_memory.get_data_handle()), [](float x, uint16_t& o) { o = mla::bf16::round_bits(x); });
+  } else {
+    pack(static_cast<float*>(dst_memory.get_data_handle()), [](float x, float& o) { o = x; });
+  }
+  return true;
+}
+
+// One projection on oneDNN, split by output features into column slices that run side by side,
+// one single-threaded matmul primitive per slice (docs/cpu-gemm.md §4). oneDNN 2.6's own
+// threading does not speed up three of the five Kimi projections (q_a_proj, kv_a_proj_with_mqa,
+// kv_b_proj ran as fast on 2 threads as on 1), and its brgemm kernel refuses a strided dst;
+// slicing ourselves scales every shape, and a column's value never depends on the number of
+// slices (the same kernel runs the same K loop for it: results are the same for any --threads).
+//
+// Slice j owns output features [n0_j, n0_j + n_j): W's rows n0_j.. packed into the blocked
+// layout its primitive picked, its bias, its primitives per row count, and a dst buffer
+// [rows, n_j] that the slice's worker copies (rounds, in bf16 mode) into y's columns.
 class DnnlLinear final : public PreparedLinear {
  public:
   DnnlLinear(const LinearWeight& w, bool bf16, int threads)
-      : in_(w.in_features), out_(w.out_features), dt_(bf16 ? Dt::bf16 : Dt::f32), bf16_(bf16), bias_(convert_bias(w, bf16)) {
-    Dnnl& d = Dnnl::get();
-    DnnlThreads dnnl_threads(dnnl_threads_for(in_ * out_, threads));
-    // The layout the primitive prefers (the same for every S: checked in docs/cpu-gemm.md).
-    weights_md_ = matmul_pd(256, in_, out_, dt_, memory::desc({in_, out_}, dt_, Tag::any), w.bias != nullptr).weights_desc();
-    weights_ = memory(weights_md_, d.engine);
-    if (!pack_blocked(w, threads)) {  // a layout the packer does not know: oneDNN reorders W
-      const memory::desc plain({in_, out_}, dt_, Tag::ba);  // W [out, in]
-      if (bf16) {
-        std::vector<uint16_t> bits(static_cast<size_t>(in_ * out_));
-        for (int64_t i = 0; i < in_ * out_; ++i) bits[static_cast<size_t>(i)] = mla::bf16::round_bits(w.weight[i]);
-        memory src(plain, d.engine, bits.data());
-        dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
-      } else {
-        memory src(plain, d.engine, const_cast<float*>(w.weight));
-        dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
-      }
+      : in_(w.in_features), out_(w.out_features), dt_(bf16 ? Dt::bf16 : Dt::f32), bf16_(bf16) {
+    // Slice boundaries on multiples of 64 features (the layouts' N block) where that splits evenly enough.
+    const int64_t slices = std::clamp<int64_t>(threads, 1, std::max<int64_t>(out_ / kSliceQuantum, 1));
+    int64_t begin = 0;
+    for (int64_t j = 1; j <= slices; ++j) {
+      const int64_t end = j == slices ? out_ : (out_ * j / slices + kSliceQuantum / 2) / kSliceQuantum * kSliceQuantum;
+      slices_.push_back(std::make_unique<Slice>(w, begin, end - begin, dt_, bf16));
+      begin = end;
     }
-    d.stream.wait();
-    kernel_ = primitive(256).pd.impl_info_str();
+    for (auto& s : slices_) s->pack(w, threads);
+    Dnnl::get().stream.wait();
+    kernel_ = slices_.front()->primitive(kRowChunk).pd.impl_info_str();
   }
 
   void run(const MatrixRM& x, int threads, MatrixRM& y) override {
     try {
-      run_primitive(x, threads, y);
+      run_slices(x, threads, y);
     } catch (const dnnl::error& e) {
       fail(ErrorKind::Unsupported, "cpu backend: " + onednn_version() + " cannot multiply [" + std::to_string(x.rows()) +
                                        ", " + std::to_string(in_) + "] by [" + std::to_string(in_) + ", " +
@@ -227,118 +290,115 @@ class DnnlLinear final : public PreparedLinear {
   std::string kernel() const override { return kernel_; }
 
  private:
-  // y [S, out] = x [S, in] W^T (+ bias), through the primitive for S rows.
-  void run_primitive(const MatrixRM& x, int threads, MatrixRM& y) {
-    const int64_t S = x.rows();
-    y.resize(S, out_);
-    Dnnl& d = Dnnl::get();
-    DnnlThreads dnnl_threads(dnnl_threads_for(S * in_ * out_, threads));
-    const Primitive& p = primitive(S);
-    std::vector<mla::bf16> x_bf16;
-    memory src;
-    if (bf16_) {
-      // x holds bf16 values: the conversion keeps them exactly.
-      x_bf16.resize(static_cast<size_t>(S * in_));
-      for_slices(S, threads, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin * in_; i < end * in_; ++i) x_bf16[static_cast<size_t>(i)] = mla::bf16::from_float(x.data()[i]);
-      });
-      src = memory(p.pd.src_desc(), d.engine, x_bf16.data());
-    } else {
-      src = memory(p.pd.src_desc(), d.engine, const_cast<float*>(x.data()));
-    }
-    memory dst(p.pd.dst_desc(), d.engine, y.data());
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst}};
-    if (!bias_.empty()) {
-      args.emplace(DNNL_ARG_BIAS, memory(memory::desc({1, out_}, Dt::f32, Tag::ab), d.engine, bias_.data()));
-    }
-    p.matmul.execute(d.stream, args);
-    d.stream.wait();
-    if (bf16_) {  // the one rounding of each output (fp32 sum + bias -> bf16)
-      for_slices(S, threads, [&](int64_t begin, int64_t end) {
-        round_to_bf16_inplace(y.data() + begin * out_, (end - begin) * out_);
-      });
-    }
-  }
-
-  // Writes W (rounded to bf16 in bf16 mode) straight into weights_, in the blocked layout the
-  // primitive chose, in one pass parallel over output features. Element (k, n) of W^T lives at
-  // k_offset[k] + n_offset[n]: per dimension, its outer block index times the stride plus its
-  // digits in the inner blocks (dnnl_blocking_desc_t; inner_blks[last] is the innermost).
-  // Returns false for a layout that is not plain blocked, or has an offset (oneDNN's reorder
-  // handles it).
-  bool pack_blocked(const LinearWeight& w, int threads) {
-    const dnnl_memory_desc_t& md = weights_md_.data;
-    if (md.format_kind != dnnl_blocked || md.ndims != 2 || md.offset0 != 0) return false;
-    const dnnl_blocking_desc_t& blk = md.format_desc.blocking;
-    auto offsets = [&](int dim, int64_t count) {
-      int64_t block = 1;
-      for (int j = 0; j < blk.inner_nblks; ++j)
-        if (blk.inner_idxs[j] == dim) block *= blk.inner_blks[j];
-      std::vector<int64_t> off(static_cast<size_t>(count));
-      for (int64_t i = 0; i < count; ++i) {
-        int64_t o = (i / block) * blk.strides[dim], rest = i % block, inner_stride = 1;
-        for (int j = blk.inner_nblks - 1; j >= 0; --j) {
-          if (blk.inner_idxs[j] == dim) {
-            o += (rest % blk.inner_blks[j]) * inner_stride;
-            rest /= blk.inner_blks[j];
-          }
-          inner_stride *= blk.inner_blks[j];
-        }
-        off[static_cast<size_t>(i)] = o;
-      }
-      return off;
-    };
-    const std::vector<int64_t> k_offset = offsets(0, in_), n_offset = offsets(1, out_);
-    if (md.padded_dims[0] != in_ || md.padded_dims[1] != out_)  // the padding must hold zeros
-      std::memset(weights_.get_data_handle(), 0, weights_md_.get_size());
-    // Tiles of 64 output features x 64 input features: the tile's rows are read in address
-    // order into a buffer that stays in L1, then written k-major, the blocked layout's order.
-    // (Reading W column-wise directly would touch 64 rows whose stride is a multiple of 4 KiB:
-    // all in one L1 set.)
-    constexpr int64_t kTile = 64;
-    auto pack = [&](auto* dst, auto convert) {
-      for_slices(out_, threads, [&](int64_t begin, int64_t end) {
-        float tile[kTile][kTile];
-        for (int64_t n0 = begin; n0 < end; n0 += kTile) {
-          const int64_t rows = std::min(end - n0, kTile);
-          for (int64_t k0 = 0; k0 < in_; k0 += kTile) {
-            const int64_t cols = std::min(in_ - k0, kTile);
-            for (int64_t r = 0; r < rows; ++r) std::memcpy(tile[r], w.weight + (n0 + r) * in_ + k0, static_cast<size_t>(cols) * sizeof(float));
-            for (int64_t c = 0; c < cols; ++c) {
-              auto* out = dst + k_offset[static_cast<size_t>(k0 + c)];
-              for (int64_t r = 0; r < rows; ++r) convert(tile[r][c], out[n_offset[static_cast<size_t>(n0 + r)]]);
-            }
-          }
-        }
-      });
-    };
-    if (bf16_) {
-      pack(static_cast<uint16_t*>(weights_.get_data_handle()), [](float x, uint16_t& out) { out = mla::bf16::round_bits(x); });
-    } else {
-      pack(static_cast<float*>(weights_.get_data_handle()), [](float x, float& out) { out = x; });
-    }
-    return true;
-  }
+  // Output features are split on multiples of this; x is multiplied in chunks of this many rows
+  // (bounds each slice's dst buffer, [kRowChunk, n_j] fp32, at any S).
+  static constexpr int64_t kSliceQuantum = 64;
+  static constexpr int64_t kRowChunk = 512;
 
   struct Primitive {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul matmul;
   };
-  // The primitive for S rows, created on first use (the weights keep their layout).
-  const Primitive& primitive(int64_t S) {
-    auto it = primitives_.find(S);
-    if (it != primitives_.end()) return it->second;
-    dnnl::matmul::primitive_desc pd = matmul_pd(S, in_, out_, dt_, weights_md_, !bias_.empty());
-    dnnl::matmul mm(pd);
-    return primitives_.emplace(S, Primitive{pd, mm}).first->second;
+
+  class Slice {
+   public:
+    Slice(const LinearWeight& w, int64_t n0, int64_t n, Dt dt, bool bf16)
+        : n0_(n0), n_(n), in_(w.in_features), dt_(dt), bf16_(bf16),
+          bias_(convert_bias({w.name, nullptr, n, w.in_features, w.bias ? w.bias + n0 : nullptr}, bf16)) {
+      // The layout the primitive prefers (the same for every row count: docs/cpu-gemm.md §3).
+      weights_md_ = matmul_pd(kRowChunk, in_, n_, dt_, memory::desc({in_, n_}, dt_, Tag::any), !bias_.empty())
+                        .weights_desc();
+      weights_ = memory(weights_md_, Dnnl::get().engine);
+    }
+
+    // W's rows [n0, n0 + n) (rounded to bf16 in bf16 mode) into the slice's layout.
+    void pack(const LinearWeight& w, int threads) {
+      const LinearWeight rows{w.name, w.weight + n0_ * in_, n_, in_, nullptr};
+      if (pack_blocked(rows, weights_md_, weights_, bf16_, threads)) return;
+      // A layout the packer does not know: oneDNN reorders W [n, in] (the "ba" layout of W^T).
+      Dnnl& d = Dnnl::get();
+      const memory::desc plain({in_, n_}, dt_, Tag::ba);
+      std::vector<uint16_t> bits;
+      void* src_data = const_cast<float*>(rows.weight);
+      if (bf16_) {
+        bits.resize(static_cast<size_t>(in_ * n_));
+        for (int64_t i = 0; i < in_ * n_; ++i) bits[static_cast<size_t>(i)] = mla::bf16::round_bits(rows.weight[i]);
+        src_data = bits.data();
+      }
+      memory src(plain, d.engine, src_data);
+      dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
+      d.stream.wait();
+    }
+
+    // y[:, n0 : n0 + n] = x W_slice^T (+ bias), chunk by chunk of rows; x_src: x as the
+    // primitive reads it (bf16 bits in bf16 mode, else fp32), [S, in]. One thread.
+    void run(const void* x_src, int64_t S, MatrixRM& y) {
+      Dnnl& d = Dnnl::get();
+      const size_t elem = bf16_ ? sizeof(uint16_t) : sizeof(float);
+      dst_.resize(static_cast<size_t>(std::min(S, kRowChunk) * n_));
+      for (int64_t r0 = 0; r0 < S; r0 += kRowChunk) {
+        const int64_t rows = std::min(kRowChunk, S - r0);
+        const Primitive& p = primitive(rows);
+        memory src(p.pd.src_desc(), d.engine, const_cast<char*>(static_cast<const char*>(x_src) + r0 * in_ * elem));
+        memory dst(p.pd.dst_desc(), d.engine, dst_.data());
+        std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst}};
+        if (!bias_.empty()) args.emplace(DNNL_ARG_BIAS, memory(memory::desc({1, n_}, Dt::f32, Tag::ab), d.engine, bias_.data()));
+        dnnl::stream stream(d.engine);  // one stream per call: slices run on concurrent threads
+        p.matmul.execute(stream, args);
+        stream.wait();
+        for (int64_t i = 0; i < rows; ++i) {  // into y's columns; bf16: the one rounding of each output
+          float* out = y.data() + (r0 + i) * y.cols() + n0_;
+          std::copy_n(dst_.data() + i * n_, n_, out);
+          if (bf16_) round_to_bf16_inplace(out, n_);
+        }
+      }
+    }
+
+    // The primitive for `rows` rows, created on first use (the packed weights serve every row count).
+    const Primitive& primitive(int64_t rows) {
+      auto it = primitives_.find(rows);
+      if (it != primitives_.end()) return it->second;
+      dnnl::matmul::primitive_desc pd = matmul_pd(rows, in_, n_, dt_, weights_md_, !bias_.empty());
+      if (pd.weights_desc() != weights_md_)
+        fail(ErrorKind::Unsupported, "oneDNN chose another weight layout for " + std::to_string(rows) + " rows");
+      dnnl::matmul mm(pd);
+      return primitives_.emplace(rows, Primitive{pd, mm}).first->second;
+    }
+
+   private:
+    int64_t n0_, n_, in_;
+    Dt dt_;
+    bool bf16_;
+    std::vector<float> bias_;  // [n] (bf16 values in bf16 mode), empty when none
+    memory::desc weights_md_;
+    memory weights_;           // W_slice^T [in, n] in the primitive's layout
+    std::map<int64_t, Primitive> primitives_;
+    std::vector<float> dst_;   // [min(S, kRowChunk), n]
+  };
+
+  // y [S, out] = x [S, in] W^T (+ bias): the slices on up to `threads` workers.
+  void run_slices(const MatrixRM& x, int threads, MatrixRM& y) {
+    const int64_t S = x.rows();
+    y.resize(S, out_);
+    std::vector<uint16_t> x_bf16;  // bf16 mode: x's values are bf16 values, so this is exact
+    const void* x_src = x.data();
+    if (bf16_) {
+      x_bf16.resize(static_cast<size_t>(S * in_));
+      for_slices(S, threads, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin * in_; i < end * in_; ++i) x_bf16[static_cast<size_t>(i)] = mla::bf16::round_bits(x.data()[i]);
+      });
+      x_src = x_bf16.data();
+    }
+    parallel_for(static_cast<int64_t>(slices_.size()), dnnl_threads_for(S * in_ * out_, threads), [&](int64_t j, int) {
+      DnnlThreads one_thread(1);
+      slices_[static_cast<size_t>(j)]->run(x_src, S, y);
+    });
   }
+
   int64_t in_, out_;
   Dt dt_;
   bool bf16_;
-  memory::desc weights_md_;
-  memory weights_;            // W^T [in, out] in oneDNN's layout
-  std::vector<float> bias_;   // [out] (bf16 values in bf16 mode)
-  std::map<int64_t, Primitive> primitives_;
+  std::vector<std::unique_ptr<Slice>> slices_;
   std::string kernel_;
 };
 

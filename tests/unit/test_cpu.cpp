@@ -240,6 +240,35 @@ BOOST_AUTO_TEST_CASE(thread_counts_match_reference) {
   }
 }
 
+// Bit for bit the same result for any thread count, with every engine, on the Kimi geometry at
+// S = 7 (every projection is large enough to be split over the workers: the oneDNN engine runs
+// one primitive per column slice, docs/cpu-gemm.md §4). A split that changed any output's
+// summation would show here as a difference in the last bit.
+BOOST_AUTO_TEST_CASE(kimi_results_do_not_depend_on_threads) {
+  const mla::AttentionConfig cfg = mla::test::geometry("kimi");
+  const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 7);
+  const mla::TensorF hidden = mla::test::random_hidden(7, cfg.hidden_size, 12);
+  for (const mla::Gemm gemm : mla::test::gemm_engines()) {
+    for (Precision precision : {Precision::FP32, Precision::BF16}) {
+      std::vector<ForwardResult> results;
+      for (int threads : {1, 2, 3}) {
+        ForwardOptions opt;
+        opt.gemm = gemm;
+        opt.precision = precision;
+        opt.threads = threads;
+        auto cpu = mla::make_cpu_backend();
+        cpu->prepare(cfg, w, opt);
+        results.push_back(cpu->forward(hidden, opt));
+      }
+      const std::string vars = std::string("gemm=") + mla::gemm_name(gemm) + " " + mla::precision_name(precision);
+      for (size_t i = 1; i < results.size(); ++i) {
+        BOOST_TEST((results[i].attn_output.data == results[0].attn_output.data), vars << " threads " << i + 1);
+        BOOST_TEST((results[i].head_scores == results[0].head_scores), vars << " threads " << i + 1);
+      }
+    }
+  }
+}
+
 // A layer other than 0, loaded from a synthesized tiny checkpoint (bf16 tensors on disk).
 BOOST_AUTO_TEST_CASE(layer_from_synthesized_checkpoint) {
   mla::SynthOptions so;
