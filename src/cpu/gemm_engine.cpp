@@ -153,6 +153,7 @@ dnnl::matmul::primitive_desc matmul_pd(int64_t S, int64_t in, int64_t out, Dt dt
   const memory::desc src({S, in}, dt, Tag::ab), dst({S, out}, Dt::f32, Tag::ab);
   dnnl::primitive_attr attr;
   attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each caller passes its own: concurrent calls are safe
   Dnnl& d = Dnnl::get();
   if (bias) {
     const memory::desc b({1, out}, Dt::f32, Tag::ab);
@@ -259,7 +260,8 @@ bool pack_blocked(const LinearWeight& w, const memory::desc& md_, memory& dst_me
 //
 // Slice j owns output features [n0_j, n0_j + n_j): W's rows n0_j.. packed into the blocked
 // layout its primitive picked, its bias, its primitives per row count, and a dst buffer
-// [rows, n_j] that the slice's worker copies (rounds, in bf16 mode) into y's columns.
+// [rows, n_j] that the slice's worker copies (rounds, in bf16 mode) into y's columns (a
+// projection with one slice writes y directly).
 class DnnlLinear final : public PreparedLinear {
  public:
   DnnlLinear(const LinearWeight& w, bool bf16, int threads)
@@ -294,6 +296,7 @@ class DnnlLinear final : public PreparedLinear {
   // (bounds each slice's dst buffer, [kRowChunk, n_j] fp32, at any S).
   static constexpr int64_t kSliceQuantum = 64;
   static constexpr int64_t kRowChunk = 512;
+  static constexpr size_t kScratchpadAlign = 64;  // a cache line, as oneDNN's own buffers
 
   struct Primitive {
     dnnl::matmul::primitive_desc pd;
@@ -335,20 +338,28 @@ class DnnlLinear final : public PreparedLinear {
     void run(const void* x_src, int64_t S, MatrixRM& y) {
       Dnnl& d = Dnnl::get();
       const size_t elem = bf16_ ? sizeof(uint16_t) : sizeof(float);
-      dst_.resize(static_cast<size_t>(std::min(S, kRowChunk) * n_));
+      const bool whole = n_ == y.cols();  // the only slice: the primitive writes y's rows directly
+      if (!whole) dst_.resize(static_cast<size_t>(std::min(S, kRowChunk) * n_));
       for (int64_t r0 = 0; r0 < S; r0 += kRowChunk) {
         const int64_t rows = std::min(kRowChunk, S - r0);
         const Primitive& p = primitive(rows);
+        float* out_rows = whole ? y.data() + r0 * n_ : dst_.data();
         memory src(p.pd.src_desc(), d.engine, const_cast<char*>(static_cast<const char*>(x_src) + r0 * in_ * elem));
-        memory dst(p.pd.dst_desc(), d.engine, dst_.data());
-        std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst}};
+        memory dst(p.pd.dst_desc(), d.engine, out_rows);
+        const size_t scratch_bytes = p.pd.scratchpad_desc().get_size() + kScratchpadAlign;
+        scratchpad_.resize(std::max(scratchpad_.size(), scratch_bytes));
+        void* scratch = scratchpad_.data();
+        size_t space = scratchpad_.size();
+        memory scratchpad(p.pd.scratchpad_desc(), d.engine, std::align(kScratchpadAlign, scratch_bytes - kScratchpadAlign, scratch, space));
+        std::unordered_map<int, memory> args = {
+            {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratchpad}};
         if (!bias_.empty()) args.emplace(DNNL_ARG_BIAS, memory(memory::desc({1, n_}, Dt::f32, Tag::ab), d.engine, bias_.data()));
         dnnl::stream stream(d.engine);  // one stream per call: slices run on concurrent threads
         p.matmul.execute(stream, args);
         stream.wait();
         for (int64_t i = 0; i < rows; ++i) {  // into y's columns; bf16: the one rounding of each output
           float* out = y.data() + (r0 + i) * y.cols() + n0_;
-          std::copy_n(dst_.data() + i * n_, n_, out);
+          if (!whole) std::copy_n(dst_.data() + i * n_, n_, out);
           if (bf16_) round_to_bf16_inplace(out, n_);
         }
       }
@@ -374,6 +385,7 @@ class DnnlLinear final : public PreparedLinear {
     memory weights_;           // W_slice^T [in, n] in the primitive's layout
     std::map<int64_t, Primitive> primitives_;
     std::vector<float> dst_;   // [min(S, kRowChunk), n]
+    std::vector<char> scratchpad_;  // the primitives' scratchpad (user mode: this slice's own)
   };
 
   // y [S, out] = x [S, in] W^T (+ bias): the slices on up to `threads` workers.
