@@ -71,6 +71,8 @@ struct DecodeInputs {
   TensorD query_states;                 // [n, T - query_begin, d_qk]  q_nope | q_pe roped (HF order)
   std::vector<double> prefill_scores;   // [P] attention mass each prompt token received in the
                                         //     causal prefill, summed over heads and queries
+  GemmInfo gemm;                        // cpu stages: the projection engine that ran (--gemm,
+                                        //     docs/cpu-gemm.md); empty for another backend
   int64_t total_rows() const { return latent_cache.empty() ? 0 : latent_cache.dim(0); }
 };
 

@@ -63,8 +63,10 @@ CommandSpec decode_spec() {
       {"attention", "absorbed|naive", "absorbed latent-cache attention (vLLM/SGLang/DeepSeek) or HF's per-head k/v",
        "absorbed"},
       {"precision", "fp32|bf16", "bf16: HF bf16 prefill, bf16 decode rounding of docs/decode.md §3", "fp32"},
-      {"backend", "cpu|reference", "cpu = Eigen/BLAS; reference = the double-loop reference (slow)", "cpu"},
+      {"backend", "cpu|reference", "cpu = the cpu backend's stages (--gemm); reference = the double-loop reference (slow)", "cpu"},
       {"threads", "N", "cpu threads (0 = all cores)", "0"},
+      {"gemm", "auto|onednn|eigen", "cpu: projection engine of the prefill (docs/cpu-gemm.md); auto runs " + gemm_auto_summary(),
+       "auto"},
       {"out", "DIR", "output directory (created)", "./mla-h2o-out"},
       {"dump-tensors", "", "write decode_tensors.safetensors (latent cache, outputs of every policy)", ""},
       {"quiet", "", "no progress lines on stderr (else every 10 % of the steps after MLA_PROGRESS_AFTER s, default 1)", ""},
@@ -196,6 +198,8 @@ int cmd_decode(const std::vector<std::string>& argv) {
   fopt.mask = Mask::Causal;
   fopt.precision = a.choice("precision", {"fp32", "bf16"}, "fp32") == "bf16" ? Precision::BF16 : Precision::FP32;
   fopt.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
+  const std::string gemm = a.choice("gemm", {"auto", "onednn", "eigen"}, "auto");
+  fopt.gemm = gemm == "onednn" ? Gemm::OneDnn : gemm == "eigen" ? Gemm::Eigen : Gemm::Auto;
   const std::string out_dir = a.str("out", "mla-h2o-out");
   const bool quiet = a.has("quiet");
   const double progress_after = progress_after_seconds();
@@ -268,6 +272,8 @@ int cmd_decode(const std::vector<std::string>& argv) {
       {"attention", decode_attention_name(attention)},
       {"backend", backend_line},
       {"threads", fopt.threads == 0 ? std::string("all cores") : std::to_string(fopt.threads)},
+      {"gemm", inputs.gemm.engine.empty() ? std::string("none (reference backend)")
+                                          : gemm_label(inputs.gemm.engine, inputs.gemm.kernel) + " (" + inputs.gemm.reason + ")"},
       {"rope_order", "latent_cache rope half in HF's de-interleaved order (as key_states)"},
   };
   std::vector<std::string> files = {join(out_dir, "decode.csv"), join(out_dir, "summary.csv"), join(out_dir, "decode.svg")};
@@ -301,6 +307,7 @@ int cmd_decode(const std::vector<std::string>& argv) {
               static_cast<long long>(opt.recent));
   std::printf("attention %s, precision %s, backend %s\n", decode_attention_name(attention), precision_name(fopt.precision),
               backend_line.c_str());
+  std::printf("prefill projections: %s\n", settings["gemm"].c_str());
   std::printf("rel_error = ||o - o_full|| / ||o_full|| on attn_output; mass_recall = full-cache attention mass on the "
               "policy's cache (mean over heads); cache = tokens attended per step\n\n");
   std::fputs(decode_summary_table(summary).c_str(), stdout);

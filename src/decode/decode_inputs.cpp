@@ -82,7 +82,7 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
   const int64_t w_rows = std::clamp<int64_t>(window, 1, P), query_begin = P - w_rows;
   const bool bf16 = opt.precision == Precision::BF16;
   const int threads = cpu::resolve_threads(opt.threads);
-  const cpu::PreparedWeights pw = cpu::prepare_weights(cfg, w, bf16, threads);
+  const cpu::PreparedWeights pw = cpu::prepare_weights(cfg, w, bf16, threads, opt.gemm);
   const cpu::Layer L{cfg, pw, bf16, threads, static_cast<float>(opt.latent_norm_eps)};
 
   const cpu::MatrixRM x = cpu::input_rows(hidden, bf16);  // [T, H]
@@ -99,6 +99,7 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
   DecodeInputs in;
   in.prompt_len = P;
   in.query_begin = query_begin;
+  in.gemm = pw.gemm;
   in.prefill_scores.assign(static_cast<size_t>(P), 0.0);  // [P] = sum over heads of head_scores [n*P]
   for (int64_t h = 0; h < n; ++h)
     for (int64_t t = 0; t < P; ++t) in.prefill_scores[static_cast<size_t>(t)] += att.head_scores[static_cast<size_t>(h * P + t)];

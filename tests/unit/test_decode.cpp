@@ -558,11 +558,15 @@ BOOST_AUTO_TEST_CASE(cli_outputs) {
   BOOST_TEST(int64_t(j["prompt_len"].get_int64().value()) == 30);
   BOOST_TEST(j["summary"].get_array().size() == 16u);
   BOOST_TEST(std::filesystem::exists(out + "/decode_tensors.safetensors"));
+  // the prefill's projection engine is reported (--gemm, docs/cpu-gemm.md)
+  BOOST_TEST(contains(r.out, "prefill projections: "), r.out);
+  BOOST_TEST(!std::string(j["gemm"].get_string().value()).empty());
   // one budget: no budget.svg
   const std::string out1 = scratch_dir("decode-cli1");
   const RunResult one = run_cli("decode --checkpoint '" + tiny_checkpoint() + "' --seq-len 20 --prompt-len 15 " +
-                                "--cache-budget 9 --sinks 1 --recent 2 --policy h2o,tova --quiet --out '" + out1 + "'");
+                                "--cache-budget 9 --sinks 1 --recent 2 --policy h2o,tova --quiet --gemm eigen --out '" + out1 + "'");
   BOOST_REQUIRE_MESSAGE(one.exit_code == 0, one.err);
+  BOOST_TEST(contains(one.out, "prefill projections: Eigen "), one.out);
   BOOST_TEST(one.err.empty());
   BOOST_TEST(!std::filesystem::exists(out1 + "/budget.svg"));
   BOOST_TEST(lines(test::read_text(out1 + "/decode.csv")) == 1u + 2u * 5u);
@@ -592,6 +596,7 @@ BOOST_AUTO_TEST_CASE(cli_errors) {
   expect_error("--seq-len 20 --cache-budget 40", "--prompt-len P is required");
   expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --attention flash", "--attention");
   expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --backend cuda", "--backend");
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --gemm mkl", "--gemm");
   const RunResult demo = run_cli("demo --decode --mask none --cache-dir '" + scratch_dir("decode-demo") + "'");
   BOOST_TEST(demo.exit_code == 2);
   BOOST_TEST(demo.err == "mla-h2o demo: error: --mask does not apply to --decode (decode attention is causal)\n");
