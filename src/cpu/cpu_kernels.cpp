@@ -184,14 +184,7 @@ void softmax_row(float* row, int64_t visible, int64_t seq_len, bool bf16) {
 
 }  // namespace
 
-void block_scores_softmax(const HeadViews& head, int64_t qk_head_dim, const RowBlock& block, bool causal,
-                          float scaling, bool bf16, float* probs, int64_t ld_probs) {
-  const ConstStridedView query(head.query + block.row_begin * head.ld_query, block.rows, qk_head_dim,
-                               Eigen::OuterStride<>(head.ld_query));
-  const ConstStridedView key(head.key, block.keys, qk_head_dim, Eigen::OuterStride<>(head.ld_key));
-  StridedView p(probs, block.rows, block.keys, Eigen::OuterStride<>(ld_probs));
-  // scores = q k^T for the block (one sgemm, fp32 accumulation)
-  p.noalias() = query * key.transpose();
+void block_softmax(const RowBlock& block, bool causal, float scaling, bool bf16, float* probs, int64_t ld_probs) {
   for (int64_t i = 0; i < block.rows; ++i) {
     float* row = probs + i * ld_probs;
     const int64_t visible = causal ? block.row_begin + i + 1 : block.keys;
@@ -206,6 +199,17 @@ void block_scores_softmax(const HeadViews& head, int64_t qk_head_dim, const RowB
     // softmax over the visible keys; masked probabilities are exactly 0
     softmax_row(row, visible, block.keys, bf16);
   }
+}
+
+void block_scores_softmax(const HeadViews& head, int64_t qk_head_dim, const RowBlock& block, bool causal,
+                          float scaling, bool bf16, float* probs, int64_t ld_probs) {
+  const ConstStridedView query(head.query + block.row_begin * head.ld_query, block.rows, qk_head_dim,
+                               Eigen::OuterStride<>(head.ld_query));
+  const ConstStridedView key(head.key, block.keys, qk_head_dim, Eigen::OuterStride<>(head.ld_key));
+  StridedView p(probs, block.rows, block.keys, Eigen::OuterStride<>(ld_probs));
+  // scores = q k^T for the block (one sgemm, fp32 accumulation)
+  p.noalias() = query * key.transpose();
+  block_softmax(block, causal, scaling, bf16, probs, ld_probs);
 }
 
 void block_probs_value(const HeadViews& head, const float* probs, int64_t ld_probs, const RowBlock& block,

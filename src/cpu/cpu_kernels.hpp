@@ -125,12 +125,18 @@ struct RowBlock {
   int64_t keys;
 };
 
+// probs[i, t] = softmax(mask(scaling * scores[i, t])) in place, for t < keys   (§3.6 steps 3-4)
+//   probs: [rows, keys] row stride ld_probs >= keys, holding the fp32 sums scores = q k^T of the
+//   block (any GEMM); masked entries t > row_begin+i become exactly 0.
+//   bf16: bf16(scores) (§7 row 10), bf16(scores * fp32(scaling)) (row 11), + 0 for visible
+//   keys (row 12, exact), softmax in fp32, then bf16(p) (row 13); fp32: the same steps with
+//   fp32 results. Softmax per row: pass 1 = max, e = exp(x - max) (fp32, Eigen's vectorised
+//   expf) and the double sum of e; pass 2 = p = fp32(e / sum) (+ bf16).
+void block_softmax(const RowBlock& block, bool causal, float scaling, bool bf16, float* probs, int64_t ld_probs);
+
 // probs[i, t] = softmax(mask(scaling * query[row_begin+i] key[t]^T)) for t < keys  (§3.6 steps 2-4)
-//   probs: [rows, keys] row stride ld_probs >= keys; masked entries t > row_begin+i are exactly 0.
-//   bf16: scores = bf16(q k^T) (§7 row 10), bf16(scores * fp32(scaling)) (row 11), + 0 for
-//   visible keys (row 12, exact), softmax in fp32, then bf16(p) (row 13); fp32: the same steps
-//   with fp32 results. Softmax per row: pass 1 = max, e = exp(x - max) (fp32, Eigen's
-//   vectorised expf) and the double sum of e; pass 2 = p = fp32(e / sum) (+ bf16).
+//   scores = q k^T for the block as one sgemm (fp32 accumulation) into probs [rows, keys] (row
+//   stride ld_probs >= keys), then block_softmax (its §7 roundings).
 void block_scores_softmax(const HeadViews& head, int64_t qk_head_dim, const RowBlock& block, bool causal,
                           float scaling, bool bf16, float* probs, int64_t ld_probs);
 

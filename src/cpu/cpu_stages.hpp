@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cpu_kernels.hpp"
@@ -49,6 +50,8 @@ struct PreparedWeights {
   std::unique_ptr<PreparedLinear> kv_b_proj;           // [n*(d_n+d_v), r_kv]
   std::unique_ptr<PreparedLinear> o_proj;              // [H, n*d_v] (+ bias [H])
   GemmInfo gemm;                                       // the engine, its kernel and why
+  Gemm attention_products = Gemm::Eigen;               // attend's per-head products (HeadProducts)
+  std::string attention_kernel;                        // their kernel, e.g. "brg:avx512_core_bf16"
 };
 
 // What every stage reads: the geometry, the prepared weights and the run's settings.
@@ -62,7 +65,8 @@ struct Layer {
 
 // Prepares weights the validator accepted for cfg (mla/validate.hpp: validate_layer) for the
 // GEMM engine `gemm` (make_gemm_engine: Eigen by default, the backend passes --gemm), rounded
-// to bf16 in bf16 mode; absent tensors stay empty.
+// to bf16 in bf16 mode; absent tensors stay empty. attend's per-head products run on the same
+// engine (oneDNN: onednn_attention.hpp).
 PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads,
                                 Gemm gemm = Gemm::Eigen);
 
@@ -96,7 +100,8 @@ struct Attention {
 // run's precision (bf16 bits in a bf16 run: half the bytes; streaming_attention.hpp).
 KeyValueStates key_value_states(const Layer& L, const MatrixRM& kv, const MatrixRM& k_pe_roped);
 // q (roped) [S, n*d_qk] and the keys/values -> Attention, streamed per head and block of 64
-// queries (streaming_attention.hpp; docs/long-context.md): O(S) memory unless
+// queries (streaming_attention.hpp; docs/long-context.md), the products on
+// L.w.attention_products: O(S) memory unless
 // keep_attn_weights asks for the [n, S, S] probabilities. `progress` gets (blocks done, total).
 Attention attend(const Layer& L, const MatrixRM& q, const KeyValueStates& kv, bool causal, bool keep_attn_weights,
                  const BlockProgress& progress);

@@ -16,9 +16,10 @@
 //             H2O column sums of p (double)                               [S, n*d_v], [n*S]
 //   o_proj    attn_output = attn_context W_o^T (+ b)                      [S, H]
 //   export    token_scores = sum over heads, widening to double, states on request
-// attend runs heads in parallel (one single-threaded sgemm per worker); the five projections
-// run on the GEMM engine chosen in prepare (gemm_engine.hpp, docs/cpu-gemm.md: oneDNN matmul,
-// or Eigen + OpenBLAS sgemm with its own threads). With a causal mask, query block [r0, r0+64) only multiplies keys
+// The five projections run on the GEMM engine chosen in prepare (gemm_engine.hpp,
+// docs/cpu-gemm.md: oneDNN matmul, or Eigen + OpenBLAS sgemm with its own threads); attend runs
+// heads in parallel, its two per-head products on the same engine with one thread per worker
+// (oneDNN matmul primitives, onednn_attention.hpp, or single-threaded sgemm). With a causal mask, query block [r0, r0+64) only multiplies keys
 // [0, r0+64): the skipped probabilities are exactly 0 in HF too (exp(min_float - max)
 // underflows to 0), so skipping them changes no value. No [n, S, S] tensor exists unless
 // keep_attn_weights asks for one (dumps); memory is O(S) otherwise, and forward() frees each
@@ -33,6 +34,7 @@
 
 #include "cpu_kernels.hpp"
 #include "cpu_stages.hpp"
+#include "onednn_attention.hpp"
 #include "streaming_attention.hpp"
 #include "mla/attention.hpp"
 #include "mla/bf16.hpp"
@@ -87,6 +89,10 @@ PreparedWeights prepare_weights(const AttentionConfig& /*cfg: validated against*
   p.kv_b_proj = prepare_linear(*engine, w.kv_b_proj, "kv_b_proj", none, bf16, threads);
   p.o_proj = prepare_linear(*engine, w.o_proj, "o_proj", w.o_proj_bias, bf16, threads);
   p.gemm = {gemm_name(gemm), engine->name(), p.kv_b_proj->kernel(), reason};
+  if (engine->kind() == Gemm::OneDnn) {
+    p.attention_products = Gemm::OneDnn;
+    p.attention_kernel = onednn_attention_kernel(bf16);
+  }
   return p;
 }
 
@@ -170,7 +176,7 @@ Attention attend(const Layer& L, const MatrixRM& q, const KeyValueStates& kv, bo
   out.attn_context.resize(S, n * d_v);  // feature h*d_v + d (HF's transpose + reshape)
   out.head_scores.assign(static_cast<size_t>(n * S), 0.0);
   if (keep_attn_weights) out.attn_weights = TensorD("attn_weights", {n, S, S});
-  streaming_attention(q.data(), n * d_qk, kv, causal, scaling, L.bf16, L.threads, progress,
+  streaming_attention(q.data(), n * d_qk, kv, causal, scaling, L.bf16, L.threads, L.w.attention_products, progress,
                       {out.attn_context.data(), n * d_v, out.head_scores.data(),
                        keep_attn_weights ? out.attn_weights.ptr() : nullptr});
   return out;
@@ -232,16 +238,22 @@ class CpuBackend final : public Backend {
 
   std::string description() const override {
     const int threads = resolve_threads(prepared_ ? threads_ : 0);
-    std::string d;
-    if (prepared_ && weights_.gemm.engine.rfind("oneDNN", 0) == 0)
-      d = "projections: " + gemm_label(weights_.gemm.engine, weights_.gemm.kernel) + "; per-head products: ";
-    d += "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
-         std::to_string(EIGEN_MINOR_VERSION);
+    const std::string eigen = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
+                              "." + std::to_string(EIGEN_MINOR_VERSION);
 #if MLA_HAVE_BLAS
-    d += " + OpenBLAS sgemm (" + std::string(blas_description()) + ")";
+    const std::string sgemm = eigen + " + OpenBLAS sgemm (" + std::string(blas_description()) + ")";
 #else
-    d += ", its own GEMM kernel (built without OpenBLAS)";
+    const std::string sgemm = eigen + ", its own GEMM kernel (built without OpenBLAS)";
 #endif
+    std::string d;
+    if (prepared_ && weights_.gemm.engine.rfind("oneDNN", 0) == 0) {
+      d = "projections: " + gemm_label(weights_.gemm.engine, weights_.gemm.kernel) + "; per-head products: ";
+      d += weights_.attention_products == Gemm::OneDnn
+               ? gemm_label(weights_.gemm.engine, weights_.attention_kernel) + " (one thread per head); softmax: " + eigen
+               : sgemm;
+    } else {
+      d = sgemm;
+    }
     d += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
     return d;
   }

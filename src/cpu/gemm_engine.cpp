@@ -21,18 +21,7 @@
 #include "mla/error.hpp"
 #include "mla_build_config.h"
 
-#if MLA_HAVE_ONEDNN
-#include <oneapi/dnnl/dnnl.hpp>
-#if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
-// The OpenMP run time oneDNN's threads come from (libgomp); declared here rather than
-// including omp.h, which a clang build may not have.
-extern "C" {
-void omp_set_num_threads(int num_threads);
-int omp_get_max_threads(void);
-}
-#define MLA_ONEDNN_OMP 1
-#endif
-#endif
+#include "onednn_common.hpp"
 
 namespace mla::cpu {
 namespace {
@@ -105,47 +94,12 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
 
-// The process-wide CPU engine and stream (oneDNN objects are reference counted handles).
-struct Dnnl {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  static Dnnl& get() {
-    static Dnnl d;
-    return d;
-  }
-};
-
-// While alive, oneDNN's OpenMP parallel regions on this thread use `threads` threads.
-class DnnlThreads {
- public:
-  explicit DnnlThreads([[maybe_unused]] int threads) {
-#ifdef MLA_ONEDNN_OMP
-    saved_ = omp_get_max_threads();
-    omp_set_num_threads(std::max(threads, 1));
-#endif
-  }
-  ~DnnlThreads() {
-#ifdef MLA_ONEDNN_OMP
-    omp_set_num_threads(saved_);
-#endif
-  }
-  DnnlThreads(const DnnlThreads&) = delete;
-  DnnlThreads& operator=(const DnnlThreads&) = delete;
-
- private:
-  [[maybe_unused]] int saved_ = 0;
-};
-
 // Workers for one product of `macs` multiply-adds: one below kParallelMacs, where starting a
 // thread costs more than the second core gains (the cpu suite's small geometries). The result
 // does not depend on it: the same slices run either way.
 constexpr int64_t kParallelMacs = int64_t{1} << 24;
 int dnnl_threads_for(int64_t macs, int threads) { return macs < kParallelMacs ? 1 : threads; }
 
-std::string onednn_version() {
-  const dnnl_version_t* v = dnnl_version();
-  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
-}
 
 // The matmul primitive descriptor y[S, out] (f32) = x[S, in] (dt) * W^T[in, out] (dt, layout
 // `weights`) + bias[1, out] (f32). fpmath mode strict: f32 stays f32.

@@ -8,9 +8,13 @@
 // head's keys/values widened to fp32 [S, d_qk + d_v] and one logits block [64, S]. Only a
 // dump asks for the [n, S, S] probabilities (StreamingOutputs::attn_weights), which are then
 // copied out block by block: the values do not depend on whether they are kept.
-// Each block runs cpu_kernels.hpp's block functions (block_scores_softmax, block_probs_value,
-// block_column_sums); suite streaming checks the result equals the attention computed on
-// each head's whole [S, S] probability matrix; see docs/long-context.md.
+// The two products of each block (scores = q k^T, P·V) run on the engine of the run's
+// projections (HeadProducts): Eigen + OpenBLAS sgemm (cpu_kernels.hpp's block_scores_softmax and
+// block_probs_value) or oneDNN matmul primitives (onednn_attention.hpp: bf16 operands read from
+// the stored bits); the softmax (block_softmax) and the column sums (block_column_sums) are the
+// same code for both. Suite streaming checks the Eigen result equals the attention computed on
+// each head's whole [S, S] probability matrix, and bounds the oneDNN one's difference from it;
+// see docs/long-context.md.
 //
 // Shape legend: S = tokens, n = num_attention_heads, d_n = qk_nope_head_dim,
 // d_r = qk_rope_head_dim, d_v = v_head_dim, d_qk = d_n + d_r.
@@ -18,9 +22,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "cpu_kernels.hpp"
+#include "mla/attention.hpp"
 
 namespace mla::cpu {
 
@@ -37,6 +43,9 @@ class PrecisionMatrix {
   void widen_rows(int64_t row_begin, int64_t rows, float* dst, int64_t ld_dst) const;
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
+  bool bf16() const { return bf16_; }
+  const uint16_t* bits() const { return bits_.data(); }   // bf16 run: [rows, cols] row-major
+  const float* values() const { return values_.data(); }  // fp32 run: [rows, cols] row-major
   int64_t bytes() const;
 
  private:
@@ -71,6 +80,27 @@ struct KeyValueStates {
 // come from the worker threads one at a time (under a lock), `done` strictly increasing.
 using BlockProgress = std::function<void(int64_t done, int64_t total)>;
 
+// The two products of one head's blocks on one worker (one object per worker; heads run
+// concurrently on different objects). Engines: Gemm::Eigen (Eigen + OpenBLAS sgemm on the
+// keys/values widened to fp32) and Gemm::OneDnn (onednn_attention.hpp).
+class HeadProducts {
+ public:
+  virtual ~HeadProducts() = default;
+  // Takes head h: query [S, d_qk] at `query` (row stride ld_query: q_nope | roped q_rot), its
+  // key_states [key_nope[h] | k_pe_roped] and value[h] from kv.
+  virtual void load_head(const float* query, int64_t ld_query, const KeyValueStates& kv, int64_t h) = 0;
+  // The row stride of a block's [rows, keys] probabilities buffer (<= S).
+  virtual int64_t ld_probs(const RowBlock& block) const = 0;
+  // probs [rows, keys] = softmax(mask(scaling * q_block k^T))        (cpu_kernels.hpp block_scores_softmax)
+  virtual void scores_softmax(const RowBlock& block, bool causal, float scaling, float* probs, int64_t ld_probs) = 0;
+  // out [rows, d_v] (row stride ld_out) = probs value[0:keys]        (cpu_kernels.hpp block_probs_value)
+  virtual void probs_value(const RowBlock& block, const float* probs, int64_t ld_probs, float* out,
+                           int64_t ld_out) = 0;
+};
+
+// One worker's products on `engine` (Gemm::Eigen or Gemm::OneDnn) for the heads of kv.
+std::unique_ptr<HeadProducts> make_head_products(Gemm engine, const KeyValueStates& kv, bool bf16);
+
 struct StreamingOutputs {
   float* attn_context;     // [S, n*d_v] row stride ld_context; head h at column h*d_v (bf16 values in bf16 mode)
   int64_t ld_context;
@@ -81,9 +111,10 @@ struct StreamingOutputs {
 // The attention of all heads, streamed. query: [S, n*d_qk] (row stride ld_query; head h at
 // column h*d_qk: q_nope | roped q_rot). Causal blocks above the diagonal are skipped
 // (block [r, r+64) reads keys [0, r+64) only); blocks are kQueryRowBlock rows, as in
-// the materialized path. Heads run on `threads` workers.
+// the materialized path. Heads run on `threads` workers; the products on `products`
+// (Gemm::Eigen or Gemm::OneDnn: HeadProducts).
 void streaming_attention(const float* query, int64_t ld_query, const KeyValueStates& kv, bool causal,
-                         float scaling, bool bf16, int threads, const BlockProgress& progress,
+                         float scaling, bool bf16, int threads, Gemm products, const BlockProgress& progress,
                          const StreamingOutputs& out);
 
 // Total (head, row block) pairs streaming_attention reports progress on.

@@ -99,14 +99,14 @@ AttentionResult materialized_attention(const Operands& o, bool causal, float sca
 }
 
 AttentionResult streamed_attention(const Operands& o, bool causal, float scaling, bool bf16, int threads,
-                                   const cpu::BlockProgress& progress) {
+                                   const cpu::BlockProgress& progress, Gemm products) {
   const int64_t S = o.S, n = o.n;
   cpu::KeyValueStates states(S, n, o.d_n, o.d_r, o.d_v, bf16);
   states.set_kv_rows(0, S, o.kv.data(), n * (o.d_n + o.d_v));
   states.set_k_pe_rows(0, S, o.k_pe.data(), o.d_r);
   std::vector<float> context(static_cast<size_t>(S * n * o.d_v), -1.0f);
   std::vector<double> heads(static_cast<size_t>(n * S), -1.0);
-  cpu::streaming_attention(o.query.data(), n * o.d_qk(), states, causal, scaling, bf16, threads, progress,
+  cpu::streaming_attention(o.query.data(), n * o.d_qk(), states, causal, scaling, bf16, threads, products, progress,
                            {context.data(), n * o.d_v, heads.data()});
   return {std::vector<double>(context.begin(), context.end()), heads, token_scores_of(heads, n, S)};
 }

@@ -1,11 +1,13 @@
 // tests/unit/attention_paths.hpp — the cpu backend's attention computed two ways on the same
 // operands, for suite streaming and the long-context benchmark:
-//   streamed_attention     src/cpu/streaming_attention.hpp as the backend runs it (O(S) memory)
+//   streamed_attention     src/cpu/streaming_attention.hpp as the backend runs it (O(S) memory),
+//                          its products on either engine (Eigen + OpenBLAS, or oneDNN)
 //   materialized_attention the computation the backend ran before streaming: per head the whole
 //                          [S, S] probability matrix (cpu_kernels.hpp block_scores_softmax on
 //                          each 64-row block), then P.V as one GEMM and the column sums over all
 //                          of it; heads in parallel, one BLAS thread per worker.
-// Both widen each head's keys/values to contiguous fp32, so the GEMMs get the same operands.
+// With the Eigen products both widen each head's keys/values to contiguous fp32, so the GEMMs
+// get the same operands.
 //
 // Shape legend: S = tokens, n = heads, d_n / d_r / d_v = nope / rope / value head dims,
 // d_qk = d_n + d_r.
@@ -43,6 +45,6 @@ struct AttentionResult {
 
 AttentionResult materialized_attention(const Operands& o, bool causal, float scaling, bool bf16, int threads);
 AttentionResult streamed_attention(const Operands& o, bool causal, float scaling, bool bf16, int threads,
-                                   const cpu::BlockProgress& progress = {});
+                                   const cpu::BlockProgress& progress = {}, Gemm products = Gemm::Eigen);
 
 }  // namespace mla::test

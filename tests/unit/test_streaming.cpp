@@ -16,6 +16,12 @@
 //      and the H2O decisions (overall and per head) must be identical;
 //   4. the materialized head_scores equal the backend's own (this test rebuilds its operands
 //      the way the backend holds them).
+// Steps 1-4 run for every GEMM engine of the build (test_util.hpp gemm_engines). With oneDNN
+// the backend's per-head products run on oneDNN matmul primitives (src/cpu/onednn_attention.hpp):
+// step 2 streams the rebuilt operands through the same oneDNN products, whose head_scores must
+// equal the backend's bit for bit (so the backend ran them), and steps 3-4 use the
+// "onednn-streaming-vs-materialized" rows (only the summation order of the two products differs;
+// the H2O decisions are not compared, a near-tie may flip).
 // Also: the keys/values of a bf16 run take half the bytes of an fp32 run's; progress is
 // reported once per (head, block), in order, ending at the total.
 //
@@ -34,6 +40,7 @@
 #include "mla/attention.hpp"
 #include "mla/h2o.hpp"
 #include "mla/rope.hpp"
+#include "test_util.hpp"
 #include "tolerances.hpp"
 
 namespace {
@@ -58,23 +65,23 @@ const mla::LayerWeights& layer(const std::string& geometry) {
   return it->second;
 }
 
-void run_case(const std::string& geometry, int64_t S, Mask mask, Precision precision) {
-  const std::string vars = geometry + " S=" + std::to_string(S) + " mask=" + mla::mask_name(mask) +
-                           " precision=" + mla::precision_name(precision);
-  const mla::AttentionConfig cfg = mla::test::geometry(geometry);
-  const mla::LayerWeights& w = layer(geometry);
-  const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 7 + static_cast<uint64_t>(S));
-  mla::ForwardOptions opt;
-  opt.mask = mask;
-  opt.precision = precision;
-  opt.keep_states = true;
-  opt.position_offset = 2;
+// One engine of the build: the cpu backend prepared for `gemm`, its attention products on the
+// same engine (oneDNN when the backend's projections run on oneDNN), against the materialized
+// Eigen computation on the backend's own operands.
+void run_engine(const std::string& vars, const mla::AttentionConfig& cfg, const mla::LayerWeights& w,
+                const mla::TensorF& hidden, mla::ForwardOptions opt, mla::Gemm gemm) {
+  opt.gemm = gemm;
+  opt.keep_attn_weights = false;
   auto cpu = mla::make_cpu_backend();
   cpu->prepare(cfg, w, opt);
   const mla::ForwardResult fr = cpu->forward(hidden, opt);  // no attn_weights asked
   opt.keep_attn_weights = true;
   const mla::ForwardResult fm = cpu->forward(hidden, opt);  // attn_weights kept, as for --dump-tensors
-  const std::string p = mla::precision_name(precision);
+  const std::string p = mla::precision_name(opt.precision);
+  const bool onednn = cpu->gemm_info().engine.rfind("oneDNN", 0) == 0;
+  const mla::Gemm products = onednn ? mla::Gemm::OneDnn : mla::Gemm::Eigen;
+  // Eigen products: exact against the materialized computation; oneDNN: another summation order
+  const std::string pair = onednn ? "onednn-streaming-vs-materialized" : "streaming-vs-materialized";
 
   // the backend's two paths: same output and scores
   for (const auto& [what, ref, got] : {std::tuple{"attn_output", &fm.attn_output.data, &fr.attn_output.data},
@@ -86,28 +93,53 @@ void run_case(const std::string& geometry, int64_t S, Mask mask, Precision preci
   BOOST_TEST(fr.attn_weights.empty(), vars);
 
   const Operands o = mla::test::operands_from_states(cfg, fr);
-  const bool causal = mask == Mask::Causal, bf16 = precision == Precision::BF16;
+  const bool causal = opt.mask == Mask::Causal, bf16 = opt.precision == Precision::BF16;
   const float scaling = static_cast<float>(mla::softmax_scale(cfg));
   const AttentionResult m = mla::test::materialized_attention(o, causal, scaling, bf16, 2);
-  const AttentionResult s = mla::test::streamed_attention(o, causal, scaling, bf16, 2);
+  const AttentionResult s = mla::test::streamed_attention(o, causal, scaling, bf16, 2, {}, products);
 
-  // the rebuilt operands are the backend's: its head scores are the rebuilt ones
-  const auto& exact = mla::test::tolerance("head_scores", "streaming-vs-materialized", p);
-  const auto same = mla::test::compare("head_scores", fm.head_scores, m.head_scores, exact);
+  // the rebuilt operands are the backend's, and the backend ran `products`: its head scores are
+  // the rebuilt streamed ones, bit for bit
+  const auto& exact = mla::test::tolerance("head_scores", "backend-vs-rebuilt-streamed", p);
+  const auto own = mla::test::compare("head_scores", fm.head_scores, s.head_scores, exact);
+  BOOST_TEST(own.ok, vars << " (backend vs rebuilt streamed): " << own.message);
+  const auto same = mla::test::compare("head_scores", fm.head_scores, m.head_scores,
+                                       mla::test::tolerance("head_scores", pair, p));
   BOOST_TEST(same.ok, vars << " (backend vs rebuilt materialized): " << same.message);
 
   for (const auto& [what, ref, got] : {std::tuple{"attn_context", &m.attn_context, &s.attn_context},
                                        std::tuple{"head_scores", &m.head_scores, &s.head_scores},
                                        std::tuple{"token_scores", &m.token_scores, &s.token_scores}}) {
-    const auto& tol = mla::test::tolerance(what, "streaming-vs-materialized", p);
+    const auto& tol = mla::test::tolerance(what, pair, p);
     const auto r = mla::test::compare(what, *ref, *got, tol);
     BOOST_TEST(r.ok, vars << ": " << r.message);
+    if (onednn)
+      BOOST_TEST_MESSAGE(vars << " " << what << " oneDNN vs materialized: max abs " << r.max_abs << ", max rel "
+                              << r.max_rel << ", norm error " << r.norm_error << ", cosine " << r.cosine);
   }
+  if (onednn) return;  // decisions are compared where the scores are identical
+  const int64_t S = o.S;
   const mla::H2OOptions h2o{4, std::min<int64_t>(32, S / 4), std::max<int64_t>(1, S / 4)};
   BOOST_TEST(letters(mla::h2o_select(m.token_scores, h2o)) == letters(mla::h2o_select(s.token_scores, h2o)), vars);
   const auto mh = mla::h2o_select_per_head(m.head_scores, o.n, h2o), sh = mla::h2o_select_per_head(s.head_scores, o.n, h2o);
   for (int64_t h = 0; h < o.n; ++h)
     BOOST_TEST(letters(mh[static_cast<size_t>(h)]) == letters(sh[static_cast<size_t>(h)]), vars << " head " << h);
+}
+
+void run_case(const std::string& geometry, int64_t S, Mask mask, Precision precision) {
+  const mla::AttentionConfig cfg = mla::test::geometry(geometry);
+  const mla::LayerWeights& w = layer(geometry);
+  const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 7 + static_cast<uint64_t>(S));
+  mla::ForwardOptions opt;
+  opt.mask = mask;
+  opt.precision = precision;
+  opt.keep_states = true;
+  opt.position_offset = 2;
+  for (const mla::Gemm gemm : mla::test::gemm_engines()) {
+    const std::string vars = geometry + " S=" + std::to_string(S) + " mask=" + mla::mask_name(mask) +
+                             " precision=" + mla::precision_name(precision) + " gemm=" + mla::gemm_name(gemm);
+    run_engine(vars, cfg, w, hidden, opt, gemm);
+  }
 }
 
 }  // namespace

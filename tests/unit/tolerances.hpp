@@ -133,6 +133,40 @@ inline constexpr Tolerance kTolerances[] = {
    "boundary: for a fraction ~1e-6/2^-8 ~ 3e-4 of the elements, giving a normalized error "
    "~sqrt(3e-4)*2^-8 ~ 7e-5; bound 1e-4 (measured: max rel 6.0e-3, norm 3.2e-6)"},
 
+  // (rows added by "attn": the per-head products on oneDNN matmul primitives, src/cpu/onednn_attention.hpp)
+  {"*", "backend-vs-rebuilt-streamed", "fp32", 0.0, 0.0, 0.0, 1.0,
+   "the backend's head scores against streaming_attention run by the test on the backend's own "
+   "operands (rebuilt exactly from its states) with the same products engine: the same code on "
+   "the same values, single-threaded products per head, so any difference means the backend ran "
+   "other products than the test (e.g. Eigen instead of oneDNN)"},
+  {"*", "backend-vs-rebuilt-streamed", "bf16", 0.0, 0.0, 0.0, 1.0, "as the fp32 row"},
+  {"*", "onednn-streaming-vs-materialized", "fp32", 1e-5, 5e-5, 1e-5, 1.0 - 1e-10,
+   "probabilities / H2O mass with the score product on oneDNN (brgemm) instead of sgemm: the same "
+   "d_qk <= 192 terms summed in another order, so a logit differs by ~sqrt(d_qk)*u32*sum|terms| "
+   "(typical ~1e-6 relative; worst d_qk*u32 ~ 1.1e-5 of sum|terms|) and p = softmax moves by p "
+   "times that; a mass sums positive p, so its relative error is at most twice the worst logit "
+   "error: rtol 5e-5, atol 1e-5 for masses near 0, norm error 1e-5 (measured on the streaming "
+   "suite: max abs 2.4e-6, max rel 2.2e-6, norm 5.6e-8)"},
+  {"attn_context", "onednn-streaming-vs-materialized", "fp32", 1e-5, 0.0, 1e-5, 1.0 - 1e-10,
+   "as attn_context streaming-vs-materialized fp32 (P.V over the same K <= 2048 terms in another "
+   "order), plus p's relative error above (~1e-6) times |v| = O(1) (measured: max abs 2.9e-6, norm "
+   "3.9e-7)"},
+  {"*", "onednn-streaming-vs-materialized", "bf16", 1e-2, 3e-2, 3e-4, 1.0 - 4.5e-8,
+   "the fp32 score sums differ as in the fp32 row, so the bf16 rounding of a score (docs/math.md "
+   "§7 row 10) flips by one ulp where the difference straddles a boundary: a fraction "
+   "~sqrt(192)*u32/2^-8 ~ 2e-4 of the scores. A flip moves the logit by <= 2^-8*|logit| and p by "
+   "<= p(1-p)*2^-8*|logit| <= 1e-2 for |logit| <= 10 (atol), ~2^-8*|logit| ~ 1e-2 relative on that "
+   "p, and bf16(p) may flip too (2^-7): rtol 3e-2 (~4 bf16 ulps); normalized error "
+   "sqrt(2e-4)*2e-2 ~ 3e-4 (measured: max abs 7.3e-4, max rel 6.9e-3, norm 7.8e-6). A missing "
+   "rounding point moves every value by up to half an ulp (norm ~1e-3) and fails"},
+  {"attn_context", "onednn-streaming-vs-materialized", "bf16", 1.6e-2, 3e-2, 3e-4, 1.0 - 4.5e-8,
+   "P.V: the flipped probabilities of the bf16 row above (a fraction ~2e-4, each by ~1e-2 "
+   "relative) plus the P.V sums in another order flipping the output's bf16 rounding for a "
+   "fraction ~3e-4 (as attn_context streaming-vs-materialized bf16, ~7e-5 normalized): norm 3e-4; "
+   "elementwise ~4 bf16 ulps of O(1) values (4*2^-8 = 1.6e-2 absolute; outputs near 0 have "
+   "unbounded relative error: measured max abs 3.9e-3 = one ulp, max rel 1.3 on such an element, "
+   "norm 6.2e-5)"},
+
   // ---- golden fixtures: our backends vs HF transformers' DeepseekV3Attention (suite golden) --
   // HF ran on CPU (PyTorch 2.15, oneDNN/MKL GEMMs with fp32 accumulation); see
   // tests/data/golden/README.md. Measured errors are logged by the suite (--log_level=message).

@@ -1,0 +1,202 @@
+// src/cpu/onednn_attention.cpp — streaming_attention's per-head products on oneDNN matmul
+// primitives; see onednn_attention.hpp for the contract and docs/cpu-gemm.md §9.
+//
+// Shape legend as in the header. oneDNN names: src [M, K], weights [K, N], dst [M, N] (f32).
+//   scores:       src = query_block [rows, d_qk], weights = key^T [d_qk, keys] (the dense
+//                 row-major key [keys, d_qk] read as "ba"), dst = scores [rows, keys]
+//   probs_value:  src = probs [rows, keys], weights = value [keys, d_v] ("ab"),
+//                 dst = attn_context block [rows, d_v]
+#include "onednn_attention.hpp"
+
+#include "mla_build_config.h"
+
+#if MLA_HAVE_ONEDNN
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "mla/bf16.hpp"
+#include "mla/error.hpp"
+#include "onednn_common.hpp"
+
+namespace mla::cpu {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Dt = memory::data_type;
+
+struct Matmul {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul primitive;
+  size_t scratchpad_bytes = 0;
+};
+
+// dst[M, N] (f32) = src[M, K] (dt) * weights[K, N] (dt), all dense; weights "ba" (the transpose
+// of a row-major [N, K]) when weights_transposed, else "ab". fpmath strict, user scratchpad.
+Matmul make_matmul(Dt dt, int64_t M, int64_t K, int64_t N, bool weights_transposed) {
+  const memory::desc src({M, K}, dt, Tag::ab), dst({M, N}, Dt::f32, Tag::ab);
+  const memory::desc weights({K, N}, dt, weights_transposed ? Tag::ba : Tag::ab);
+  dnnl::primitive_attr attr;
+  attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  Matmul m;
+  m.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr, Dnnl::get().engine);
+  m.primitive = dnnl::matmul(m.pd);
+  m.scratchpad_bytes = m.pd.scratchpad_desc().get_size();
+  return m;
+}
+
+// The primitive for a shape, created on first use and kept (std::map nodes do not move). The
+// lock guards the lookup only; primitives execute concurrently (each with its own scratchpad).
+const Matmul& cached_matmul(Dt dt, int64_t M, int64_t K, int64_t N, bool weights_transposed) {
+  static std::mutex mutex;
+  static std::map<std::tuple<Dt, int64_t, int64_t, int64_t, bool>, Matmul> cache;
+  const auto key = std::make_tuple(dt, M, K, N, weights_transposed);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make_matmul(dt, M, K, N, weights_transposed)).first;
+  return it->second;
+}
+
+// Copies rows x cols of a PrecisionMatrix-held operand into dense dst (row stride ld_dst),
+// bits as bits (bf16) or floats as floats (fp32).
+template <typename T>
+void copy_block(const T* src, int64_t rows, int64_t cols, T* dst, int64_t ld_dst) {
+  for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * ld_dst, src + i * cols, static_cast<size_t>(cols) * sizeof(T));
+}
+
+class DnnlHeadProducts final : public HeadProducts {
+ public:
+  DnnlHeadProducts(const KeyValueStates& kv, bool bf16)
+      : S_(kv.seq_len), d_n_(kv.qk_nope_head_dim), d_r_(kv.qk_rope_head_dim), d_v_(kv.v_head_dim),
+        d_qk_(d_n_ + d_r_), bf16_(bf16), dt_(bf16 ? Dt::bf16 : Dt::f32) {
+    const size_t qk = static_cast<size_t>(S_ * d_qk_), block = static_cast<size_t>(kQueryRowBlock * S_);
+    if (bf16) {
+      query_bits_.resize(qk);
+      key_bits_.resize(qk);
+      probs_bits_.resize(block);
+    } else {
+      query_.resize(qk);
+      key_.resize(qk);
+    }
+    context_.resize(static_cast<size_t>(kQueryRowBlock * d_v_));
+  }
+
+  // query [S, d_qk] (row stride ld_query) and key_states = [key_nope[h] | k_pe_roped] as dense
+  // [S, d_qk] in the operand type; value[h] [S, d_v] is read where it is stored.
+  void load_head(const float* query, int64_t ld_query, const KeyValueStates& kv, int64_t h) override {
+    const PrecisionMatrix& key_nope = kv.key_nope[static_cast<size_t>(h)];
+    const PrecisionMatrix& value = kv.value[static_cast<size_t>(h)];
+    if (bf16_) {
+      for (int64_t s = 0; s < S_; ++s) {  // q holds bf16 values: rounding is exact
+        for (int64_t d = 0; d < d_qk_; ++d)
+          query_bits_[static_cast<size_t>(s * d_qk_ + d)] = bf16::round_bits(query[s * ld_query + d]);
+      }
+      copy_block(key_nope.bits(), S_, d_n_, key_bits_.data(), d_qk_);
+      copy_block(kv.k_pe_roped.bits(), S_, d_r_, key_bits_.data() + d_n_, d_qk_);
+      value_ = value.bits();
+    } else {
+      for (int64_t s = 0; s < S_; ++s) std::memcpy(query_.data() + s * d_qk_, query + s * ld_query, static_cast<size_t>(d_qk_) * sizeof(float));
+      copy_block(key_nope.values(), S_, d_n_, key_.data(), d_qk_);
+      copy_block(kv.k_pe_roped.values(), S_, d_r_, key_.data() + d_n_, d_qk_);
+      value_ = value.values();
+    }
+  }
+
+  int64_t ld_probs(const RowBlock& block) const override { return block.keys; }
+
+  // scores [rows, keys] = query[row_begin:row_begin+rows] key[0:keys]^T (fp32 sums), then
+  // block_softmax in place (§3.6 steps 2-4; the §7 roundings of the Eigen path).
+  void scores_softmax(const RowBlock& block, bool causal, float scaling, float* probs, int64_t ld) override {
+    const void* q = bf16_ ? static_cast<const void*>(query_bits_.data() + block.row_begin * d_qk_)
+                          : static_cast<const void*>(query_.data() + block.row_begin * d_qk_);
+    const void* k = bf16_ ? static_cast<const void*>(key_bits_.data()) : static_cast<const void*>(key_.data());
+    execute("q k^T", block.rows, d_qk_, block.keys, true, q, k, probs);
+    block_softmax(block, causal, scaling, bf16_, probs, ld);
+  }
+
+  // out [rows, d_v] = probs [rows, keys] value[0:keys] (fp32 sums; bf16: one rounding).
+  void probs_value(const RowBlock& block, const float* probs, int64_t /*ld = keys*/, float* out,
+                   int64_t ld_out) override {
+    const void* p = probs;
+    if (bf16_) {  // the probabilities are bf16 values: rounding is exact
+      const int64_t count = block.rows * block.keys;
+      for (int64_t i = 0; i < count; ++i) probs_bits_[static_cast<size_t>(i)] = bf16::round_bits(probs[i]);
+      p = probs_bits_.data();
+    }
+    execute("p v", block.rows, block.keys, d_v_, false, p, value_, context_.data());
+    for (int64_t i = 0; i < block.rows; ++i) {
+      const float* c = context_.data() + i * d_v_;
+      float* o = out + i * ld_out;
+      for (int64_t d = 0; d < d_v_; ++d) o[d] = bf16_ ? round_to_bf16(c[d]) : c[d];
+    }
+  }
+
+ private:
+  // dst [M, N] = src [M, K] weights [K, N] on this worker: one OpenMP thread, its own stream
+  // and scratchpad.
+  void execute(const char* what, int64_t M, int64_t K, int64_t N, bool weights_transposed, const void* src,
+               const void* weights, float* dst) {
+    try {
+      const Matmul& m = cached_matmul(dt_, M, K, N, weights_transposed);
+      if (scratchpad_.size() < m.scratchpad_bytes) scratchpad_.resize(m.scratchpad_bytes);
+      const dnnl::engine& engine = Dnnl::get().engine;
+      DnnlThreads one_thread(1);
+      m.primitive.execute(stream_, {{DNNL_ARG_SRC, memory(m.pd.src_desc(), engine, const_cast<void*>(src))},
+                                    {DNNL_ARG_WEIGHTS, memory(m.pd.weights_desc(), engine, const_cast<void*>(weights))},
+                                    {DNNL_ARG_DST, memory(m.pd.dst_desc(), engine, dst)},
+                                    {DNNL_ARG_SCRATCHPAD, memory(m.pd.scratchpad_desc(), engine, scratchpad_.data())}});
+      stream_.wait();
+    } catch (const dnnl::error& e) {
+      fail(ErrorKind::Unsupported, "cpu backend: " + onednn_version() + " cannot compute the attention's " + what +
+                                       " [" + std::to_string(M) + ", " + std::to_string(K) + "] x [" +
+                                       std::to_string(K) + ", " + std::to_string(N) + "]: " + e.what() +
+                                       " (--gemm eigen avoids oneDNN)");
+    }
+  }
+
+  int64_t S_, d_n_, d_r_, d_v_, d_qk_;
+  bool bf16_;
+  Dt dt_;
+  std::vector<uint16_t> query_bits_, key_bits_;  // bf16 run: [S, d_qk] each
+  std::vector<uint16_t> probs_bits_;             // bf16 run: [64, S] (a block's [rows, keys])
+  std::vector<float> query_, key_;               // fp32 run: [S, d_qk] each
+  std::vector<float> context_;                   // [64, d_v] a block's P·V sums
+  const void* value_ = nullptr;                  // value[h] [S, d_v] as stored
+  std::vector<uint8_t> scratchpad_;
+  dnnl::stream stream_{Dnnl::get().engine};
+};
+
+}  // namespace
+
+std::unique_ptr<HeadProducts> make_onednn_head_products(const KeyValueStates& kv, bool bf16) {
+  return std::make_unique<DnnlHeadProducts>(kv, bf16);
+}
+
+std::string onednn_attention_kernel(bool bf16) {
+  try {
+    return cached_matmul(bf16 ? Dt::bf16 : Dt::f32, kQueryRowBlock, 192, 256, true).pd.impl_info_str();
+  } catch (const dnnl::error&) {
+    return "";
+  }
+}
+
+}  // namespace mla::cpu
+
+#else  // no oneDNN: streaming_attention never asks for these
+
+#include "mla/error.hpp"
+
+namespace mla::cpu {
+
+std::unique_ptr<HeadProducts> make_onednn_head_products(const KeyValueStates&, bool) {
+  fail(ErrorKind::Unsupported, "cpu backend: this build has no oneDNN (meson -Donednn=enabled needs libdnnl-dev)");
+}
+
+std::string onednn_attention_kernel(bool) { return ""; }
+
+}  // namespace mla::cpu
+#endif
