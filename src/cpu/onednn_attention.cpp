@@ -61,11 +61,12 @@ const Matmul& cached_matmul(Dt dt, int64_t M, int64_t K, int64_t N, bool weights
   return it->second;
 }
 
-// Copies rows x cols of a PrecisionMatrix-held operand into dense dst (row stride ld_dst),
-// bits as bits (bf16) or floats as floats (fp32).
+// dst[i * ld_dst + j] = src[i * ld_src + j] for i < rows, j < cols: bits as bits (bf16) or
+// floats as floats (fp32). ld_src defaults to cols (a PrecisionMatrix's rows).
 template <typename T>
-void copy_block(const T* src, int64_t rows, int64_t cols, T* dst, int64_t ld_dst) {
-  for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * ld_dst, src + i * cols, static_cast<size_t>(cols) * sizeof(T));
+void copy_block(const T* src, int64_t rows, int64_t cols, T* dst, int64_t ld_dst, int64_t ld_src = 0) {
+  if (ld_src == 0) ld_src = cols;
+  for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * ld_dst, src + i * ld_src, static_cast<size_t>(cols) * sizeof(T));
 }
 
 class DnnlHeadProducts final : public HeadProducts {
@@ -73,33 +74,30 @@ class DnnlHeadProducts final : public HeadProducts {
   DnnlHeadProducts(const KeyValueStates& kv, bool bf16)
       : S_(kv.seq_len), d_n_(kv.qk_nope_head_dim), d_r_(kv.qk_rope_head_dim), d_v_(kv.v_head_dim),
         d_qk_(d_n_ + d_r_), bf16_(bf16), dt_(bf16 ? Dt::bf16 : Dt::f32) {
-    const size_t qk = static_cast<size_t>(S_ * d_qk_), block = static_cast<size_t>(kQueryRowBlock * S_);
+    const size_t key = static_cast<size_t>(S_ * d_qk_), query = static_cast<size_t>(kQueryRowBlock * d_qk_);
     if (bf16) {
-      query_bits_.resize(qk);
-      key_bits_.resize(qk);
-      probs_bits_.resize(block);
+      query_bits_.resize(query);
+      key_bits_.resize(key);
+      probs_bits_.resize(static_cast<size_t>(kQueryRowBlock * S_));
     } else {
-      query_.resize(qk);
-      key_.resize(qk);
+      query_.resize(query);
+      key_.resize(key);
     }
     context_.resize(static_cast<size_t>(kQueryRowBlock * d_v_));
   }
 
-  // query [S, d_qk] (row stride ld_query) and key_states = [key_nope[h] | k_pe_roped] as dense
-  // [S, d_qk] in the operand type; value[h] [S, d_v] is read where it is stored.
+  // key_states = [key_nope[h] | k_pe_roped] as dense [S, d_qk] in the operand type (bits copied
+  // as bits); value[h] [S, d_v] is read where it is stored; the query block by block.
   void load_head(const float* query, int64_t ld_query, const KeyValueStates& kv, int64_t h) override {
+    query_src_ = query;
+    ld_query_ = ld_query;
     const PrecisionMatrix& key_nope = kv.key_nope[static_cast<size_t>(h)];
     const PrecisionMatrix& value = kv.value[static_cast<size_t>(h)];
     if (bf16_) {
-      for (int64_t s = 0; s < S_; ++s) {  // q holds bf16 values: rounding is exact
-        for (int64_t d = 0; d < d_qk_; ++d)
-          query_bits_[static_cast<size_t>(s * d_qk_ + d)] = bf16::round_bits(query[s * ld_query + d]);
-      }
       copy_block(key_nope.bits(), S_, d_n_, key_bits_.data(), d_qk_);
       copy_block(kv.k_pe_roped.bits(), S_, d_r_, key_bits_.data() + d_n_, d_qk_);
       value_ = value.bits();
     } else {
-      for (int64_t s = 0; s < S_; ++s) std::memcpy(query_.data() + s * d_qk_, query + s * ld_query, static_cast<size_t>(d_qk_) * sizeof(float));
       copy_block(key_nope.values(), S_, d_n_, key_.data(), d_qk_);
       copy_block(kv.k_pe_roped.values(), S_, d_r_, key_.data() + d_n_, d_qk_);
       value_ = value.values();
@@ -111,8 +109,17 @@ class DnnlHeadProducts final : public HeadProducts {
   // scores [rows, keys] = query[row_begin:row_begin+rows] key[0:keys]^T (fp32 sums), then
   // block_softmax in place (§3.6 steps 2-4; the §7 roundings of the Eigen path).
   void scores_softmax(const RowBlock& block, bool causal, float scaling, float* probs, int64_t ld) override {
-    const void* q = bf16_ ? static_cast<const void*>(query_bits_.data() + block.row_begin * d_qk_)
-                          : static_cast<const void*>(query_.data() + block.row_begin * d_qk_);
+    // the block's query rows [rows, d_qk], dense (bf16: q holds bf16 values, rounding is exact)
+    const float* q_rows = query_src_ + block.row_begin * ld_query_;
+    const void* q = query_.data();
+    if (bf16_) {
+      for (int64_t i = 0; i < block.rows; ++i)
+        for (int64_t d = 0; d < d_qk_; ++d)
+          query_bits_[static_cast<size_t>(i * d_qk_ + d)] = bf16::round_bits(q_rows[i * ld_query_ + d]);
+      q = query_bits_.data();
+    } else {
+      copy_block(q_rows, block.rows, d_qk_, query_.data(), d_qk_, ld_query_);
+    }
     const void* k = bf16_ ? static_cast<const void*>(key_bits_.data()) : static_cast<const void*>(key_.data());
     execute("q k^T", block.rows, d_qk_, block.keys, true, q, k, probs);
     block_softmax(block, causal, scaling, bf16_, probs, ld);
@@ -161,9 +168,11 @@ class DnnlHeadProducts final : public HeadProducts {
   int64_t S_, d_n_, d_r_, d_v_, d_qk_;
   bool bf16_;
   Dt dt_;
-  std::vector<uint16_t> query_bits_, key_bits_;  // bf16 run: [S, d_qk] each
+  const float* query_src_ = nullptr;             // head h's query [S, d_qk], row stride ld_query_
+  int64_t ld_query_ = 0;
+  std::vector<uint16_t> query_bits_, key_bits_;  // bf16 run: [64, d_qk] (a block's rows), [S, d_qk]
   std::vector<uint16_t> probs_bits_;             // bf16 run: [64, S] (a block's [rows, keys])
-  std::vector<float> query_, key_;               // fp32 run: [S, d_qk] each
+  std::vector<float> query_, key_;               // fp32 run: [64, d_qk], [S, d_qk]
   std::vector<float> context_;                   // [64, d_v] a block's P·V sums
   const void* value_ = nullptr;                  // value[h] [S, d_v] as stored
   std::vector<uint8_t> scratchpad_;

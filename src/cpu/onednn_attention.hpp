@@ -12,8 +12,9 @@
 // Only the summation order differs from the Eigen path (measured in docs/cpu-gemm.md §2).
 //
 // oneDNN 2.6.3's brgemm kernels take dense operands with fixed dims only (strided operands or
-// runtime dims fall back to gemm:jit), so each head's queries and keys are copied into dense
-// [S, d_qk] buffers, the probabilities of a block are dense [rows, keys], and there is one
+// runtime dims fall back to gemm:jit), so each head's keys are copied into a dense [S, d_qk]
+// buffer and each block's query rows into a dense [rows, d_qk] one, the probabilities of a block
+// are dense [rows, keys], and there is one
 // primitive per (precision, product, rows, keys), created on first use and kept for the
 // process (a causal run of S tokens uses S/64 key counts). Each worker executes with one OpenMP
 // thread, its own stream and its own scratchpad (user scratchpad mode), so the backend's
