@@ -6,7 +6,8 @@
 //      attention_paths.hpp): the streamed attention (what the backend runs) against the
 //      materialized computation it replaced (a whole [S, S] matrix per head), at small S
 //      (`--attend-seq-lens`): time (median of `--reps`, 1 run from S = 2048 on) and whether the
-//      H2O mass is identical. This is the measurement behind "always streamed".
+//      H2O mass is identical. This is the measurement behind "always streamed". With oneDNN in
+//      the build, also the streamed attention with its products on oneDNN (--gemm onednn).
 //   2. the whole layer through the CLI (`mla-h2o run`, Kimi layer 0 synthesized once into
 //      `--work-dir`, causal, seeded input, --quiet) for every S of `--seq-lens` and both
 //      precisions: wall time, forward time, the planned and the measured peak memory (ru_maxrss
@@ -35,6 +36,7 @@
 #include "geometries.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/rope.hpp"
+#include "mla_build_config.h"
 
 namespace {
 
@@ -119,25 +121,36 @@ double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0
 void attend_table(const Flags& f) {
   const mla::AttentionConfig kimi = mla::test::geometry("kimi");
   const float scaling = static_cast<float>(mla::softmax_scale(kimi));
-  std::printf("\n1. attend only (Kimi geometry, 64 heads, causal, 2 workers): streamed vs materialized\n");
-  std::printf("  %-6s %-9s %14s %14s %8s %s\n", "S", "precision", "materialized s", "streamed s", "ratio", "H2O mass");
+  const bool onednn = MLA_HAVE_ONEDNN != 0;  // the products on oneDNN as well (--gemm onednn)
+  std::printf("\n1. attend only (Kimi geometry, 64 heads, causal, 2 workers): streamed vs materialized%s\n",
+              onednn ? "; streamed with the oneDNN products (src/cpu/onednn_attention.hpp)" : "");
+  std::printf("  %-6s %-9s %14s %14s %8s %-9s", "S", "precision", "materialized s", "streamed s", "ratio", "H2O mass");
+  if (onednn) std::printf(" %18s %8s", "streamed oneDNN s", "vs sgemm");
+  std::printf("\n");
   for (const int64_t S : f.attend_seq_lens) {
     for (const std::string& p : f.precisions) {
       const bool bf16 = p == "bf16";
       const mla::test::Operands o = mla::test::random_operands(kimi, S, bf16, 11);
       const int reps = S >= 2048 ? 1 : std::max(1, f.reps);
-      std::vector<double> tm, ts;
+      std::vector<double> tm, ts, td;
       mla::test::AttentionResult m, s;
-      for (int r = 0; r < reps; ++r) {
+      for (int r = 0; r < reps; ++r) {  // alternating, so each sees the same load
         auto t0 = Clock::now();
         m = mla::test::materialized_attention(o, true, scaling, bf16, 2);
         tm.push_back(seconds_since(t0));
         t0 = Clock::now();
         s = mla::test::streamed_attention(o, true, scaling, bf16, 2);
         ts.push_back(seconds_since(t0));
+        if (onednn) {
+          t0 = Clock::now();
+          mla::test::streamed_attention(o, true, scaling, bf16, 2, {}, mla::Gemm::OneDnn);
+          td.push_back(seconds_since(t0));
+        }
       }
-      std::printf("  %-6lld %-9s %14.3f %14.3f %7.2fx %s\n", static_cast<long long>(S), p.c_str(), median(tm), median(ts),
+      std::printf("  %-6lld %-9s %14.3f %14.3f %7.2fx %-9s", static_cast<long long>(S), p.c_str(), median(tm), median(ts),
                   median(tm) / median(ts), m.head_scores == s.head_scores ? "identical" : "DIFFERS");
+      if (onednn) std::printf(" %18.3f %7.2fx", median(td), median(ts) / median(td));
+      std::printf("\n");
       std::fflush(stdout);
     }
   }
