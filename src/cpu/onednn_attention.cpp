@@ -13,6 +13,7 @@
 #if MLA_HAVE_ONEDNN
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -49,15 +50,24 @@ Matmul make_matmul(Dt dt, int64_t M, int64_t K, int64_t N, bool weights_transpos
   return m;
 }
 
-// The primitive for a shape, created on first use and kept (std::map nodes do not move). The
-// lock guards the lookup only; primitives execute concurrently (each with its own scratchpad).
-const Matmul& cached_matmul(Dt dt, int64_t M, int64_t K, int64_t N, bool weights_transposed) {
+// The primitive for a shape, created on first use and kept. A primitive holds ~90 KB of JIT
+// code (brgemm kernels for the shape and its tails: measured 92 MB for 1024 of them), so the cache
+// keeps at most kCachedMatmuls and starts over when full (S > 16384 causal in one precision; a
+// primitive takes ~0.25 ms to create, against ~1 s of products per head at that S). The lock
+// guards the lookup only; callers hold the shared_ptr while they execute, concurrently, each
+// with its own scratchpad.
+constexpr size_t kCachedMatmuls = 512;
+
+std::shared_ptr<const Matmul> cached_matmul(Dt dt, int64_t M, int64_t K, int64_t N, bool weights_transposed) {
   static std::mutex mutex;
-  static std::map<std::tuple<Dt, int64_t, int64_t, int64_t, bool>, Matmul> cache;
+  static std::map<std::tuple<Dt, int64_t, int64_t, int64_t, bool>, std::shared_ptr<const Matmul>> cache;
   const auto key = std::make_tuple(dt, M, K, N, weights_transposed);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, make_matmul(dt, M, K, N, weights_transposed)).first;
+  if (it == cache.end()) {
+    if (cache.size() >= kCachedMatmuls) cache.clear();
+    it = cache.emplace(key, std::make_shared<const Matmul>(make_matmul(dt, M, K, N, weights_transposed))).first;
+  }
   return it->second;
 }
 
@@ -148,7 +158,8 @@ class DnnlHeadProducts final : public HeadProducts {
   void execute(const char* what, int64_t M, int64_t K, int64_t N, bool weights_transposed, const void* src,
                const void* weights, float* dst) {
     try {
-      const Matmul& m = cached_matmul(dt_, M, K, N, weights_transposed);
+      const std::shared_ptr<const Matmul> held = cached_matmul(dt_, M, K, N, weights_transposed);
+      const Matmul& m = *held;
       if (scratchpad_.size() < m.scratchpad_bytes) scratchpad_.resize(m.scratchpad_bytes);
       const dnnl::engine& engine = Dnnl::get().engine;
       DnnlThreads one_thread(1);
@@ -187,7 +198,7 @@ std::unique_ptr<HeadProducts> make_onednn_head_products(const KeyValueStates& kv
 
 std::string onednn_attention_kernel(bool bf16) {
   try {
-    return cached_matmul(bf16 ? Dt::bf16 : Dt::f32, kQueryRowBlock, 192, 256, true).pd.impl_info_str();
+    return cached_matmul(bf16 ? Dt::bf16 : Dt::f32, kQueryRowBlock, 192, 256, true)->pd.impl_info_str();
   } catch (const dnnl::error&) {
     return "";
   }

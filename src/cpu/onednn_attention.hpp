@@ -14,11 +14,11 @@
 // oneDNN 2.6.3's brgemm kernels take dense operands with fixed dims only (strided operands or
 // runtime dims fall back to gemm:jit), so each head's keys are copied into a dense [S, d_qk]
 // buffer and each block's query rows into a dense [rows, d_qk] one, the probabilities of a block
-// are dense [rows, keys], and there is one
-// primitive per (precision, product, rows, keys), created on first use and kept for the
-// process (a causal run of S tokens uses S/64 key counts). Each worker executes with one OpenMP
-// thread, its own stream and its own scratchpad (user scratchpad mode), so the backend's
-// threads run heads concurrently.
+// are dense [rows, keys], and there is one primitive per (precision, product, rows, keys),
+// created on first use and kept for the process (a causal run of S tokens uses S/64 key counts;
+// at most 512 primitives are kept, ~46 MB). Each worker executes with one OpenMP thread, its own
+// stream and its own scratchpad (user scratchpad mode), so the backend's threads run heads
+// concurrently.
 //
 // Shape legend: S = tokens, d_qk = qk_nope_head_dim + qk_rope_head_dim, d_v = v_head_dim,
 // rows <= 64 query rows of a block, keys = the keys the block sees.
