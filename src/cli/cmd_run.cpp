@@ -61,7 +61,7 @@ std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::
       {"dump-tensors", "", "write tensors.safetensors (HF layout) for `mla-h2o compare`", ""},
       {"threads", "N", "cpu backend threads (0 = all cores)", "0"},
       {"gemm", "auto|onednn|eigen",
-       "cpu backend projection engine (docs/cpu-gemm.md); auto = oneDNN where it has a brgemm kernel for the "
+       "cpu backend GEMM engine of the projections and the per-head products (docs/cpu-gemm.md); auto = oneDNN where it has a brgemm kernel for the "
        "precision, else Eigen; on this machine auto runs " + gemm_auto_summary(),
        "auto"},
       {"allow-tf32", "", "cuda fp32 only: allow TF32 tensor-core GEMMs", ""},
