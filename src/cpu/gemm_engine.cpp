@@ -100,7 +100,6 @@ using Dt = memory::data_type;
 constexpr int64_t kParallelMacs = int64_t{1} << 24;
 int dnnl_threads_for(int64_t macs, int threads) { return macs < kParallelMacs ? 1 : threads; }
 
-
 // The matmul primitive descriptor y[S, out] (f32) = x[S, in] (dt) * W^T[in, out] (dt, layout
 // `weights`) + bias[1, out] (f32). fpmath mode strict: f32 stays f32.
 dnnl::matmul::primitive_desc matmul_pd(int64_t S, int64_t in, int64_t out, Dt dt, const memory::desc& weights, bool bias) {
