@@ -1,11 +1,12 @@
 // src/cpu/streaming_attention.hpp — the attention of every head (docs/math.md §3.6) and its
 // H2O attention mass without the [n, S, S] probabilities: per head and block of query rows,
 // the block's logits [rows, keys] are computed into a per-worker buffer, then
-//   pass 1: each row's max and the double sum of exp(x - max)      (block_scores_softmax)
+//   pass 1: each row's max and the double sum of exp(x - max)      (block_softmax)
 //   pass 2: p = fp32(e / sum) (bf16(p) in bf16 mode), then the block's P·V into
 //           attn_context and the per-head attention mass (column sums, double).
 // Memory is O(S): keys/values in the run's precision (KeyValueStates) plus, per worker, one
-// head's keys/values widened to fp32 [S, d_qk + d_v] and one logits block [64, S]. Only a
+// head's keys/values widened to fp32 [S, d_qk + d_v] (oneDNN products: its keys [S, d_qk] in
+// the run's precision) and one logits block [64, S]. Only a
 // dump asks for the [n, S, S] probabilities (StreamingOutputs::attn_weights), which are then
 // copied out block by block: the values do not depend on whether they are kept.
 // The two products of each block (scores = q k^T, P·V) run on the engine of the run's
