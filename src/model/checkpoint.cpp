@@ -31,6 +31,7 @@
 #include "mla/bf16.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
+#include "mla/huge_pages.hpp"
 #include "mla/layer_tensors.hpp"
 
 namespace mla {
@@ -288,8 +289,9 @@ TensorF Checkpoint::Impl::load_checked(const std::string& ckpt, const std::strin
                                expected_names + " from the config");
 
   // Read with large reads and converted in parallel straight into the tensor (exact for BF16 /
-  // F16 / F32 / F8_E4M3); first_bad = first non-finite value of the conversion, or -1.
-  TensorF t(name, expected);
+  // F16 / F32 / F8_E4M3); first_bad = first non-finite value of the conversion, or -1. The
+  // tensor's fresh memory asks for huge pages before it is touched (docs/cpu-gemm.md §5).
+  TensorF t = huge_page_tensor<float>(name, expected);
   std::vector<float>& values = t.data;
   int64_t first_bad = file->read_float(*info, values);
   if (info->dtype == DType::F8_E4M3) {

@@ -10,7 +10,8 @@
 //     (a list, default 256);
 //   * with --checkpoint-dir (meson passes <build>/tests/bench/kimi-layer0): load + prepare from
 //     the page cache: a bf16 Kimi layer 0 is synthesized there once, then Checkpoint::open +
-//     load_layer and prepare() per (precision, engine), median of 3, wall and process CPU time;
+//     load_layer and prepare() per (precision, engine), median of 3, wall and process CPU time
+//     (--load-only: that table alone, no forwards);
 //   * for each S, precision (fp32, bf16) and engine of --gemm (default: every engine of the
 //     build): prepare() once ("prepare"), `--warmup` forwards, then `--reps` forwards; the
 //     MEDIAN of every stage the backend reports and of the whole forward, one column each;
@@ -66,6 +67,7 @@ struct Flags {
   std::string torch_script;  // "" = no PyTorch peer
   std::string python;        // "" = <source_root>/.venv/bin/python3 if present, else python3
   std::string checkpoint_dir;  // "" = no load + prepare measurement; else where the Kimi layer is synthesized once
+  bool load_only = false;      // --load-only: the load + prepare table only, no forwards
 };
 
 std::vector<std::string> split(const std::string& list) {
@@ -107,11 +109,12 @@ Flags parse_flags(int argc, char** argv) {
     else if (!value("torch-script").empty()) f.torch_script = value("torch-script");
     else if (!value("python").empty()) f.python = value("python");
     else if (a == "--no-torch") f.torch_script.clear();
+    else if (a == "--load-only") f.load_only = true;
     else {
       std::fprintf(stderr,
                    "bench_cpu: unknown argument '%s'\nusage: bench_cpu [--seq-len=256,1024] [--gemm=eigen,onednn] [--warmup=1] [--reps=5] "
                    "[--threads=0] [--source-root=DIR] [--torch-script=PATH] [--python=PATH] [--no-torch] "
-                   "[--checkpoint-dir=DIR]\n",
+                   "[--checkpoint-dir=DIR] [--load-only]\n",
                    a.c_str());
       std::exit(2);
     }
@@ -384,6 +387,14 @@ int main(int argc, char** argv) {
                 std::thread::hardware_concurrency(), load_average().c_str());
     std::printf("gemm auto: %s\n", mla::gemm_auto_summary().c_str());
 
+    if (f.load_only) {
+      if (f.checkpoint_dir.empty()) {
+        std::fprintf(stderr, "bench_cpu: --load-only needs --checkpoint-dir\n");
+        return 2;
+      }
+      bench_load_prepare(f.checkpoint_dir, threads, f);
+      return 0;
+    }
     auto t0 = Clock::now();
     const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 1);
     std::printf("weights:   %lld parameters, random bf16 values, generated in %.1f s (not timed below)\n",
