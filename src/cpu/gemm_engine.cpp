@@ -65,7 +65,7 @@ class EigenLinear final : public PreparedLinear {
  public:
   EigenLinear(const LinearWeight& w, bool bf16, int threads)
       : weight_(w.out_features, w.in_features), bias_(convert_bias(w, bf16)), bf16_(bf16) {
-    advise_huge_pages(weight_.data(), static_cast<size_t>(weight_.size()) * sizeof(float));  // before first touch
+    fault_in_huge_pages(weight_.data(), static_cast<size_t>(weight_.size()) * sizeof(float));  // fresh memory
     convert_weight(w, bf16, threads, weight_.data());
   }
   void run(const MatrixRM& x, int threads, MatrixRM& y) override {
@@ -267,7 +267,7 @@ class DnnlLinear final : public PreparedLinear {
       weights_md_ = matmul_pd(kRowChunk, in_, n_, dt_, memory::desc({in_, n_}, dt_, Tag::any), !bias_.empty())
                         .weights_desc();
       weights_ = memory(weights_md_, Dnnl::get().engine);
-      advise_huge_pages(weights_.get_data_handle(), weights_md_.get_size());  // before first touch
+      fault_in_huge_pages(weights_.get_data_handle(), weights_md_.get_size());  // fresh memory
     }
 
     // W's rows [n0, n0 + n) (rounded to bf16 in bf16 mode) into the slice's layout.

@@ -290,7 +290,7 @@ TensorF Checkpoint::Impl::load_checked(const std::string& ckpt, const std::strin
 
   // Read with large reads and converted in parallel straight into the tensor (exact for BF16 /
   // F16 / F32 / F8_E4M3); first_bad = first non-finite value of the conversion, or -1. The
-  // tensor's fresh memory asks for huge pages before it is touched (docs/cpu-gemm.md §5).
+  // tensor's fresh memory is faulted in on huge pages where they come quickly (docs/cpu-gemm.md §5).
   TensorF t = huge_page_tensor<float>(name, expected);
   std::vector<float>& values = t.data;
   int64_t first_bad = file->read_float(*info, values);

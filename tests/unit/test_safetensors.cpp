@@ -11,7 +11,8 @@
 //     unsorted header order);
 //   * open() reads only the prefix and the header: a sparse multi-GB file whose big tensor
 //     is never paged in;
-//   * Io errors name the path.
+//   * Io errors name the path;
+//   * mla/huge_pages.hpp: zeroed buffers of every size, the fresh interior faulted in, nothing else.
 // Expected values are written out by hand or computed by independent means (never by
 // running the reader on its own output as the oracle).
 #include <fcntl.h>
@@ -19,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -34,6 +36,7 @@
 
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
+#include "mla/huge_pages.hpp"
 #include "mla/safetensors.hpp"
 #include "test_util.hpp"
 
@@ -735,6 +738,60 @@ BOOST_AUTO_TEST_CASE(open_does_not_read_tensor_data) {
   BOOST_TEST(static_cast<uint64_t>(st.st_size) == data_start + 20 + huge);
   BOOST_TEST(static_cast<uint64_t>(st.st_blocks) * 512 <= 1u << 20);  // still sparse
   std::filesystem::remove_all(dir);
+}
+
+// mla/huge_pages.hpp (the loader's and the engines' big buffers): the contents are those of a
+// plain vector for every size, tiny ones below 2 MiB included; fault_in_huge_pages faults in
+// exactly the 2 MiB-aligned interior of fresh memory, and nothing outside it.
+BOOST_AUTO_TEST_CASE(huge_page_buffers) {
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{1000}, (size_t{1} << 19) - 1, (size_t{3} << 20) + 5}) {
+    std::vector<float> f = mla::huge_page_vector<float>(n);
+    BOOST_TEST_REQUIRE(f.size() == n);
+    BOOST_TEST(std::all_of(f.begin(), f.end(), [](float x) { return std::bit_cast<uint32_t>(x) == 0; }));
+    for (size_t i = 0; i < n; ++i) f[i] = static_cast<float>(i);
+    bool kept = true;
+    for (size_t i = 0; i < n; ++i) kept = kept && f[i] == static_cast<float>(i);
+    BOOST_TEST(kept);
+    const std::vector<uint16_t> b = mla::huge_page_vector<uint16_t>(n + 7);
+    BOOST_TEST_REQUIRE(b.size() == n + 7);
+    BOOST_TEST(std::all_of(b.begin(), b.end(), [](uint16_t x) { return x == 0; }));
+  }
+  const mla::TensorF t = mla::huge_page_tensor<float>("w", {3, 1 << 19});
+  BOOST_TEST(t.name == "w");
+  BOOST_TEST((t.shape == std::vector<int64_t>{3, 1 << 19}));
+  BOOST_TEST(t.data.size() == size_t{3} << 19);
+
+  BOOST_TEST(mla::fault_in_huge_pages(nullptr, 1 << 24).huge_bytes == 0u);
+  float small[1024];  // no aligned 2 MiB block inside
+  const mla::FaultedIn none = mla::fault_in_huge_pages(small, sizeof small);
+  BOOST_TEST(none.huge_bytes + none.small_bytes == 0u);
+
+  // A fresh mapping of 8 MiB + 4 KiB, used from 12 KiB in: the interior is [2 MiB, 8 MiB) of the
+  // mapping (when the mapping itself is 2 MiB-aligned) or 3 huge pages' worth, never more.
+  const size_t huge = mla::kHugePageBytes, length = 4 * huge + 4096;
+  void* map = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  BOOST_TEST_REQUIRE(map != MAP_FAILED);
+  const auto base = reinterpret_cast<uintptr_t>(map);
+  const uintptr_t begin = base + 3 * 4096, end = base + length;
+  const uintptr_t first = (begin + huge - 1) & ~uintptr_t{huge - 1}, last = end & ~uintptr_t{huge - 1};
+  const mla::FaultedIn done = mla::fault_in_huge_pages(reinterpret_cast<void*>(begin), end - begin);
+  const size_t faulted = done.huge_bytes + done.small_bytes;
+  BOOST_TEST_MESSAGE("fault_in_huge_pages: " << done.huge_bytes << " bytes on huge pages, " << done.small_bytes << " on 4 KiB pages");
+  BOOST_TEST((faulted == 0 || faulted == last - first));  // 0: madvise unsupported here
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident(length / page + 1);
+  BOOST_TEST_REQUIRE(::mincore(map, length, resident.data()) == 0);
+  size_t inside = 0, outside = 0;
+  for (size_t i = 0; i < length / page; ++i) {
+    const uintptr_t at = base + i * page;
+    ((at >= first && at < last) ? inside : outside) += (resident[i] & 1u);
+  }
+  BOOST_TEST(outside == 0u);
+  if (faulted != 0) BOOST_TEST(inside == (last - first) / page);
+  bool zero = true;
+  for (uintptr_t at = begin; at < end; at += 64) zero = zero && *reinterpret_cast<const uint64_t*>(at) == 0;
+  BOOST_TEST(zero);
+  ::munmap(map, length);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
