@@ -20,8 +20,8 @@
 //   huge_page_tensor<T>(name, s)    the same for a Tensor<T> of shape s.
 //
 // Only a performance hint: the contents are the same either way (memory already touched keeps
-// its pages and values). On other systems, with THP
-// `never`, or where madvise fails, the memory faults in on first touch as before.
+// its pages and values). On other systems, with THP `never`, or where madvise fails, the memory
+// faults in on first touch as before.
 #pragma once
 
 #include <cstddef>

@@ -27,12 +27,15 @@ std::string value_text(double v) {
 // The first value of v[0, count) that is not finite (or, in bf16 mode, rounds to a
 // non-finite bf16), or -1; `what` is its text, `rounding` says what bf16 makes of it.
 int64_t first_bad_value(const float* v, int64_t count, Precision p, std::string& what, std::string& rounding) {
-  // Fast path (vectorised, no branch): |x| <= the largest value that stays finite (NaN fails).
-  const float limit = p == Precision::BF16 ? std::bit_cast<float>(uint32_t{0x7F7F7FFF})  // rounds to bf16 max
-                                           : std::numeric_limits<float>::max();
-  bool all_ok = true;
-  for (int64_t i = 0; i < count; ++i) all_ok &= std::fabs(v[i]) <= limit;
-  if (all_ok) return -1;
+  // Fast path (vectorised, no branch): |x| <= the largest value that stays finite, compared on
+  // the bits of |x| (NaN's bits are above every limit).
+  const uint32_t limit = p == Precision::BF16 ? uint32_t{0x7F7F7FFF}  // rounds to bf16 max
+                                              : std::bit_cast<uint32_t>(std::numeric_limits<float>::max());
+  // (Signed 32-bit compares of non-negative values: SSE2 has them, unsigned ones need SSE4.1.)
+  uint32_t any_above = 0;
+  for (int64_t i = 0; i < count; ++i)
+    any_above |= static_cast<int32_t>(std::bit_cast<uint32_t>(v[i]) & 0x7FFFFFFFu) > static_cast<int32_t>(limit);
+  if (any_above == 0) return -1;
   for (int64_t i = 0; i < count; ++i) {
     if (!std::isfinite(v[i])) {
       what = value_text(v[i]);
