@@ -1,8 +1,7 @@
 // src/io/huge_pages.cpp — fault_in_huge_pages (mla/huge_pages.hpp): a fresh buffer's 2 MiB-aligned
-// interior faulted in chunk by chunk, on huge pages while they come quickly.
+// interior faulted in one huge page at a time while they come quickly, else as 4 KiB pages.
 #include "mla/huge_pages.hpp"
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
