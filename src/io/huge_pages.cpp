@@ -2,9 +2,12 @@
 // interior faulted in one huge page at a time while they come quickly, else as 4 KiB pages.
 #include "mla/huge_pages.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <thread>
+#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -29,6 +32,29 @@ bool advise(uintptr_t begin, size_t bytes, int advice) {
   return ::madvise(reinterpret_cast<void*>(begin), bytes, advice) == 0;
 }
 
+// MADV_POPULATE_WRITE on [begin, end) (2 MiB-aligned), split into one slice per core: on an idle
+// machine page faults on two cores take about half the time (first touch by the parallel
+// conversion loops had that for free). False when madvise failed.
+bool populate_in_parallel(uintptr_t begin, uintptr_t end) {
+  const size_t blocks = (end - begin) / kHugePageBytes;
+  const size_t slices = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, std::min<size_t>(blocks, 16));
+  std::atomic<bool> ok{true};
+  auto slice = [&](size_t i) {
+    const uintptr_t b = begin + blocks * i / slices * kHugePageBytes, e = begin + blocks * (i + 1) / slices * kHugePageBytes;
+    if (!advise(b, e - b, MADV_POPULATE_WRITE)) ok.store(false);
+  };
+  std::vector<std::thread> pool;
+  size_t i = 1;
+  try {
+    for (; i < slices; ++i) pool.emplace_back(slice, i);
+  } catch (...) {  // no more threads: this one does the remaining slices
+  }
+  for (; i < slices; ++i) slice(i);
+  slice(0);
+  for (std::thread& t : pool) t.join();
+  return ok.load();
+}
+
 }  // namespace
 
 FaultedIn fault_in_huge_pages(void* p, size_t bytes) noexcept {
@@ -50,7 +76,7 @@ FaultedIn fault_in_huge_pages(void* p, size_t bytes) noexcept {
     at += kHugePageBytes;
     if (seconds > kSlowSecondsPerHugePage) huge_pages_slow.store(true, std::memory_order_relaxed);
   }
-  if (at < last && advise(at, last - at, MADV_POPULATE_WRITE)) done.small_bytes = last - at;
+  if (at < last && populate_in_parallel(at, last)) done.small_bytes = last - at;
   return done;
 }
 #else
