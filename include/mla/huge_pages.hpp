@@ -8,7 +8,7 @@
 // 2 MiB blocks (virtio-balloon free page reporting), a huge page the host must fault back in
 // costs about 4x more per byte than 4 KiB pages (docs/cpu-gemm.md §5). So the memory is faulted
 // in here, one huge page at a time while they come quickly; after the first slow one the
-// process uses 4 KiB pages (faulted in by one madvise(MADV_POPULATE_WRITE), which is still
+// process uses 4 KiB pages (faulted in by madvise(MADV_POPULATE_WRITE) on one thread per core,
 // faster than page faults on first touch).
 //
 //   fault_in_huge_pages(p, bytes)   faults in the 2 MiB-aligned interior of fresh (never
