@@ -40,6 +40,7 @@
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
+#include "mla/huge_pages.hpp"
 #include "mla/rope.hpp"
 #include "mla/stage_timer.hpp"
 #include "mla/validate.hpp"
@@ -63,9 +64,15 @@ std::vector<float> prepare_vector(const TensorF& t, bool bf16) {
   return v;
 }
 
-TensorD widen(const std::string& name, std::vector<int64_t> shape, const float* src) {
-  TensorD t(name, std::move(shape));
-  for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = static_cast<double>(src[i]);
+// src widened to double (exact), on `threads` workers; the fresh buffer is faulted in first
+// (mla/huge_pages.hpp: at S = 4096 attn_output is 235 MB of new memory).
+TensorD widen(const std::string& name, std::vector<int64_t> shape, const float* src, int threads) {
+  TensorD t = huge_page_tensor<double>(name, std::move(shape));
+  const int64_t count = t.numel(), slices = std::max(threads, 1);
+  parallel_for(slices, threads, [&](int64_t slice, int) {
+    for (int64_t i = count * slice / slices; i < count * (slice + 1) / slices; ++i)
+      t.data[static_cast<size_t>(i)] = static_cast<double>(src[i]);
+  });
   return t;
 }
 
@@ -193,12 +200,12 @@ namespace {
 // export: the result in double (exact widening), H2O token scores, states on request.
 ForwardResult export_result(const AttentionConfig& cfg, const ForwardOptions& opt, const MatrixRM& q,
                             const KvPath& kvp, const MatrixRM& k_pe_roped, Attention&& att,
-                            const MatrixRM& attn_output) {
+                            const MatrixRM& attn_output, int threads) {
   const int64_t S = attn_output.rows(), H = cfg.hidden_size, n = cfg.num_attention_heads;
   const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
   ForwardResult result;
   result.computed_in_double = false;
-  result.attn_output = widen("attn_output", {S, H}, attn_output.data());
+  result.attn_output = widen("attn_output", {S, H}, attn_output.data(), threads);
   check_attn_output_finite(result.attn_output, opt.precision);
   result.head_scores = std::move(att.head_scores);
   result.token_scores = token_scores_from_heads(result.head_scores, n);
@@ -313,7 +320,7 @@ class CpuBackend final : public Backend {
     ForwardResult result;
     {
       StageTimer t(stages, "export");
-      result = export_result(cfg_, opt, q, kvp, k_pe_roped, std::move(att), attn_output);
+      result = export_result(cfg_, opt, q, kvp, k_pe_roped, std::move(att), attn_output, L.threads);
     }
     result.stage_seconds = std::move(stages);
     return result;
