@@ -231,6 +231,7 @@ class DnnlLinear final : public PreparedLinear {
     }
     for (auto& s : slices_) s->pack(w, threads);
     Dnnl::get().stream.wait();
+    DnnlThreads one_thread(1);  // a primitive plans its threads when created: one, as every slice runs
     kernel_ = slices_.front()->primitive(kRowChunk).pd.impl_info_str();
   }
 

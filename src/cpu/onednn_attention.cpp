@@ -158,11 +158,11 @@ class DnnlHeadProducts final : public HeadProducts {
   void execute(const char* what, int64_t M, int64_t K, int64_t N, bool weights_transposed, const void* src,
                const void* weights, float* dst) {
     try {
+      DnnlThreads one_thread(1);  // also while a primitive is created: it plans its threads then
       const std::shared_ptr<const Matmul> held = cached_matmul(dt_, M, K, N, weights_transposed);
       const Matmul& m = *held;
       if (scratchpad_.size() < m.scratchpad_bytes) scratchpad_.resize(m.scratchpad_bytes);
       const dnnl::engine& engine = Dnnl::get().engine;
-      DnnlThreads one_thread(1);
       m.primitive.execute(stream_, {{DNNL_ARG_SRC, memory(m.pd.src_desc(), engine, const_cast<void*>(src))},
                                     {DNNL_ARG_WEIGHTS, memory(m.pd.weights_desc(), engine, const_cast<void*>(weights))},
                                     {DNNL_ARG_DST, memory(m.pd.dst_desc(), engine, dst)},
@@ -198,6 +198,7 @@ std::unique_ptr<HeadProducts> make_onednn_head_products(const KeyValueStates& kv
 
 std::string onednn_attention_kernel(bool bf16) {
   try {
+    DnnlThreads one_thread(1);  // the cached primitive is planned for the one thread a worker gives it
     return cached_matmul(bf16 ? Dt::bf16 : Dt::f32, kQueryRowBlock, 192, 256, true)->pd.impl_info_str();
   } catch (const dnnl::error&) {
     return "";
