@@ -198,8 +198,7 @@ int cmd_decode(const std::vector<std::string>& argv) {
   fopt.mask = Mask::Causal;
   fopt.precision = a.choice("precision", {"fp32", "bf16"}, "fp32") == "bf16" ? Precision::BF16 : Precision::FP32;
   fopt.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
-  const std::string gemm = a.choice("gemm", {"auto", "onednn", "eigen"}, "auto");
-  fopt.gemm = gemm == "onednn" ? Gemm::OneDnn : gemm == "eigen" ? Gemm::Eigen : Gemm::Auto;
+  fopt.gemm = gemm_choice(a);
   const std::string out_dir = a.str("out", "mla-h2o-out");
   const bool quiet = a.has("quiet");
   const double progress_after = progress_after_seconds();

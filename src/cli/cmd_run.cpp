@@ -93,8 +93,7 @@ void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default
   plan.out_dir = a.str("out", plan.out_dir);
   plan.forward.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
   plan.forward.allow_tf32 = a.has("allow-tf32");
-  const std::string gemm = a.choice("gemm", {"auto", "onednn", "eigen"}, "auto");
-  plan.forward.gemm = gemm == "onednn" ? Gemm::OneDnn : gemm == "eigen" ? Gemm::Eigen : Gemm::Auto;
+  plan.forward.gemm = gemm_choice(a);
 }
 
 // --latent-norm-eps: "hf" -> 1e-6, "config" -> rms_norm_eps, else a positive finite number.

@@ -57,6 +57,11 @@ InputRequest input_request(const Args& args) {
   return req;
 }
 
+Gemm gemm_choice(const Args& args) {
+  const std::string gemm = args.choice("gemm", {"auto", "onednn", "eigen"}, "auto");
+  return gemm == "onednn" ? Gemm::OneDnn : gemm == "eigen" ? Gemm::Eigen : Gemm::Auto;
+}
+
 int64_t input_seq_len(const InputRequest& req) {
   switch (req.kind) {
     case InputKind::Seeded: return req.seq_len;

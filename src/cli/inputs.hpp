@@ -59,6 +59,9 @@ struct HiddenInput {
 // what is wrong). Used by the memory plan before anything large is allocated.
 int64_t input_seq_len(const InputRequest& req);
 
+// --gemm auto|onednn|eigen (run, demo, sweep, decode): the cpu backend's GEMM engine.
+Gemm gemm_choice(const Args& args);
+
 // Whether the layer's input_layernorm must be loaded (load_layer(L, true)) for this source.
 inline bool needs_input_layernorm(const InputRequest& req) {
   return req.kind == InputKind::Tokens || (req.kind == InputKind::File && req.residual);
