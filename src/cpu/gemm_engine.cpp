@@ -106,9 +106,7 @@ int dnnl_threads_for(int64_t macs, int threads) { return macs < kParallelMacs ? 
 // `weights`) + bias[1, out] (f32). fpmath mode strict: f32 stays f32.
 dnnl::matmul::primitive_desc matmul_pd(int64_t S, int64_t in, int64_t out, Dt dt, const memory::desc& weights, bool bias) {
   const memory::desc src({S, in}, dt, Tag::ab), dst({S, out}, Dt::f32, Tag::ab);
-  dnnl::primitive_attr attr;
-  attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each caller passes its own: concurrent calls are safe
+  const dnnl::primitive_attr attr = strict_user_scratchpad_attr();
   Dnnl& d = Dnnl::get();
   if (bias) {
     const memory::desc b({1, out}, Dt::f32, Tag::ab);
@@ -252,7 +250,6 @@ class DnnlLinear final : public PreparedLinear {
   // (bounds each slice's dst buffer, [kRowChunk, n_j] fp32, at any S).
   static constexpr int64_t kSliceQuantum = 64;
   static constexpr int64_t kRowChunk = 512;
-  static constexpr size_t kScratchpadAlign = 64;  // a cache line, as oneDNN's own buffers
 
   struct Primitive {
     dnnl::matmul::primitive_desc pd;
@@ -303,11 +300,7 @@ class DnnlLinear final : public PreparedLinear {
         float* out_rows = whole ? y.data() + r0 * n_ : dst_.data();
         memory src(p.pd.src_desc(), d.engine, const_cast<char*>(static_cast<const char*>(x_src) + r0 * in_ * elem));
         memory dst(p.pd.dst_desc(), d.engine, out_rows);
-        const size_t scratch_bytes = p.pd.scratchpad_desc().get_size() + kScratchpadAlign;
-        scratchpad_.resize(std::max(scratchpad_.size(), scratch_bytes));
-        void* scratch = scratchpad_.data();
-        size_t space = scratchpad_.size();
-        memory scratchpad(p.pd.scratchpad_desc(), d.engine, std::align(kScratchpadAlign, scratch_bytes - kScratchpadAlign, scratch, space));
+        memory scratchpad = scratchpad_.for_primitive(p.pd.scratchpad_desc(), d.engine);
         std::unordered_map<int, memory> args = {
             {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratchpad}};
         if (!bias_.empty()) args.emplace(DNNL_ARG_BIAS, memory(memory::desc({1, n_}, Dt::f32, Tag::ab), d.engine, bias_.data()));
@@ -342,7 +335,7 @@ class DnnlLinear final : public PreparedLinear {
     memory weights_;           // W_slice^T [in, n] in the primitive's layout
     std::map<int64_t, Primitive> primitives_;
     std::vector<float> dst_;   // [min(S, kRowChunk), n]
-    std::vector<char> scratchpad_;  // the primitives' scratchpad (user mode: this slice's own)
+    Scratchpad scratchpad_;    // this slice's own (user scratchpad mode)
   };
 
   // y [S, out] = x [S, in] W^T (+ bias): the slices on up to `threads` workers.

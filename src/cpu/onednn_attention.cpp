@@ -32,7 +32,6 @@ using Dt = memory::data_type;
 struct Matmul {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul primitive;
-  size_t scratchpad_bytes = 0;
 };
 
 // dst[M, N] (f32) = src[M, K] (dt) * weights[K, N] (dt), all dense; weights "ba" (the transpose
@@ -40,13 +39,10 @@ struct Matmul {
 Matmul make_matmul(Dt dt, int64_t M, int64_t K, int64_t N, bool weights_transposed) {
   const memory::desc src({M, K}, dt, Tag::ab), dst({M, N}, Dt::f32, Tag::ab);
   const memory::desc weights({K, N}, dt, weights_transposed ? Tag::ba : Tag::ab);
-  dnnl::primitive_attr attr;
-  attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   Matmul m;
-  m.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr, Dnnl::get().engine);
+  m.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), strict_user_scratchpad_attr(),
+                                      Dnnl::get().engine);
   m.primitive = dnnl::matmul(m.pd);
-  m.scratchpad_bytes = m.pd.scratchpad_desc().get_size();
   return m;
 }
 
@@ -161,12 +157,11 @@ class DnnlHeadProducts final : public HeadProducts {
       DnnlThreads one_thread(1);  // also while a primitive is created: it plans its threads then
       const std::shared_ptr<const Matmul> held = cached_matmul(dt_, M, K, N, weights_transposed);
       const Matmul& m = *held;
-      if (scratchpad_.size() < m.scratchpad_bytes) scratchpad_.resize(m.scratchpad_bytes);
       const dnnl::engine& engine = Dnnl::get().engine;
       m.primitive.execute(stream_, {{DNNL_ARG_SRC, memory(m.pd.src_desc(), engine, const_cast<void*>(src))},
                                     {DNNL_ARG_WEIGHTS, memory(m.pd.weights_desc(), engine, const_cast<void*>(weights))},
                                     {DNNL_ARG_DST, memory(m.pd.dst_desc(), engine, dst)},
-                                    {DNNL_ARG_SCRATCHPAD, memory(m.pd.scratchpad_desc(), engine, scratchpad_.data())}});
+                                    {DNNL_ARG_SCRATCHPAD, scratchpad_.for_primitive(m.pd.scratchpad_desc(), engine)}});
       stream_.wait();
     } catch (const dnnl::error& e) {
       fail(ErrorKind::Unsupported, "cpu backend: " + onednn_version() + " cannot compute the attention's " + what +
@@ -186,7 +181,7 @@ class DnnlHeadProducts final : public HeadProducts {
   std::vector<float> query_, key_;               // fp32 run: [64, d_qk], [S, d_qk]
   std::vector<float> context_;                   // [64, d_v] a block's P·V sums
   const void* value_ = nullptr;                  // value[h] [S, d_v] as stored
-  std::vector<uint8_t> scratchpad_;
+  Scratchpad scratchpad_;
   dnnl::stream stream_{Dnnl::get().engine};
 };
 

@@ -10,7 +10,10 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <cstddef>
+#include <memory>
 #include <string>
+#include <vector>
 
 #if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
 // The OpenMP run time oneDNN's threads come from (libgomp); declared here rather than
@@ -53,6 +56,33 @@ class DnnlThreads {
 
  private:
   [[maybe_unused]] int saved_ = 0;
+};
+
+// The attributes of every primitive the backend makes: fpmath mode strict (f32 stays f32, no
+// bf16/tf32 down-conversion) and a user scratchpad (each caller passes its own, so concurrent
+// executions never share one).
+inline dnnl::primitive_attr strict_user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// One caller's scratchpad, grown to the largest a primitive asked for, 64-byte aligned (a cache
+// line, as oneDNN's own buffers).
+class Scratchpad {
+ public:
+  dnnl::memory for_primitive(const dnnl::memory::desc& md, const dnnl::engine& engine) {
+    const size_t bytes = md.get_size();
+    bytes_.resize(std::max(bytes_.size(), bytes + kAlign));
+    void* p = bytes_.data();
+    size_t space = bytes_.size();
+    return dnnl::memory(md, engine, std::align(kAlign, bytes, p, space));
+  }
+
+ private:
+  static constexpr size_t kAlign = 64;
+  std::vector<char> bytes_;
 };
 
 // "oneDNN 2.6.3"
