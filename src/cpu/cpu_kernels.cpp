@@ -89,20 +89,16 @@ void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, bool b
             MatrixRM& y) {
   const int64_t seq_len = x.rows(), out_features = weight.rows();
   y.resize(seq_len, out_features);
-#if MLA_HAVE_BLAS
-  // One sgemm: y[S, out] = x[S, in] * W^T; W [out, in] row-major is W^T [in, out] column-major.
+  // Slices of kLinearSlice out-features, fixed whatever `threads` is; one product each, on one
+  // thread (OpenBLAS's own threads off while the workers run).
+  const int64_t slices = (out_features + kLinearSlice - 1) / kLinearSlice;
   {
-    BlasThreads blas(threads);
-    y.noalias() = x * weight.transpose();
+    BlasThreads one_blas_thread_per_worker(1);
+    parallel_for(slices, threads, [&](int64_t slice, int) {
+      const int64_t begin = slice * kLinearSlice, width = std::min(kLinearSlice, out_features - begin);
+      y.middleCols(begin, width).noalias() = x * weight.middleRows(begin, width).transpose();
+    });
   }
-#else
-  // Eigen's kernel runs on one core without OpenMP: split the out-features over the workers.
-  const int64_t slices = std::min<int64_t>(std::max(threads, 1), out_features);
-  parallel_for(slices, threads, [&](int64_t slice, int) {
-    const int64_t begin = out_features * slice / slices, end = out_features * (slice + 1) / slices;
-    y.middleCols(begin, end - begin).noalias() = x * weight.middleRows(begin, end - begin).transpose();
-  });
-#endif
   // epilogue: + bias, then one bf16 rounding of the output; rows split over the workers
   if (bias == nullptr && !bf16) return;
   const int64_t row_slices = std::min<int64_t>(std::max(threads, 1), seq_len);

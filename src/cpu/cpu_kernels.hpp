@@ -71,8 +71,12 @@ void round_to_bf16_block(float* x, int64_t rows, int64_t cols, int64_t ld);
 // y = x W^T (+ b)                                   torch: y = F.linear(x, W, b)
 //   x: [S, in], weight: [out, in], bias: [out] or nullptr -> y: [S, out]
 //   bf16: y = bf16(fp32 sum) (§7 rows 1, 3, 5, 7, 15; the bias joins the fp32 sum).
-// With OpenBLAS one multi-threaded sgemm; without it the out-features are split over
-// `threads` workers, each running Eigen's kernel on its slice.
+// The out-features are cut into fixed slices of kLinearSlice columns (the cut does not depend on
+// `threads`), and each slice is one single-threaded product (OpenBLAS sgemm, or Eigen's kernel
+// without BLAS) run by one of `threads` workers. So y is the same bits for every thread count:
+// a multi-threaded sgemm partitions the product by the thread count, and its edge kernels sum
+// in another order (seen with OPENBLAS_CORETYPE=Haswell on a Zen 4 core; docs/cpu-gemm.md §2).
+inline constexpr int64_t kLinearSlice = 64;
 void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, bool bf16, int threads,
             MatrixRM& y);
 
