@@ -66,8 +66,19 @@ class Checkpoint {
   const std::vector<std::string>& shards() const { return shard_paths_; }
   // All tensors of all shards, in shard then offset order.
   std::vector<TensorLocation> list_tensors() const;
-  // Layers for which all attention tensors are present.
+  // Layers below num_hidden_layers whose attention tensors are all named by the index (or the
+  // single file), found from the tensor names: the cost is the number of tensors, not of layers.
+  std::vector<int64_t> layers_mapped() const;
+  // Those of them whose shards exist.
   std::vector<int64_t> layers_present() const;
+  // Why layer L is not among them, in a few words ("layer 3 lacks self_attn.q_proj.weight
+  // (q_lora_rank is 0 ...)", "layer 3's shard '...' is missing"); "" when it is.
+  std::string layer_absent_reason(int64_t layer) const;
+  // Every attention tensor of layer L (+ input_layernorm) checked from the headers without
+  // reading data: mapped, its shard present and holding it, dtype, shape against the config
+  // (FP8: its block scales too). Errors as load_layer's. A loop over layers calls it for every
+  // layer before the first one runs.
+  void check_layer(int64_t layer, bool with_input_layernorm = false) const;
   // The prefix in use, e.g. "language_model.model." (empty if none).
   const std::string& prefix() const { return prefix_; }
 
@@ -107,9 +118,17 @@ struct SynthOptions {
   uint64_t seed = 0;
   int64_t shards = 2;            // at least 2 (index + shards, real layout)
 };
-// Writes config.json, model.safetensors.index.json and the shards; returns the config used.
+class OutputSet;
+// Writes config.json, model.safetensors.index.json and the shards into opts.out_dir as one output
+// set (mla/output_set.hpp: the directory gets the whole checkpoint or keeps what it held); returns
+// the config used.
 AttentionConfig synthesize_checkpoint(const SynthOptions& opts);
 // Same, for an explicit config (tests use it for odd geometries).
 void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg);
+// The preset's config with opts.vocab applied (no files written).
+AttentionConfig synth_preset_config(const SynthOptions& opts);
+// The checkpoint's files into an open output set (opts.out_dir is not used), which the caller
+// commits, possibly with files of its own beside them.
+void write_synthetic_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg, OutputSet& out);
 
 }  // namespace mla

@@ -54,6 +54,21 @@ struct AttentionConfig {
   bool operator==(const AttentionConfig&) const = default;  // field by field, exact
 };
 
+// The largest count config.json may give, far above any real model's (Kimi K2.6: hidden 7168,
+// 64 heads, ranks 1536 / 512, head dims 128 / 64, 61 layers, vocab 163840, 262144 positions),
+// and low enough that products of them cannot overflow 64 bits and that nothing walks a
+// billion layers. A larger value is an Error(Config) naming the key.
+struct ConfigLimits {
+  int64_t hidden_size = int64_t{1} << 17;  // 131072
+  int64_t heads = 4096;
+  int64_t rank = int64_t{1} << 16;         // q_lora_rank, kv_lora_rank
+  int64_t head_dim = 4096;                 // qk_nope / qk_rope / v head dims
+  int64_t layers = 4096;                   // num_hidden_layers
+  int64_t vocab = int64_t{1} << 24;        // 16,777,216
+  int64_t positions = int64_t{1} << 32;    // max_position_embeddings (and yarn's original_)
+};
+inline constexpr ConfigLimits kConfigLimits{};
+
 // Parses config.json text. Throws Error(Config) naming the missing/inconsistent key.
 AttentionConfig parse_config(std::string_view json, const std::string& source_name = "config.json");
 AttentionConfig load_config(const std::string& path);

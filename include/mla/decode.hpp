@@ -60,7 +60,11 @@ struct DecodeOptions {
 };
 // The bad inputs as Error(InvalidArgument) with one clear line: P >= T or P < 1,
 // N = 0 or P + N > T, no budget, K <= sinks + recent, budgets not increasing, duplicate policy.
+// Every sum is overflow-safe (a flag near 2^63 is an error, never a wrapped pass).
 void check_decode_options(const DecodeOptions& opt, int64_t total_rows);
+// The checks of check_decode_options that do not need the input's row count, for the flags
+// right after they are read (before any work).
+void check_decode_flags(const DecodeOptions& opt);
 
 // ---- inputs of one layer (do not depend on eviction: computed once) ---------------------
 

@@ -40,6 +40,11 @@ enum class ErrorKind {
 
 std::string_view error_kind_name(ErrorKind kind);
 
+// `s` fit for one line of an error message: control bytes and bytes that are not valid UTF-8
+// written as \xNN, cut after `max_bytes` with "...". Text taken from an input file (a CSV
+// field, a header) goes through it, and main() passes every message through it too.
+std::string printable_text(std::string_view s, size_t max_bytes = 64);
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message)

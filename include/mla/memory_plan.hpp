@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -31,7 +32,7 @@ struct MemoryRequest {
   Precision precision = Precision::FP32;
   bool dump_tensors = false;  // --dump-tensors: states, output and (below) attn_weights
   bool attn_weights = false;  // attn_weights [n, S, S] in the dump
-  bool tokens_input = false;  // --tokens: input_layernorm loaded too
+  bool tokens_input = false;  // --tokens or --residual: input_layernorm loaded too
   int threads = 1;            // cpu workers
   bool holds_attn_weights() const { return dump_tensors && attn_weights; }
 };
@@ -89,6 +90,21 @@ std::vector<MemoryPart> forward_result_memory(const MemoryDims& d, const MemoryR
 
 MemoryEstimate estimate_memory(const AttentionConfig& cfg, const MemoryRequest& req);
 
+// The pieces every plan is made of (a forward's above, decode's in src/decode/decode_memory.cpp):
+// the peak of `phases` plus the process allowance;
+MemoryEstimate estimate_of_phases(std::vector<MemoryPhase> phases, int64_t device_peak_bytes = 0);
+// what the pipeline holds while a layer runs: its weights as loaded, the input rows [S, H],
+// input_layernorm for --tokens / --residual;
+std::vector<MemoryPart> pipeline_held_memory(const MemoryDims& d, bool input_layernorm);
+// whether an estimate fits what is available;
+bool memory_fits(const MemoryEstimate& e, const MemoryBudget& b);
+// the refusal line: "not enough memory for <asked>: needs ~X at its peak (estimated, <phase>)
+// but Y is available (<source>); would fit: <alternatives, each "flag (~size)">";
+std::string memory_refusal(const std::string& asked, const MemoryEstimate& e, const MemoryBudget& b,
+                           const std::vector<std::string>& alternatives);
+// the largest value in [0, upper) for which fits() holds, fits() growing false with the value.
+int64_t largest_fitting(int64_t upper, const std::function<bool(int64_t)>& fits);
+
 struct MemoryPlan {
   MemoryRequest request;          // as asked
   MemoryEstimate estimate;        // of what will run (attn_weights dropped if it cannot fit)
@@ -104,6 +120,28 @@ struct MemoryPlan {
 // --dump-tensors, the largest --seq-len).
 MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, const MemoryBudget& budget);
 
+// ---- decode (src/decode/decode_memory.cpp: the buffers of `mla-h2o decode`) ---------------
+
+struct DecodeMemoryRequest {
+  BackendKind backend = BackendKind::Cpu;  // Cpu | Reference
+  int64_t input_rows = 0;     // rows the input holds (>= prompt_len + steps)
+  int64_t prompt_len = 0;     // P
+  int64_t steps = 0;          // N
+  int64_t query_window = 32;  // prompt rows whose queries are held besides the N steps (snapkv)
+  int64_t budgets = 1;        // how many cache budgets
+  int64_t largest_budget = 0; // the largest K
+  int64_t policies = 1;       // policies other than full
+  bool naive = false;         // --attention naive: per-head k/v of every token
+  Precision precision = Precision::FP32;
+  bool dump_tensors = false;
+  bool input_layernorm = false;  // --tokens / --residual
+  int threads = 1;
+};
+MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req);
+// As plan_memory: fits, or a refusal naming what would (--attention absorbed, --precision bf16,
+// no --dump-tensors, fewer --steps, a shorter --prompt-len).
+MemoryPlan plan_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req, const MemoryBudget& budget);
+
 // ---- the cost of the reference backend (its announced estimate and its progress) ----------
 
 // Floating-point operations of each stage of ref::forward (multiply-add = 2), in its order:
@@ -115,7 +153,7 @@ std::vector<std::pair<std::string, double>> reference_stage_flops(const Attentio
 // on one core.
 inline constexpr double kReferenceFlopsPerSecond = 1.5e9;
 
-// "12.3 GiB", "850 MiB"
+// "12.3 GiB", "850 MiB", "100 KiB", "512 bytes"
 std::string format_bytes(int64_t bytes);
 
 }  // namespace mla

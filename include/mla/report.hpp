@@ -169,10 +169,6 @@ std::vector<std::string> write_tensor_dump(const std::string& path, const Tensor
                                            const ForwardResult& result, int64_t n_heads,
                                            const std::map<std::string, std::string>& metadata);
 
-// Output directory handling: creates `dir` (and parents); throws Error(Io) naming the
-// directory when it cannot be created or written to.
-void ensure_output_dir(const std::string& dir);
-// Writes `text` to `path` (temporary file + rename); throws Error(Io) naming the path.
-void write_text_file(const std::string& path, const std::string& text);
+// The files of a command go through one output set: mla/output_set.hpp.
 
 }  // namespace mla

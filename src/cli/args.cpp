@@ -124,18 +124,30 @@ std::vector<int64_t> Args::int_list(const std::string& flag, const std::vector<i
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what) {
   std::vector<int64_t> out;
   std::string cur;
+  bool item_since_comma = false, comma_seen = false;
   auto flush = [&] {
     if (cur.empty()) return;
     int64_t v = 0;
-    if (!parse_i64(cur, v)) bad(what + ": '" + cur + "' is not an integer");
+    if (!parse_i64(cur, v)) bad(what + ": '" + printable_text(cur) + "' is not an integer");
     out.push_back(v);
+    item_since_comma = true;
     cur.clear();
   };
+  auto empty_item = [&] { bad(what + ": empty item in '" + printable_text(text) + "' (expected a list like 3,17,250)"); };
   for (char c : text) {
-    if (c == ',' || c == ' ' || c == '\n' || c == '\r' || c == '\t') flush();
-    else cur += c;
+    if (c == ',') {
+      flush();
+      if (!item_since_comma) empty_item();  // ",5", "40,,50"
+      item_since_comma = false;
+      comma_seen = true;
+    } else if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+      flush();
+    } else {
+      cur += c;
+    }
   }
   flush();
+  if (comma_seen && !item_since_comma) empty_item();  // "40,"
   if (out.empty()) bad(what + ": empty list");
   return out;
 }

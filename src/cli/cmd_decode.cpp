@@ -4,18 +4,18 @@
 //
 // Pipeline, each stage timed:
 //   1. settings           every bad flag is one error line, before any work
-//   2. output directory   created first, so an unwritable --out fails early
+//   2. output set         opened first (mla/output_set.hpp), so a bad or busy --out fails early
 //   3. checkpoint, layer, input rows [T, H]; then the decode options are checked against T
 //   4. backend            prepare + the two forwards of compute_decode_inputs (prefill, queries)
 //   5. decode             run_decode over N steps, all policies and budgets (progress on stderr)
 //   6. outputs            decode.csv, summary.csv, decode.svg, budget.svg (>= 2 budgets),
 //                         report.json, decode_tensors.safetensors (--dump-tensors); the
-//                         summary table on stdout
+//                         summary table on stdout once the set is in place
 //
 // Shape legend: T = P + N rows, H = hidden_size, n heads, r_kv + d_r = latent cache width.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,10 +24,13 @@
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "progress.hpp"
+#include "run_pipeline.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/decode.hpp"
 #include "mla/error.hpp"
+#include "mla/memory_plan.hpp"
+#include "mla/output_set.hpp"
 #include "mla/report.hpp"
 #include "mla/rope.hpp"
 #include "mla/safetensors.hpp"
@@ -81,8 +84,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string join(const std::string& dir, const std::string& name) { return (std::filesystem::path(dir) / name).string(); }
-
 std::vector<Policy> parse_policies(const std::string& list) {
   std::vector<Policy> out;
   std::string cur;
@@ -121,7 +122,8 @@ void write_decode_tensors(const std::string& path, const DecodeInputs& in, const
 
 std::string report_json(const std::map<std::string, std::string>& settings, const AttentionConfig& cfg,
                         const DecodeOptions& opt, int64_t T, const std::vector<DecodeSummary>& sum,
-                        const std::vector<std::pair<std::string, double>>& timing, const std::vector<std::string>& files) {
+                        const std::vector<std::pair<std::string, double>>& timing, const std::vector<std::string>& files,
+                        const MemoryPlan& memory) {
   JsonWriter j;
   j.begin_object();
   j.key("command").value("decode");
@@ -164,8 +166,39 @@ std::string report_json(const std::map<std::string, std::string>& settings, cons
   j.key("files").begin_array();
   for (const auto& f : files) j.value(f);
   j.end_array();
+  j.key("memory").begin_object();  // the plan made before the layer was loaded, and the measured peak
+  j.key("planned_peak_bytes").value(memory.request.seq_len > 0 ? memory.estimate.host_peak_bytes : int64_t{-1});
+  j.key("planned_peak_phase").value(memory.estimate.peak_phase);
+  j.key("available_bytes").value(memory.budget.host_bytes);
+  j.key("available_source").value(memory.budget.host_source);
+  j.key("measured_peak_rss_bytes").value(peak_rss_bytes());
+  j.end_object();
   j.end_object();
   return j.str() + "\n";
+}
+
+// The memory plan of this decode (mla/memory_plan.hpp), from the flags and the input's row
+// count, before the layer or the input is loaded: refuses with one line when it cannot fit.
+MemoryPlan check_decode_memory(const AttentionConfig& cfg, const InputRequest& input, int64_t layer, const DecodeOptions& opt,
+                               const Args& a, bool reference, DecodeAttention attention, const ForwardOptions& fopt) {
+  DecodeMemoryRequest req;
+  req.backend = reference ? BackendKind::Reference : BackendKind::Cpu;
+  req.input_rows = input_seq_len(input, layer);
+  req.prompt_len = opt.prompt_len;
+  req.steps = a.has("steps") ? a.integer("steps", 0) : req.input_rows - opt.prompt_len;
+  if (req.input_rows <= 0 || req.steps < 1 || req.steps > req.input_rows - req.prompt_len) return {};  // reported below
+  req.query_window = opt.snapkv_window;
+  req.budgets = static_cast<int64_t>(opt.budgets.size());
+  req.largest_budget = opt.budgets.back();
+  req.policies = static_cast<int64_t>(std::count_if(opt.policies.begin(), opt.policies.end(), [](Policy p) { return p != Policy::Full; }));
+  req.naive = attention == DecodeAttention::Naive;
+  req.precision = fopt.precision;
+  req.dump_tensors = a.has("dump-tensors");
+  req.input_layernorm = needs_input_layernorm(input);
+  req.threads = cpu_threads(fopt.threads);
+  const MemoryPlan plan = plan_decode_memory(cfg, req, host_memory_budget());
+  if (!plan.fits) fail(ErrorKind::Unsupported, plan.refusal);
+  return plan;
 }
 
 }  // namespace
@@ -204,14 +237,16 @@ int cmd_decode(const std::vector<std::string>& argv) {
   const double progress_after = progress_after_seconds();
   if (a.has("steps") && a.integer("steps", 0) < 1)
     fail(ErrorKind::InvalidArgument, "--steps " + a.str("steps") + ": nothing to measure (need at least one decode step)");
+  check_decode_flags(opt);  // the flags alone (overflow-safe), before any work
 
-  // 2. output directory
-  ensure_output_dir(out_dir);
+  // 2. output set (mla/output_set.hpp): a bad or busy --out fails here, before any work
+  OutputSet out(out_dir, "decode");
 
   // 3. checkpoint, layer, input
   auto t0 = std::chrono::steady_clock::now();
   const Checkpoint ckpt = Checkpoint::open(checkpoint, a.str("config"));
   const AttentionConfig& cfg = ckpt.config();
+  const MemoryPlan memory = check_decode_memory(cfg, input_req, layer, opt, a, reference, attention, fopt);
   const LayerWeights weights = load_checked_layer(ckpt, layer, needs_input_layernorm(input_req));
   const HiddenInput input = load_input(input_req, ckpt, weights, fopt.precision);
   const int64_t T = input.hidden.dim(0);
@@ -275,30 +310,28 @@ int cmd_decode(const std::vector<std::string>& argv) {
                                           : gemm_label(inputs.gemm.engine, inputs.gemm.kernel) + " (" + inputs.gemm.reason + ")"},
       {"rope_order", "latent_cache rope half in HF's de-interleaved order (as key_states)"},
   };
-  std::vector<std::string> files = {join(out_dir, "decode.csv"), join(out_dir, "summary.csv"), join(out_dir, "decode.svg")};
-  write_text_file(files[0], decode_csv(result));
-  write_text_file(files[1], decode_summary_csv(summary));
+  out.write("decode.csv", decode_csv(result));
+  out.write("summary.csv", decode_summary_csv(summary));
   char title[200];
   std::snprintf(title, sizeof title, "layer %lld, P = %lld, K = %lld: rel_error of attn_output per decode step (%s, %s)",
                 static_cast<long long>(layer), static_cast<long long>(opt.prompt_len),
                 static_cast<long long>(opt.budgets.front()), precision_name(fopt.precision), decode_attention_name(attention));
-  write_text_file(files[2], decode_svg(result, opt.budgets.front(), title));
+  out.write("decode.svg", decode_svg(result, opt.budgets.front(), title));
   if (opt.budgets.size() >= 2) {
-    files.push_back(join(out_dir, "budget.svg"));
     std::snprintf(title, sizeof title, "layer %lld, P = %lld, N = %lld: mean rel_error against the cache budget",
                   static_cast<long long>(layer), static_cast<long long>(opt.prompt_len), static_cast<long long>(opt.steps));
-    write_text_file(files.back(), budget_svg(summary, title));
+    out.write("budget.svg", budget_svg(summary, title));
   }
   if (a.has("dump-tensors")) {
-    files.push_back(join(out_dir, "decode_tensors.safetensors"));
     std::map<std::string, std::string> meta = settings;
     meta["producer"] = std::string("mla-h2o ") + MLA_VERSION;
-    write_decode_tensors(files.back(), inputs, result, meta);
+    write_decode_tensors(out.add("decode_tensors.safetensors"), inputs, result, meta);
   }
-  files.push_back(join(out_dir, "report.json"));
+  const std::vector<std::string> files = out.paths_with({"report.json"});
   timing.emplace_back("outputs", seconds_since(t0));
   timing.emplace_back("total", seconds_since(t_start));
-  write_text_file(files.back(), report_json(settings, cfg, opt, T, summary, timing, files));
+  out.write("report.json", report_json(settings, cfg, opt, T, summary, timing, files, memory));
+  out.commit();
 
   std::printf("mla-h2o decode: layer %lld of %s\n", static_cast<long long>(layer), checkpoint.c_str());
   std::printf("input: %s; prompt %lld rows, %lld decode steps, sinks %lld, recent %lld\n", input.description.c_str(),

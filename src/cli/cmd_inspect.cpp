@@ -10,6 +10,7 @@
 // Progress goes to stderr once reading the shard headers has taken over a second (the
 // environment variable MLA_PROGRESS_AFTER=SECONDS changes the delay; 0 = always).
 #include <charconv>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cinttypes>
@@ -245,8 +246,17 @@ int inspect_checkpoint(const std::string& path, const std::string& config, bool 
     }
     pres += (i ? "," : "") + std::to_string(present[i]);
   }
-  std::printf("\nlayers present: %zu of %lld%s%s\n", present.size(), static_cast<long long>(ck.config().num_hidden_layers),
-              present.empty() ? "" : ": ", pres.c_str());
+  // why a layer the checkpoint names is not present (its shard is missing), or, when none is,
+  // why layer 0 is not
+  std::string why;
+  for (const int64_t L : ck.layers_mapped())
+    if (!std::binary_search(present.begin(), present.end(), L)) {
+      why = " (" + ck.layer_absent_reason(L) + ")";
+      break;
+    }
+  if (why.empty() && present.empty()) why = " (" + ck.layer_absent_reason(0) + ")";
+  std::printf("\nlayers present: %zu of %lld%s%s%s\n", present.size(), static_cast<long long>(ck.config().num_hidden_layers),
+              present.empty() ? "" : ": ", pres.c_str(), why.c_str());
   if (layer0_complete)
     std::printf("layer 0 attention parameters: %s (%d tensors)\n", grouped(params0).c_str(), tensors0);
   else

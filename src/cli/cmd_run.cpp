@@ -7,12 +7,10 @@
 //            scores.svg, report.txt, report.json
 //
 // Shape legend: S = tokens, H = hidden_size, n = heads.
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "args.hpp"
@@ -23,6 +21,8 @@
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
+#include "mla/output_set.hpp"
+#include "mla/regular_file.hpp"
 #include "mla/report.hpp"
 #include "mla/rope.hpp"
 
@@ -31,8 +31,8 @@ namespace mla::cli {
 namespace {
 
 // report: settings, tensors.safetensors (--dump-tensors), scores.csv, heads_kept.csv
-// (--per-head), scores.svg, report.txt, report.json; the text also goes to stdout.
-void report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Report& rep) {
+// (--per-head), scores.svg, report.txt, report.json into the output set; returns the text.
+std::string report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Report& rep, OutputSet& out) {
   const AttentionConfig& cfg = in.ckpt.config();
   const ForwardOptions& fopt = in.options;
   const ForwardResult& fr = ran.result;
@@ -73,22 +73,15 @@ void report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Rep
     info.stage_seconds.insert(info.stage_seconds.end(), phase->begin(), phase->end());
 
   if (plan.dump_tensors) {
-    const std::string path = join_path(plan.out_dir, "tensors.safetensors");
     StageTimer t(info.stage_seconds, "write tensors.safetensors");
-    write_layer_dump(path, plan, in, ran);
-    info.files.push_back(path);
+    write_layer_dump(out.add("tensors.safetensors"), plan, in, ran);
   }
-  const std::string csv = join_path(plan.out_dir, "scores.csv"), json = join_path(plan.out_dir, "report.json"),
-                    svg = join_path(plan.out_dir, "scores.svg"), txt = join_path(plan.out_dir, "report.txt"),
-                    heads = join_path(plan.out_dir, "heads_kept.csv");
-  info.files.insert(info.files.end(), {csv, json, svg, txt});
-  if (plan.per_head) info.files.push_back(heads);
-  write_text_file(csv, scores_csv(rep.scores, rep.decision));
-  if (plan.per_head) write_text_file(heads, heads_csv(rep.head_scores, rep.head_decisions));
+  out.write("scores.csv", scores_csv(rep.scores, rep.decision));
+  if (plan.per_head) out.write("heads_kept.csv", heads_csv(rep.head_scores, rep.head_decisions));
   std::ostringstream title;
   title << "H2O on layer " << plan.layer << ": " << rep.decision.kept() << " of " << S << " tokens kept (" << info.backend
         << ", " << info.precision << ", mask " << mask_name(fopt.mask) << ")";
-  write_text_file(svg, scores_svg(rep.scores, rep.decision, title.str()));
+  out.write("scores.svg", scores_svg(rep.scores, rep.decision, title.str()));
   if (in.memory.request.seq_len > 0) {
     info.memory_planned_bytes = in.memory.estimate.host_peak_bytes;
     info.memory_planned_phase = in.memory.estimate.peak_phase;
@@ -97,17 +90,22 @@ void report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Rep
     info.memory_available_source = in.memory.budget.host_source;
   }
   info.memory_peak_rss_bytes = peak_rss_bytes();
+  info.files = out.paths_with({"report.txt", "report.json"});
   const std::string text = report_text(rep);
-  write_text_file(txt, text);
-  write_text_file(json, report_json(rep));
-  std::fputs(text.c_str(), stdout);
+  out.write("report.txt", text);
+  out.write("report.json", report_json(rep));
+  return text;
 }
 
-int execute_run(const RunPlan& plan) {
+// The pipeline into `out` (opened by the command before any work), then the set moved into
+// place and the report printed.
+int execute_run(const RunPlan& plan, OutputSet& out) {
   const LoadedRun loaded = load(plan);
   Report rep;
   const RunOutcome ran = run(plan, loaded, rep);
-  report(plan, loaded, ran, rep);
+  const std::string text = report(plan, loaded, ran, rep, out);
+  out.commit();
+  std::fputs(text.c_str(), stdout);
   return 0;
 }
 
@@ -159,42 +157,38 @@ std::string default_cache_dir() {
   fail(ErrorKind::InvalidArgument, "no cache directory: set XDG_CACHE_HOME or HOME, or pass --cache-dir DIR");
 }
 
-// The cached demo checkpoint: <cache>/kimi-k2.6-seed0/, complete when its COMPLETE marker
-// (written last) names the same preset and seed. Otherwise it is synthesized into a
-// temporary sibling directory and renamed into place, so an interrupted run never leaves a
-// directory that looks complete.
+// The cached demo checkpoint: <cache>/kimi-k2.6-seed0/, complete when its COMPLETE marker names
+// the same preset and seed. Otherwise it is synthesized as one output set (mla/output_set.hpp)
+// with the marker in it, so an interrupted run never leaves a directory that looks complete; a
+// demo that finds another synthesizing it waits for that one and uses its checkpoint.
 std::string demo_checkpoint(const std::string& cache_dir, bool& reused) {
-  namespace fs = std::filesystem;
   const std::string preset = "kimi-k2.6";
   const uint64_t seed = 0;
   const std::string key = "preset=" + preset + " seed=" + std::to_string(seed) + " layers=0 dtype=bf16\n";
   const std::string dir = join_path(cache_dir, preset + "-seed" + std::to_string(seed));
-  const std::string marker = join_path(dir, "COMPLETE");
-  {
-    std::ifstream in(marker);
-    std::stringstream ss;
-    if (in) ss << in.rdbuf();
-    if (in && ss.str() == key) {
-      reused = true;
-      return dir;
+  const auto complete = [&] {
+    try {
+      return read_regular_file(join_path(dir, "COMPLETE"), 4096) == key;
+    } catch (const Error&) {  // missing or not a file: not complete
+      return false;
     }
-  }
-  reused = false;
-  ensure_output_dir(cache_dir);
-  const std::string tmp = dir + ".partial-" + std::to_string(::getpid());
+  };
+  reused = true;
+  if (complete()) return dir;
   std::error_code ec;
-  fs::remove_all(tmp, ec);
+  if (std::filesystem::exists(cache_dir, ec) && !std::filesystem::is_directory(cache_dir, ec))
+    fail(ErrorKind::InvalidArgument, "--cache-dir " + cache_dir + " exists and is not a directory");
+  OutputSet cache(dir, "demo", OutputSet::Lock::Wait);
+  if (complete()) return dir;  // another demo synthesized it while this one waited
+  reused = false;
   std::fprintf(stderr, "mla-h2o demo: synthesizing the Kimi K2.6-shaped layer 0 once into %s ...\n", dir.c_str());
   SynthOptions so;
   so.preset = preset;
-  so.out_dir = tmp;
   so.seed = seed;
   so.layers = {0};
-  synthesize_checkpoint(so);
-  write_text_file(join_path(tmp, "COMPLETE"), key);
-  fs::remove_all(dir, ec);
-  fs::rename(tmp, dir, ec);
-  if (ec) fail(ErrorKind::Io, "cannot move the synthesized checkpoint to " + dir + ": " + ec.message());
+  write_synthetic_checkpoint(so, synth_preset_config(so), cache);
+  cache.write("COMPLETE", key);
+  cache.commit();
   return dir;
 }
 
@@ -202,6 +196,9 @@ std::string demo_checkpoint(const std::string& cache_dir, bool& reused) {
 // rows, the first 256 the prompt, 64 decode steps, budget 100 = the demo's 4 + 32 + 64.
 static int demo_decode(const Args& a) {
   if (a.has("mask")) fail(ErrorKind::InvalidArgument, "--mask does not apply to --decode (decode attention is causal)");
+  for (const char* flag : {"per-head", "allow-tf32"})
+    if (a.has(flag))
+      fail(ErrorKind::InvalidArgument, std::string("--") + flag + " does not apply to --decode (see mla-h2o decode --help)");
   const std::string cache = a.has("cache-dir") ? a.str("cache-dir") : default_cache_dir();
   bool reused = false;
   std::vector<std::string> argv = {"--checkpoint", demo_checkpoint(cache, reused), "--seq-len", "320", "--seed", "0",
@@ -210,7 +207,9 @@ static int demo_decode(const Args& a) {
                                    "--precision", a.str("precision", "bf16"), "--out", a.str("out", "mla-h2o-out")};
   if (a.has("backend")) argv.insert(argv.end(), {"--backend", a.str("backend")});
   if (a.has("threads")) argv.insert(argv.end(), {"--threads", a.str("threads")});
+  if (a.has("gemm")) argv.insert(argv.end(), {"--gemm", a.str("gemm")});
   if (a.has("dump-tensors")) argv.push_back("--dump-tensors");
+  if (a.has("quiet")) argv.push_back("--quiet");
   return cmd_decode(argv);
 }
 
@@ -226,7 +225,8 @@ int cmd_run(const std::vector<std::string>& argv) {
   plan.layer = a.integer("layer", 0, 0);
   plan.input = input_request(a);
   read_forward_flags(a, plan, "causal", "fp32");
-  return execute_run(plan);
+  OutputSet out(plan.out_dir, plan.command);
+  return execute_run(plan, out);
 }
 
 int cmd_demo(const std::vector<std::string>& argv) {
@@ -242,6 +242,7 @@ int cmd_demo(const std::vector<std::string>& argv) {
   plan.input.seed = 0;
   plan.h2o = H2OOptions{4, 32, 64};
   read_forward_flags(a, plan, "none", "bf16");
+  OutputSet out(plan.out_dir, plan.command);  // before the cache, so a bad --out fails first
   const std::string cache = a.has("cache-dir") ? a.str("cache-dir") : default_cache_dir();
   bool reused = false;
   plan.checkpoint = demo_checkpoint(cache, reused);
@@ -253,7 +254,7 @@ int cmd_demo(const std::vector<std::string>& argv) {
         "mask none: the published demo called DeepseekV3Attention directly with attention_mask=None, so eager attention "
         "applied no mask (docs/math.md §8); --mask causal gives what a model-level forward computes");
   if (plan.forward.precision == Precision::BF16) plan.notes.push_back("precision bf16: the published demo ran BF16");
-  return execute_run(plan);
+  return execute_run(plan, out);
 }
 
 }  // namespace mla::cli

@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -28,6 +27,8 @@
 #include "inputs.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
+#include "mla/output_set.hpp"
+#include "mla/regular_file.hpp"
 #include "mla/report.hpp"
 #include "mla/safetensors.hpp"
 
@@ -89,10 +90,12 @@ double parse_score(const std::string& field, const std::string& where) {
   if (field.empty()) fail(ErrorKind::InvalidValue, where + " is empty");
   char* end = nullptr;
   const double v = std::strtod(field.c_str(), &end);  // underflow to 0 or a subnormal is accepted
-  if (end == field.c_str() || *end != '\0') fail(ErrorKind::InvalidValue, where + ": '" + field + "' is not a number");
+  if (end == field.c_str() || *end != '\0')
+    fail(ErrorKind::InvalidValue, where + ": '" + printable_text(field, 40) + "' is not a number");
   if (std::isnan(v)) fail(ErrorKind::InvalidValue, where + " is NaN");
-  if (std::isinf(v)) fail(ErrorKind::InvalidValue, where + ": '" + field + "' is infinite or out of range");
-  if (v < 0) fail(ErrorKind::InvalidValue, where + ": '" + field + "' is negative (scores are attention mass, >= 0)");
+  if (std::isinf(v)) fail(ErrorKind::InvalidValue, where + ": '" + printable_text(field, 40) + "' is infinite or out of range");
+  if (v < 0)
+    fail(ErrorKind::InvalidValue, where + ": '" + printable_text(field, 40) + "' is negative (scores are attention mass, >= 0)");
   return v;
 }
 
@@ -101,13 +104,12 @@ int64_t parse_index(const std::string& field, const std::string& where) {
   errno = 0;
   const long long v = std::strtoll(field.c_str(), &end, 10);
   if (field.empty() || end == field.c_str() || *end != '\0' || errno != 0 || v < 0)
-    fail(ErrorKind::InvalidValue, where + ": '" + field + "' is not a non-negative integer");
+    fail(ErrorKind::InvalidValue, where + ": '" + printable_text(field, 40) + "' is not a non-negative integer");
   return v;
 }
 
 ScoreInput read_csv(const std::string& path, const std::string& column, bool per_head) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, "--scores " + path + ": cannot open the file");
+  std::istringstream in(read_regular_file(path, int64_t{1} << 32));  // a FIFO or device is refused
   std::string line;
   if (!std::getline(in, line)) fail(ErrorKind::InvalidValue, path + ": empty file (expected a header row)");
   if (line.size() >= 3 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line = line.substr(3);  // UTF-8 BOM
@@ -121,8 +123,8 @@ ScoreInput read_csv(const std::string& path, const std::string& column, bool per
   if (col < 0) {
     std::string cols;
     for (const auto& h : header) cols += (cols.empty() ? "" : ", ") + h;
-    fail(ErrorKind::InvalidValue, path + " line 1: no column '" + column + "' in the header (columns: " + cols +
-                                      "); choose one with --column");
+    fail(ErrorKind::InvalidValue, path + " line 1: no column '" + printable_text(column) + "' in the header (columns: " +
+                                      printable_text(cols, 200) + "); choose one with --column");
   }
   if (per_head && (head_col < 0 || tok_col < 0))
     fail(ErrorKind::InvalidValue, path + " line 1: --per-head needs columns 'head' and 'token_idx' (as heads_kept.csv has)");
@@ -235,7 +237,7 @@ int cmd_select(const std::vector<std::string>& argv) {
   opt.budget = a.integer("budget", 64, 0);
   const std::string out_dir = a.str("out", "mla-h2o-out");
   if (!std::filesystem::exists(path)) fail(ErrorKind::Io, "--scores " + path + ": no such file");
-  ensure_output_dir(out_dir);
+  OutputSet out(out_dir, "select");
 
   const auto t0 = std::chrono::steady_clock::now();
   const ScoreInput in = safetensors ? read_safetensors(path, a.str("tensor", per_head ? "head_scores" : "token_scores"), per_head)
@@ -257,18 +259,17 @@ int cmd_select(const std::vector<std::string>& argv) {
   info.load_seconds = std::chrono::duration<double>(t1 - t0).count();
   info.h2o_seconds = std::chrono::duration<double>(t2 - t1).count();
   info.stage_seconds = {{"read scores", info.load_seconds}, {"h2o select", info.h2o_seconds}};
-  const auto join = [&](const char* name) { return (std::filesystem::path(out_dir) / name).string(); };
-  info.files = {join("scores.csv"), join("report.json"), join("scores.svg"), join("report.txt")};
-  if (per_head) info.files.push_back(join("heads_kept.csv"));
-  write_text_file(join("scores.csv"), scores_csv(rep.scores, rep.decision));
-  if (per_head) write_text_file(join("heads_kept.csv"), heads_csv(rep.head_scores, rep.head_decisions));
-  write_text_file(join("scores.svg"),
-                  scores_svg(rep.scores, rep.decision,
-                             "H2O on " + std::filesystem::path(path).filename().string() + ": " +
-                                 std::to_string(rep.decision.kept()) + " of " + std::to_string(rep.scores.size()) + " tokens kept"));
+  out.write("scores.csv", scores_csv(rep.scores, rep.decision));
+  if (per_head) out.write("heads_kept.csv", heads_csv(rep.head_scores, rep.head_decisions));
+  out.write("scores.svg", scores_svg(rep.scores, rep.decision,
+                                     "H2O on " + std::filesystem::path(path).filename().string() + ": " +
+                                         std::to_string(rep.decision.kept()) + " of " + std::to_string(rep.scores.size()) +
+                                         " tokens kept"));
+  info.files = out.paths_with({"report.txt", "report.json"});
   const std::string text = report_text(rep);
-  write_text_file(join("report.txt"), text);
-  write_text_file(join("report.json"), report_json(rep));
+  out.write("report.txt", text);
+  out.write("report.json", report_json(rep));
+  out.commit();
   std::fputs(text.c_str(), stdout);
   return 0;
 }

@@ -4,9 +4,10 @@
 // Pipeline:
 //   1. output directory      created first, so an unwritable --out fails before any work
 //   2. open checkpoint       config.json + index/shard headers
-//   3. checks                the layer list (all | 0-3,60), every layer present, and with --input
-//                            every layer's tensor (NAME.L, else NAME) present with the same S —
-//                            all before the first layer runs
+//   3. checks                the layer list (all | 0-3,60), every listed layer's attention tensors
+//                            (their shards, dtypes and shapes, from the headers), and with
+//                            --input every layer's tensor (NAME.L, else NAME) present with the
+//                            same S — all before the first layer runs
 //   4. per layer L           run's load and run phases (run_pipeline.hpp): L's attention tensors
 //                            (+ input_layernorm for --tokens and --residual), L's input, backend
 //                            prepare, forward, H2O; the shards are unmapped after the load and
@@ -26,6 +27,7 @@
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "mla/error.hpp"
+#include "mla/output_set.hpp"
 #include "mla/report.hpp"
 #include "mla/rope.hpp"
 #include "mla/safetensors.hpp"
@@ -63,13 +65,14 @@ CommandSpec sweep_spec() {
 }
 
 // "all" -> every layer the checkpoint holds; "0-3,60" -> {0, 1, 2, 3, 60}. Ascending, each
-// layer once, each within num_hidden_layers and present in the checkpoint.
+// layer once, each within num_hidden_layers (its tensors are checked by the caller).
 std::vector<int64_t> parse_layers(const std::string& text, const Checkpoint& ckpt) {
-  if (text == "all") {
-    std::vector<int64_t> present = ckpt.layers_present();
-    if (present.empty())
-      fail(ErrorKind::Checkpoint, "--layers all: " + ckpt.path() + " holds no layer with all its attention tensors");
-    return present;
+  if (text == "all") {  // every layer the checkpoint names; a missing shard fails in the checks
+    std::vector<int64_t> mapped = ckpt.layers_mapped();
+    if (mapped.empty())
+      fail(ErrorKind::Checkpoint, "--layers all: " + ckpt.path() + " holds no layer with all its attention tensors (" +
+                                      ckpt.layer_absent_reason(0) + ")");
+    return mapped;
   }
   std::set<int64_t> layers;
   std::stringstream items(text);
@@ -86,11 +89,13 @@ std::vector<int64_t> parse_layers(const std::string& text, const Checkpoint& ckp
     const int64_t last = dash == std::string::npos ? first : number(item.substr(dash + 1));
     if (last < first)
       fail(ErrorKind::InvalidArgument, "--layers '" + text + "': range '" + item + "' runs backwards");
-    for (int64_t l = first; l <= last; ++l) {
+    if (last >= ckpt.config().num_hidden_layers)  // before the range is walked
+      fail(ErrorKind::InvalidArgument, "--layers '" + text + "': layer " + std::to_string(last) +
+                                           " is out of range: the config has " +
+                                           std::to_string(ckpt.config().num_hidden_layers) + " layers");
+    for (int64_t l = first; l <= last; ++l)
       if (!layers.insert(l).second)
         fail(ErrorKind::InvalidArgument, "--layers '" + text + "': layer " + std::to_string(l) + " is listed twice");
-      check_layer_present(ckpt, l, "--layers: layer " + std::to_string(l));
-    }
   }
   if (layers.empty() || text.back() == ',')
     fail(ErrorKind::InvalidArgument, "--layers '" + text + "': empty item (expected all or a list like 0-3,60)");
@@ -156,8 +161,8 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
   RunInfo& info = rep.info;
   info.command = "sweep";
 
-  // 1-3. output directory, checkpoint, checks (before any layer runs)
-  ensure_output_dir(plan.out_dir);
+  // 1-3. output set, checkpoint, checks (before any layer runs)
+  OutputSet outputs(plan.out_dir, "sweep");
   std::vector<int64_t> layers;
   AttentionConfig cfg;
   {
@@ -165,6 +170,10 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
     const Checkpoint ckpt = Checkpoint::open(plan.checkpoint, plan.config_path);
     cfg = ckpt.config();
     layers = parse_layers(layers_arg, ckpt);
+    for (const int64_t l : layers) {  // every listed layer's tensors, from the headers, before any runs
+      check_layer_present(ckpt, l, "--layers: layer " + std::to_string(l));
+      ckpt.check_layer(l, needs_input_layernorm(plan.input));
+    }
     std::string mode;
     latent_eps(plan.latent_eps_arg, cfg, mode);  // a bad value fails here, not at the first layer
     if (plan.input.kind == InputKind::File) info.notes = check_file_inputs(plan.input, layers, plan.forward.precision);
@@ -217,15 +226,15 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
         info.hidden_shape = loaded.input.hidden.shape;
       }
       if (plan.dump_tensors) {
-        const std::string path = join_path(plan.out_dir, "layer-" + std::to_string(lp.layer) + ".safetensors");
+        const std::string path = outputs.add("layer-" + std::to_string(lp.layer) + ".safetensors");
         StageSeconds dump;
         timed(dump, "dump", [&] { write_layer_dump(path, lp, loaded, ran); });
         layer_seconds += total_seconds(dump);
-        info.files.push_back(path);
       }
       info.stage_seconds.emplace_back("layer " + std::to_string(lp.layer), layer_seconds);
     }  // the layer's weights, input and backend are freed here
-    std::fprintf(stderr, "mla-h2o sweep: layer %lld (%zu/%zu) done in %.2f s, kept %lld of %lld\n",
+    if (!plan.quiet)
+      std::fprintf(stderr, "mla-h2o sweep: layer %lld (%zu/%zu) done in %.2f s, kept %lld of %lld\n",
                  static_cast<long long>(out.layer), k + 1, layers.size(), info.stage_seconds.back().second,
                  static_cast<long long>(out.decision.kept()), static_cast<long long>(seq_len));
     rep.layers.push_back(std::move(out));
@@ -245,25 +254,23 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
   info.allow_tf32 = plan.forward.allow_tf32;
   info.notes.insert(info.notes.begin(), "layers run: " + layer_list_text(layers));
 
-  // 5. outputs
+  // 5. outputs, into the set, which then replaces the directory's previous one
   const std::vector<LayerOverlap> overlaps = layer_overlaps(rep);
-  const std::string layers_csv = join_path(plan.out_dir, "layers.csv"), scores = join_path(plan.out_dir, "scores.csv"),
-                    overlap = join_path(plan.out_dir, "overlap.csv"), svg = join_path(plan.out_dir, "heatmap.svg"),
-                    json = join_path(plan.out_dir, "report.json"), txt = join_path(plan.out_dir, "report.txt");
-  info.files.insert(info.files.end(), {layers_csv, scores, overlap, svg, json, txt});
   {
     StageTimer t(info.stage_seconds, "outputs");
-    write_text_file(layers_csv, sweep_layers_csv(rep));
-    write_text_file(scores, sweep_scores_csv(rep));
-    write_text_file(overlap, sweep_overlap_csv(overlaps));
+    outputs.write("layers.csv", sweep_layers_csv(rep));
+    outputs.write("scores.csv", sweep_scores_csv(rep));
+    outputs.write("overlap.csv", sweep_overlap_csv(overlaps));
     std::ostringstream title;
     title << "H2O scores of " << layers.size() << " layer" << (layers.size() == 1 ? "" : "s") << ", " << seq_len
           << " tokens (" << info.backend << ", " << info.precision << ", mask " << mask_name(plan.forward.mask) << ")";
-    write_text_file(svg, sweep_heatmap_svg(rep, title.str()));
+    outputs.write("heatmap.svg", sweep_heatmap_svg(rep, title.str()));
   }
+  info.files = outputs.paths_with({"report.txt", "report.json"});
   const std::string text = sweep_report_text(rep, overlaps);
-  write_text_file(txt, text);
-  write_text_file(json, sweep_report_json(rep, overlaps));
+  outputs.write("report.txt", text);
+  outputs.write("report.json", sweep_report_json(rep, overlaps));
+  outputs.commit();
   std::fputs(text.c_str(), stdout);
   return 0;
 }

@@ -47,7 +47,7 @@ int cmd_synth(const std::vector<std::string>& argv) {
   opts.preset = args.choice("preset", {"kimi-k2.6", "tiny"}, "tiny");
   opts.dtype = args.choice("dtype", {"bf16", "f32", "f8_e4m3"}, "bf16");
   opts.layers = args.int_list("layers", {0});
-  opts.vocab = args.integer("vocab", 0, 1, int64_t{1} << 31);
+  opts.vocab = args.integer("vocab", 0, 1, kConfigLimits.vocab);
   opts.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
   opts.shards = args.integer("shards", 2, 2, 99999);
 

@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
 #include "mla/random.hpp"
+#include "mla/regular_file.hpp"
 #include "mla/safetensors.hpp"
 
 namespace mla::cli {
@@ -62,13 +62,14 @@ Gemm gemm_choice(const Args& args) {
   return gemm == "onednn" ? Gemm::OneDnn : gemm == "eigen" ? Gemm::Eigen : Gemm::Auto;
 }
 
-int64_t input_seq_len(const InputRequest& req) {
+int64_t input_seq_len(const InputRequest& req, int64_t layer) {
   switch (req.kind) {
     case InputKind::Seeded: return req.seq_len;
     case InputKind::Tokens: return static_cast<int64_t>(parse_token_ids(req.tokens).size());
-    case InputKind::File: {
+    case InputKind::File: {  // the tensor load_input will read: NAME.L when the file holds it, else NAME
       const SafetensorsFile f = SafetensorsFile::open(req.file);
-      const TensorInfo* t = f.find(req.tensor);
+      const TensorInfo* t = f.find(req.tensor + "." + std::to_string(layer));
+      if (t == nullptr) t = f.find(req.tensor);
       if (t == nullptr) return -1;
       if (t->shape.size() == 2) return static_cast<int64_t>(t->shape[0]);
       if (t->shape.size() == 3 && t->shape[0] == 1) return static_cast<int64_t>(t->shape[1]);
@@ -141,15 +142,12 @@ std::vector<int64_t> parse_token_ids(const std::string& arg) {
   std::string text = arg, what = "--tokens";
   const bool looks_like_list = arg.find_first_not_of("0123456789-, \t\r\n") == std::string::npos;
   std::error_code ec;
-  if (std::filesystem::is_regular_file(arg, ec)) {
-    std::ifstream in(arg, std::ios::binary);
-    if (!in) fail(ErrorKind::Io, "--tokens: cannot read " + arg);
-    std::ostringstream os;
-    os << in.rdbuf();
-    text = os.str();
+  if (!looks_like_list || std::filesystem::is_regular_file(arg, ec)) {  // a file (a FIFO is refused, not read)
+    if (!std::filesystem::exists(arg, ec))
+      fail(ErrorKind::InvalidArgument,
+           "--tokens: '" + printable_text(arg) + "' is neither a file nor a list of token ids like 3,17,250");
+    text = read_regular_file(arg, int64_t{1} << 30);
     what = "--tokens " + arg;
-  } else if (!looks_like_list) {
-    fail(ErrorKind::InvalidArgument, "--tokens: '" + arg + "' is neither a file nor a list of token ids like 3,17,250");
   }
   std::vector<int64_t> ids = parse_int_list(text, what);
   for (size_t i = 0; i < ids.size(); ++i)
@@ -234,8 +232,8 @@ void check_layer_present(const Checkpoint& ckpt, int64_t layer, const std::strin
     std::string list;
     for (size_t i = 0; i < present.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(present[i]);
     if (present.size() > 16) list += ", ...";
-    fail(ErrorKind::Checkpoint, flag + ": " + ckpt.path() + " does not hold that layer's attention tensors (layers present: " +
-                                    (list.empty() ? "none" : list) + ")");
+    fail(ErrorKind::Checkpoint, flag + ": " + ckpt.path() + " does not hold that layer's attention tensors: " +
+                                    ckpt.layer_absent_reason(layer) + " (layers present: " + (list.empty() ? "none" : list) + ")");
   }
 }
 

@@ -54,10 +54,10 @@ struct HiddenInput {
   std::vector<int64_t> token_ids;  // --tokens only: [S]
 };
 
-// The number of tokens the request will give, found without building the input (a token
-// list is parsed, a file's header read); -1 when it cannot be told (load_input then reports
+// The number of tokens the request will give layer `layer`, found without building the input (a
+// token list is parsed, a file's header read: tensor NAME.L, else NAME); -1 when it cannot be told (load_input then reports
 // what is wrong). Used by the memory plan before anything large is allocated.
-int64_t input_seq_len(const InputRequest& req);
+int64_t input_seq_len(const InputRequest& req, int64_t layer);
 
 // --gemm auto|onednn|eigen (run, demo, sweep, decode): the cpu backend's GEMM engine.
 Gemm gemm_choice(const Args& args);

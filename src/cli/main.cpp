@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "mla/error.hpp"
+#include "mla/output_set.hpp"
 #include "mla_build_config.h"
 
 namespace {
@@ -56,13 +57,15 @@ int main(int argc, char** argv) {
     try {
       return c.fn(rest);
     } catch (const mla::Error& e) {
-      std::fprintf(stderr, "mla-h2o %s: error: %s\n", c.name, e.what());
+      std::fprintf(stderr, "mla-h2o %s: error: %s%s\n", c.name, mla::printable_text(e.what(), 4096).c_str(),
+                   mla::abandoned_output_note().c_str());
       return e.kind() == mla::ErrorKind::InvalidArgument ? 2 : 1;
     } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "mla-h2o %s: error: out of memory\n", c.name);
+      std::fprintf(stderr, "mla-h2o %s: error: out of memory%s\n", c.name, mla::abandoned_output_note().c_str());
       return 1;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "mla-h2o %s: error: %s\n", c.name, e.what());
+      std::fprintf(stderr, "mla-h2o %s: error: %s%s\n", c.name, mla::printable_text(e.what(), 4096).c_str(),
+                   mla::abandoned_output_note().c_str());
       return 1;
     }
   }

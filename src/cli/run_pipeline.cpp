@@ -1,8 +1,9 @@
 // src/cli/run_pipeline.cpp — the pipeline `run`, `demo` and `sweep` share (run_pipeline.hpp):
 // the flags of a forward, the memory plan, and the load and run phases, each timing its steps
 // (StageTimer):
-//   load     output directory (first, so an unwritable --out fails before any work),
-//            open checkpoint, memory plan (refuses a run that cannot fit before anything
+//   (first)  the output set (mla/output_set.hpp), opened by the command, so an unwritable or
+//            busy --out fails before any work
+//   load     open checkpoint, memory plan (refuses a run that cannot fit before anything
 //            large is allocated: mla/memory_plan.hpp, docs/long-context.md), load layer (the
 //            attention tensors + input_layernorm), build input (--input / --tokens /
 //            --seq-len+--seed)                                             timing_s.load
@@ -102,6 +103,10 @@ double latent_eps(const std::string& arg, const AttentionConfig& cfg, std::strin
 
 // ---- memory plan, cost, peak (docs/long-context.md) ------------------------------------------
 
+int cpu_threads(int requested) {
+  return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 int64_t peak_rss_bytes() {
   struct rusage u {};
   if (getrusage(RUSAGE_SELF, &u) != 0) return -1;
@@ -115,14 +120,13 @@ namespace {
 // cannot, the plan drops it (attn_weights_dropped) and says so on stderr.
 MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg) {
   MemoryRequest req;
-  req.seq_len = input_seq_len(plan.input);
+  req.seq_len = input_seq_len(plan.input, plan.layer);
   req.backend = plan.backend != BackendKind::Auto ? plan.backend : cuda_available() ? BackendKind::Cuda : BackendKind::Cpu;
   req.precision = plan.forward.precision;
   req.dump_tensors = plan.dump_tensors;
   req.attn_weights = plan.dump_tensors;
-  req.tokens_input = plan.input.kind == InputKind::Tokens;
-  req.threads = plan.forward.threads > 0 ? plan.forward.threads
-                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  req.tokens_input = needs_input_layernorm(plan.input);
+  req.threads = cpu_threads(plan.forward.threads);
   if (req.seq_len <= 0) {  // load_input reports what is wrong with the input
     MemoryPlan none;
     none.request = req;
@@ -153,9 +157,8 @@ void announce_reference_cost(const std::string& command, const AttentionConfig& 
 // Each phase times its steps into its own StageSeconds; the report's headline times are the
 // totals of those lists, and its stage list is their concatenation in execution order.
 
-// load: output directory, checkpoint, layer, input                        (timing_s.load)
+// load: checkpoint, memory plan, layer, input                             (timing_s.load)
 LoadedRun load(const RunPlan& plan) {
-  ensure_output_dir(plan.out_dir);  // first, so an unwritable --out fails before any work
   StageSeconds stages;
   LoadedRun r(timed(stages, "open checkpoint", [&] { return Checkpoint::open(plan.checkpoint, plan.config_path); }));
   r.stages = std::move(stages);

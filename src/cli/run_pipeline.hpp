@@ -53,8 +53,9 @@ inline std::string join_path(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
 
-// load: output directory (created first), checkpoint, layer plan.layer (its attention tensors,
-// + input_layernorm for --tokens / --residual), input                    (timing_s.load)
+// load: checkpoint, memory plan, layer plan.layer (its attention tensors, + input_layernorm for
+// --tokens / --residual), input                                         (timing_s.load)
+// The command opens its output set (mla/output_set.hpp) before, so a bad --out fails first.
 struct LoadedRun {
   explicit LoadedRun(Checkpoint c) : ckpt(std::move(c)) {}
   Checkpoint ckpt;
@@ -77,6 +78,9 @@ struct RunOutcome {
   StageSeconds h2o_stages;
 };
 RunOutcome run(const RunPlan& plan, const LoadedRun& in, Report& rep);
+
+// The cpu workers --threads N asks for (0 = every core), as the memory plans count them.
+int cpu_threads(int requested);
 
 // The peak resident set of this process so far (getrusage: ru_maxrss in KiB on Linux), or -1.
 int64_t peak_rss_bytes();

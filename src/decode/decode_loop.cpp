@@ -212,21 +212,17 @@ Policy parse_policy(std::string_view name) {
   fail(ErrorKind::InvalidArgument, "unknown policy '" + std::string(name) + "' (known: " + known + ")");
 }
 
-void check_decode_options(const DecodeOptions& opt, int64_t T) {
+void check_decode_flags(const DecodeOptions& opt) {
   auto bad = [](const std::string& what) { fail(ErrorKind::InvalidArgument, what); };
   if (opt.prompt_len < 1) bad("--prompt-len " + std::to_string(opt.prompt_len) + " must be >= 1");
-  if (opt.prompt_len >= T)
-    bad("--prompt-len " + std::to_string(opt.prompt_len) + " leaves no decode step: the input has " +
-        std::to_string(T) + " rows (P must be < T)");
-  if (opt.steps < 1) bad("--steps 0: nothing to measure (need at least one decode step)");
-  if (opt.prompt_len + opt.steps > T)
-    bad("--prompt-len " + std::to_string(opt.prompt_len) + " + --steps " + std::to_string(opt.steps) + " = " +
-        std::to_string(opt.prompt_len + opt.steps) + " rows, but the input has " + std::to_string(T));
   if (opt.sinks < 0 || opt.recent < 1) bad("--sinks must be >= 0 and --recent >= 1 (the recent window holds x)");
   if (opt.budgets.empty()) bad("--cache-budget: no budget given");
+  int64_t kept = 0;  // sinks + recent, never evicted
+  if (__builtin_add_overflow(opt.sinks, opt.recent, &kept))
+    bad("--sinks " + std::to_string(opt.sinks) + " + --recent " + std::to_string(opt.recent) + " overflows 64 bits");
   for (size_t i = 0; i < opt.budgets.size(); ++i) {
     const int64_t K = opt.budgets[i];
-    if (K <= opt.sinks + opt.recent)
+    if (K <= kept)
       bad("--cache-budget " + std::to_string(K) + " must be > sinks + recent = " + std::to_string(opt.sinks) + " + " +
           std::to_string(opt.recent) + " (they are never evicted)");
     if (i > 0 && K <= opt.budgets[i - 1])
@@ -239,6 +235,18 @@ void check_decode_options(const DecodeOptions& opt, int64_t T) {
       if (opt.policies[i] == opt.policies[j]) bad(std::string("--policy: '") + policy_name(opt.policies[i]) + "' given twice");
   if (opt.snapkv_window < 1 || opt.snapkv_pool < 1 || opt.snapkv_pool % 2 == 0)
     bad("snapkv window must be >= 1 and its pool width odd");
+}
+
+void check_decode_options(const DecodeOptions& opt, int64_t T) {
+  auto bad = [](const std::string& what) { fail(ErrorKind::InvalidArgument, what); };
+  check_decode_flags(opt);
+  if (opt.prompt_len >= T)
+    bad("--prompt-len " + std::to_string(opt.prompt_len) + " leaves no decode step: the input has " +
+        std::to_string(T) + " rows (P must be < T)");
+  if (opt.steps < 1) bad("--steps 0: nothing to measure (need at least one decode step)");
+  if (opt.steps > T - opt.prompt_len)  // P + N > T, without the sum
+    bad("--prompt-len " + std::to_string(opt.prompt_len) + " + --steps " + std::to_string(opt.steps) + " rows, but the input has " +
+        std::to_string(T));
 }
 
 int64_t decode_slots(const DecodeOptions& opt) {

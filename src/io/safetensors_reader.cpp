@@ -53,6 +53,7 @@
 
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
+#include "mla/regular_file.hpp"
 #include "mla/safetensors.hpp"
 
 static_assert(std::endian::native == std::endian::little,
@@ -461,11 +462,9 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = defaul
 SafetensorsFile::~SafetensorsFile() = default;
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  FdGuard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0) fail(ErrorKind::Io, path + ": cannot open: " + std::strerror(errno));
+  FdGuard fd{open_regular_file(path)};  // a FIFO or device is refused before anything could block
   struct stat st {};
   if (::fstat(fd.fd, &st) != 0) fail(ErrorKind::Io, path + ": cannot stat: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail(ErrorKind::Io, path + ": not a regular file");
   const auto file_size = static_cast<uint64_t>(st.st_size);
 
   check_too_small(path, file_size);  // before any read or mmap (mmap of length 0 is EINVAL)

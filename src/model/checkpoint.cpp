@@ -17,6 +17,8 @@
 // Shape legend: H = hidden_size, n = num_attention_heads, r_q = q_lora_rank,
 //   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
 //   V = rows of embed_tokens.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -33,6 +35,7 @@
 #include "mla/error.hpp"
 #include "mla/huge_pages.hpp"
 #include "mla/layer_tensors.hpp"
+#include "mla/regular_file.hpp"
 
 namespace mla {
 namespace fs = std::filesystem;
@@ -138,6 +141,17 @@ struct Checkpoint::Impl {
     return {&f, info};
   }
 
+  // One tensor's header checked against the config without reading its data: mapped, its
+  // shard present and holding it, a loadable dtype, shape [expected]; for F8_E4M3 its
+  // `_scale_inv` blocks present with the right shape. Returns where it lives.
+  struct Located {
+    const SafetensorsFile* file;
+    const TensorInfo* info;
+    const SafetensorsFile* scale_file = nullptr;  // F8_E4M3 only
+    const TensorInfo* scale_info = nullptr;
+  };
+  Located checked(const std::string& ckpt, const std::string& name, const std::vector<int64_t>& expected,
+                  const std::string& expected_names) const;
   // Loads one tensor as fp32 [expected], dequantizing FP8 with its `_scale_inv` blocks, and
   // records its checkpoint dtype in dtypes[field].
   TensorF load_checked(const std::string& ckpt, const std::string& name, const std::string& field,
@@ -155,9 +169,8 @@ namespace {
 // model.safetensors.index.json -> {tensor name: shard file name}.
 std::map<std::string, std::string> read_index(const std::string& index_path) {
   simdjson::dom::parser parser;
-  simdjson::padded_string text;
-  if (simdjson::padded_string::load(index_path).get(text))
-    fail(ErrorKind::Checkpoint, index_path + ": cannot read the index file");
+  // a regular file only (a FIFO would block); Kimi K2.6's index is ~4 MB
+  const simdjson::padded_string text(read_regular_file(index_path, int64_t{256} << 20, ErrorKind::Checkpoint));
   simdjson::dom::element root;
   if (auto err = parser.parse(text).get(root))
     fail(ErrorKind::Checkpoint, index_path + ": not valid JSON (" + simdjson::error_message(err) + ")");
@@ -173,7 +186,7 @@ std::map<std::string, std::string> read_index(const std::string& index_path) {
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
       fail(ErrorKind::Checkpoint, index_path + ": weight_map entry '" + std::string(key) + "' names shard '" + file +
                                       "', which is not a plain file name in the checkpoint directory");
-    out.emplace(std::string(key), file);
+    out[std::string(key)] = file;  // a name given twice: the last entry, as Python's json reads it
   }
   if (out.empty()) fail(ErrorKind::Checkpoint, index_path + ": weight_map is empty");
   return out;
@@ -264,10 +277,22 @@ std::vector<TensorLocation> Checkpoint::list_tensors() const {
   return out;
 }
 
-std::vector<int64_t> Checkpoint::layers_present() const {
+std::vector<int64_t> Checkpoint::layers_mapped() const {
+  // The candidates come from the tensor names ("<prefix>layers.<L>."), so the cost is the number
+  // of tensors whatever num_hidden_layers says.
+  const std::string head = prefix_ + "layers.";
+  std::set<int64_t> candidates;
+  for (const auto& [name, shard] : impl_->weight_map) {
+    if (name.compare(0, head.size(), head) != 0) continue;
+    const size_t dot = name.find('.', head.size());
+    const std::string digits = name.substr(head.size(), dot == std::string::npos ? std::string::npos : dot - head.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int64_t L = std::stoll(digits);
+    if (L < config_.num_hidden_layers) candidates.insert(L);
+  }
   const std::vector<const LayerTensorSpec*> specs = layer_tensors(config_);
   std::vector<int64_t> out;
-  for (int64_t L = 0; L < config_.num_hidden_layers; ++L) {
+  for (const int64_t L : candidates) {
     bool all = true;
     for (const LayerTensorSpec* s : specs) all = all && impl_->weight_map.count(layer_name(prefix_, L, s->checkpoint_suffix()));
     if (all) out.push_back(L);
@@ -275,9 +300,52 @@ std::vector<int64_t> Checkpoint::layers_present() const {
   return out;
 }
 
-TensorF Checkpoint::Impl::load_checked(const std::string& ckpt, const std::string& name, const std::string& field,
-                                       const std::vector<int64_t>& expected, const std::string& expected_names,
-                                       std::map<std::string, std::string>& dtypes) const {
+std::vector<int64_t> Checkpoint::layers_present() const {
+  std::map<std::string, bool> shard_exists;
+  std::vector<int64_t> out;
+  for (const int64_t L : layers_mapped()) {
+    bool all = true;
+    for (const LayerTensorSpec* s : layer_tensors(config_)) {
+      const std::string& shard = impl_->weight_map.at(layer_name(prefix_, L, s->checkpoint_suffix()));
+      auto [known, inserted] = shard_exists.emplace(shard, false);
+      std::error_code ec;
+      if (inserted) known->second = fs::is_regular_file(shard, ec);
+      all = all && known->second;
+    }
+    if (all) out.push_back(L);
+  }
+  return out;
+}
+
+std::string Checkpoint::layer_absent_reason(int64_t layer) const {
+  std::vector<std::string> missing;
+  std::string missing_shard;
+  for (const LayerTensorSpec* s : layer_tensors(config_)) {
+    const std::string name = layer_name(prefix_, layer, s->checkpoint_suffix());
+    const auto it = impl_->weight_map.find(name);
+    std::error_code ec;
+    if (it == impl_->weight_map.end()) {
+      missing.push_back(s->checkpoint_suffix());
+    } else if (missing_shard.empty() && !fs::is_regular_file(it->second, ec)) {
+      struct stat st {};
+      missing_shard = "layer " + std::to_string(layer) + "'s shard '" + it->second + "' (of " + name + ") " +
+                      (::stat(it->second.c_str(), &st) == 0 ? "is not a regular file (" + file_kind_name(st.st_mode) + ")"
+                                                            : std::string("is missing"));
+    }
+  }
+  if (missing.empty()) return missing_shard;
+  std::string why = "layer " + std::to_string(layer) + " lacks " + missing.front();
+  if (missing.size() > 1) why += " and " + std::to_string(missing.size() - 1) + " more of its attention tensors";
+  // q_lora_rank 0 (or null) asks for q_proj; a LoRA checkpoint holds q_a_proj / q_b_proj instead
+  if (!config_.has_q_lora() && impl_->weight_map.count(layer_name(prefix_, layer, "self_attn.q_a_proj.weight")))
+    why += " (q_lora_rank is " + std::to_string(config_.q_lora_rank) +
+           " in the config, which means q_proj, but the checkpoint holds q_a_proj and q_b_proj: set q_lora_rank to their rank)";
+  return why;
+}
+
+Checkpoint::Impl::Located Checkpoint::Impl::checked(const std::string& ckpt, const std::string& name,
+                                                    const std::vector<int64_t>& expected,
+                                                    const std::string& expected_names) const {
   auto [file, info] = locate(name, ckpt);
   const std::string where = "tensor '" + name + "' in shard '" + file->path() + "'";
   if (!is_loadable_dtype(info->dtype))
@@ -287,6 +355,33 @@ TensorF Checkpoint::Impl::load_checked(const std::string& ckpt, const std::strin
   if (shape != expected)
     fail(ErrorKind::Shape, where + " has shape " + shape_string(shape) + ", expected " + shape_string(expected) + " = " +
                                expected_names + " from the config");
+  Located at{file, info};
+  if (info->dtype != DType::F8_E4M3) return at;
+  if (expected.size() != 2) fail(ErrorKind::Unsupported, where + " is F8_E4M3 but only 2-D weights can be block-quantized");
+  const std::string scale_name = name + "_scale_inv";
+  if (weight_map.find(scale_name) == weight_map.end())
+    fail(ErrorKind::TensorNotFound, where + " is F8_E4M3 but its block scale '" + scale_name + "' is missing");
+  auto [sfile, sinfo] = locate(scale_name, ckpt);
+  const int64_t brows = (expected[0] + kFp8Block - 1) / kFp8Block, bcols = (expected[1] + kFp8Block - 1) / kFp8Block;
+  const std::vector<int64_t> sshape(sinfo->shape.begin(), sinfo->shape.end());
+  if (sshape != std::vector<int64_t>{brows, bcols})
+    fail(ErrorKind::Shape, "tensor '" + scale_name + "' in shard '" + sfile->path() + "' has shape " + shape_string(sshape) +
+                               ", expected " + shape_string({brows, bcols}) + " = [ceil(rows/128), ceil(cols/128)] for the " +
+                               shape_string(expected) + " weight");
+  if (sinfo->dtype != DType::F32 && sinfo->dtype != DType::BF16 && sinfo->dtype != DType::F16)
+    fail(ErrorKind::Shape, "tensor '" + scale_name + "' has dtype " + std::string(dtype_name(sinfo->dtype)) + "; expected F32");
+  at.scale_file = sfile;
+  at.scale_info = sinfo;
+  return at;
+}
+
+TensorF Checkpoint::Impl::load_checked(const std::string& ckpt, const std::string& name, const std::string& field,
+                                       const std::vector<int64_t>& expected, const std::string& expected_names,
+                                       std::map<std::string, std::string>& dtypes) const {
+  const Located at = checked(ckpt, name, expected, expected_names);
+  const SafetensorsFile* file = at.file;
+  const TensorInfo* info = at.info;
+  const std::string where = "tensor '" + name + "' in shard '" + file->path() + "'";
 
   // Read with large reads and converted in parallel straight into the tensor (exact for BF16 /
   // F16 / F32 / F8_E4M3); first_bad = first non-finite value of the conversion, or -1. The
@@ -296,23 +391,8 @@ TensorF Checkpoint::Impl::load_checked(const std::string& ckpt, const std::strin
   int64_t first_bad = file->read_float(*info, values);
   if (info->dtype == DType::F8_E4M3) {
     // W[i, j] = fp8(W[i, j]) * scale_inv[i / 128, j / 128]   (docs/math.md §11)
-    if (expected.size() != 2)
-      fail(ErrorKind::Unsupported, where + " is F8_E4M3 but only 2-D weights can be block-quantized");
-    const std::string scale_name = name + "_scale_inv";
-    if (weight_map.find(scale_name) == weight_map.end())
-      fail(ErrorKind::TensorNotFound, where + " is F8_E4M3 but its block scale '" + scale_name + "' is missing");
-    auto [sfile, sinfo] = locate(scale_name, ckpt);
-    const int64_t rows = expected[0], cols = expected[1];
-    const int64_t brows = (rows + kFp8Block - 1) / kFp8Block, bcols = (cols + kFp8Block - 1) / kFp8Block;
-    const std::vector<int64_t> sshape(sinfo->shape.begin(), sinfo->shape.end());
-    if (sshape != std::vector<int64_t>{brows, bcols})
-      fail(ErrorKind::Shape, "tensor '" + scale_name + "' in shard '" + sfile->path() + "' has shape " +
-                                 shape_string(sshape) + ", expected " + shape_string({brows, bcols}) +
-                                 " = [ceil(rows/128), ceil(cols/128)] for the " + shape_string(expected) + " weight");
-    if (sinfo->dtype != DType::F32 && sinfo->dtype != DType::BF16 && sinfo->dtype != DType::F16)
-      fail(ErrorKind::Shape, "tensor '" + scale_name + "' has dtype " + std::string(dtype_name(sinfo->dtype)) +
-                                 "; expected F32");
-    const std::vector<float> scale = sfile->to_float(*sinfo);  // [brows, bcols]
+    const int64_t rows = expected[0], cols = expected[1], bcols = (cols + kFp8Block - 1) / kFp8Block;
+    const std::vector<float> scale = at.scale_file->to_float(*at.scale_info);  // [brows, bcols]
     for (int64_t i = 0; i < rows; ++i) {
       const float* srow = scale.data() + (i / kFp8Block) * bcols;
       float* w = values.data() + i * cols;
@@ -330,10 +410,24 @@ TensorF Checkpoint::Impl::load_checked(const std::string& ckpt, const std::strin
   return t;
 }
 
-LayerWeights Checkpoint::load_layer(int64_t layer, bool with_input_layernorm) const {
-  if (layer < 0 || layer >= config_.num_hidden_layers)
+namespace {
+void check_layer_range(int64_t layer, const AttentionConfig& cfg, const std::string& path) {
+  if (layer < 0 || layer >= cfg.num_hidden_layers)
     fail(ErrorKind::Checkpoint, "layer " + std::to_string(layer) + " is out of range [0, " +
-                                    std::to_string(config_.num_hidden_layers) + ") (num_hidden_layers of " + path_ + ")");
+                                    std::to_string(cfg.num_hidden_layers) + ") (num_hidden_layers of " + path + ")");
+}
+}  // namespace
+
+void Checkpoint::check_layer(int64_t layer, bool with_input_layernorm) const {
+  check_layer_range(layer, config_, path_);
+  for (const LayerTensorSpec* s : layer_tensors(config_))
+    impl_->checked(path_, layer_name(prefix_, layer, s->checkpoint_suffix()), s->shape(config_), s->shape_names);
+  if (with_input_layernorm)
+    impl_->checked(path_, layer_name(prefix_, layer, "input_layernorm.weight"), {config_.hidden_size}, "[hidden_size]");
+}
+
+LayerWeights Checkpoint::load_layer(int64_t layer, bool with_input_layernorm) const {
+  check_layer_range(layer, config_, path_);
   LayerWeights w;
   w.layer = layer;
   for (const LayerTensorSpec* s : layer_tensors(config_))  // the table of mla/layer_tensors.hpp

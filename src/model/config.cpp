@@ -9,6 +9,9 @@
 // which may hold rope_theta too), with the type under "type" or "rope_type".
 //
 // Rules (each mirrors HF; every deviation is an Error(Config) naming file and key):
+//   * a key given twice counts with its last value (Python's json, so transformers);
+//   * every count is bounded by what a real model can have (kConfigLimits, mla/config.hpp), so
+//     an absurd value is refused here, naming the key, before anything walks or allocates by it;
 //   * geometry keys are required integers; sizes must be > 0 (q_lora_rank may be null or 0,
 //     meaning q_proj instead of q_a_proj/q_b_proj); qk_rope_head_dim must be even;
 //     num_key_value_heads (default num_attention_heads, as HF) must equal num_attention_heads.
@@ -29,13 +32,13 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <string>
 
 #include "mla/config.hpp"
 #include "mla/error.hpp"
 #include "mla/json_text.hpp"
+#include "mla/regular_file.hpp"
 
 namespace mla {
 namespace {
@@ -73,18 +76,30 @@ struct Section {
   [[noreturn]] void bad(const std::string& key, const std::string& what) const {
     fail(ErrorKind::Config, source + ": key '" + path + key + "' " + what);
   }
+  // The value of `key`; when the key appears more than once, the last one, as Python's json
+  // and transformers read it.
+  bool find(const std::string& key, element& out) const {
+    bool found = false;
+    for (const auto field : obj) {
+      if (field.key == key) {
+        out = field.value;
+        found = true;
+      }
+    }
+    return found;
+  }
   bool has(const std::string& key) const {
     element e;
-    return !obj.at_key(key).get(e);
+    return find(key, e);
   }
   // present and not null
   bool has_value(const std::string& key) const {
     element e;
-    return !obj.at_key(key).get(e) && e.type() != element_type::NULL_VALUE;
+    return find(key, e) && e.type() != element_type::NULL_VALUE;
   }
   element get(const std::string& key) const {
     element e;
-    if (obj.at_key(key).get(e)) bad(key, "is missing");
+    if (!find(key, e)) bad(key, "is missing");
     return e;
   }
 
@@ -94,11 +109,16 @@ struct Section {
     if (e.type() == element_type::UINT64) bad(key, "is too large (" + describe(e) + ")");
     bad(key, "must be an integer, got " + describe(e));
   }
-  // A size that must be > 0.
-  int64_t positive(const std::string& key) const {
+  // A size that must be > 0, and at most `limit` (what a real model can have).
+  int64_t positive(const std::string& key, int64_t limit) const {
     int64_t v = integer(key);
     if (v <= 0) bad(key, "must be > 0, got " + std::to_string(v));
+    within(key, v, limit);
     return v;
+  }
+  void within(const std::string& key, int64_t v, int64_t limit) const {
+    if (v > limit)
+      bad(key, "is " + std::to_string(v) + ", more than any model has (at most " + std::to_string(limit) + " here)");
   }
   double number(const std::string& key) const {
     element e = get(key);
@@ -180,6 +200,8 @@ RopeConfig parse_rope(const Section& text, int64_t max_position_embeddings) {
                                               ? r.finite_number("original_max_position_embeddings")
                                               : double(max_position_embeddings);
   if (rope.original_max_position_embeddings <= 0) r.bad("original_max_position_embeddings", "must be > 0");
+  if (rope.original_max_position_embeddings > double(kConfigLimits.positions))
+    r.within("original_max_position_embeddings", int64_t{kConfigLimits.positions} + 1, kConfigLimits.positions);
 
   // HF: `rope_parameters.get("beta_fast") or 32` — missing, null and 0 all give the default.
   auto number_or = [&](const char* key, double fallback) {
@@ -219,10 +241,11 @@ AttentionConfig parse_config(std::string_view json, const std::string& source_na
     cfg.nested_text_config = true;
   }
 
-  cfg.hidden_size = text.positive("hidden_size");
-  cfg.num_attention_heads = text.positive("num_attention_heads");
-  cfg.num_key_value_heads =
-      text.has_value("num_key_value_heads") ? text.positive("num_key_value_heads") : cfg.num_attention_heads;
+  cfg.hidden_size = text.positive("hidden_size", kConfigLimits.hidden_size);
+  cfg.num_attention_heads = text.positive("num_attention_heads", kConfigLimits.heads);
+  cfg.num_key_value_heads = text.has_value("num_key_value_heads")
+                                ? text.positive("num_key_value_heads", kConfigLimits.heads)
+                                : cfg.num_attention_heads;
   if (cfg.num_key_value_heads != cfg.num_attention_heads)
     text.bad("num_key_value_heads", "is " + std::to_string(cfg.num_key_value_heads) +
                                         " but must equal num_attention_heads (" +
@@ -231,15 +254,16 @@ AttentionConfig parse_config(std::string_view json, const std::string& source_na
   if (!text.has("q_lora_rank")) text.bad("q_lora_rank", "is missing (use null for q_proj without LoRA)");
   cfg.q_lora_rank = text.has_value("q_lora_rank") ? text.integer("q_lora_rank") : 0;
   if (cfg.q_lora_rank < 0) text.bad("q_lora_rank", "must be >= 0 or null, got " + std::to_string(cfg.q_lora_rank));
-  cfg.kv_lora_rank = text.positive("kv_lora_rank");
-  cfg.qk_nope_head_dim = text.positive("qk_nope_head_dim");
-  cfg.qk_rope_head_dim = text.positive("qk_rope_head_dim");
+  text.within("q_lora_rank", cfg.q_lora_rank, kConfigLimits.rank);
+  cfg.kv_lora_rank = text.positive("kv_lora_rank", kConfigLimits.rank);
+  cfg.qk_nope_head_dim = text.positive("qk_nope_head_dim", kConfigLimits.head_dim);
+  cfg.qk_rope_head_dim = text.positive("qk_rope_head_dim", kConfigLimits.head_dim);
   if (cfg.qk_rope_head_dim % 2 != 0)
     text.bad("qk_rope_head_dim", "must be even (RoPE rotates pairs), got " + std::to_string(cfg.qk_rope_head_dim));
-  cfg.v_head_dim = text.positive("v_head_dim");
-  cfg.num_hidden_layers = text.positive("num_hidden_layers");
-  cfg.vocab_size = text.positive("vocab_size");
-  cfg.max_position_embeddings = text.positive("max_position_embeddings");
+  cfg.v_head_dim = text.positive("v_head_dim", kConfigLimits.head_dim);
+  cfg.num_hidden_layers = text.positive("num_hidden_layers", kConfigLimits.layers);
+  cfg.vocab_size = text.positive("vocab_size", kConfigLimits.vocab);
+  cfg.max_position_embeddings = text.positive("max_position_embeddings", kConfigLimits.positions);
   // HF DeepseekV3Config defaults: rms_norm_eps 1e-6, attention_bias false, rope_interleave true.
   if (text.has_value("rms_norm_eps")) {
     cfg.rms_norm_eps = text.finite_number("rms_norm_eps");
@@ -252,12 +276,8 @@ AttentionConfig parse_config(std::string_view json, const std::string& source_na
 }
 
 AttentionConfig load_config(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(ErrorKind::Config, path + ": cannot open the config file");
-  std::ostringstream os;
-  os << f.rdbuf();
-  if (f.bad()) fail(ErrorKind::Config, path + ": read error");
-  return parse_config(os.str(), path);
+  // a regular file only (a FIFO would block), and config-sized
+  return parse_config(read_regular_file(path, int64_t{16} << 20, ErrorKind::Config), path);
 }
 
 AttentionConfig kimi_k26_config() {

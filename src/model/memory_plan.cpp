@@ -25,13 +25,6 @@ int64_t mul(int64_t a, int64_t b) { return memory_product({a, b}); }
 int64_t mul(int64_t a, int64_t b, int64_t c) { return memory_product({a, b, c}); }
 int64_t mul(int64_t a, int64_t b, int64_t c, int64_t d) { return memory_product({a, b, c, d}); }
 
-// What the pipeline (load, run) holds through the whole forward.
-std::vector<MemoryPart> held_by_pipeline(const MemoryDims& d, const MemoryRequest& r) {
-  std::vector<MemoryPart> p = {{"loaded weights (fp32)", mul(d.P, kF32)}, {"hidden_states input [S,H] f32", mul(d.S, d.H, kF32)}};
-  if (r.tokens_input) p.push_back({"input_layernorm", mul(d.H, kF32)});
-  return p;
-}
-
 // The ForwardResult and what the pipeline builds from it (the report's copies of the scores)
 // and, with a dump, the payloads write_tensor_dump holds until the file is written (F32: 4
 // bytes per value).
@@ -98,13 +91,19 @@ int64_t attention_parameter_count(const AttentionConfig& c) {
 
 MemoryEstimate estimate_memory(const AttentionConfig& cfg, const MemoryRequest& req) {
   const MemoryDims d = memory_dims(cfg, req.seq_len);
-  const std::vector<MemoryPart> held = held_by_pipeline(d, req);
+  const std::vector<MemoryPart> held = pipeline_held_memory(d, req.tokens_input);  // load, run: the whole forward
   const BackendMemory backend = backend_memory(cfg, req);
   MemoryEstimate e;
   for (const MemoryPhase& p : backend.phases) e.phases.push_back({p.name, joined({&held, &backend.held, &p.parts})});
   const std::vector<MemoryPart> outputs = pipeline_outputs(d, req);
   e.phases.push_back({"outputs", joined({&held, &backend.held, &outputs})});
-  e.device_peak_bytes = backend.device_bytes;
+  return estimate_of_phases(std::move(e.phases), backend.device_bytes);
+}
+
+MemoryEstimate estimate_of_phases(std::vector<MemoryPhase> phases, int64_t device_peak_bytes) {
+  MemoryEstimate e;
+  e.phases = std::move(phases);
+  e.device_peak_bytes = device_peak_bytes;
   int64_t peak = 0;
   for (const MemoryPhase& p : e.phases) {
     if (p.bytes() > peak) {
@@ -114,6 +113,33 @@ MemoryEstimate estimate_memory(const AttentionConfig& cfg, const MemoryRequest& 
   }
   e.host_peak_bytes = std::min(kMemoryUnbounded, peak + kProcessBytes);
   return e;
+}
+
+std::vector<MemoryPart> pipeline_held_memory(const MemoryDims& d, bool input_layernorm) {
+  std::vector<MemoryPart> p = {{"loaded weights (fp32)", memory_product({d.P, kF32})},
+                               {"hidden_states input [S,H] f32", memory_product({d.S, d.H, kF32})}};
+  if (input_layernorm) p.push_back({"input_layernorm", memory_product({d.H, kF32})});
+  return p;
+}
+
+bool memory_fits(const MemoryEstimate& e, const MemoryBudget& b) {
+  if (b.host_bytes >= 0 && e.host_peak_bytes > b.host_bytes) return false;
+  if (b.device_bytes >= 0 && e.device_peak_bytes > b.device_bytes) return false;
+  return true;
+}
+
+std::string memory_refusal(const std::string& asked, const MemoryEstimate& e, const MemoryBudget& b,
+                           const std::vector<std::string>& alternatives) {
+  const bool device = b.device_bytes >= 0 && e.device_peak_bytes > b.device_bytes;
+  std::string line = "not enough memory for " + asked + ": needs ~" +
+                     format_bytes(device ? e.device_peak_bytes : e.host_peak_bytes) + (device ? " of GPU memory" : "") +
+                     " at its peak (estimated, " + e.peak_phase + ") but " +
+                     format_bytes(device ? b.device_bytes : b.host_bytes) + " is available (" +
+                     (device ? std::string("cudaMemGetInfo") : b.host_source) + ")";
+  if (alternatives.empty()) return line + "; nothing smaller fits either";
+  line += "; would fit: ";
+  for (size_t i = 0; i < alternatives.size(); ++i) line += (i ? ", or " : "") + alternatives[i];
+  return line;
 }
 
 std::vector<std::pair<std::string, double>> reference_stage_flops(const AttentionConfig& cfg, int64_t seq_len) {
@@ -138,8 +164,12 @@ std::string format_bytes(int64_t bytes) {
     std::snprintf(buf, sizeof buf, "%.3g PiB", b / (1024.0 * 1024 * 1024 * 1024 * 1024));
   } else if (b >= 1024.0 * 1024 * 1024) {
     std::snprintf(buf, sizeof buf, "%.1f GiB", b / (1024.0 * 1024 * 1024));
-  } else {
+  } else if (b >= 1024.0 * 1024) {
     std::snprintf(buf, sizeof buf, "%.0f MiB", b / (1024.0 * 1024));
+  } else if (b >= 1024.0) {
+    std::snprintf(buf, sizeof buf, "%.0f KiB", b / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld bytes", static_cast<long long>(bytes));
   }
   return buf;
 }
@@ -147,12 +177,6 @@ std::string format_bytes(int64_t bytes) {
 // ---- the decision ----------------------------------------------------------------------------
 
 namespace {
-
-bool fits(const MemoryEstimate& e, const MemoryBudget& b) {
-  if (b.host_bytes >= 0 && e.host_peak_bytes > b.host_bytes) return false;
-  if (b.device_bytes >= 0 && e.device_peak_bytes > b.device_bytes) return false;
-  return true;
-}
 
 std::string asked(const MemoryRequest& r) {
   std::string s = "S = " + std::to_string(r.seq_len) + " tokens, --backend " + backend_name(r.backend) +
@@ -168,12 +192,12 @@ MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, con
   plan.request = req;
   plan.budget = budget;
   plan.estimate = estimate_memory(cfg, req);
-  if (fits(plan.estimate, budget)) return plan;
+  if (memory_fits(plan.estimate, budget)) return plan;
   if (req.dump_tensors && req.attn_weights) {
     MemoryRequest without = req;
     without.attn_weights = false;
     const MemoryEstimate e = estimate_memory(cfg, without);
-    if (fits(e, budget)) {
+    if (memory_fits(e, budget)) {
       plan.note = "attn_weights [" + std::to_string(cfg.num_attention_heads) + ", " + std::to_string(req.seq_len) + ", " +
                   std::to_string(req.seq_len) + "] not dumped: with it the run needs ~" +
                   format_bytes(plan.estimate.host_peak_bytes) + " but " + format_bytes(budget.host_bytes) +
@@ -184,16 +208,10 @@ MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, con
     }
   }
   plan.fits = false;
-  const bool device = budget.device_bytes >= 0 && plan.estimate.device_peak_bytes > budget.device_bytes;
-  std::string line = "not enough memory for " + asked(req) + ": needs ~" +
-                     format_bytes(device ? plan.estimate.device_peak_bytes : plan.estimate.host_peak_bytes) +
-                     (device ? " of GPU memory" : "") + " at its peak (estimated, " + plan.estimate.peak_phase +
-                     ") but " + format_bytes(device ? budget.device_bytes : budget.host_bytes) + " is available (" +
-                     (device ? std::string("cudaMemGetInfo") : budget.host_source) + ")";
   std::vector<std::string> alternatives;
   auto try_option = [&](MemoryRequest alt, const std::string& flag) {
     const MemoryEstimate e = estimate_memory(cfg, alt);
-    if (fits(e, budget)) alternatives.push_back(flag + " (~" + format_bytes(e.host_peak_bytes) + ")");
+    if (memory_fits(e, budget)) alternatives.push_back(flag + " (~" + format_bytes(e.host_peak_bytes) + ")");
   };
   if (req.precision == Precision::FP32) {
     MemoryRequest alt = req;
@@ -211,26 +229,27 @@ MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, con
     try_option(alt, "no --dump-tensors");
   }
   // the largest S that fits as asked (the estimate grows with S)
-  int64_t lo = 0, hi = req.seq_len;
+  const int64_t lo = largest_fitting(req.seq_len, [&](int64_t S) {
+    MemoryRequest alt = req;
+    alt.seq_len = S;
+    return memory_fits(estimate_memory(cfg, alt), budget);
+  });
+  if (lo >= 1) alternatives.push_back("--seq-len " + std::to_string(lo >= 1024 ? lo / 1024 * 1024 : lo) + " or fewer tokens");
+  plan.refusal = memory_refusal(asked(req), plan.estimate, budget, alternatives);
+  return plan;
+}
+
+int64_t largest_fitting(int64_t upper, const std::function<bool(int64_t)>& fits) {
+  int64_t lo = 0, hi = upper;  // fits(hi) is false; fits(0) counts as true
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
-    MemoryRequest alt = req;
-    alt.seq_len = mid;
-    if (fits(estimate_memory(cfg, alt), budget)) {
+    if (fits(mid)) {
       lo = mid;
     } else {
       hi = mid;
     }
   }
-  if (lo >= 1) alternatives.push_back("--seq-len " + std::to_string(lo >= 1024 ? lo / 1024 * 1024 : lo) + " or fewer tokens");
-  if (alternatives.empty()) {
-    line += "; nothing smaller fits either";
-  } else {
-    line += "; would fit: ";
-    for (size_t i = 0; i < alternatives.size(); ++i) line += (i ? ", or " : "") + alternatives[i];
-  }
-  plan.refusal = line;
-  return plan;
+  return lo;
 }
 
 }  // namespace mla

@@ -63,8 +63,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -75,11 +73,12 @@
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/fp8.hpp"
+#include "mla/memory_plan.hpp"
+#include "mla/output_set.hpp"
 #include "mla/random.hpp"
 #include "mla/safetensors.hpp"
 
 namespace mla {
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -292,17 +291,9 @@ std::string shard_file_name(size_t index, size_t total) {
   return buf;
 }
 
-void write_text_file(const fs::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) fail(ErrorKind::Io, "cannot write '" + path.string() + "'");
-  f << text;
-  f.close();
-  if (!f) fail(ErrorKind::Io, "write error on '" + path.string() + "'");
-}
-
 // Encodes the shard's tensors (in parallel; each has its own stream, so the bytes do not
 // depend on the thread count) and writes the shard.
-void write_shard(const fs::path& path, const std::vector<const PlannedTensor*>& tensors, const std::string& dtype,
+void write_shard(const std::string& path, const std::vector<const PlannedTensor*>& tensors, const std::string& dtype,
                  uint64_t seed) {
   std::vector<Encoded> encoded(tensors.size());
   std::atomic<size_t> next{0};
@@ -316,13 +307,12 @@ void write_shard(const fs::path& path, const std::vector<const PlannedTensor*>& 
   for (auto& th : pool) th.join();
   std::vector<TensorToWrite> entries;
   for (const auto& e : encoded) entries.insert(entries.end(), e.entries.begin(), e.entries.end());
-  write_safetensors(path.string(), entries, {{"format", "pt"}});
+  write_safetensors(path, entries, {{"format", "pt"}});
 }
 
-}  // namespace
-
-void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_in) {
-  if (opts.out_dir.empty()) fail(ErrorKind::InvalidArgument, "synth: no output directory given (--out DIR)");
+// The options checked against the config, before anything is written; returns the config
+// with the vocabulary asked for.
+AttentionConfig checked_synth_config(const SynthOptions& opts, const AttentionConfig& cfg_in) {
   if (opts.dtype != "bf16" && opts.dtype != "f32" && opts.dtype != "f8_e4m3")
     fail(ErrorKind::InvalidArgument, "synth: dtype '" + opts.dtype + "' is not one of bf16, f32, f8_e4m3");
   if (opts.shards < 2) fail(ErrorKind::InvalidArgument, "synth: --shards must be >= 2 (index + shards layout), got " +
@@ -342,7 +332,14 @@ void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_
                                            std::to_string(cfg.num_hidden_layers) + ")");
     if (!seen.insert(L).second) fail(ErrorKind::InvalidArgument, "synth: layer " + std::to_string(L) + " listed twice");
   }
+  return cfg;
+}
 
+}  // namespace
+
+void write_synthetic_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_in, OutputSet& out) {
+  const AttentionConfig cfg = checked_synth_config(opts, cfg_in);
+  const std::set<int64_t> seen(opts.layers.begin(), opts.layers.end());
   const std::string prefix = cfg.nested_text_config ? "language_model.model." : "model.";
   std::vector<PlannedTensor> plan;
   for (int64_t L : seen) {
@@ -373,20 +370,28 @@ void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_
     before += t.stored_bytes;
   }
 
-  const fs::path dir(opts.out_dir);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) fail(ErrorKind::Io, "synth: cannot create directory '" + opts.out_dir + "'");
+  // Memory plan: write_shard encodes a whole shard in memory before writing it.
+  std::vector<uint64_t> shard_bytes(N + 1, 0);
+  for (const auto& t : plan) shard_bytes[t.shard] += t.stored_bytes;
+  const size_t largest = static_cast<size_t>(std::max_element(shard_bytes.begin(), shard_bytes.end()) - shard_bytes.begin());
+  const MemoryBudget budget = host_memory_budget();
+  const uint64_t need = shard_bytes[largest] + (uint64_t{256} << 20);  // + the process itself
+  if (budget.host_bytes >= 0 && need > static_cast<uint64_t>(budget.host_bytes))
+    fail(ErrorKind::Unsupported, "not enough memory for synth: shard " + shard_file_name(largest, N) +
+                                     " is built in memory before it is written and needs ~" +
+                                     format_bytes(static_cast<int64_t>(std::min<uint64_t>(need, INT64_MAX / 4))) + " but " +
+                                     format_bytes(budget.host_bytes) + " is available (" + budget.host_source +
+                                     "); fewer layers per shard (--shards) or a smaller --vocab would fit");
 
-  // Shards, index, config — written in that order so that a complete config.json means a
-  // complete checkpoint.
+  // Shards, index, config, into the output set: the directory gets the whole checkpoint or
+  // keeps what it held.
   std::map<std::string, std::string> weight_map;
   for (size_t s = 1; s <= N; ++s) {
     std::vector<const PlannedTensor*> in_shard;
     for (const auto& t : plan)
       if (t.shard == s) in_shard.push_back(&t);
     const std::string file = shard_file_name(s, N);
-    write_shard(dir / file, in_shard, opts.dtype, opts.seed);
+    write_shard(out.add(file), in_shard, opts.dtype, opts.seed);
     for (const auto* t : in_shard) {
       weight_map[t->name] = file;
       if (opts.dtype == "f8_e4m3" && t->is_linear) weight_map[t->name + "_scale_inv"] = file;
@@ -398,11 +403,19 @@ void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_
   for (const auto& [name, file] : weight_map)
     index += "    \"" + name + "\": \"" + file + "\"" + (++k < weight_map.size() ? ",\n" : "\n");
   index += "  }\n}\n";
-  write_text_file(dir / "model.safetensors.index.json", index);
-  write_text_file(dir / "config.json", config_to_json(cfg, cfg.nested_text_config));
+  out.write("model.safetensors.index.json", index);
+  out.write("config.json", config_to_json(cfg, cfg.nested_text_config));
 }
 
-AttentionConfig synthesize_checkpoint(const SynthOptions& opts) {
+void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg) {
+  if (opts.out_dir.empty()) fail(ErrorKind::InvalidArgument, "synth: no output directory given (--out DIR)");
+  checked_synth_config(opts, cfg);  // a bad option fails before the directory is touched
+  OutputSet out(opts.out_dir, "synth");
+  write_synthetic_checkpoint(opts, cfg, out);
+  out.commit();
+}
+
+AttentionConfig synth_preset_config(const SynthOptions& opts) {
   AttentionConfig cfg;
   int64_t default_vocab = 0;
   if (opts.preset == "kimi-k2.6") {
@@ -415,9 +428,12 @@ AttentionConfig synthesize_checkpoint(const SynthOptions& opts) {
     fail(ErrorKind::InvalidArgument, "synth: preset '" + opts.preset + "' is not one of kimi-k2.6, tiny");
   }
   cfg.vocab_size = opts.vocab > 0 ? opts.vocab : default_vocab;
-  SynthOptions o = opts;
-  o.vocab = cfg.vocab_size;
-  synthesize_checkpoint(o, cfg);
+  return cfg;
+}
+
+AttentionConfig synthesize_checkpoint(const SynthOptions& opts) {
+  const AttentionConfig cfg = synth_preset_config(opts);
+  synthesize_checkpoint(opts, cfg);
   return cfg;
 }
 

@@ -155,6 +155,66 @@ BOOST_AUTO_TEST_CASE(decision_fits_drops_attn_weights_or_refuses) {
   BOOST_TEST(p.estimate.host_peak_bytes > 0);
 }
 
+// The plan of `mla-h2o decode` (src/decode/decode_memory.cpp): it grows with what decode holds
+// (prompt, steps, budgets x policies, naive's per-head k/v, the reference's doubles) and refuses
+// Kimi at P = 99000 on a 21 GiB machine (issue 20: it ran 24.5 s, then died "out of memory"),
+// naming what would fit.
+BOOST_AUTO_TEST_CASE(decode_plan) {
+  const auto kimi = mla::test::geometry("kimi");
+  mla::DecodeMemoryRequest r;
+  r.input_rows = 4352;
+  r.prompt_len = 4096;
+  r.steps = 256;
+  r.budgets = 3;
+  r.largest_budget = 1024;
+  r.policies = 7;
+  r.threads = 2;
+  const auto peak_of = [&](const mla::DecodeMemoryRequest& q) { return mla::estimate_decode_memory(kimi, q).host_peak_bytes; };
+  const auto steps_of = [&](const mla::DecodeMemoryRequest& q) {  // the "decode steps" phase
+    for (const auto& phase : mla::estimate_decode_memory(kimi, q).phases)
+      if (phase.name == "decode steps") return phase.bytes();
+    return int64_t{-1};
+  };
+  const int64_t base = peak_of(r), base_steps = steps_of(r);
+  BOOST_TEST_REQUIRE(base_steps > 0);
+  auto more = r;
+  more.prompt_len = 8192;
+  more.input_rows = 8448;
+  BOOST_TEST(peak_of(more) > base);
+  more = r;
+  more.steps = 512;
+  more.input_rows = 4608;
+  BOOST_TEST(peak_of(more) > base);
+  BOOST_TEST(steps_of(more) > base_steps);
+  more = r;
+  more.budgets = 6;  // more traces and contexts during the steps (the prefill is the same)
+  BOOST_TEST(steps_of(more) > base_steps);
+  more = r;
+  more.naive = true;  // the per-head k/v of every token
+  BOOST_TEST(steps_of(more) > base_steps);
+  more = r;
+  more.backend = BackendKind::Reference;  // doubles, and [n, P, P] three times
+  BOOST_TEST(peak_of(more) > base);
+  // every phase holds at least the weights as loaded and the input rows
+  for (const auto& phase : mla::estimate_decode_memory(kimi, r).phases)
+    BOOST_TEST(phase.bytes() > 4 * mla::attention_parameter_count(kimi) + 4 * r.input_rows * kimi.hidden_size, phase.name);
+
+  mla::MemoryBudget machine;
+  machine.host_bytes = 21 * kGiB;
+  machine.host_source = "MemAvailable";
+  BOOST_TEST(mla::plan_decode_memory(kimi, r, machine).fits);
+  auto huge = r;
+  huge.input_rows = 100000;
+  huge.prompt_len = 99000;
+  huge.steps = 1000;
+  const auto p = mla::plan_decode_memory(kimi, huge, machine);
+  BOOST_TEST(!p.fits);
+  BOOST_TEST(p.refusal.find('\n') == std::string::npos);
+  for (const char* w : {"not enough memory for decode of P = 99000 prompt rows and N = 1000 steps", "at its peak (estimated, ",
+                        "is available (MemAvailable)", "would fit: "})
+    BOOST_TEST(contains(p.refusal, w), "missing '" << w << "' in: " << p.refusal);
+}
+
 BOOST_AUTO_TEST_CASE(parsers) {
   const std::string meminfo = "MemTotal:       24588000 kB\nMemFree:         1000000 kB\nMemAvailable:   21000000 kB\n";
   BOOST_TEST(mla::parse_meminfo_available(meminfo) == int64_t{21000000} * 1024);
@@ -168,6 +228,8 @@ BOOST_AUTO_TEST_CASE(parsers) {
   for (const char* bad : {"", "G", "-1", "1.5G", "8X", "99999999999999999999"}) BOOST_TEST(mla::parse_byte_count(bad) == -1, bad);
   BOOST_TEST(mla::format_bytes(3 * kGiB / 2) == "1.5 GiB");
   BOOST_TEST(mla::format_bytes(int64_t{850} << 20) == "850 MiB");
+  BOOST_TEST(mla::format_bytes(int64_t{100} << 10) == "100 KiB");  // it printed "0 MiB"
+  BOOST_TEST(mla::format_bytes(512) == "512 bytes");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -421,19 +421,4 @@ BOOST_AUTO_TEST_CASE(tensor_dump_layout) {
   BOOST_TEST(g.to_double(g.at("attn_output"))[0] == 0.1);
 }
 
-BOOST_AUTO_TEST_CASE(output_files_errors) {
-  const std::string dir = mla::test::scratch_dir("report-files");
-  mla::ensure_output_dir(dir + "/a/b");
-  mla::write_text_file(dir + "/a/b/x.txt", "hello\n");
-  BOOST_TEST(mla::test::read_text(dir + "/a/b/x.txt") == "hello\n");
-  try {
-    mla::ensure_output_dir(dir + "/a/b/x.txt");
-    BOOST_ERROR("a file is not a directory");
-  } catch (const mla::Error& e) {
-    BOOST_TEST(contains(e.what(), "x.txt"));
-    BOOST_TEST(contains(e.what(), "not a directory"));
-  }
-  BOOST_CHECK_THROW(mla::write_text_file(dir + "/missing/y.txt", "x"), mla::Error);
-}
-
 BOOST_AUTO_TEST_SUITE_END()

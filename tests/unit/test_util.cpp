@@ -89,10 +89,12 @@ void write_text(const std::string& path, const std::string& text) {
   f << text;
 }
 
-RunResult run_cli(const std::string& args) {
+RunResult run_cli(const std::string& args) { return run_cli_after("", args); }
+
+RunResult run_cli_after(const std::string& shell_setup, const std::string& args) {
   std::string dir = scratch_dir("cli");
   std::string out = dir + "/stdout", err = dir + "/stderr";
-  std::string cmd = "'" + cli_path() + "' " + args + " >'" + out + "' 2>'" + err + "'";
+  std::string cmd = shell_setup + " '" + cli_path() + "' " + args + " >'" + out + "' 2>'" + err + "'";
   int status = std::system(cmd.c_str());
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);

@@ -24,6 +24,9 @@ struct RunResult {
 };
 // Runs `mla-h2o <args>` through /bin/sh (args are passed verbatim; quote as needed).
 RunResult run_cli(const std::string& args);
+// The same with a shell prefix before the program: "MLA_MEMORY_AVAILABLE=100M", "exec timeout 20",
+// "ulimit -f 64; exec".
+RunResult run_cli_after(const std::string& shell_prefix, const std::string& args);
 
 // `mla-h2o synth --preset tiny` (hidden 64, 4 heads, layer 0 written, vocab 97), synthesized
 // once per test process into the scratch area; throws if synth fails.

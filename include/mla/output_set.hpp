@@ -1,0 +1,76 @@
+// mla/output_set.hpp — a command's outputs, written as one set: its output directory holds the
+// previous complete set or the new complete one, never a mix of the two and never a partial
+// file (docs/outputs.md §6, "The output contract").
+//
+//   OutputSet out(dir, "run");                          // before any work: lock, staging directory
+//   out.write("scores.csv", scores_csv(...));           // into the staging directory
+//   write_tensor_dump(out.add("tensors.safetensors"), ...);  // a writer that takes a path
+//   info.files = out.paths_with({"report.json"});       // report.json lists every file of the set
+//   out.write("report.json", report_json(rep));
+//   out.commit();                                       // the set replaces dir's contents in one step
+//
+// The rules:
+//   * `dir` is created when missing. When it exists it must be a directory that holds nothing or
+//     an earlier mla-h2o set (its manifest, .mla-h2o-set, names every entry): anything else is
+//     refused before any work, so no file mla-h2o did not write is ever removed.
+//   * One writer at a time: the writer holds flock(LOCK_EX) on `dir`; a second one fails at once
+//     with one line.
+//   * Files are written into a private staging directory beside `dir` (same parent, so the same
+//     filesystem): ".NAME.mla-h2o-<pid>-<k>". commit() writes the manifest, flushes every file to
+//     disk, then exchanges the staging directory with `dir` in one atomic step
+//     (renameat2 RENAME_EXCHANGE) and removes the previous set, now in the staging place.
+//   * Without commit (an error, or SIGINT / SIGTERM / SIGHUP) the staging directory is removed,
+//     `dir` is left exactly as it was (removed again if this set created it), and the error line
+//     says so (abandoned_output_note()). A staging directory left by a killed process (SIGKILL,
+//     power loss) is removed by the next writer of the same directory.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mla {
+
+class OutputSet {
+ public:
+  enum class Lock { FailIfHeld, Wait };
+  // Claims `dir` for `command` ("run", "synth", ...): see the rules above. Throws Error(Io) or
+  // Error(InvalidArgument) with one line naming the directory.
+  OutputSet(std::string dir, std::string command, Lock lock = Lock::FailIfHeld);
+  ~OutputSet();
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+
+  const std::string& dir() const { return dir_; }  // as given
+
+  // The staging path of file `name` (a plain file name: no '/', not hidden, not added before),
+  // recorded as part of the set, for writers that take a path.
+  std::string add(const std::string& name);
+  // add(name), then the bytes written to it (created exclusively; a failed or short write is an
+  // Error(Io) naming the file and the system's reason).
+  void write(const std::string& name, std::string_view bytes);
+  // The final paths (dir/name) of every file added so far, in order, then those of `also` (files
+  // about to be written, such as the reports that list them) not added yet.
+  std::vector<std::string> paths_with(std::initializer_list<std::string> also = {}) const;
+  // Moves the set into place (see the rules above). Nothing may be added afterwards.
+  void commit();
+  bool committed() const { return committed_; }
+
+ private:
+  std::string dir_, command_, target_, staging_;
+  std::vector<std::string> names_;
+  int lock_fd_ = -1;
+  int slot_ = -1;  // in the signal handler's table
+  bool created_target_ = false, committed_ = false;
+};
+
+// After a command failed: "; DIR left as it was" (or "; DIR not created") for the last output
+// set abandoned in this process, else "". main() appends it to the error line.
+std::string abandoned_output_note();
+
+// The manifest's file name inside every set.
+inline constexpr const char* kOutputManifest = ".mla-h2o-set";
+
+}  // namespace mla

@@ -1,0 +1,140 @@
+// src/decode/decode_memory.cpp — the memory plan of `mla-h2o decode` (mla/memory_plan.hpp):
+// the buffers of decode_inputs.cpp (the prefill), cpu_decode_kernel.cpp (the steps) and
+// decode_loop.cpp (the traces), phase by phase, sized from the geometry and the flags; keep
+// them in step with that code.
+//
+// Shape legend: T = P + N rows used, T_in = rows of the input, P = prompt rows, N = steps,
+// Q = N + query window rows whose queries are held, H = hidden_size, n = heads, r_q / r_kv =
+// q / kv lora ranks, d_n / d_r / d_v = head dims, d_qk = d_n + d_r, W = params of the layer,
+// slots = 1 + budgets x policies (full + each policy at each budget).
+#include <algorithm>
+
+#include "mla/memory_plan.hpp"
+#include "src/cpu/cpu_kernels.hpp"
+
+namespace mla {
+namespace {
+
+constexpr int64_t kF32 = 4, kF64 = 8;
+
+int64_t mul(std::initializer_list<int64_t> f) { return memory_product(f); }
+
+std::vector<MemoryPart> joined(std::vector<MemoryPart> a, const std::vector<MemoryPart>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& r) {
+  const int64_t P = r.prompt_len, N = r.steps, T = P + N;
+  const int64_t window = std::clamp<int64_t>(r.query_window, 1, std::max<int64_t>(P, 1)), Q = T - (P - window);
+  const int64_t slots = 1 + r.budgets * r.policies;
+  const bool f64 = r.backend == BackendKind::Reference;  // the reference holds doubles
+  const int64_t e = f64 ? kF64 : kF32, states_e = r.precision == Precision::BF16 && !f64 ? 2 : e;
+  MemoryDims d = memory_dims(cfg, r.input_rows);
+  // the command: weights as loaded, the input rows and the T rows used (a copy)
+  std::vector<MemoryPart> held = pipeline_held_memory(d, r.input_layernorm);
+  held.push_back({"hidden rows used [T,H] f32", mul({T, d.H, kF32})});
+  d.S = T;
+
+  std::vector<MemoryPhase> phases;
+  // prefill: the layer's projections of all T rows, then the causal attention of the P prompt rows
+  const MemoryPart prepared{"prepared weights (fp32 storage)", mul({d.P, kF32})};
+  const MemoryPart x{"x [T,H]", mul({T, d.H, e})};
+  const MemoryPart q{"q [T,n*d_qk]", mul({T, d.n, d.d_qk, e})};
+  const MemoryPart ckv{"compressed_kv + latent_normed [T]", mul({T, d.r_kv + d.d_r + d.r_kv, e})};
+  const MemoryPart kv{"kv [T,n*(d_n+d_v)]", mul({T, d.n, d.d_n + d.d_v, e})};
+  const MemoryPart k_pe{"k_pe_roped [T,d_r]", mul({T, d.d_r, e})};
+  phases.push_back({"prefill projections", joined(held, {prepared, x, q, ckv, kv, {"q_a + q_a_normed [T,r_q]", mul({2, T, d.r_q, e})}})});
+  std::vector<MemoryPart> attend = {prepared, x, q, ckv, kv, k_pe};
+  if (f64) {  // the reference's two forwards, every intermediate kept, [n, P, P] three times
+    attend.push_back({"reference scores, masked scores, probabilities [n,P,P] f64", mul({3, d.n, P, P, kF64})});
+  } else {
+    attend.push_back({"prompt rows of q, kv, k_pe (copies)", mul({P, d.n * d.d_qk + d.n * (d.d_n + d.d_v) + d.d_r, kF32})});
+    attend.push_back({"prompt keys/values", mul({P, d.n * (d.d_n + d.d_v) + d.d_r, states_e})});
+    attend.push_back({"streaming workspace (per worker)", mul({std::max(r.threads, 1), P, d.d_qk + d.d_v + cpu::kQueryRowBlock, kF32})});
+    attend.push_back({"prompt attn_context [P,n*d_v] f32", mul({P, d.n, d.d_v, kF32})});
+  }
+  attend.push_back({"prefill head_scores [n,P] f64", mul({d.n, P, kF64})});
+  phases.push_back({"prefill attention", joined(held, attend)});
+
+  // the decode inputs, kept through the steps
+  const std::vector<MemoryPart> inputs = {{"latent_cache [T,r_kv+d_r] f64", mul({T, d.r_kv + d.d_r, kF64})},
+                                          {"query_states [n,Q,d_qk] f64", mul({d.n, Q, d.d_qk, kF64})}};
+  // the steps: the kernel's copies and buffers, then the traces run_decode keeps
+  std::vector<MemoryPart> kernel = {
+      {"kernel weights kv_b_proj + o_proj", mul({d.n * (d.d_n + d.d_v) * d.r_kv + d.H * d.n * d.d_v, e})},
+      {"kernel latent cache [T,r_kv+d_r]", mul({T, d.r_kv + d.d_r, e})},
+      {"kernel queries [n*Q,d_qk]", mul({d.n, Q, d.d_qk, e})},
+      {"kernel logits [n,T]", mul({d.n, T, e})},
+      {"kernel contexts [slots,N,n*d_v]", mul({slots, N, d.n * d.d_v, e})}};
+  if (r.naive) {
+    kernel.push_back({"naive: kv of every token [T,n*(d_n+d_v)]", mul({T, d.n, d.d_n + d.d_v, e})});
+  } else {
+    kernel.push_back({"absorbed: q~ | q_pe [Q,n*(r_kv+d_r)]", mul({Q, d.n, d.r_kv + d.d_r, e})});
+    kernel.push_back({"absorbed: step contexts [slots,n*r_kv]", mul({slots, d.n, d.r_kv, e})});
+  }
+  // positions each step attended over: at most K per policy run, x + 1 for full (copied per budget)
+  const int64_t full_positions = mul({N, P + (N + 1) / 2});
+  const MemoryPart attended{"traces: attended positions",
+                            mul({kF64, std::min(kMemoryUnbounded, mul({r.budgets * r.policies, N, std::min(r.largest_budget, T)}) +
+                                                                       mul({r.budgets + 1, full_positions}))})};
+  const MemoryPart outputs{"traces: attn_output [slots,N,H] f64", mul({slots, N, d.H, kF64})};
+  phases.push_back({"decode steps", joined(joined(held, inputs), joined(kernel, {attended, outputs}))});
+  // outputs: the CSV text (~100 bytes a row) and the dump's f64 payloads
+  std::vector<MemoryPart> written = {attended, outputs, {"decode.csv text", mul({slots, N, 100})}};
+  if (r.dump_tensors) written.push_back({"dump payloads f64", mul({T * (d.r_kv + d.d_r) + slots * N * d.H, kF64})});
+  phases.push_back({"outputs", joined(joined(held, inputs), written)});
+  return estimate_of_phases(std::move(phases));
+}
+
+MemoryPlan plan_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req, const MemoryBudget& budget) {
+  MemoryPlan plan;
+  plan.request.backend = req.backend;
+  plan.request.seq_len = req.prompt_len + req.steps;
+  plan.request.precision = req.precision;
+  plan.request.dump_tensors = req.dump_tensors;
+  plan.budget = budget;
+  plan.estimate = estimate_decode_memory(cfg, req);
+  if (memory_fits(plan.estimate, budget)) return plan;
+  plan.fits = false;
+  std::vector<std::string> alternatives;
+  auto try_option = [&](DecodeMemoryRequest alt, const std::string& flag) {
+    const MemoryEstimate e = estimate_decode_memory(cfg, alt);
+    if (memory_fits(e, budget)) alternatives.push_back(flag + " (~" + format_bytes(e.host_peak_bytes) + ")");
+  };
+  if (req.naive) {
+    DecodeMemoryRequest alt = req;
+    alt.naive = false;
+    try_option(alt, "--attention absorbed");
+  }
+  if (req.precision == Precision::FP32) {
+    DecodeMemoryRequest alt = req;
+    alt.precision = Precision::BF16;
+    try_option(alt, "--precision bf16");
+  }
+  if (req.dump_tensors) {
+    DecodeMemoryRequest alt = req;
+    alt.dump_tensors = false;
+    try_option(alt, "no --dump-tensors");
+  }
+  const auto fits_with = [&](int64_t P, int64_t N) {
+    DecodeMemoryRequest alt = req;
+    alt.prompt_len = P;
+    alt.steps = N;
+    return memory_fits(estimate_decode_memory(cfg, alt), budget);
+  };
+  if (const int64_t N = largest_fitting(req.steps, [&](int64_t n) { return fits_with(req.prompt_len, n); }); N >= 1)
+    alternatives.push_back("--steps " + std::to_string(N) + " or fewer");
+  else if (const int64_t P = largest_fitting(req.prompt_len, [&](int64_t p) { return fits_with(p, 1); }); P >= 1)
+    alternatives.push_back("--prompt-len " + std::to_string(P) + " or shorter");
+  std::string asked = "decode of P = " + std::to_string(req.prompt_len) + " prompt rows and N = " + std::to_string(req.steps) +
+                      " steps, " + std::to_string(req.budgets) + " budget(s) x " + std::to_string(req.policies) +
+                      " policies, --backend " + backend_name(req.backend) + " --precision " + precision_name(req.precision) +
+                      (req.naive ? " --attention naive" : "") + (req.dump_tensors ? " --dump-tensors" : "");
+  plan.refusal = memory_refusal(asked, plan.estimate, budget, alternatives);
+  return plan;
+}
+
+}  // namespace mla

@@ -1,0 +1,431 @@
+// src/io/output_set.cpp — a command's outputs written as one set (mla/output_set.hpp,
+// docs/outputs.md §6): the lock, the checks of the directory, the staging directory beside it,
+// the atomic exchange, and the cleanup on an error or a signal.
+//
+// The signal handler may only make async-signal-safe calls, so each live set is described in a
+// fixed table of plain character buffers (its staging path, the directory to remove when the set
+// created it, the line to print), and the staging directory is removed with open/getdents64/
+// unlinkat/rmdir (it is flat: a set holds plain files only).
+#include "mla/output_set.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <set>
+
+#include "mla/error.hpp"
+#include "mla_build_config.h"
+
+namespace mla {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string sys_error() { return std::strerror(errno); }
+
+// ---- what the signal handler knows ---------------------------------------------------------
+
+enum SlotState : int { kFree = 0, kStaging = 1, kCommitting = 2 };
+
+struct Slot {
+  std::atomic<int> state{kFree};
+  bool remove_target = false;  // the set created its directory: removed when abandoned
+  char staging[4096] = {};
+  char target[4096] = {};
+  // the line printed: "mla-h2o run: interrupted by " + "SIGINT" + "; out left as it was\n"
+  char message_head[320] = {};
+  char message_tail[320] = {};
+};
+constexpr int kSlots = 4;
+Slot g_slots[kSlots];
+std::atomic<int> g_pending_signal{0};
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction g_previous[3];
+std::mutex g_mutex;  // slot allocation and the abandoned note (never taken by the handler)
+std::string g_abandoned_note;
+
+static_assert(std::atomic<int>::is_always_lock_free);
+
+// Removes the plain files of `path` and then the directory; async-signal-safe.
+void remove_flat_dir(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    alignas(8) char buf[4096];
+    bool removed = true;
+    while (removed) {  // entries removed while listing may hide others: list again until none goes
+      removed = false;
+      ::lseek(fd, 0, SEEK_SET);
+      for (long n; (n = ::syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;) {
+        for (long off = 0; off < n;) {
+          // struct linux_dirent64: u64 d_ino, s64 d_off, u16 d_reclen, u8 d_type, char d_name[]
+          unsigned short reclen = 0;
+          std::memcpy(&reclen, buf + off + 16, sizeof reclen);
+          const char* name = buf + off + 19;
+          const bool dots = name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'));
+          if (!dots && ::unlinkat(fd, name, 0) == 0) removed = true;
+          off += reclen;
+        }
+      }
+    }
+    ::close(fd);
+  }
+  ::rmdir(path);
+}
+
+void restore_and_raise(int sig) {
+  for (int k = 0; k < 3; ++k)
+    if (kSignals[k] == sig) ::sigaction(sig, &g_previous[k], nullptr);
+  ::raise(sig);
+}
+
+void on_signal(int sig) {
+  bool committing = false;
+  for (Slot& s : g_slots) {
+    int expected = kStaging;
+    if (s.state.load() == kCommitting) committing = true;
+    if (!s.state.compare_exchange_strong(expected, kFree)) continue;
+    remove_flat_dir(s.staging);
+    if (s.remove_target) ::rmdir(s.target);
+    const char* name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
+    for (const char* part : {static_cast<const char*>(s.message_head), name, static_cast<const char*>(s.message_tail)})
+      if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
+  }
+  if (committing) {  // the set is being moved into place: finish that, then the signal (commit())
+    g_pending_signal.store(sig);
+    return;
+  }
+  restore_and_raise(sig);
+}
+
+void install_handlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int k = 0; k < 3; ++k) {
+      struct sigaction now {};
+      ::sigaction(kSignals[k], nullptr, &g_previous[k]);
+      if (g_previous[k].sa_handler == SIG_IGN) continue;  // e.g. SIGHUP under nohup: stays ignored
+      now.sa_handler = on_signal;
+      sigemptyset(&now.sa_mask);
+      now.sa_flags = SA_RESTART;
+      ::sigaction(kSignals[k], &now, nullptr);
+    }
+  });
+}
+
+void copy_text(char* dst, size_t size, const std::string& src) {
+  const size_t n = std::min(size - 1, src.size());
+  std::memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+
+// ---- the directory -----------------------------------------------------------------------------
+
+std::vector<std::string> entries_of(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) fail(ErrorKind::Io, "cannot list output directory " + dir + ": " + sys_error());
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") out.push_back(name);
+  }
+  ::closedir(d);
+  return out;
+}
+
+// The file names an earlier set's manifest lists; `found` false when there is none. The
+// manifest is read only when it is a regular file (never a FIFO that would block).
+std::set<std::string> manifest_files(const std::string& dir, bool& found) {
+  found = false;
+  const std::string path = dir + "/" + kOutputManifest;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20)) return {};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return {};
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  const ssize_t n = ::read(fd, text.data(), text.size());
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size()) || text.rfind("mla-h2o output set\n", 0) != 0) return {};
+  found = true;
+  std::set<std::string> files;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = text.find('\n', at);
+    const std::string line = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (line.rfind("file ", 0) == 0) files.insert(line.substr(5));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return files;
+}
+
+// A staging directory of `target` left by a process that no longer runs.
+bool stale_staging(const std::string& entry, const std::string& prefix) {
+  if (entry.rfind(prefix, 0) != 0) return false;
+  const std::string rest = entry.substr(prefix.size());
+  const size_t dash = rest.find('-');
+  if (dash == 0 || dash == std::string::npos || rest.find_first_not_of("0123456789") != dash) return false;
+  const long pid = std::strtol(rest.substr(0, dash).c_str(), nullptr, 10);
+  if (pid == static_cast<long>(::getpid())) {  // ours only if one of this process's live sets
+    for (const Slot& s : g_slots)
+      if (s.state.load() != kFree && fs::path(s.staging).filename() == entry) return false;
+    return true;
+  }
+  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+void write_all(int fd, std::string_view bytes, const std::string& what) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? sys_error() : "the system wrote nothing";
+      ::close(fd);
+      fail(ErrorKind::Io, "cannot write " + what + ": " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
+void fsync_path(const std::string& path, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) fail(ErrorKind::Io, "cannot write " + what + ": " + sys_error());
+  const int rc = ::fsync(fd);
+  const std::string why = rc != 0 ? sys_error() : "";
+  ::close(fd);
+  if (rc != 0) fail(ErrorKind::Io, "cannot write " + what + ": " + why);
+}
+
+}  // namespace
+
+OutputSet::OutputSet(std::string dir, std::string command, Lock lock) : dir_(std::move(dir)), command_(std::move(command)) {
+  if (dir_.empty()) fail(ErrorKind::InvalidArgument, "output directory: empty path");
+  std::error_code ec;
+  fs::path p = fs::absolute(dir_, ec).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "out/" -> "out"
+  p = fs::weakly_canonical(p, ec);             // symbolic links resolved: the set replaces the real directory
+  if (ec || p == p.root_path() || !p.has_filename())
+    fail(ErrorKind::InvalidArgument, "output directory '" + dir_ + "': not a directory an output set can replace");
+  target_ = p.string();
+  const std::string parent = p.parent_path().string(), name = p.filename().string();
+
+  struct stat st {};
+  if (::lstat(target_.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) fail(ErrorKind::Io, "output directory " + dir_ + " exists and is not a directory");
+  } else if (errno == ENOENT) {
+    fs::create_directories(parent, ec);
+    if (ec) fail(ErrorKind::Io, "cannot create output directory " + dir_ + ": " + ec.message());
+    if (::mkdir(target_.c_str(), 0777) == 0) {
+      created_target_ = true;
+    } else if (errno != EEXIST) {
+      fail(ErrorKind::Io, "cannot create output directory " + dir_ + ": " + sys_error());
+    }
+  } else {
+    fail(ErrorKind::Io, "cannot use output directory " + dir_ + ": " + sys_error());
+  }
+
+  // The lock, on the directory itself; a writer that committed meanwhile may have exchanged it
+  // for a new one, so the locked inode must still be the one at the path.
+  for (int attempt = 0;; ++attempt) {
+    lock_fd_ = ::open(target_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock_fd_ < 0) fail(ErrorKind::Io, "cannot open output directory " + dir_ + ": " + sys_error());
+    if (::flock(lock_fd_, LOCK_EX | (lock == Lock::Wait ? 0 : LOCK_NB)) != 0) {
+      const int err = errno;
+      ::close(lock_fd_);
+      lock_fd_ = -1;
+      if (err == EWOULDBLOCK)
+        fail(ErrorKind::Io, "another mla-h2o process is writing to " + dir_ +
+                                " (it holds the directory's lock); wait for it to finish or pass another --out");
+      fail(ErrorKind::Io, "cannot lock output directory " + dir_ + ": " + std::strerror(err));
+    }
+    struct stat locked {}, now {};
+    if (::fstat(lock_fd_, &locked) == 0 && ::stat(target_.c_str(), &now) == 0 && locked.st_ino == now.st_ino &&
+        locked.st_dev == now.st_dev) {
+      st = locked;
+      break;
+    }
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    if (attempt == 3) fail(ErrorKind::Io, "output directory " + dir_ + " keeps being replaced by another process");
+  }
+
+  try {
+    if (::access(target_.c_str(), W_OK | X_OK) != 0)
+      fail(ErrorKind::Io, "output directory " + dir_ + " is not writable: " + sys_error());
+    struct stat up {};
+    if (::stat(parent.c_str(), &up) == 0 && up.st_dev != st.st_dev)
+      fail(ErrorKind::Io, "output directory " + dir_ + " is a mount point, so a new set cannot replace it in one step; "
+                          "pass a directory below it");
+    const fs::path cwd = fs::current_path(ec);
+    if (!ec) {
+      const std::string here = fs::weakly_canonical(cwd, ec).string();
+      if (!ec && (here == target_ || here.rfind(target_ + "/", 0) == 0))
+        fail(ErrorKind::InvalidArgument, "output directory " + dir_ +
+                                             " holds the current directory; pass a directory of its own");
+    }
+    // What is there must be an earlier set, all of it.
+    const std::vector<std::string> entries = entries_of(target_);
+    if (!entries.empty()) {
+      bool found = false;
+      const std::set<std::string> listed = manifest_files(target_, found);
+      for (const std::string& e : entries) {
+        if (e == kOutputManifest || listed.count(e)) continue;
+        fail(ErrorKind::Io, "output directory " + dir_ + " holds '" + e + "', which " +
+                                (found ? "its earlier mla-h2o set does not list" : "mla-h2o did not write") +
+                                "; pass a new or empty directory (an earlier mla-h2o set there is replaced as a whole)");
+      }
+    }
+    // Staging directories of writers that died (SIGKILL, power loss).
+    const std::string prefix = "." + name + ".mla-h2o-";
+    if (DIR* d = ::opendir(parent.c_str())) {
+      std::vector<std::string> stale;
+      while (const dirent* e = ::readdir(d))
+        if (stale_staging(e->d_name, prefix)) stale.push_back(e->d_name);
+      ::closedir(d);
+      for (const std::string& s : stale) fs::remove_all(fs::path(parent) / s, ec);
+    }
+    // The staging directory, with the permissions the directory has (or would get).
+    static std::atomic<int> counter{0};
+    staging_ = (fs::path(parent) / (prefix + std::to_string(::getpid()) + "-" + std::to_string(counter++))).string();
+    if (::mkdir(staging_.c_str(), 0777) != 0)
+      fail(ErrorKind::Io, "cannot create a staging directory beside " + dir_ + " (in " + parent + "): " + sys_error());
+    if (!created_target_) ::chmod(staging_.c_str(), st.st_mode & 07777);
+    {
+      const std::lock_guard<std::mutex> g(g_mutex);
+      for (int k = 0; k < kSlots && slot_ < 0; ++k) {
+        Slot& s = g_slots[k];
+        if (s.state.load() != kFree) continue;
+        copy_text(s.staging, sizeof s.staging, staging_);
+        copy_text(s.target, sizeof s.target, target_);
+        s.remove_target = created_target_;
+        copy_text(s.message_head, sizeof s.message_head, "mla-h2o " + command_ + ": interrupted by ");
+        copy_text(s.message_tail, sizeof s.message_tail,
+                  "; " + dir_ + (created_target_ ? " not created" : " left as it was") + "\n");
+        s.state.store(kStaging);
+        slot_ = k;
+      }
+    }
+    if (slot_ < 0) fail(ErrorKind::Io, "too many output sets open at once in one process");
+    install_handlers();
+  } catch (...) {
+    if (!staging_.empty()) ::rmdir(staging_.c_str());
+    if (created_target_) ::rmdir(target_.c_str());
+    ::close(lock_fd_);
+    throw;
+  }
+}
+
+OutputSet::~OutputSet() {
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove_all(staging_, ec);
+    if (created_target_) ::rmdir(target_.c_str());
+    if (std::uncaught_exceptions() > 0) {
+      const std::lock_guard<std::mutex> g(g_mutex);
+      g_abandoned_note = "; " + dir_ + (created_target_ ? " not created" : " left as it was");
+    }
+  }
+  if (slot_ >= 0) g_slots[slot_].state.store(kFree);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+std::string OutputSet::add(const std::string& name) {
+  if (committed_) fail(ErrorKind::Io, "output set " + dir_ + ": '" + name + "' added after the set was committed");
+  if (name.empty() || name[0] == '.' || name.find('/') != std::string::npos || name.find('\n') != std::string::npos)
+    fail(ErrorKind::InvalidArgument, "output set " + dir_ + ": '" + name + "' is not a plain file name");
+  for (const std::string& n : names_)
+    if (n == name) fail(ErrorKind::InvalidArgument, "output set " + dir_ + ": '" + name + "' written twice");
+  names_.push_back(name);
+  return staging_ + "/" + name;
+}
+
+void OutputSet::write(const std::string& name, std::string_view bytes) {
+  const std::string path = add(name), shown = (fs::path(dir_) / name).string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) fail(ErrorKind::Io, "cannot write " + shown + ": " + sys_error());
+  write_all(fd, bytes, shown);
+  if (::close(fd) != 0) fail(ErrorKind::Io, "cannot write " + shown + ": " + sys_error());
+}
+
+std::vector<std::string> OutputSet::paths_with(std::initializer_list<std::string> also) const {
+  std::vector<std::string> out;
+  for (const std::string& n : names_) out.push_back((fs::path(dir_) / n).string());
+  for (const std::string& n : also)
+    if (std::find(names_.begin(), names_.end(), n) == names_.end()) out.push_back((fs::path(dir_) / n).string());
+  return out;
+}
+
+void OutputSet::commit() {
+  if (committed_) return;
+  // The manifest, then every file and the directory on disk (a full disk may only say so here).
+  std::string manifest = std::string("mla-h2o output set\nproducer mla-h2o ") + MLA_VERSION + "\ncommand " + command_ + "\n";
+  for (const std::string& n : names_) manifest += "file " + n + "\n";
+  const std::string manifest_path = staging_ + "/" + kOutputManifest;
+  const int fd = ::open(manifest_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) fail(ErrorKind::Io, "cannot write the manifest of " + dir_ + ": " + sys_error());
+  write_all(fd, manifest, (fs::path(dir_) / kOutputManifest).string());
+  if (::close(fd) != 0) fail(ErrorKind::Io, "cannot write the manifest of " + dir_ + ": " + sys_error());
+  for (const std::string& n : names_) {
+    struct stat st {};
+    const std::string path = staging_ + "/" + n, shown = (fs::path(dir_) / n).string();
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+      fail(ErrorKind::Io, "cannot write " + shown + ": it was never written (" + (errno ? sys_error() : "not a file") + ")");
+    fsync_path(path, shown);
+  }
+  fsync_path(manifest_path, dir_ + "/" + kOutputManifest);
+  fsync_path(staging_, dir_);
+
+  // The exchange: from here until the previous set is gone, a signal waits for us.
+  Slot& slot = g_slots[slot_];
+  slot.state.store(kCommitting);
+  bool ok = ::syscall(SYS_renameat2, AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), 2 /* RENAME_EXCHANGE */) == 0;
+  int err = errno;
+  if (!ok && (err == EINVAL || err == ENOSYS || err == EOPNOTSUPP)) {
+    // No RENAME_EXCHANGE on this filesystem: rename(2) replaces an empty directory atomically;
+    // a non-empty one is moved aside first (a moment without the directory).
+    ok = ::rename(staging_.c_str(), target_.c_str()) == 0;
+    err = errno;
+    if (!ok && (err == ENOTEMPTY || err == EEXIST)) {
+      const std::string aside = staging_ + "-old";
+      ok = ::rename(target_.c_str(), aside.c_str()) == 0 && ::rename(staging_.c_str(), target_.c_str()) == 0;
+      err = errno;
+      if (ok) staging_ = aside;
+    }
+  }
+  if (!ok) {
+    slot.state.store(kStaging);
+    if (const int sig = g_pending_signal.exchange(0)) on_signal(sig);
+    fail(ErrorKind::Io, "cannot move the new set into " + dir_ + ": " + std::strerror(err));
+  }
+  committed_ = true;
+  if (const int parent = ::open(fs::path(target_).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); parent >= 0) {
+    ::fsync(parent);  // the exchange itself on disk; it has happened whatever this says
+    ::close(parent);
+  }
+  std::error_code ec;
+  fs::remove_all(staging_, ec);  // the previous set (or the empty directory), now in the staging place
+  slot.state.store(kFree);
+  slot_ = -1;
+  ::close(lock_fd_);
+  lock_fd_ = -1;
+  if (const int sig = g_pending_signal.exchange(0)) restore_and_raise(sig);
+}
+
+std::string abandoned_output_note() {
+  const std::lock_guard<std::mutex> g(g_mutex);
+  return g_abandoned_note;
+}
+
+}  // namespace mla

@@ -1,0 +1,570 @@
+// tests/unit/test_faults.cpp — suite faults: fault injection on the real CLI, as an adversarial
+// user would try it (issue 20). First the output contract of every command (mla/output_set.hpp,
+// docs/outputs.md §6):
+//   - a run into a directory that holds an earlier set replaces it as a whole (run, decode,
+//     sweep, select, synth): no file of the earlier set survives beside the new one, and
+//     report.json lists exactly the files of its directory;
+//   - a write that fails (a file-size limit, RLIMIT_FSIZE, so EFBIG; a full 1 MiB tmpfs, ENOSPC,
+//     when this process may mount one) leaves the directory byte for byte as it was, or absent
+//     when it was, and the one error line keeps the system's reason and says so;
+//   - a second writer fails with one line while the first holds the directory; two writers
+//     racing leave one consistent set;
+//   - SIGINT mid-run (a sweep killed after its first layer's dump) removes the staging
+//     directory and leaves the directory as it was;
+//   - stale staging directories of dead processes are removed, live ones are not;
+//   - a directory with files mla-h2o did not write is refused before any work.
+// Then hostile inputs, each ending in one error line, fast (every command runs under `timeout`,
+// so a hang fails the case instead of the suite):
+//   - config counts far beyond any model (num_hidden_layers 2^31, 2^63-1, hidden_size 2^40, ...)
+//     are refused naming the key; layers are found from the tensor names; a key given twice
+//     counts with its last value; q_lora_rank 0 on a LoRA checkpoint says why no layer is there;
+//   - a FIFO as --input, --config, --tokens, --scores, a shard, or inspect's PATH is refused
+//     before it could block;
+//   - flag arithmetic (--sinks + --recent near 2^63, empty list items, ranges of a billion
+//     layers, --vocab 2^31) is checked before any work;
+//   - memory plans: run --input NAME.L --residual, decode, a sweep with a layer's shard missing
+//     (refused before the first layer, and inspect counts that layer absent), synth;
+//   - the smaller ones: sweep --quiet, demo --decode with run-only flags, demo --cache-dir FILE,
+//     select on a binary file, MLA_MEMORY_AVAILABLE in KiB.
+// Everything runs on the tiny preset, in well under a second per command.
+#include <simdjson.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mla/safetensors.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using mla::test::read_text;
+using mla::test::run_cli;
+using mla::test::RunResult;
+using mla::test::scratch_dir;
+using mla::test::write_text;
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+// The tiny preset with both of its layers written, once per process.
+const std::string& tiny2() {
+  static const std::string dir = [] {
+    const std::string d = scratch_dir("outputs-tiny2") + "/ckpt";
+    const RunResult r = run_cli("synth --preset tiny --layers 0,1 --out '" + d + "'");
+    if (r.exit_code != 0) throw std::runtime_error("synth failed: " + r.err);
+    return d;
+  }();
+  return dir;
+}
+
+// Every entry of `dir` (hidden ones too), sorted.
+std::set<std::string> listing(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+// name -> bytes of every file of `dir`.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out[e.path().filename().string()] = read_text(e.path().string());
+  return out;
+}
+
+// Entries beside `dir` that are staging directories of it (".NAME.mla-h2o-...").
+std::vector<std::string> staging_beside(const std::string& dir) {
+  const fs::path p(dir);
+  const std::string prefix = "." + p.filename().string() + ".mla-h2o-";
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(p.parent_path()))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path().filename().string());
+  return out;
+}
+
+// The file names report.json lists.
+std::set<std::string> report_files(const std::string& dir) {
+  simdjson::dom::parser parser;
+  const simdjson::dom::element doc = parser.load(dir + "/report.json");
+  std::set<std::string> out;
+  for (const auto f : doc["files"].get_array()) out.insert(fs::path(std::string(std::string_view(f))).filename().string());
+  return out;
+}
+
+// `dir` holds exactly one set: what report.json lists, and the manifest.
+void expect_one_set(const std::string& dir, const std::string& what) {
+  std::set<std::string> files = listing(dir);
+  BOOST_TEST(files.erase(".mla-h2o-set") == 1u, what);
+  const std::set<std::string> listed = report_files(dir);
+  BOOST_TEST((files == listed), what << ": the directory holds files report.json does not list, or the reverse");
+  BOOST_TEST(staging_beside(dir).empty(), what);
+}
+
+// One error line "mla-h2o <cmd>: error: ..." holding every word of `words`.
+void expect_error_line(const RunResult& r, const std::string& cmd, const std::vector<std::string>& words) {
+  BOOST_TEST_CONTEXT("stderr: " << r.err) {
+    BOOST_TEST(r.exit_code != 0);
+    BOOST_TEST(r.err.rfind("mla-h2o " + cmd + ": error: ", 0) == 0u);
+    BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    for (const auto& w : words) BOOST_TEST(contains(r.err, w), "missing '" << w << "'");
+  }
+}
+
+// run on the tiny checkpoint; `extra` may set --seq-len (16 otherwise)
+std::string run_into(const std::string& out, const std::string& extra) {
+  return "run --checkpoint '" + tiny2() + "'" + (contains(extra, "--seq-len") ? "" : " --seq-len 16") + " --out '" + out +
+         "' " + extra;
+}
+
+// The CLI started directly (no shell), stdout and stderr into files; returns its pid.
+pid_t spawn_cli(const std::vector<std::string>& args, const std::string& out_file, const std::string& err_file) {
+  std::vector<std::string> all = {mla::test::cli_path()};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw std::runtime_error("posix_spawn failed");
+  return pid;
+}
+
+// The CLI under `timeout 20`: a hang ends as exit status 124 and fails the check.
+RunResult run_bounded(const std::string& args) { return mla::test::run_cli_after("exec timeout 20", args); }
+
+// tiny2's config.json with `key`'s value replaced by `value` (text), written to `path`.
+std::string config_with(const std::string& path, const std::string& key, const std::string& value) {
+  std::string text = read_text(tiny2() + "/config.json");
+  const std::string k = "\"" + key + "\": ";
+  const size_t at = text.find(k);
+  if (at == std::string::npos) throw std::runtime_error("no key " + key + " in the tiny config");
+  const size_t begin = at + k.size(), end = text.find_first_of(",\n}", begin);
+  text.replace(begin, end - begin, value);
+  write_text(path, text);
+  return path;
+}
+
+void expect_fast_error(const std::string& args, const std::string& cmd, const std::vector<std::string>& words) {
+  const RunResult r = run_bounded(args);
+  BOOST_TEST(r.exit_code != 124, "timed out (hung): mla-h2o " << args);
+  expect_error_line(r, cmd, words);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(faults)
+
+// Issue: a run into a directory with an earlier run's results left files of both.
+BOOST_AUTO_TEST_CASE(an_earlier_set_is_replaced_as_a_whole) {
+  const std::string base = scratch_dir("outputs-replace");
+  // run: --per-head and --dump-tensors, then neither
+  const std::string run_dir = base + "/run";
+  BOOST_TEST_REQUIRE(run_cli(run_into(run_dir, "--per-head --dump-tensors")).exit_code == 0);
+  BOOST_TEST(fs::exists(run_dir + "/heads_kept.csv"));
+  expect_one_set(run_dir, "run with --per-head --dump-tensors");
+  const RunResult again = run_cli(run_into(run_dir, "--seq-len 12"));
+  BOOST_TEST_REQUIRE(again.exit_code == 0, again.err);
+  BOOST_TEST(!fs::exists(run_dir + "/heads_kept.csv"));
+  BOOST_TEST(!fs::exists(run_dir + "/tensors.safetensors"));
+  expect_one_set(run_dir, "run again without them");
+
+  // decode: two budgets (budget.svg) and a dump, then one budget without
+  const std::string dec = base + "/decode";
+  const std::string decode = "decode --checkpoint '" + tiny2() + "' --seq-len 48 --prompt-len 40 --out '" + dec + "' ";
+  BOOST_TEST_REQUIRE(run_cli(decode + "--cache-budget 38,39 --sinks 2 --recent 4 --dump-tensors").exit_code == 0);
+  BOOST_TEST(fs::exists(dec + "/budget.svg"));
+  expect_one_set(dec, "decode with two budgets");
+  BOOST_TEST_REQUIRE(run_cli(decode + "--cache-budget 38 --sinks 2 --recent 4").exit_code == 0);
+  BOOST_TEST(!fs::exists(dec + "/budget.svg"));
+  BOOST_TEST(!fs::exists(dec + "/decode_tensors.safetensors"));
+  expect_one_set(dec, "decode with one budget");
+
+  // sweep: per-layer dumps, then without
+  const std::string sw = base + "/sweep";
+  const std::string sweep = "sweep --checkpoint '" + tiny2() + "' --seq-len 8 --quiet --out '" + sw + "' ";
+  BOOST_TEST_REQUIRE(run_cli(sweep + "--dump-tensors").exit_code == 0);
+  BOOST_TEST(fs::exists(sw + "/layer-1.safetensors"));
+  expect_one_set(sw, "sweep --dump-tensors");
+  BOOST_TEST_REQUIRE(run_cli(sweep + "--layers 0").exit_code == 0);
+  BOOST_TEST(!fs::exists(sw + "/layer-0.safetensors"));
+  expect_one_set(sw, "sweep --layers 0");
+
+  // select: --per-head, then without
+  const std::string sel = base + "/select";
+  const std::string scores = run_dir + "/scores.csv";
+  BOOST_TEST_REQUIRE(run_cli(run_into(base + "/heads", "--per-head")).exit_code == 0);
+  BOOST_TEST_REQUIRE(run_cli("select --scores '" + base + "/heads/heads_kept.csv' --column attention_score --per-head --out '" + sel +
+                             "'").exit_code == 0);
+  BOOST_TEST(fs::exists(sel + "/heads_kept.csv"));
+  BOOST_TEST_REQUIRE(run_cli("select --scores '" + scores + "' --out '" + sel + "'").exit_code == 0);
+  BOOST_TEST(!fs::exists(sel + "/heads_kept.csv"));
+  expect_one_set(sel, "select");
+
+  // synth: a whole checkpoint directory, the same rule (3 shards, then 2)
+  const std::string ck = base + "/ckpt";
+  BOOST_TEST_REQUIRE(run_cli("synth --preset tiny --shards 3 --out '" + ck + "'").exit_code == 0);
+  BOOST_TEST(fs::exists(ck + "/model-00003-of-000003.safetensors"));
+  BOOST_TEST_REQUIRE(run_cli("synth --preset tiny --shards 2 --out '" + ck + "'").exit_code == 0);
+  const std::set<std::string> want = {".mla-h2o-set", "config.json", "model.safetensors.index.json",
+                                      "model-00001-of-000002.safetensors", "model-00002-of-000002.safetensors"};
+  BOOST_TEST((listing(ck) == want));
+}
+
+// Issue: a run that failed while writing left new files beside old ones (or all but report.json
+// in a fresh directory), and "short write" lost the errno. RLIMIT_FSIZE makes any write past
+// 64 KiB fail with EFBIG (SIGXFSZ ignored), without privileges.
+BOOST_AUTO_TEST_CASE(a_failed_write_leaves_the_directory_as_it_was) {
+  const std::string base = scratch_dir("outputs-fsize");
+  const std::string dir = base + "/out";
+  BOOST_TEST_REQUIRE(run_cli(run_into(dir, "--per-head")).exit_code == 0);
+  const auto before = snapshot(dir);
+  const std::string limited = "trap '' XFSZ; ulimit -f 64; exec";
+  // the dump (attn_weights [4, 200, 200] f32) passes 64 KiB; scores.csv and the rest would not
+  const RunResult r = mla::test::run_cli_after(limited, run_into(dir, "--seq-len 200 --dump-tensors"));
+  expect_error_line(r, "run", {"File too large", dir + " left as it was"});
+  BOOST_TEST((snapshot(dir) == before));
+  BOOST_TEST(staging_beside(dir).empty());
+  // into a directory that did not exist: it still does not
+  const RunResult fresh = mla::test::run_cli_after(limited, run_into(base + "/fresh", "--seq-len 200 --dump-tensors"));
+  expect_error_line(fresh, "run", {"File too large", base + "/fresh not created"});
+  BOOST_TEST(!fs::exists(base + "/fresh"));
+  BOOST_TEST(staging_beside(base + "/fresh").empty());
+}
+
+// A full disk: a 1 MiB tmpfs (when this process may mount one, e.g. as root in CI).
+BOOST_AUTO_TEST_CASE(a_full_disk_leaves_the_directory_as_it_was) {
+  const std::string mnt = scratch_dir("outputs-tmpfs");
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    BOOST_TEST_MESSAGE("not run: cannot mount a tmpfs here (" << std::strerror(errno) << "); the RLIMIT_FSIZE case covers it");
+    return;
+  }
+  struct Unmount {
+    std::string at;
+    ~Unmount() { ::umount2(at.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  const std::string dir = mnt + "/out";
+  BOOST_TEST_REQUIRE(run_cli(run_into(dir, "")).exit_code == 0);
+  const auto before = snapshot(dir);
+  const RunResult r = run_cli(run_into(dir, "--seq-len 300 --dump-tensors"));
+  expect_error_line(r, "run", {"No space left on device", dir + " left as it was"});
+  BOOST_TEST((snapshot(dir) == before));
+  BOOST_TEST(staging_beside(dir).empty());
+  // the sweep's dumps likewise
+  const RunResult s = run_cli("sweep --checkpoint '" + tiny2() + "' --seq-len 300 --dump-tensors --quiet --out '" + dir + "'");
+  expect_error_line(s, "sweep", {"No space left on device", dir + " left as it was"});
+  BOOST_TEST((snapshot(dir) == before));
+}
+
+// Issue: two runs into one --out mixed their files; nothing locked the directory.
+BOOST_AUTO_TEST_CASE(a_second_writer_fails_with_one_line) {
+  const std::string dir = scratch_dir("outputs-lock") + "/out";
+  BOOST_TEST_REQUIRE(run_cli(run_into(dir, "")).exit_code == 0);
+  const auto before = snapshot(dir);
+  {  // hold the directory's lock as a writer does
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    BOOST_TEST_REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+    for (const std::string& args : {run_into(dir, ""), "select --scores '" + dir + "/scores.csv' --out '" + dir + "'",
+                                    "synth --preset tiny --out '" + dir + "'"}) {
+      const RunResult r = run_cli(args);
+      expect_error_line(r, args.substr(0, args.find(' ')), {"another mla-h2o process is writing to " + dir});
+    }
+    ::close(fd);
+  }
+  BOOST_TEST((snapshot(dir) == before));
+  // two writers at once: each ends with its own complete set or one error line; the directory
+  // holds one consistent set (the scores of one of them, as its report says)
+  const std::string tmp = scratch_dir("outputs-race");
+  const pid_t a = spawn_cli({"run", "--checkpoint", tiny2(), "--seq-len", "30", "--out", dir}, tmp + "/a.out", tmp + "/a.err");
+  const pid_t b = spawn_cli({"run", "--checkpoint", tiny2(), "--seq-len", "31", "--out", dir}, tmp + "/b.out", tmp + "/b.err");
+  int sa = 0, sb = 0;
+  ::waitpid(a, &sa, 0);
+  ::waitpid(b, &sb, 0);
+  for (const auto& [status, err] : {std::pair{sa, read_text(tmp + "/a.err")}, std::pair{sb, read_text(tmp + "/b.err")}}) {
+    BOOST_TEST(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0) BOOST_TEST(contains(err, "another mla-h2o process is writing to"), err);
+  }
+  BOOST_TEST((WEXITSTATUS(sa) == 0 || WEXITSTATUS(sb) == 0));
+  expect_one_set(dir, "after two writers");
+  const std::string csv = read_text(dir + "/scores.csv");
+  const auto rows = std::count(csv.begin(), csv.end(), '\n');
+  simdjson::dom::parser parser;
+  const simdjson::dom::element doc = parser.load(dir + "/report.json");
+  BOOST_TEST(int64_t(doc["shapes"]["attn_output"].at(0)) + 1 == static_cast<int64_t>(rows));
+}
+
+// Issue: SIGINT during a run left a 12 MB temporary file or CSVs without report.json. A sweep
+// over two layers (the reference backend, ~0.3 s a layer at S = 1024) is interrupted once its
+// first layer's dump is complete in the staging directory, while the second layer runs.
+BOOST_AUTO_TEST_CASE(sigint_mid_run_leaves_the_directory_as_it_was) {
+  const std::string base = scratch_dir("outputs-signal");
+  const std::string dir = base + "/out";
+  BOOST_TEST_REQUIRE(run_cli(run_into(dir, "")).exit_code == 0);
+  const auto before = snapshot(dir);
+  bool interrupted = false;
+  for (int S = 1024; S <= 2048 && !interrupted; S *= 2) {  // long enough for layer 1 to be running
+    const pid_t pid = spawn_cli({"sweep", "--checkpoint", tiny2(), "--seq-len", std::to_string(S), "--dump-tensors",
+                                 "--backend", "reference", "--quiet", "--out", dir},
+                                base + "/stdout", base + "/stderr");
+    const auto t0 = std::chrono::steady_clock::now();
+    int status = 0;
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+      bool dumped = false;
+      for (const std::string& s : staging_beside(dir))
+        dumped = dumped || fs::exists(fs::path(dir).parent_path() / s / "layer-0.safetensors");
+      if (dumped) {
+        ::kill(pid, SIGINT);
+        interrupted = true;
+        break;
+      }
+      if (::waitpid(pid, &status, WNOHANG) == pid) break;  // finished first: a longer run
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (!interrupted) continue;
+    ::waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {  // finished before the signal landed
+      interrupted = false;
+      BOOST_TEST_REQUIRE(run_cli(run_into(dir, "")).exit_code == 0);
+      continue;
+    }
+    BOOST_TEST(WIFSIGNALED(status));
+    BOOST_TEST((WIFSIGNALED(status) && WTERMSIG(status) == SIGINT));
+    const std::string err = read_text(base + "/stderr");
+    BOOST_TEST(err == "mla-h2o sweep: interrupted by SIGINT; " + dir + " left as it was\n");
+    BOOST_TEST((snapshot(dir) == before));
+    BOOST_TEST(staging_beside(dir).empty());
+  }
+  BOOST_TEST(interrupted);
+}
+
+// A staging directory left by a killed writer is removed by the next one; one of a live
+// process (this test's) is not.
+BOOST_AUTO_TEST_CASE(stale_staging_directories_are_removed) {
+  const std::string base = scratch_dir("outputs-stale");
+  const std::string dir = base + "/out";
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string stale = base + "/.out.mla-h2o-" + std::to_string(dead) + "-0";
+  const std::string live = base + "/.out.mla-h2o-" + std::to_string(::getpid()) + "-7";
+  fs::create_directories(stale);
+  write_text(stale + "/tensors.safetensors.tmp.123", std::string(1000, 'x'));
+  fs::create_directories(live);
+  BOOST_TEST_REQUIRE(run_cli(run_into(dir, "")).exit_code == 0);
+  BOOST_TEST(!fs::exists(stale));
+  BOOST_TEST(fs::exists(live));
+  fs::remove_all(live);
+  expect_one_set(dir, "after a stale staging directory");
+}
+
+// Files mla-h2o did not write are never removed: such a directory is refused before any work.
+BOOST_AUTO_TEST_CASE(a_directory_with_other_files_is_refused) {
+  const std::string dir = scratch_dir("outputs-foreign");
+  write_text(dir + "/notes.txt", "mine\n");
+  expect_error_line(run_cli(run_into(dir, "")), "run", {dir, "'notes.txt'", "mla-h2o did not write"});
+  BOOST_TEST(read_text(dir + "/notes.txt") == "mine\n");
+  BOOST_TEST((listing(dir) == std::set<std::string>{"notes.txt"}));
+  // an earlier set with a file added by hand: refused too, naming it
+  const std::string set = scratch_dir("outputs-foreign-set") + "/out";
+  BOOST_TEST_REQUIRE(run_cli(run_into(set, "")).exit_code == 0);
+  write_text(set + "/mine.txt", "x");
+  expect_error_line(run_cli(run_into(set, "")), "run", {"'mine.txt'", "does not list"});
+  BOOST_TEST(fs::exists(set + "/mine.txt"));
+  // a file as --out
+  expect_error_line(run_cli(run_into(dir + "/notes.txt", "")), "run", {"notes.txt", "not a directory"});
+}
+
+// Issue: num_hidden_layers 1e12 (or 2^31, 2^63-1) hung run, decode, sweep and inspect (every
+// layer index was walked); every count is now bounded, naming the key.
+BOOST_AUTO_TEST_CASE(hostile_config_counts_are_refused_naming_the_key) {
+  const std::string dir = scratch_dir("faults-config");
+  const std::string ck = "--checkpoint '" + tiny2() + "' --config ";
+  for (const std::string v : {"2147483648", "9223372036854775807", "1000000000000"}) {
+    const std::string cfg = config_with(dir + "/layers-" + v + ".json", "num_hidden_layers", v);
+    expect_fast_error("run " + ck + "'" + cfg + "' --seq-len 8 --out '" + dir + "/o'", "run", {"num_hidden_layers", v});
+    expect_fast_error("decode " + ck + "'" + cfg + "' --seq-len 8 --prompt-len 4 --cache-budget 3 --sinks 1 --recent 1 --out '" +
+                          dir + "/o'",
+                      "decode", {"num_hidden_layers", v});
+    expect_fast_error("sweep " + ck + "'" + cfg + "' --seq-len 8 --out '" + dir + "/o'", "sweep", {"num_hidden_layers", v});
+    expect_fast_error("inspect '" + tiny2() + "' --config '" + cfg + "'", "inspect", {"num_hidden_layers", v});
+  }
+  BOOST_TEST(!fs::exists(dir + "/o"));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"hidden_size", "1099511627776"}, {"num_attention_heads", "1000000"}, {"kv_lora_rank", "4294967296"},
+           {"vocab_size", "4294967296"}, {"max_position_embeddings", "9223372036854775807"}}) {
+    const std::string cfg = config_with(dir + "/" + key + ".json", key, value);
+    expect_fast_error("inspect '" + tiny2() + "' --config '" + cfg + "'", "inspect", {key + "'", value, "more than any model"});
+  }
+  // the largest count allowed: layers are found from the tensor names, not by walking 4096 indices
+  const std::string many = config_with(dir + "/layers-4096.json", "num_hidden_layers", "4096");
+  const RunResult r = run_bounded("inspect '" + tiny2() + "' --config '" + many + "'");
+  BOOST_TEST(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.out, "layers present: 2 of 4096: 0,1"), r.out);
+}
+
+// Issue: a duplicate key kept its first value (transformers and Python's json keep the last);
+// q_lora_rank 0 on a checkpoint with q_a_proj reported "layers present: none" without a reason.
+BOOST_AUTO_TEST_CASE(config_keys_read_as_transformers_reads_them) {
+  const std::string dir = scratch_dir("faults-config-keys");
+  std::string text = read_text(tiny2() + "/config.json");
+  const size_t at = text.find("\"num_hidden_layers\"");
+  text.insert(at, "\"num_hidden_layers\": 7, ");  // given twice: 7 first, then the real 2
+  write_text(dir + "/twice.json", text);
+  const RunResult twice = run_bounded("inspect '" + tiny2() + "' --config '" + dir + "/twice.json'");
+  BOOST_TEST(twice.exit_code == 0, twice.err);
+  BOOST_TEST(contains(twice.out, "layers present: 2 of 2"), twice.out);
+  const std::string q0 = config_with(dir + "/q0.json", "q_lora_rank", "0");
+  const RunResult inspect = run_bounded("inspect '" + tiny2() + "' --config '" + q0 + "'");
+  BOOST_TEST(contains(inspect.out, "layers present: 0 of 2"), inspect.out);
+  BOOST_TEST(contains(inspect.out, "q_lora_rank is 0"), inspect.out);
+  BOOST_TEST(contains(inspect.out, "q_proj"), inspect.out);
+  expect_fast_error("run --checkpoint '" + tiny2() + "' --config '" + q0 + "' --seq-len 8 --out '" + dir + "/o'", "run",
+                    {"q_lora_rank is 0", "q_a_proj"});
+}
+
+// Issue: a FIFO given as --input, --config, a shard, or to inspect blocked forever (open before
+// the regular-file check).
+BOOST_AUTO_TEST_CASE(fifos_are_refused_before_they_block) {
+  const std::string dir = scratch_dir("faults-fifo");
+  const std::string fifo = dir + "/fifo";
+  BOOST_TEST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string out = " --out '" + dir + "/o'";
+  const std::string ck = "--checkpoint '" + tiny2() + "' ";
+  expect_fast_error("run " + ck + "--input '" + fifo + "'" + out, "run", {fifo, "not a regular file (a FIFO)"});
+  expect_fast_error("run " + ck + "--config '" + fifo + "'" + out, "run", {fifo, "FIFO"});
+  expect_fast_error("run " + ck + "--tokens '" + fifo + "'" + out, "run", {fifo, "FIFO"});
+  expect_fast_error("select --scores '" + fifo + "'" + out, "select", {fifo, "FIFO"});
+  expect_fast_error("inspect '" + fifo + "'", "inspect", {fifo, "FIFO"});
+  expect_fast_error("compare '" + fifo + "' '" + fifo + "'", "compare", {fifo, "FIFO"});
+  // a shard that is a FIFO: a checkpoint directory whose first shard is one
+  const std::string bad = dir + "/ckpt";
+  fs::create_directories(bad);
+  for (const auto& e : fs::directory_iterator(tiny2())) {
+    const std::string name = e.path().filename().string();
+    if (name == "model-00001-of-000002.safetensors") continue;
+    fs::copy_file(e.path(), bad + "/" + name);
+  }
+  BOOST_TEST_REQUIRE(::mkfifo((bad + "/model-00001-of-000002.safetensors").c_str(), 0600) == 0);
+  expect_fast_error("run --checkpoint '" + bad + "' --seq-len 8" + out, "run", {"model-00001-of-000002.safetensors", "FIFO"});
+  expect_fast_error("sweep --checkpoint '" + bad + "' --seq-len 8" + out, "sweep", {"FIFO"});
+  const RunResult r = run_bounded("inspect '" + bad + "'");
+  BOOST_TEST(r.exit_code != 124, "inspect hung on a FIFO shard");
+  BOOST_TEST(!fs::exists(dir + "/o"));
+}
+
+// Issue: decode --sinks and --recent near 2^63 passed K > sinks + recent by signed overflow and
+// failed after the prefill; list flags accepted empty items; a range of a billion layers was
+// walked; synth accepted --vocab 2^31.
+BOOST_AUTO_TEST_CASE(flag_arithmetic_is_checked_before_any_work) {
+  const std::string dir = scratch_dir("faults-flags");
+  const std::string out = dir + "/o";
+  const std::string decode = "decode --checkpoint '" + tiny2() + "' --seq-len 48 --prompt-len 40 --out '" + out + "' ";
+  const std::string max = "9223372036854775807";
+  expect_fast_error(decode + "--cache-budget 50 --sinks " + max + " --recent " + max, "decode", {"--sinks", "overflows"});
+  expect_fast_error(decode + "--cache-budget " + max + " --sinks " + max + " --recent 1", "decode", {"overflows"});
+  expect_fast_error(decode + "--cache-budget 38 --sinks 2 --recent 4 --steps " + max, "decode", {"--steps", max});
+  expect_fast_error(decode + "--cache-budget 40,,50", "decode", {"--cache-budget", "empty item"});
+  expect_fast_error(decode + "--cache-budget 40,", "decode", {"--cache-budget", "empty item"});
+  expect_fast_error(decode + "--cache-budget ,40", "decode", {"--cache-budget", "empty item"});
+  expect_fast_error("synth --preset tiny --layers 0,,1 --out '" + out + "'", "synth", {"--layers", "empty item"});
+  expect_fast_error("synth --preset tiny --vocab 2147483648 --out '" + out + "'", "synth", {"--vocab", "out of range"});
+  expect_fast_error("sweep --checkpoint '" + tiny2() + "' --layers 0-999999999 --out '" + out + "'", "sweep",
+                    {"--layers", "999999999", "out of range"});
+  BOOST_TEST(!fs::exists(out));
+}
+
+// Issue: run --input FILE --residual with only hidden_states.L in FILE skipped the plan
+// (planned_peak_bytes -1; 950 MiB used under MLA_MEMORY_AVAILABLE=100M); decode had no plan
+// (1 GB used under 100M); MLA_MEMORY_AVAILABLE=100K printed "0 MiB".
+BOOST_AUTO_TEST_CASE(memory_plans_cover_every_command) {
+  const std::string dir = scratch_dir("faults-memory");
+  std::vector<float> rows(16 * 64);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>((i * 37 % 101) / 50.0 - 1.0);
+  std::vector<std::byte> bytes(rows.size() * 4);
+  std::memcpy(bytes.data(), rows.data(), bytes.size());
+  mla::write_safetensors(dir + "/states.safetensors", {{"hidden_states.0", mla::DType::F32, {16, 64}, bytes}}, {});
+  const std::string run = "run --checkpoint '" + tiny2() + "' --input '" + dir + "/states.safetensors' --residual --out '" +
+                          dir + "/run'";
+  const RunResult ok = run_bounded(run);
+  BOOST_TEST_REQUIRE(ok.exit_code == 0, ok.err);
+  simdjson::dom::parser parser;
+  BOOST_TEST(int64_t(parser.load(dir + "/run/report.json")["memory"]["planned_peak_bytes"]) > 0);
+  expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100M", run), "run",
+                    {"not enough memory", "is available (MLA_MEMORY_AVAILABLE)"});
+  expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100K", run), "run", {"but 100 KiB is available"});
+
+  const std::string decode = "decode --checkpoint '" + tiny2() + "' --seq-len 48 --prompt-len 40 --cache-budget 38 --sinks 2 "
+                             "--recent 4 --out '" + dir + "/decode'";
+  const RunResult d = run_bounded(decode);
+  BOOST_TEST_REQUIRE(d.exit_code == 0, d.err);
+  BOOST_TEST(int64_t(parser.load(dir + "/decode/report.json")["memory"]["planned_peak_bytes"]) > 0);
+  expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100M", decode), "decode",
+                    {"not enough memory for decode of P = 40 prompt rows and N = 8 steps", "MLA_MEMORY_AVAILABLE"});
+  expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100M", "synth --preset tiny --out '" + dir + "/s'"), "synth",
+                    {"not enough memory for synth"});
+  BOOST_TEST(!fs::exists(dir + "/s"));
+}
+
+// Issue: sweep with layer 1's shard missing ran layer 0 first and wrote its results beside the
+// previous report; inspect said "layers present: 2 of 2".
+BOOST_AUTO_TEST_CASE(a_missing_shard_fails_before_the_first_layer) {
+  const std::string dir = scratch_dir("faults-shard");
+  const std::string ck = dir + "/ckpt";
+  BOOST_TEST_REQUIRE(run_cli("synth --preset tiny --layers 0,1 --shards 3 --out '" + ck + "'").exit_code == 0);
+  const std::string out = dir + "/out";
+  const std::string sweep = "sweep --checkpoint '" + ck + "' --seq-len 8 --out '" + out + "'";
+  BOOST_TEST_REQUIRE(run_bounded(sweep).exit_code == 0);
+  const auto before = snapshot(out);
+  fs::remove(ck + "/model-00002-of-000003.safetensors");  // layer 1's shard
+  const RunResult r = run_bounded(sweep);
+  expect_error_line(r, "sweep", {"model-00002-of-000003.safetensors", "is missing", out + " left as it was"});
+  BOOST_TEST(!contains(r.err, "layer 0 (1/2) done"));
+  BOOST_TEST((snapshot(out) == before));
+  const RunResult in = run_bounded("inspect '" + ck + "'");
+  BOOST_TEST(contains(in.out, "layers present: 1 of 2: 0 (layer 1's shard"), in.out);
+}
+
+// The smaller ones of the issue.
+BOOST_AUTO_TEST_CASE(smaller_edges) {
+  const std::string dir = scratch_dir("faults-small");
+  // sweep --quiet printed per-layer lines
+  const RunResult q = run_bounded("sweep --checkpoint '" + tiny2() + "' --seq-len 8 --quiet --out '" + dir + "/sweep'");
+  BOOST_TEST(q.exit_code == 0, q.err);
+  BOOST_TEST(q.err.empty(), q.err);
+  // demo --decode ignored --per-head silently; --cache-dir FILE named the output directory
+  expect_fast_error("demo --decode --per-head --out '" + dir + "/d'", "demo", {"--per-head", "--decode"});
+  write_text(dir + "/afile", "x");
+  expect_fast_error("demo --cache-dir '" + dir + "/afile' --out '" + dir + "/d'", "demo",
+                    {"--cache-dir " + dir + "/afile", "not a directory"});
+  BOOST_TEST(!fs::exists(dir + "/d"));
+  // select on a binary file printed raw control bytes
+  std::string binary = "token_idx,attention_score\n0,";
+  for (int c = 0; c < 32; ++c) binary += static_cast<char>(c == '\n' || c == ',' ? 1 : c);
+  binary += "\xff\xfe\n";
+  write_text(dir + "/binary.csv", binary);
+  const RunResult sel = run_bounded("select --scores '" + dir + "/binary.csv' --out '" + dir + "/sel'");
+  expect_error_line(sel, "select", {"is not a number", "\\x"});
+  for (const char c : sel.err) BOOST_TEST((c == '\n' || static_cast<unsigned char>(c) >= 0x20), "control byte in the error line");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
