@@ -39,18 +39,23 @@ struct RopeConfig {
 // dequantize them is decided when a packed tensor is read (unsupported_reason()), so that the
 // bf16 attention of a checkpoint whose experts use another scheme still loads.
 struct PackQuantization {
+  // One config group's weight scheme (Kimi has one group).
+  struct Scheme {
+    std::string format;       // "pack-quantized" (the group's own "format", else the top-level one)
+    int64_t num_bits = 0;     // 4
+    std::string type;         // "int"
+    bool symmetric = true;
+    std::string strategy;     // "group"
+    int64_t group_size = 0;   // 32
+    bool dynamic = false;
+    std::string actorder;     // "" (null or false), "weight" / "static" (storage unchanged), "group" / "dynamic"
+    bool operator==(const Scheme&) const = default;
+  };
   bool present = false;
-  std::string format;        // "pack-quantized" (the top-level key; a config group's own wins)
-  int64_t weight_groups = 0; // config groups that quantize weights (Kimi: 1)
-  bool mixed_schemes = false;  // those groups disagree on a key below
+  Scheme scheme;             // the first weight group's
+  int64_t weight_groups = 0; // config groups that quantize weights
+  bool mixed_schemes = false;  // those groups' schemes differ
   std::string preset_group;  // a group given as a preset name ({"W4A16": ["Linear"]}), not read
-  int64_t num_bits = 0;      // 4
-  std::string type;          // "int"
-  bool symmetric = true;
-  std::string strategy;      // "group"
-  int64_t group_size = 0;    // 32
-  bool dynamic = false;
-  std::string actorder;      // "" (null or false), "weight" / "static" (storage unchanged), "group" / "dynamic"
   std::vector<std::string> ignore;  // module names or "re:" patterns kept unquantized
   std::vector<std::string> targets; // of the weight groups ("Linear")
 

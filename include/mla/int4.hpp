@@ -37,9 +37,10 @@ bool is_scale_dtype(DType dtype);
 float round_to(DType dtype, float f);
 
 // W [rows, cols] from the raw little-endian bytes of weight_packed (rows * ceil(cols/8) int32)
-// and weight_scale (rows * cols/G values of scale_dtype), as the header describes. The caller
-// checks the shapes; `out` holds rows * cols floats.
-void dequantize(std::span<const std::byte> packed, std::span<const std::byte> scale, DType scale_dtype, int64_t rows,
+// and the values of weight_scale (rows * cols/G, widened exactly from scale_dtype, e.g. by
+// SafetensorsFile::to_float), as the header describes. The caller checks the shapes; `out`
+// holds rows * cols floats.
+void dequantize(std::span<const std::byte> packed, std::span<const float> scale, DType scale_dtype, int64_t rows,
                 int64_t cols, int64_t group_size, std::span<float> out);
 
 // compressed-tensors' own quantization of a weight held in `dtype` (its values representable

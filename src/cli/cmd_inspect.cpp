@@ -184,12 +184,12 @@ std::vector<std::pair<std::string, std::string>> quantization_keys(const PackQua
   const std::string why = q.unsupported_reason();
   return {
       {"quant_method", json_quote("compressed-tensors")},
-      {"format", json_quote(q.format)},
-      {"type", json_quote(q.type)},
-      {"num_bits", std::to_string(q.num_bits)},
-      {"symmetric", q.symmetric ? "true" : "false"},
-      {"strategy", json_quote(q.strategy)},
-      {"group_size", std::to_string(q.group_size)},
+      {"format", json_quote(q.scheme.format)},
+      {"type", json_quote(q.scheme.type)},
+      {"num_bits", std::to_string(q.scheme.num_bits)},
+      {"symmetric", q.scheme.symmetric ? "true" : "false"},
+      {"strategy", json_quote(q.scheme.strategy)},
+      {"group_size", std::to_string(q.scheme.group_size)},
       {"ignore", ignore + "]"},
       {"supported", why.empty() ? "true" : "false"},
       {"unsupported_reason", why.empty() ? "null" : json_quote("quantization_config " + why)},

@@ -311,7 +311,7 @@ TensorF Checkpoint::Impl::load_pack_quantized(const std::string& ckpt, const std
                                 " has no compressed-tensors quantization_config to dequantize it with");
   if (const std::string why = quantization.unsupported_reason(); !why.empty())
     fail(ErrorKind::Unsupported, config_file + ": quantization_config " + why + " (needed for " + where + ")");
-  const int64_t G = quantization.group_size;
+  const int64_t G = quantization.scheme.group_size;
   if (expected.size() != 2)
     fail(ErrorKind::Shape, where + " is expected to have shape " + shape_string(expected) +
                                "; only 2-D weights are pack-quantized");
@@ -373,7 +373,7 @@ TensorF Checkpoint::Impl::load_pack_quantized(const std::string& ckpt, const std
                                std::to_string(G) + ")");
 
   TensorF t = huge_page_tensor<float>(name, expected);
-  int4::dequantize(pfile->bytes(*pinfo), sfile->bytes(*sinfo), sinfo->dtype, rows, cols, G, t.data);
+  int4::dequantize(pfile->bytes(*pinfo), sfile->to_float(*sinfo), sinfo->dtype, rows, cols, G, t.data);
   for (size_t k = 0; k < t.data.size(); ++k)
     if (!std::isfinite(t.data[k]))
       fail(ErrorKind::InvalidValue, where + " dequantizes to a non-finite value (" + std::to_string(t.data[k]) +

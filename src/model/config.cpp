@@ -229,11 +229,10 @@ PackQuantization parse_quantization(const Section& top, const Section& text) {
     return q;
   if (!qs.has_value("quant_method") || qs.string("quant_method") != "compressed-tensors") return q;
   q.present = true;
-  q.format = qs.has_value("format") ? qs.string("format") : "";
+  const std::string top_format = qs.has_value("format") ? qs.string("format") : "";
   q.ignore = string_list(qs, "ignore");
   if (!qs.has_value("config_groups")) return q;  // no weight scheme: unsupported_reason() says so
   const Section groups = qs.child("config_groups");
-  bool first = true;
   for (auto [key, value] : groups.obj) {
     if (value.type() == element_type::ARRAY) {  // {"W4A16": ["Linear"]}: a preset scheme by name
       q.preset_group = std::string(key);
@@ -242,8 +241,8 @@ PackQuantization parse_quantization(const Section& top, const Section& text) {
     const Section g = groups.child(std::string(key));
     if (!g.has_value("weights")) continue;  // an activation-only group
     const Section w = g.child("weights");
-    PackQuantization s;
-    s.format = g.has_value("format") ? g.string("format") : q.format;
+    PackQuantization::Scheme s;
+    s.format = g.has_value("format") ? g.string("format") : top_format;
     s.num_bits = w.has_value("num_bits") ? w.integer("num_bits") : 8;
     s.type = w.has_value("type") ? w.string("type") : "int";
     s.symmetric = w.has_value("symmetric") ? w.boolean("symmetric") : true;
@@ -264,24 +263,8 @@ PackQuantization parse_quantization(const Section& top, const Section& text) {
       else if (a.type() == element_type::STRING) s.actorder = std::string(std::string_view(a));
       else w.bad("actorder", "must be null, a boolean or a string, got " + describe(a));
     }
-    const auto same = [](const PackQuantization& a, const PackQuantization& b) {
-      return a.format == b.format && a.num_bits == b.num_bits && a.type == b.type && a.symmetric == b.symmetric &&
-             a.strategy == b.strategy && a.group_size == b.group_size && a.dynamic == b.dynamic &&
-             a.actorder == b.actorder;
-    };
-    if (first) {
-      q.format = s.format;
-      q.num_bits = s.num_bits;
-      q.type = s.type;
-      q.symmetric = s.symmetric;
-      q.strategy = s.strategy;
-      q.group_size = s.group_size;
-      q.dynamic = s.dynamic;
-      q.actorder = s.actorder;
-      first = false;
-    } else if (!same(q, s)) {
-      q.mixed_schemes = true;
-    }
+    if (q.weight_groups == 0) q.scheme = s;
+    else if (!(s == q.scheme)) q.mixed_schemes = true;
     ++q.weight_groups;
     for (auto& t : string_list(g, "targets")) q.targets.push_back(std::move(t));
   }
@@ -291,19 +274,20 @@ PackQuantization parse_quantization(const Section& top, const Section& text) {
 }  // namespace
 
 std::string PackQuantization::unsupported_reason() const {
+  const Scheme& s = scheme;
   if (!preset_group.empty())
     return "names a preset scheme ('" + preset_group + "') instead of its weights' keys; only explicit schemes are supported";
   if (weight_groups == 0) return "has no config group that quantizes weights";
   if (mixed_schemes) return "has config groups with different weight schemes; only one scheme is supported";
-  if (format != "pack-quantized") return "has format '" + format + "'; only 'pack-quantized' is supported";
-  if (type != "int") return "has weights type '" + type + "'; only 'int' is supported";
-  if (num_bits != 4) return "has num_bits " + std::to_string(num_bits) + "; only 4 is supported";
-  if (!symmetric) return "has symmetric false; only symmetric quantization is supported";
-  if (strategy != "group") return "has strategy '" + strategy + "'; only 'group' is supported";
-  if (group_size <= 0) return "has group_size " + std::to_string(group_size) + "; the group strategy needs one > 0";
-  if (dynamic) return "has dynamic weight quantization; only static (stored) scales are supported";
-  if (!actorder.empty() && actorder != "weight" && actorder != "static")
-    return "has actorder '" + actorder + "' (a g_idx permutation); only null, 'weight' or 'static' is supported";
+  if (s.format != "pack-quantized") return "has format '" + s.format + "'; only 'pack-quantized' is supported";
+  if (s.type != "int") return "has weights type '" + s.type + "'; only 'int' is supported";
+  if (s.num_bits != 4) return "has num_bits " + std::to_string(s.num_bits) + "; only 4 is supported";
+  if (!s.symmetric) return "has symmetric false; only symmetric quantization is supported";
+  if (s.strategy != "group") return "has strategy '" + s.strategy + "'; only 'group' is supported";
+  if (s.group_size <= 0) return "has group_size " + std::to_string(s.group_size) + "; the group strategy needs one > 0";
+  if (s.dynamic) return "has dynamic weight quantization; only static (stored) scales are supported";
+  if (!s.actorder.empty() && s.actorder != "weight" && s.actorder != "static")
+    return "has actorder '" + s.actorder + "' (a g_idx permutation); only null, 'weight' or 'static' is supported";
   return "";
 }
 
@@ -403,13 +387,8 @@ AttentionConfig kimi_k26_config() {
 PackQuantization kimi_int4_quantization() {
   PackQuantization q;
   q.present = true;
-  q.format = "pack-quantized";
+  q.scheme = {"pack-quantized", 4, "int", true, "group", 32, false, ""};
   q.weight_groups = 1;
-  q.num_bits = 4;
-  q.type = "int";
-  q.symmetric = true;
-  q.strategy = "group";
-  q.group_size = 32;
   q.targets = {"Linear"};
   q.ignore = {"re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
               "re:.*lm_head.*", "re:vision_tower.*", "re:mm_projector.*"};
@@ -467,10 +446,11 @@ void append_rope(std::ostringstream& os, const RopeConfig& r, const std::string&
 
 // compressed-tensors' layout of a quantization_config (the keys Kimi K2.5 / K2.6 publish).
 void append_quantization(std::ostringstream& os, const PackQuantization& q, const std::string& ind) {
+  const PackQuantization::Scheme& s = q.scheme;
   auto list = [](const std::vector<std::string>& v) {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + json_quote(v[i]);
-    return s + "]";
+    std::string text = "[";
+    for (size_t i = 0; i < v.size(); ++i) text += (i ? ", " : "") + json_quote(v[i]);
+    return text + "]";
   };
   os << ind << "\"quantization_config\": {\n";
   os << ind << "  \"config_groups\": {\n";
@@ -479,20 +459,20 @@ void append_quantization(std::ostringstream& os, const PackQuantization& q, cons
   os << ind << "      \"output_activations\": null,\n";
   os << ind << "      \"targets\": " << list(q.targets) << ",\n";
   os << ind << "      \"weights\": {\n";
-  os << ind << "        \"actorder\": " << (q.actorder.empty() ? "null" : json_quote(q.actorder)) << ",\n";
+  os << ind << "        \"actorder\": " << (s.actorder.empty() ? "null" : json_quote(s.actorder)) << ",\n";
   os << ind << "        \"block_structure\": null,\n";
-  os << ind << "        \"dynamic\": " << (q.dynamic ? "true" : "false") << ",\n";
-  os << ind << "        \"group_size\": " << q.group_size << ",\n";
-  os << ind << "        \"num_bits\": " << q.num_bits << ",\n";
+  os << ind << "        \"dynamic\": " << (s.dynamic ? "true" : "false") << ",\n";
+  os << ind << "        \"group_size\": " << s.group_size << ",\n";
+  os << ind << "        \"num_bits\": " << s.num_bits << ",\n";
   os << ind << "        \"observer\": \"minmax\",\n";
   os << ind << "        \"observer_kwargs\": {},\n";
-  os << ind << "        \"strategy\": " << json_quote(q.strategy) << ",\n";
-  os << ind << "        \"symmetric\": " << (q.symmetric ? "true" : "false") << ",\n";
-  os << ind << "        \"type\": " << json_quote(q.type) << "\n";
+  os << ind << "        \"strategy\": " << json_quote(s.strategy) << ",\n";
+  os << ind << "        \"symmetric\": " << (s.symmetric ? "true" : "false") << ",\n";
+  os << ind << "        \"type\": " << json_quote(s.type) << "\n";
   os << ind << "      }\n";
   os << ind << "    }\n";
   os << ind << "  },\n";
-  os << ind << "  \"format\": " << json_quote(q.format) << ",\n";
+  os << ind << "  \"format\": " << json_quote(s.format) << ",\n";
   os << ind << "  \"ignore\": " << list(q.ignore) << ",\n";
   os << ind << "  \"kv_cache_scheme\": null,\n";
   os << ind << "  \"quant_method\": \"compressed-tensors\",\n";

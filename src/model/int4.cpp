@@ -19,27 +19,6 @@
 namespace mla::int4 {
 namespace {
 
-// One stored scale as a float (exact).
-float scale_value(DType dtype, const std::byte* p) {
-  switch (dtype) {
-    case DType::BF16: {
-      uint16_t b;
-      std::memcpy(&b, p, 2);
-      return bf16::from_bits(b).to_float();
-    }
-    case DType::F16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return f16_to_float(h);
-    }
-    default: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-  }
-}
-
 // A float already representable in dtype, stored in dtype's bytes.
 void store_scale(DType dtype, float v, std::byte* p) {
   if (dtype == DType::BF16) {
@@ -93,13 +72,12 @@ float round_to(DType dtype, float f) {
   return f;
 }
 
-void dequantize(std::span<const std::byte> packed, std::span<const std::byte> scale, DType scale_dtype, int64_t rows,
+void dequantize(std::span<const std::byte> packed, std::span<const float> scale, DType scale_dtype, int64_t rows,
                 int64_t cols, int64_t group_size, std::span<float> out) {
   check_geometry(rows, cols, group_size);
   if (!is_scale_dtype(scale_dtype)) fail(ErrorKind::InvalidArgument, "int4: a scale must be BF16, F16 or F32");
   const int64_t words = packed_shape(rows, cols)[1], groups = cols / group_size;
-  const size_t ssize = dtype_size(scale_dtype);
-  if (packed.size() != static_cast<size_t>(rows * words * 4) || scale.size() != static_cast<size_t>(rows * groups) * ssize ||
+  if (packed.size() != static_cast<size_t>(rows * words * 4) || scale.size() != static_cast<size_t>(rows * groups) ||
       out.size() != static_cast<size_t>(rows * cols))
     fail(ErrorKind::InvalidArgument, "int4: buffer sizes do not match a [" + std::to_string(rows) + ", " +
                                          std::to_string(cols) + "] weight");
@@ -108,10 +86,9 @@ void dequantize(std::span<const std::byte> packed, std::span<const std::byte> sc
   float lut[16];
   for (int64_t i = 0; i < rows; ++i) {
     const std::byte* prow = packed.data() + i * words * 4;  // W words, little-endian
-    const std::byte* srow = scale.data() + static_cast<size_t>(i * groups) * ssize;
     float* orow = out.data() + i * cols;
     for (int64_t g = 0; g < groups; ++g) {
-      const float s = scale_value(scale_dtype, srow + static_cast<size_t>(g) * ssize);
+      const float s = scale[static_cast<size_t>(i * groups + g)];
       for (int c = 0; c < 16; ++c) lut[c] = round_to(scale_dtype, static_cast<float>(c - 8) * s);
       for (int64_t j = g * group_size; j < (g + 1) * group_size; ++j) {
         // byte j/2 of the row's words holds codes 2k (low nibble) and 2k+1 (high nibble)

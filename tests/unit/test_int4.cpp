@@ -53,10 +53,14 @@ BOOST_AUTO_TEST_SUITE(int4)
 // config.json as compressed-tensors' ModelCompressor.update_config wrote it.
 BOOST_AUTO_TEST_CASE(fixture_config_is_read) {
   const mla::AttentionConfig c = mla::load_config(fixture_dir() + "/config.json");
-  const mla::PackQuantization& q = c.quantization;
-  BOOST_TEST(q.present);
+  BOOST_TEST(c.quantization.present);
+  BOOST_TEST(c.quantization.weight_groups == 1);
+  BOOST_TEST(!c.quantization.mixed_schemes);
+  BOOST_TEST((c.quantization.targets == std::vector<std::string>{"Linear"}));
+  BOOST_TEST((c.quantization.ignore == kIgnored));
+  BOOST_TEST(c.quantization.unsupported_reason().empty());
+  const mla::PackQuantization::Scheme& q = c.quantization.scheme;
   BOOST_TEST(q.format == "pack-quantized");
-  BOOST_TEST(q.weight_groups == 1);
   BOOST_TEST(q.num_bits == 4);
   BOOST_TEST(q.type == "int");
   BOOST_TEST(q.symmetric);
@@ -64,9 +68,6 @@ BOOST_AUTO_TEST_CASE(fixture_config_is_read) {
   BOOST_TEST(q.group_size == 32);
   BOOST_TEST(!q.dynamic);
   BOOST_TEST(q.actorder.empty());
-  BOOST_TEST((q.targets == std::vector<std::string>{"Linear"}));
-  BOOST_TEST((q.ignore == kIgnored));
-  BOOST_TEST(q.unsupported_reason().empty());
 }
 
 // One row worked by hand: the word 0x76543210 holds codes 0..7 (q = -8..-1) from its lowest
@@ -83,18 +84,15 @@ BOOST_AUTO_TEST_CASE(one_row_by_hand) {
   std::vector<std::byte> packed(8);
   for (int w = 0; w < 2; ++w)
     for (int b = 0; b < 4; ++b) packed[static_cast<size_t>(4 * w + b)] = static_cast<std::byte>(words[w] >> (8 * b));
-  const float s = 1.0f + 0x1p-7f;
-  const uint16_t sb = 0x3F81;  // bf16 bits of 1 + 2^-7
-  std::vector<std::byte> scale = {static_cast<std::byte>(sb & 0xFF), static_cast<std::byte>(sb >> 8)};
+  const float s = 1.0f + 0x1p-7f;  // a bf16 value (bits 0x3F81)
+  const std::vector<float> scale = {s};
   std::vector<float> out(16);
   mla::int4::dequantize(packed, scale, DType::BF16, 1, 16, 16, out);
   const float want[16] = {-8 * s, -7.0625f, -6.0625f, -5.03125f, -4 * s, -3.03125f, -2 * s,   -s,
                           0.0f,   s,        2 * s,    3.03125f,  4 * s,  5.03125f,  6.0625f, 7.0625f};
   for (size_t k = 0; k < 16; ++k) BOOST_TEST(bits(out[k]) == bits(want[k]), "code " << k << ": " << out[k] << " vs " << want[k]);
   // The same codes with an F32 scale: one fp32 rounding of the product (exact here).
-  std::vector<std::byte> scale32(4);
-  std::memcpy(scale32.data(), &s, 4);
-  mla::int4::dequantize(packed, scale32, DType::F32, 1, 16, 16, out);
+  mla::int4::dequantize(packed, scale, DType::F32, 1, 16, 16, out);
   for (size_t k = 0; k < 16; ++k) BOOST_TEST(out[k] == static_cast<float>(static_cast<int>(k) - 8) * s);
 }
 
