@@ -11,8 +11,9 @@
 //
 // The rules:
 //   * `dir` is created when missing. When it exists it must be a directory that holds nothing or
-//     an earlier mla-h2o set (its manifest, .mla-h2o-set, names every entry): anything else is
-//     refused before any work, so no file mla-h2o did not write is ever removed.
+//     an earlier mla-h2o set (its manifest, .mla-h2o-set, names every entry; for a directory
+//     written before sets existed, its report.json's "files"): anything else is refused before
+//     any work, so no file mla-h2o did not write is ever removed.
 //   * One writer at a time: the writer holds flock(LOCK_EX) on `dir`; a second one fails at once
 //     with one line.
 //   * Files are written into a private staging directory beside `dir` (same parent, so the same

@@ -25,6 +25,8 @@
 #include <mutex>
 #include <set>
 
+#include <simdjson.h>
+
 #include "mla/error.hpp"
 #include "mla_build_config.h"
 
@@ -144,19 +146,44 @@ std::vector<std::string> entries_of(const std::string& dir) {
   return out;
 }
 
-// The file names an earlier set's manifest lists; `found` false when there is none. The
-// manifest is read only when it is a regular file (never a FIFO that would block).
-std::set<std::string> manifest_files(const std::string& dir, bool& found) {
-  found = false;
-  const std::string path = dir + "/" + kOutputManifest;
+// The text of `path` when it is a small regular file (never a FIFO that would block), else "".
+std::string small_file(const std::string& path, int64_t max_bytes) {
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20)) return {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) return "";
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return {};
+  if (fd < 0) return "";
   std::string text(static_cast<size_t>(st.st_size), '\0');
   const ssize_t n = ::read(fd, text.data(), text.size());
   ::close(fd);
-  if (n != static_cast<ssize_t>(text.size()) || text.rfind("mla-h2o output set\n", 0) != 0) return {};
+  return n == static_cast<ssize_t>(text.size()) ? text : "";
+}
+
+// A directory written by mla-h2o before output sets existed: its report.json lists its files
+// (as paths) under "files"; the names it lists, report.json included, or none.
+std::set<std::string> earlier_report_files(const std::string& dir) {
+  const std::string text = small_file(dir + "/report.json", int64_t{16} << 20);
+  simdjson::dom::parser parser;
+  simdjson::dom::array files;
+  if (text.empty() || parser.parse(simdjson::padded_string(text))["files"].get(files)) return {};
+  std::set<std::string> names = {"report.json"};
+  for (const auto f : files) {
+    std::string_view path;
+    if (f.get(path)) return {};
+    names.insert(fs::path(std::string(path)).filename().string());
+  }
+  return names;
+}
+
+// The file names an earlier set's manifest lists (or, for a directory written before output
+// sets existed, its report.json); `found` false when there is neither.
+std::set<std::string> manifest_files(const std::string& dir, bool& found) {
+  found = false;
+  const std::string text = small_file(dir + "/" + kOutputManifest, int64_t{1} << 20);
+  if (text.rfind("mla-h2o output set\n", 0) != 0) {
+    std::set<std::string> earlier = earlier_report_files(dir);
+    found = !earlier.empty();
+    return earlier;
+  }
   found = true;
   std::set<std::string> files;
   size_t at = 0;

@@ -392,6 +392,15 @@ BOOST_AUTO_TEST_CASE(a_directory_with_other_files_is_refused) {
   BOOST_TEST(fs::exists(set + "/mine.txt"));
   // a file as --out
   expect_error_line(run_cli(run_into(dir + "/notes.txt", "")), "run", {"notes.txt", "not a directory"});
+  // a directory written before output sets existed: its report.json lists every file, so it is
+  // an earlier set and is replaced
+  const std::string old = scratch_dir("outputs-before-sets") + "/out";
+  fs::create_directories(old);
+  write_text(old + "/budget.svg", "<svg/>");
+  write_text(old + "/report.json", "{\"files\": [\"" + old + "/budget.svg\", \"" + old + "/report.json\"]}\n");
+  BOOST_TEST_REQUIRE(run_cli(run_into(old, "")).exit_code == 0);
+  BOOST_TEST(!fs::exists(old + "/budget.svg"));
+  expect_one_set(old, "after a directory from before output sets");
 }
 
 // Issue: num_hidden_layers 1e12 (or 2^31, 2^63-1) hung run, decode, sweep and inspect (every
