@@ -31,6 +31,7 @@
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "progress.hpp"
+#include "decode_plan.hpp"
 #include "run_pipeline.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
@@ -126,9 +127,9 @@ int64_t peak_rss_bytes() {
 // Plans the memory of this run from the geometry and the request, before the layer and the
 // input are loaded: refuses with one line when it cannot fit; when only the attn_weights dump
 // cannot, the plan drops it (attn_weights_dropped) and says so on stderr.
-MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg) {
+MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg, int64_t seq_len) {
   MemoryRequest req;
-  req.seq_len = input_seq_len(plan.input);
+  req.seq_len = seq_len;
   req.backend = plan.backend != BackendKind::Auto ? plan.backend : cuda_available() ? BackendKind::Cuda : BackendKind::Cpu;
   req.precision = plan.forward.precision;
   req.dump_tensors = plan.dump_tensors;
@@ -171,7 +172,8 @@ LoadedRun load(const RunPlan& plan) {
   LoadedRun r(timed(stages, "open checkpoint", [&] { return Checkpoint::open(plan.checkpoint, plan.config_path); }));
   r.stages = std::move(stages);
   const AttentionConfig& cfg = r.ckpt.config();
-  r.memory = check_memory(plan, cfg);  // refuses before anything large is allocated
+  const OpenedInput input = timed(r.stages, "open input", [&] { return open_input(plan.input, plan.layer); });
+  r.memory = check_memory(plan, cfg, input.seq_len);  // refuses before anything large is allocated
   r.weights = timed(r.stages, "load layer", [&] {
     return load_checked_layer(r.ckpt, plan.layer, needs_input_layernorm(plan.input));
   });
@@ -180,7 +182,7 @@ LoadedRun load(const RunPlan& plan) {
   r.options.keep_attn_weights = plan.dump_tensors && !r.memory.attn_weights_dropped;
   r.options.keep_states = plan.dump_tensors;
   r.options.keep_latent_cache = plan.dump_tensors;
-  r.input = timed(r.stages, "build input", [&] { return load_input(plan.input, r.ckpt, r.weights, r.options.precision); });
+  r.input = timed(r.stages, "build input", [&] { return load_input(input, r.ckpt, r.weights, r.options.precision); });
   return r;
 }
 
@@ -409,20 +411,34 @@ std::string demo_checkpoint(const std::string& cache_dir, bool& reused) {
   return dir;
 }
 
-// `demo --decode`: mla-h2o decode on the demo's layer and inputs (docs/decode.md): 320 seeded
-// rows, the first 256 the prompt, 64 decode steps, budget 100 = the demo's 4 + 32 + 64.
+// `demo --decode`: mla-h2o decode's pipeline on the demo's layer and inputs (docs/decode.md): 320
+// seeded rows, the first 256 the prompt, 64 decode steps, budget 100 (the demo's 4 + 32 + 64
+// tokens), every policy at its paper's settings.
 static int demo_decode(const Args& a) {
   if (a.has("mask")) fail(ErrorKind::InvalidArgument, "--mask does not apply to --decode (decode attention is causal)");
+  DecodePlan plan;
+  RunPlan& r = plan.run;
+  read_forward_flags(a, r, "causal", "bf16");
+  plan.dump_tensors = r.dump_tensors;
+  r.dump_tensors = false;
+  if (r.backend == BackendKind::Cuda)
+    fail(ErrorKind::InvalidArgument, "--backend cuda: --decode runs on the cpu or reference backend");
+  if (r.backend == BackendKind::Auto) r.backend = BackendKind::Cpu;
+  r.command = "demo";
+  r.layer = 0;
+  r.input.kind = InputKind::Seeded;
+  r.input.seq_len = 320;
+  r.input.seed = 0;
   const std::string cache = a.has("cache-dir") ? a.str("cache-dir") : default_cache_dir();
   bool reused = false;
-  std::vector<std::string> argv = {"--checkpoint", demo_checkpoint(cache, reused), "--seq-len", "320", "--seed", "0",
-                                   "--prompt-len", "256", "--steps", "64", "--cache-budget", "100",
-                                   "--sinks", "4", "--recent", "32",
-                                   "--precision", a.str("precision", "bf16"), "--out", a.str("out", "mla-h2o-out")};
-  if (a.has("backend")) argv.insert(argv.end(), {"--backend", a.str("backend")});
-  if (a.has("threads")) argv.insert(argv.end(), {"--threads", a.str("threads")});
-  if (a.has("dump-tensors")) argv.push_back("--dump-tensors");
-  return cmd_decode(argv);
+  r.checkpoint = demo_checkpoint(cache, reused);
+  r.notes.push_back(std::string("weights: synthetic Kimi K2.6-shaped layer 0 (synth --preset kimi-k2.6 --seed 0), ") +
+                    (reused ? "reused from the cache" : "synthesized into the cache"));
+  plan.decode.prompt_len = 256;
+  plan.decode.steps = 64;
+  plan.decode.budgets = {100};
+  plan.decode.policies = parse_policy_list("all");
+  return execute_decode(plan);
 }
 
 int cmd_run(const std::vector<std::string>& argv) {

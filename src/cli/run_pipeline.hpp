@@ -49,6 +49,9 @@ void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default
 // `mode` receives "hf" | "config" | "value".
 double latent_eps(const std::string& arg, const AttentionConfig& cfg, std::string& mode);
 
+// The peak resident set of this process so far (getrusage ru_maxrss), -1 if unknown.
+int64_t peak_rss_bytes();
+
 inline std::string join_path(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
