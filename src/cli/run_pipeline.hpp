@@ -1,5 +1,5 @@
 // src/cli/run_pipeline.hpp — what `mla-h2o run`, `demo` and `sweep` share (defined in
-// cmd_run.cpp): the plan read from the flags, and the load and run phases of the pipeline.
+// run_pipeline.cpp): the plan read from the flags, and the load and run phases of the pipeline.
 // `run` is load -> run -> report once; `sweep` is load -> run for each layer, then its own
 // report across layers.
 //
@@ -49,9 +49,6 @@ void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default
 // `mode` receives "hf" | "config" | "value".
 double latent_eps(const std::string& arg, const AttentionConfig& cfg, std::string& mode);
 
-// The peak resident set of this process so far (getrusage ru_maxrss), -1 if unknown.
-int64_t peak_rss_bytes();
-
 inline std::string join_path(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
@@ -80,6 +77,9 @@ struct RunOutcome {
   StageSeconds h2o_stages;
 };
 RunOutcome run(const RunPlan& plan, const LoadedRun& in, Report& rep);
+
+// The peak resident set of this process so far (getrusage: ru_maxrss in KiB on Linux), or -1.
+int64_t peak_rss_bytes();
 
 // --dump-tensors: the layer's tensors in HF's layout (write_tensor_dump) with the run's
 // settings as metadata.
