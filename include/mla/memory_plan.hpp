@@ -127,10 +127,10 @@ struct DecodeMemoryRequest {
   int64_t input_rows = 0;     // rows the input holds (>= prompt_len + steps)
   int64_t prompt_len = 0;     // P
   int64_t steps = 0;          // N
-  int64_t query_window = 32;  // prompt rows whose queries are held besides the N steps (snapkv)
+  int64_t query_window = 32;  // prompt rows whose queries are held besides the N steps (prompt_query_window)
   int64_t budgets = 1;        // how many cache budgets
-  int64_t largest_budget = 0; // the largest K
   int64_t policies = 1;       // policies other than full
+  int64_t features = 0;       // per-token feature arrays the policies read (FeatureNeeds: 0..4)
   bool naive = false;         // --attention naive: per-head k/v of every token
   Precision precision = Precision::FP32;
   bool dump_tensors = false;

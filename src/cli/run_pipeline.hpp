@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,7 +67,10 @@ struct LoadedRun {
   HiddenInput input;               // hidden [S, H]
   StageSeconds stages;
 };
-LoadedRun load(const RunPlan& plan);
+// A command's own memory plan (decode's), from the geometry and the rows the input gives (-1
+// when it cannot be told), in place of the forward's: refuses by throwing.
+using MemoryPlanner = std::function<MemoryPlan(const AttentionConfig& cfg, int64_t input_rows)>;
+LoadedRun load(const RunPlan& plan, const MemoryPlanner& plan_memory = {});
 
 // run: backend, forward, H2O selection into rep.h2o/scores/decision (+ per head)
 //                                                               (timing_s.forward, timing_s.h2o)

@@ -1,12 +1,13 @@
 // src/decode/decode_memory.cpp — the memory plan of `mla-h2o decode` (mla/memory_plan.hpp):
-// the buffers of decode_inputs.cpp (the prefill), cpu_decode_kernel.cpp (the steps) and
-// decode_loop.cpp (the traces), phase by phase, sized from the geometry and the flags; keep
+// the buffers of src/cpu/cpu_decode.cpp and decode_inputs.cpp (the prefill and the kernel),
+// token_features.cpp, policies.cpp (each cache manager's state) and decode_loop.cpp (the
+// traces), phase by phase, sized from the geometry and the flags; keep
 // them in step with that code.
 //
 // Shape legend: T = P + N rows used, T_in = rows of the input, P = prompt rows, N = steps,
 // Q = N + query window rows whose queries are held, H = hidden_size, n = heads, r_q / r_kv =
 // q / kv lora ranks, d_n / d_r / d_v = head dims, d_qk = d_n + d_r, W = params of the layer,
-// slots = 1 + budgets x policies (full + each policy at each budget).
+// slots = 1 + budgets x policies (full + each policy at each budget), runs = slots - 1.
 #include <algorithm>
 
 #include "mla/memory_plan.hpp"
@@ -29,7 +30,7 @@ std::vector<MemoryPart> joined(std::vector<MemoryPart> a, const std::vector<Memo
 MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& r) {
   const int64_t P = r.prompt_len, N = r.steps, T = P + N;
   const int64_t window = std::clamp<int64_t>(r.query_window, 1, std::max<int64_t>(P, 1)), Q = T - (P - window);
-  const int64_t slots = 1 + r.budgets * r.policies;
+  const int64_t runs = r.budgets * r.policies, slots = 1 + runs;
   const bool f64 = r.backend == BackendKind::Reference;  // the reference holds doubles
   const int64_t e = f64 ? kF64 : kF32, states_e = r.precision == Precision::BF16 && !f64 ? 2 : e;
   MemoryDims d = memory_dims(cfg, r.input_rows);
@@ -59,9 +60,10 @@ MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMe
   attend.push_back({"prefill head_scores [n,P] f64", mul({d.n, P, kF64})});
   phases.push_back({"prefill attention", joined(held, attend)});
 
-  // the decode inputs, kept through the steps
+  // the decode inputs and the per-token features, kept through the steps
   const std::vector<MemoryPart> inputs = {{"latent_cache [T,r_kv+d_r] f64", mul({T, d.r_kv + d.d_r, kF64})},
-                                          {"query_states [n,Q,d_qk] f64", mul({d.n, Q, d.d_qk, kF64})}};
+                                          {"query_states [n,Q,d_qk] f64", mul({d.n, Q, d.d_qk, kF64})},
+                                          {"token features [features,n,T] f64", mul({r.features, d.n, T, kF64})}};
   // the steps: the kernel's copies and buffers, then the traces run_decode keeps
   std::vector<MemoryPart> kernel = {
       {"kernel weights kv_b_proj + o_proj", mul({d.n * (d.d_n + d.d_v) * d.r_kv + d.H * d.n * d.d_v, e})},
@@ -75,15 +77,14 @@ MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMe
     kernel.push_back({"absorbed: q~ | q_pe [Q,n*(r_kv+d_r)]", mul({Q, d.n, d.r_kv + d.d_r, e})});
     kernel.push_back({"absorbed: step contexts [slots,n*r_kv]", mul({slots, d.n, d.r_kv, e})});
   }
-  // positions each step attended over: at most K per policy run, x + 1 for full (copied per budget)
-  const int64_t full_positions = mul({N, P + (N + 1) / 2});
-  const MemoryPart attended{"traces: attended positions",
-                            mul({kF64, std::min(kMemoryUnbounded, mul({r.budgets * r.policies, N, std::min(r.largest_budget, T)}) +
-                                                                       mul({r.budgets + 1, full_positions}))})};
-  const MemoryPart outputs{"traces: attn_output [slots,N,H] f64", mul({slots, N, d.H, kF64})};
-  phases.push_back({"decode steps", joined(joined(held, inputs), joined(kernel, {attended, outputs}))});
+  // each cache manager's state (at most per-head scores of every position: [n,T] f64, and its
+  // cache and one score per position), the steps' metrics, and attn_output only for the dump
+  const MemoryPart state{"cache managers [runs,n+3,T] f64", mul({runs, d.n + 3, T, kF64})};
+  const MemoryPart steps{"traces: step metrics [slots,N]", mul({slots, N, 96})};
+  const MemoryPart outputs{"traces: attn_output [slots,N,H] f64 (--dump-tensors)", r.dump_tensors ? mul({slots, N, d.H, kF64}) : 0};
+  phases.push_back({"decode steps", joined(joined(held, inputs), joined(kernel, {state, steps, outputs}))});
   // outputs: the CSV text (~100 bytes a row) and the dump's f64 payloads
-  std::vector<MemoryPart> written = {attended, outputs, {"decode.csv text", mul({slots, N, 100})}};
+  std::vector<MemoryPart> written = {steps, outputs, {"decode.csv text", mul({slots, N, 100})}};
   if (r.dump_tensors) written.push_back({"dump payloads f64", mul({T * (d.r_kv + d.d_r) + slots * N * d.H, kF64})});
   phases.push_back({"outputs", joined(joined(held, inputs), written)});
   return estimate_of_phases(std::move(phases));

@@ -192,10 +192,10 @@ BOOST_AUTO_TEST_CASE(an_earlier_set_is_replaced_as_a_whole) {
   // decode: two budgets (budget.svg) and a dump, then one budget without
   const std::string dec = base + "/decode";
   const std::string decode = "decode --checkpoint '" + tiny2() + "' --seq-len 48 --prompt-len 40 --out '" + dec + "' ";
-  BOOST_TEST_REQUIRE(run_cli(decode + "--cache-budget 38,39 --sinks 2 --recent 4 --dump-tensors").exit_code == 0);
+  BOOST_TEST_REQUIRE(run_cli(decode + "--cache-budget 38,39 --policy h2o,tova,streaming --sinks 2 --recent 4 --dump-tensors").exit_code == 0);
   BOOST_TEST(fs::exists(dec + "/budget.svg"));
   expect_one_set(dec, "decode with two budgets");
-  BOOST_TEST_REQUIRE(run_cli(decode + "--cache-budget 38 --sinks 2 --recent 4").exit_code == 0);
+  BOOST_TEST_REQUIRE(run_cli(decode + "--cache-budget 38 --policy h2o,tova,streaming --sinks 2 --recent 4").exit_code == 0);
   BOOST_TEST(!fs::exists(dec + "/budget.svg"));
   BOOST_TEST(!fs::exists(dec + "/decode_tensors.safetensors"));
   expect_one_set(dec, "decode with one budget");
@@ -411,7 +411,7 @@ BOOST_AUTO_TEST_CASE(hostile_config_counts_are_refused_naming_the_key) {
   for (const std::string v : {"2147483648", "9223372036854775807", "1000000000000"}) {
     const std::string cfg = config_with(dir + "/layers-" + v + ".json", "num_hidden_layers", v);
     expect_fast_error("run " + ck + "'" + cfg + "' --seq-len 8 --out '" + dir + "/o'", "run", {"num_hidden_layers", v});
-    expect_fast_error("decode " + ck + "'" + cfg + "' --seq-len 8 --prompt-len 4 --cache-budget 3 --sinks 1 --recent 1 --out '" +
+    expect_fast_error("decode " + ck + "'" + cfg + "' --seq-len 8 --prompt-len 4 --cache-budget 3 --policy h2o --sinks 1 --recent 1 --out '" +
                           dir + "/o'",
                       "decode", {"num_hidden_layers", v});
     expect_fast_error("sweep " + ck + "'" + cfg + "' --seq-len 8 --out '" + dir + "/o'", "sweep", {"num_hidden_layers", v});
@@ -489,9 +489,11 @@ BOOST_AUTO_TEST_CASE(flag_arithmetic_is_checked_before_any_work) {
   const std::string out = dir + "/o";
   const std::string decode = "decode --checkpoint '" + tiny2() + "' --seq-len 48 --prompt-len 40 --out '" + out + "' ";
   const std::string max = "9223372036854775807";
-  expect_fast_error(decode + "--cache-budget 50 --sinks " + max + " --recent " + max, "decode", {"--sinks", "overflows"});
-  expect_fast_error(decode + "--cache-budget " + max + " --sinks " + max + " --recent 1", "decode", {"overflows"});
-  expect_fast_error(decode + "--cache-budget 38 --sinks 2 --recent 4 --steps " + max, "decode", {"--steps", max});
+  // a policy setting is at most 18 digits (kPolicySettingMax), so sinks + recent cannot wrap
+  expect_fast_error(decode + "--cache-budget 50 --sinks " + max + " --recent " + max, "decode", {"--sinks", "out of range"});
+  expect_fast_error(decode + "--cache-budget " + max + " --sinks 2 --recent " + max, "decode", {"--recent", "out of range"});
+  expect_fast_error(decode + "--cache-budget 50 --policy h2o:sinks=" + max, "decode", {"sinks=" + max, "not an integer in"});
+  expect_fast_error(decode + "--cache-budget 38 --policy h2o --sinks 2 --recent 4 --steps " + max, "decode", {"--steps", max});
   expect_fast_error(decode + "--cache-budget 40,,50", "decode", {"--cache-budget", "empty item"});
   expect_fast_error(decode + "--cache-budget 40,", "decode", {"--cache-budget", "empty item"});
   expect_fast_error(decode + "--cache-budget ,40", "decode", {"--cache-budget", "empty item"});
@@ -500,6 +502,16 @@ BOOST_AUTO_TEST_CASE(flag_arithmetic_is_checked_before_any_work) {
   expect_fast_error("sweep --checkpoint '" + tiny2() + "' --layers 0-999999999 --out '" + out + "'", "sweep",
                     {"--layers", "999999999", "out of range"});
   BOOST_TEST(!fs::exists(out));
+  // a budget near 2^63 holds every token (oracle's K + 1 and recent=99% of K overflowed): it
+  // runs, nothing is evicted, and every figure is exactly the full cache's
+  const std::string big = dir + "/big";
+  const RunResult r = run_bounded("decode --checkpoint '" + tiny2() + "' --seq-len 48 --prompt-len 40 --steps 3 --cache-budget " +
+                                  max + " --policy oracle,h2o:recent=99%,tova --out '" + big + "'");
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  const std::string summary = read_text(big + "/summary.csv");
+  BOOST_TEST(std::count(summary.begin(), summary.end(), '\n') == 4);  // header, 3 policies
+  for (const char* p : {"\noracle,", "\nh2o:recent=99%,", "\ntova,"})
+    BOOST_TEST(summary.find(std::string(p) + max + ",0,0,0,0,1,1,1,1,") != std::string::npos, p << " in\n" << summary);
 }
 
 // Issue: run --input FILE --residual with only hidden_states.L in FILE skipped the plan
@@ -522,7 +534,7 @@ BOOST_AUTO_TEST_CASE(memory_plans_cover_every_command) {
                     {"not enough memory", "is available (MLA_MEMORY_AVAILABLE)"});
   expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100K", run), "run", {"but 100 KiB is available"});
 
-  const std::string decode = "decode --checkpoint '" + tiny2() + "' --seq-len 48 --prompt-len 40 --cache-budget 38 --sinks 2 "
+  const std::string decode = "decode --checkpoint '" + tiny2() + "' --seq-len 48 --prompt-len 40 --cache-budget 38 --policy h2o,tova --sinks 2 "
                              "--recent 4 --out '" + dir + "/decode'";
   const RunResult d = run_bounded(decode);
   BOOST_TEST_REQUIRE(d.exit_code == 0, d.err);

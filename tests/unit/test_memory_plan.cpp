@@ -166,7 +166,7 @@ BOOST_AUTO_TEST_CASE(decode_plan) {
   r.prompt_len = 4096;
   r.steps = 256;
   r.budgets = 3;
-  r.largest_budget = 1024;
+  r.features = 3;
   r.policies = 7;
   r.threads = 2;
   const auto peak_of = [&](const mla::DecodeMemoryRequest& q) { return mla::estimate_decode_memory(kimi, q).host_peak_bytes; };
@@ -188,6 +188,12 @@ BOOST_AUTO_TEST_CASE(decode_plan) {
   BOOST_TEST(steps_of(more) > base_steps);
   more = r;
   more.budgets = 6;  // more traces and contexts during the steps (the prefill is the same)
+  BOOST_TEST(steps_of(more) > base_steps);
+  more = r;
+  more.features = 4;  // one more per-token feature array
+  BOOST_TEST(steps_of(more) > base_steps);
+  more = r;
+  more.dump_tensors = true;  // attn_output of every run kept for the dump
   BOOST_TEST(steps_of(more) > base_steps);
   more = r;
   more.naive = true;  // the per-head k/v of every token
