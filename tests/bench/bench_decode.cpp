@@ -8,13 +8,13 @@
 //     random_layer_weights("kimi", seed 1)) and hidden states [P + N, 7168];
 //   * per repetition, the cpu backend end to end as `mla-h2o decode` runs it: the weights'
 //     preparation, the projections of all P + N rows and the causal prefill's attention over P
-//     rows (compute_cpu_decode_inputs),
-//     then the decode kernel and every policy at budget K over N steps (run_decode);
+//     rows (compute_cpu_decode_inputs), the token features (compute_token_features), then the
+//     decode kernel and every policy at budget K over N steps (run_decode);
 //   * the MEDIAN over --reps of prefill, decode and total wall seconds and CPU seconds (user +
 //     sys of all threads: on a shared machine wall / CPU time shows the contention), and the
 //     process's peak resident memory (getrusage ru_maxrss, includes the weights and inputs
 //     built here).
-// Defaults: P = 4096, N = 256, K = 512, sinks 4, recent 32, all policies, absorbed, fp32, 1 rep.
+// Defaults: P = 4096, N = 256, K = 512, every policy at its preset (14), absorbed, fp32, 1 rep.
 //
 // Shape legend: P prompt rows, N decode steps, T = P + N, K cache budget, H = hidden_size.
 #include <sys/resource.h>
@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
               static_cast<long long>(P), static_cast<long long>(N), static_cast<long long>(K), opt.policies.size(),
               mla::precision_name(precision));
 
-  std::vector<double> prefill_s, decode_s, total_s, prefill_cpu, decode_cpu;
+  std::vector<double> prefill_s, features_s, decode_s, total_s, prefill_cpu, features_cpu, decode_cpu;
+  std::string kernel_description;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = Clock::now();
     const double c0 = cpu_seconds();
@@ -104,10 +105,14 @@ int main(int argc, char** argv) {
     const mla::FeatureNeeds needs = mla::feature_needs(opt.policies);
     if (needs.expected_attention) req.statistics_from = std::min(needs.expected_sinks, P - 1);
     const mla::DecodeInputs in = mla::compute_cpu_decode_inputs(cfg, w, hidden, req, f);
-    const mla::TokenFeatures features =
-        mla::compute_token_features(cfg, w, in.latent_cache, P, needs, in.query_statistics);
     prefill_s.push_back(seconds_since(t0));
     prefill_cpu.push_back(cpu_seconds() - c0);
+    const auto tf = Clock::now();
+    const double cf = cpu_seconds();
+    const mla::TokenFeatures features =
+        mla::compute_token_features(cfg, w, in.latent_cache, P, needs, in.query_statistics);
+    features_s.push_back(seconds_since(tf));
+    features_cpu.push_back(cpu_seconds() - cf);
     const auto t1 = Clock::now();
     const double c1 = cpu_seconds();
     mla::DecodeKernelSpec ks;
@@ -115,6 +120,7 @@ int main(int argc, char** argv) {
     ks.slots = mla::decode_slots(opt);
     ks.rows = N;
     auto kernel = mla::make_cpu_decode_kernel(cfg, w, in, ks);
+    kernel_description = kernel->description();
     mla::DecodeContext ctx;
     ctx.head_mass = in.head_mass;
     ctx.features = &features;
@@ -126,10 +132,13 @@ int main(int argc, char** argv) {
   }
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  std::printf("median of %d (wall): prefill + projections %.2f s, decode (%lld steps, all policies) %.2f s, total %.2f s\n",
-              reps, median(prefill_s), static_cast<long long>(N), median(decode_s), median(total_s));
-  std::printf("median of %d (CPU time, user + sys of all threads): prefill + projections %.2f s, decode %.2f s, "
-              "total %.2f s\n", reps, median(prefill_cpu), median(decode_cpu), median(prefill_cpu) + median(decode_cpu));
+  std::printf("median of %d (wall): prefill + projections %.2f s, token features %.2f s, decode (%lld steps, all "
+              "policies) %.2f s, total %.2f s\n",
+              reps, median(prefill_s), median(features_s), static_cast<long long>(N), median(decode_s), median(total_s));
+  std::printf("median of %d (CPU time, user + sys of all threads): prefill + projections %.2f s, token features %.2f s, "
+              "decode %.2f s, total %.2f s\n", reps, median(prefill_cpu), median(features_cpu), median(decode_cpu),
+              median(prefill_cpu) + median(features_cpu) + median(decode_cpu));
+  std::printf("decode kernel: %s\n", kernel_description.c_str());
   std::printf("peak resident memory %.2f GiB (the whole process: layer weights and inputs built here included)\n",
               static_cast<double>(ru.ru_maxrss) / (1024.0 * 1024.0));
   std::printf("load average after %s\n", load_average().c_str());
