@@ -50,7 +50,7 @@ struct PreparedWeights {
   std::unique_ptr<PreparedLinear> kv_b_proj;           // [n*(d_n+d_v), r_kv]
   std::unique_ptr<PreparedLinear> o_proj;              // [H, n*d_v] (+ bias [H])
   GemmInfo gemm;                                       // the engine, its kernel and why
-  Gemm attention_products = Gemm::Eigen;               // attend's per-head products (HeadProducts)
+  Gemm attention_products = Gemm::Eigen;               // attend's per-block products (BlockProducts)
   std::string attention_kernel;                        // their kernel, e.g. "brg:avx512_core_bf16"
 };
 

@@ -308,7 +308,13 @@ class CpuBackend final : public Backend {
       const KeyValueStates states = key_value_states(L, kvp.kv, k_pe_roped);
       if (!opt.keep_states) kvp.kv = MatrixRM();  // fp32 copy no longer needed: a lower peak
       BlockProgress progress;
-      if (opt.progress) progress = [&](int64_t done, int64_t total) { opt.progress("attention blocks", done, total); };
+      // in FLOP of the two products (2 (d_qk + d_v) per query·key pair): the work, so the time
+      // left extrapolates correctly although causal blocks grow with their row
+      const int64_t flop_per_pair = 2 * (cfg_.qk_nope_head_dim + cfg_.qk_rope_head_dim + cfg_.v_head_dim);
+      if (opt.progress)
+        progress = [&](int64_t done, int64_t total) {
+          opt.progress("attention FLOP", done * flop_per_pair, total * flop_per_pair);
+        };
       att = attend(L, q, states, opt.mask == Mask::Causal, opt.keep_attn_weights, progress);
     }
     if (!opt.keep_states) q = MatrixRM();  // no longer needed

@@ -21,6 +21,7 @@
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
 #include "onednn_common.hpp"
+#include "vector_kernels.hpp"
 
 namespace mla::cpu {
 namespace {
@@ -75,76 +76,82 @@ void copy_block(const T* src, int64_t rows, int64_t cols, T* dst, int64_t ld_dst
   for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * ld_dst, src + i * ld_src, static_cast<size_t>(cols) * sizeof(T));
 }
 
-class DnnlHeadProducts final : public HeadProducts {
+// key_states = [key_nope[h] | k_pe_roped] for keys [0, keys) as a dense [keys, d_qk] matrix in
+// the operand type (bits copied as bits); value[h] [S, d_v] is read where it is stored.
+class DnnlOperands final : public HeadOperands {
  public:
-  DnnlHeadProducts(const KeyValueStates& kv, bool bf16)
-      : S_(kv.seq_len), d_n_(kv.qk_nope_head_dim), d_r_(kv.qk_rope_head_dim), d_v_(kv.v_head_dim),
-        d_qk_(d_n_ + d_r_), bf16_(bf16), dt_(bf16 ? Dt::bf16 : Dt::f32) {
-    const size_t key = static_cast<size_t>(S_ * d_qk_), query = static_cast<size_t>(kQueryRowBlock * d_qk_);
+  explicit DnnlOperands(bool bf16) : bf16_(bf16) {}
+  void load(const KeyValueStates& kv, int64_t h, int64_t keys) override {
+    const int64_t d_n = kv.qk_nope_head_dim, d_r = kv.qk_rope_head_dim, d_qk = d_n + d_r;
+    const PrecisionMatrix& key_nope = kv.key_nope[static_cast<size_t>(h)];
+    const PrecisionMatrix& v = kv.value[static_cast<size_t>(h)];
+    if (bf16_) {
+      key_bits_.resize(static_cast<size_t>(keys * d_qk));
+      copy_block(key_nope.bits(), keys, d_n, key_bits_.data(), d_qk);
+      copy_block(kv.k_pe_roped.bits(), keys, d_r, key_bits_.data() + d_n, d_qk);
+      key = key_bits_.data();
+      value = v.bits();
+    } else {
+      key_.resize(static_cast<size_t>(keys * d_qk));
+      copy_block(key_nope.values(), keys, d_n, key_.data(), d_qk);
+      copy_block(kv.k_pe_roped.values(), keys, d_r, key_.data() + d_n, d_qk);
+      key = key_.data();
+      value = v.values();
+    }
+  }
+  const void* key = nullptr;    // [keys, d_qk] dense, bf16 bits or fp32
+  const void* value = nullptr;  // value[h] [S, d_v] as stored
+
+ private:
+  bool bf16_;
+  std::vector<uint16_t> key_bits_;  // bf16 run
+  std::vector<float> key_;          // fp32 run
+};
+
+class DnnlBlockProducts final : public BlockProducts {
+ public:
+  DnnlBlockProducts(const KeyValueStates& kv, bool bf16)
+      : d_qk_(kv.qk_nope_head_dim + kv.qk_rope_head_dim), d_v_(kv.v_head_dim), bf16_(bf16),
+        dt_(bf16 ? Dt::bf16 : Dt::f32) {
+    const size_t query = static_cast<size_t>(kQueryRowBlock * d_qk_);
     if (bf16) {
       query_bits_.resize(query);
-      key_bits_.resize(key);
-      probs_bits_.resize(static_cast<size_t>(kQueryRowBlock * S_));
     } else {
       query_.resize(query);
-      key_.resize(key);
     }
     context_.resize(static_cast<size_t>(kQueryRowBlock * d_v_));
   }
 
-  // key_states = [key_nope[h] | k_pe_roped] as dense [S, d_qk] in the operand type (bits copied
-  // as bits); value[h] [S, d_v] is read where it is stored; the query block by block.
-  void load_head(const float* query, int64_t ld_query, const KeyValueStates& kv, int64_t h) override {
-    query_src_ = query;
-    ld_query_ = ld_query;
-    const PrecisionMatrix& key_nope = kv.key_nope[static_cast<size_t>(h)];
-    const PrecisionMatrix& value = kv.value[static_cast<size_t>(h)];
-    if (bf16_) {
-      copy_block(key_nope.bits(), S_, d_n_, key_bits_.data(), d_qk_);
-      copy_block(kv.k_pe_roped.bits(), S_, d_r_, key_bits_.data() + d_n_, d_qk_);
-      value_ = value.bits();
-    } else {
-      copy_block(key_nope.values(), S_, d_n_, key_.data(), d_qk_);
-      copy_block(kv.k_pe_roped.values(), S_, d_r_, key_.data() + d_n_, d_qk_);
-      value_ = value.values();
-    }
-  }
-
+  std::unique_ptr<HeadOperands> make_operands() const override { return std::make_unique<DnnlOperands>(bf16_); }
   int64_t ld_probs(const RowBlock& block) const override { return block.keys; }
+  bool takes_bits() const override { return bf16_; }
 
-  // scores [rows, keys] = query[row_begin:row_begin+rows] key[0:keys]^T (fp32 sums), then
-  // block_softmax in place (§3.6 steps 2-4; the §7 roundings of the Eigen path).
-  void scores_softmax(const RowBlock& block, bool causal, float scaling, float* probs, int64_t ld) override {
+  // logits [rows, keys] = query[rows, d_qk] key[0:keys]^T (fp32 sums; §3.6 step 2).
+  void scores(const HeadOperands& head, const float* q_rows, int64_t ld_query, const RowBlock& block, float* logits,
+              int64_t /*ld = keys*/) override {
+    const auto& o = static_cast<const DnnlOperands&>(head);
     // the block's query rows [rows, d_qk], dense (bf16: q holds bf16 values, rounding is exact)
-    const float* q_rows = query_src_ + block.row_begin * ld_query_;
     const void* q = query_.data();
     if (bf16_) {
-      for (int64_t i = 0; i < block.rows; ++i)
-        for (int64_t d = 0; d < d_qk_; ++d)
-          query_bits_[static_cast<size_t>(i * d_qk_ + d)] = bf16::round_bits(q_rows[i * ld_query_ + d]);
+      const VectorKernels& vk = vector_kernels();
+      for (int64_t i = 0; i < block.rows; ++i) vk.to_bf16_bits(q_rows + i * ld_query, d_qk_, query_bits_.data() + i * d_qk_);
       q = query_bits_.data();
     } else {
-      copy_block(q_rows, block.rows, d_qk_, query_.data(), d_qk_, ld_query_);
+      copy_block(q_rows, block.rows, d_qk_, query_.data(), d_qk_, ld_query);
     }
-    const void* k = bf16_ ? static_cast<const void*>(key_bits_.data()) : static_cast<const void*>(key_.data());
-    execute("q k^T", block.rows, d_qk_, block.keys, true, q, k, probs);
-    block_softmax(block, causal, scaling, bf16_, probs, ld);
+    execute("q k^T", block.rows, d_qk_, block.keys, true, q, o.key, logits);
   }
 
-  // out [rows, d_v] = probs [rows, keys] value[0:keys] (fp32 sums; bf16: one rounding).
-  void probs_value(const RowBlock& block, const float* probs, int64_t /*ld = keys*/, float* out,
-                   int64_t ld_out) override {
-    const void* p = probs;
-    if (bf16_) {  // the probabilities are bf16 values: rounding is exact
-      const int64_t count = block.rows * block.keys;
-      for (int64_t i = 0; i < count; ++i) probs_bits_[static_cast<size_t>(i)] = bf16::round_bits(probs[i]);
-      p = probs_bits_.data();
-    }
-    execute("p v", block.rows, block.keys, d_v_, false, p, value_, context_.data());
+  // out [rows, d_v] = p [rows, keys] value[0:keys] (fp32 sums; bf16: bits in, one rounding).
+  void probs_value(const HeadOperands& head, const RowBlock& block, const float* probs, const uint16_t* bits,
+                   int64_t /*ld = keys*/, float* out, int64_t ld_out) override {
+    const auto& o = static_cast<const DnnlOperands&>(head);
+    const void* p = bf16_ ? static_cast<const void*>(bits) : static_cast<const void*>(probs);
+    execute("p v", block.rows, block.keys, d_v_, false, p, o.value, context_.data());
     for (int64_t i = 0; i < block.rows; ++i) {
-      const float* c = context_.data() + i * d_v_;
-      float* o = out + i * ld_out;
-      for (int64_t d = 0; d < d_v_; ++d) o[d] = bf16_ ? round_to_bf16(c[d]) : c[d];
+      float* dst = out + i * ld_out;
+      std::copy_n(context_.data() + i * d_v_, d_v_, dst);
+      if (bf16_) round_to_bf16_inplace(dst, d_v_);
     }
   }
 
@@ -171,24 +178,20 @@ class DnnlHeadProducts final : public HeadProducts {
     }
   }
 
-  int64_t S_, d_n_, d_r_, d_v_, d_qk_;
+  int64_t d_qk_, d_v_;
   bool bf16_;
   Dt dt_;
-  const float* query_src_ = nullptr;             // head h's query [S, d_qk], row stride ld_query_
-  int64_t ld_query_ = 0;
-  std::vector<uint16_t> query_bits_, key_bits_;  // bf16 run: [64, d_qk] (a block's rows), [S, d_qk]
-  std::vector<uint16_t> probs_bits_;             // bf16 run: [64, S] (a block's [rows, keys])
-  std::vector<float> query_, key_;               // fp32 run: [64, d_qk], [S, d_qk]
-  std::vector<float> context_;                   // [64, d_v] a block's P·V sums
-  const void* value_ = nullptr;                  // value[h] [S, d_v] as stored
+  std::vector<uint16_t> query_bits_;  // bf16 run: [64, d_qk] (a block's rows)
+  std::vector<float> query_;          // fp32 run: [64, d_qk]
+  std::vector<float> context_;        // [64, d_v] a block's P·V sums
   Scratchpad scratchpad_;
   dnnl::stream stream_{Dnnl::get().engine};
 };
 
 }  // namespace
 
-std::unique_ptr<HeadProducts> make_onednn_head_products(const KeyValueStates& kv, bool bf16) {
-  return std::make_unique<DnnlHeadProducts>(kv, bf16);
+std::unique_ptr<BlockProducts> make_onednn_block_products(const KeyValueStates& kv, bool bf16) {
+  return std::make_unique<DnnlBlockProducts>(kv, bf16);
 }
 
 std::string onednn_attention_kernel(bool bf16) {
@@ -208,7 +211,7 @@ std::string onednn_attention_kernel(bool bf16) {
 
 namespace mla::cpu {
 
-std::unique_ptr<HeadProducts> make_onednn_head_products(const KeyValueStates&, bool) {
+std::unique_ptr<BlockProducts> make_onednn_block_products(const KeyValueStates&, bool) {
   fail(ErrorKind::Unsupported, "cpu backend: this build has no oneDNN (meson -Donednn=enabled needs libdnnl-dev)");
 }
 

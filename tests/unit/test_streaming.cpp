@@ -23,7 +23,7 @@
 // "onednn-streaming-vs-materialized" rows (only the summation order of the two products differs;
 // the H2O decisions are not compared, a near-tie may flip).
 // Also: the keys/values of a bf16 run take half the bytes of an fp32 run's; progress is
-// reported once per (head, block), in order, ending at the total.
+// reported once per (head, block) in query·key pairs, increasing, ending at the total.
 //
 // Shape legend: S = tokens, n = heads, d_n / d_r / d_v / d_qk = nope / rope / value / qk head dims.
 #include <boost/test/unit_test.hpp>
@@ -185,10 +185,14 @@ BOOST_AUTO_TEST_CASE(progress_counts_every_block_in_order) {
     seen.push_back(done);
     total_seen = total;
   });
-  BOOST_TEST(mla::cpu::streaming_blocks(o.S, o.n) == 9);
-  BOOST_TEST(total_seen == 9);
-  BOOST_TEST_REQUIRE(seen.size() == 9u);
-  for (size_t i = 0; i < seen.size(); ++i) BOOST_TEST(seen[i] == static_cast<int64_t>(i + 1));
+  // per head: rows 0-63 see 64 keys, rows 64-127 see 128, rows 128-149 see 150
+  const int64_t pairs = 3 * (64 * 64 + 64 * 128 + 22 * 150);
+  BOOST_TEST(mla::cpu::streaming_pairs(o.S, o.n, true) == pairs);
+  BOOST_TEST(mla::cpu::streaming_pairs(o.S, o.n, false) == 3 * 150 * 150);
+  BOOST_TEST(total_seen == pairs);
+  BOOST_TEST_REQUIRE(seen.size() == 9u);  // one report per (head, block)
+  for (size_t i = 1; i < seen.size(); ++i) BOOST_TEST(seen[i] > seen[i - 1]);
+  BOOST_TEST(seen.back() == pairs);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
