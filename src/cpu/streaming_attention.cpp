@@ -131,6 +131,7 @@ class EigenBlockProducts final : public BlockProducts {
   EigenBlockProducts(const KeyValueStates& kv, bool bf16)
       : S_(kv.seq_len), d_qk_(kv.qk_nope_head_dim + kv.qk_rope_head_dim), d_v_(kv.v_head_dim), bf16_(bf16) {}
   std::unique_ptr<HeadOperands> make_operands() const override { return std::make_unique<EigenOperands>(); }
+  int64_t columns(const RowBlock& block) const override { return block.keys; }
   int64_t ld_probs(const RowBlock&) const override { return S_; }
   bool takes_bits() const override { return false; }
   void scores(const HeadOperands& head, const float* query, int64_t ld_query, const RowBlock& block, float* logits,
@@ -273,8 +274,9 @@ void streaming_attention(const float* query, int64_t ld_query, const KeyValueSta
   const int64_t max_keys = causal ? rows.end : S, max_rows = std::min(kQueryRowBlock, rows.end - rows.begin);
   for (Workspace& w : spaces) {
     w.products = make_block_products(products, kv, bf16);
-    w.logits.resize(static_cast<size_t>(max_rows * std::max(max_keys, w.products->ld_probs({0, max_rows, max_keys}))));
-    if (w.products->takes_bits()) w.bits.resize(static_cast<size_t>(max_rows * max_keys));
+    const RowBlock largest{rows.begin, max_rows, max_keys};
+    w.logits.resize(static_cast<size_t>(max_rows * w.products->ld_probs(largest)));
+    if (w.products->takes_bits()) w.bits.resize(static_cast<size_t>(max_rows * w.products->columns(largest)));
   }
   HeadSlots slots(workers, *spaces.front().products);
   const int64_t total = streaming_pairs(S, n, causal, rows);
@@ -289,8 +291,8 @@ void streaming_attention(const float* query, int64_t ld_query, const KeyValueSta
     const int64_t block_rows = std::min(kQueryRowBlock, rows.end - row_begin);
     const RowBlock block{row_begin, block_rows, block_keys(S, causal, row_begin, block_rows)};
     const HeadOperands& head = slots.acquire(h, index == 0, kv, max_keys);
-    // logits [rows, keys], then each row's softmax while it is in cache
-    const int64_t ld = w.products->ld_probs(block);
+    // logits [rows, columns], then each row's softmax while it is in cache
+    const int64_t ld = w.products->ld_probs(block), columns = w.products->columns(block);
     float* logits = w.logits.data();
     uint16_t* bits = w.products->takes_bits() ? w.bits.data() : nullptr;
     const float* q = query + (row_begin - rows.begin) * ld_query + h * d_qk;
@@ -298,16 +300,16 @@ void streaming_attention(const float* query, int64_t ld_query, const KeyValueSta
     for (int64_t i = 0; i < block_rows; ++i) {
       const int64_t visible = causal ? row_begin + i + 1 : block.keys;
       float* row = logits + i * ld;
-      vk.softmax_row(row, visible, block.keys, scaling, bf16, bits != nullptr ? nullptr : row,
-                     bits != nullptr ? bits + i * block.keys : nullptr);
+      vk.softmax_row(row, visible, columns, scaling, bf16, bits != nullptr ? nullptr : row,
+                     bits != nullptr ? bits + i * columns : nullptr);
     }
-    w.products->probs_value(head, block, logits, bits, bits != nullptr ? block.keys : ld,
+    w.products->probs_value(head, block, logits, bits, bits != nullptr ? columns : ld,
                             out.attn_context + (row_begin - rows.begin) * out.ld_context + h * d_v, out.ld_context);
     slots.add_in_order(h, index, blocks, [&] {
       double* mass = out.head_scores + h * S;  // [S]
       if (row_begin == 0) std::fill(mass, mass + S, 0.0);
       if (bits != nullptr) {
-        vk.add_bits_to_mass(bits, block.keys, block_rows, block.keys, mass);
+        vk.add_bits_to_mass(bits, columns, block_rows, block.keys, mass);
       } else {
         vk.add_rows_to_mass(logits, ld, block_rows, block.keys, mass);
       }
@@ -317,7 +319,7 @@ void streaming_attention(const float* query, int64_t ld_query, const KeyValueSta
       for (int64_t i = 0; i < block_rows; ++i) {
         const float* p = logits + i * ld;
         if (bits != nullptr) {
-          vk.from_bf16_bits(bits + i * block.keys, block.keys, widened.data());
+          vk.from_bf16_bits(bits + i * columns, block.keys, widened.data());
           p = widened.data();
         }
         double* dst = out.attn_weights + (h * S + row_begin + i) * S;

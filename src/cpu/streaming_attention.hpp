@@ -102,16 +102,20 @@ class BlockProducts {
   virtual ~BlockProducts() = default;
   // A head's operands in the layout this engine reads.
   virtual std::unique_ptr<HeadOperands> make_operands() const = 0;
-  // The row stride of a block's [rows, keys] logits / probabilities buffer (<= S).
+  // The keys the products compute for a block: block.keys, or more (the engine's shapes are
+  // rounded up; the extra keys are masked: probability exactly 0).
+  virtual int64_t columns(const RowBlock& block) const = 0;
+  // The row stride of a block's [rows, columns] logits / probabilities buffer (>= columns).
   virtual int64_t ld_probs(const RowBlock& block) const = 0;
   // True when probs_value reads the probabilities as bf16 bits (a bf16 run on oneDNN).
   virtual bool takes_bits() const = 0;
-  // logits [rows, keys] (row stride ld) = q_block k^T, fp32 sums. query: the block's first row
+  // logits [rows, columns] (row stride ld) = q_block k^T, fp32 sums. query: the block's first row
   // [rows, d_qk] (row stride ld_query: q_nope | roped q_rot).
   virtual void scores(const HeadOperands& head, const float* query, int64_t ld_query, const RowBlock& block,
                       float* logits, int64_t ld) = 0;
-  // out [rows, d_v] (row stride ld_out) = p value[0:keys] (bf16: one rounding), p the block's
-  // probabilities: fp32 at probs, or bf16 bits at bits when takes_bits() (row stride ld).
+  // out [rows, d_v] (row stride ld_out) = p value[0:columns] (bf16: one rounding), p the block's
+  // probabilities [rows, columns] (0 past each row's visible keys): fp32 at probs, or bf16 bits
+  // at bits when takes_bits() (row stride ld).
   virtual void probs_value(const HeadOperands& head, const RowBlock& block, const float* probs, const uint16_t* bits,
                            int64_t ld, float* out, int64_t ld_out) = 0;
 };
