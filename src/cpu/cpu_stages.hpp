@@ -71,11 +71,17 @@ PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& 
                                 Gemm gemm = Gemm::Eigen);
 
 // hidden [S, H] fp32, validated (mla/validate.hpp: validate_hidden) -> x [S, H]; bf16 mode
-// rounds it (HF's input is a bf16 tensor).
+// rounds it (HF's input is a bf16 tensor). The second form: rows [row_begin, row_begin+rows).
 MatrixRM input_rows(const TensorF& hidden, bool bf16);
+MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, bool bf16);
 
-// x [S, H] -> q [S, n*d_qk], head-major: feature h*d_qk + (nope d_n | rope d_r)
+// x [S, H] -> q [S, n*d_qk], head-major: feature h*d_qk + (nope d_n | rope d_r). In two steps,
+// so a caller may keep the small latent and make q from it later, rows at a time:
+//   q_latent       x -> q_a_normed = q_a_layernorm(q_a_proj(x)) [S, r_q]  (q_lora_rank null: q_proj(x))
+//   q_from_latent  q_a_normed -> q_b_proj(q_a_normed) [S, n*d_qk]         (q_lora_rank null: as is)
 MatrixRM q_path(const Layer& L, const MatrixRM& x);
+MatrixRM q_latent(const Layer& L, const MatrixRM& x);
+MatrixRM q_from_latent(const Layer& L, const MatrixRM& latent);
 
 struct KvPath {
   MatrixRM compressed_kv;  // [S, r_kv + d_r]   kv_a_proj_with_mqa(x): latent (r_kv) | k_pe (d_r)
@@ -90,6 +96,9 @@ KvPath kv_path(const Layer& L, const MatrixRM& x);
 // heads) from the k_pe columns of compressed_kv [S, r_kv + d_r]. positions: [S], row s at
 // positions[s]; cos/sin from the fp32 tables (src/math/rope.cpp), rounded to bf16 in bf16 mode.
 MatrixRM rope(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q, const MatrixRM& compressed_kv);
+// Its two halves: q's rope halves in place; k_pe_roped from compressed_kv.
+void rope_query(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q);
+MatrixRM rope_key(const Layer& L, const std::vector<int64_t>& positions, const MatrixRM& compressed_kv);
 
 struct Attention {
   MatrixRM attn_context;             // [S, n*d_v]  P.V, heads concatenated (o_proj input)
@@ -108,5 +117,17 @@ Attention attend(const Layer& L, const MatrixRM& q, const KeyValueStates& kv, bo
 
 // attn_context [S, n*d_v] -> attn_output [S, H]
 MatrixRM o_proj(const Layer& L, const MatrixRM& attn_context);
+
+// The floating-point operations (multiply-add = 2) a forward of S tokens needs in its GEMMs:
+// the five projections (q_a_proj, q_b_proj or q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj)
+// and the attention's two products over the visible query·key pairs (causal: S(S+1)/2 per
+// head; none: S^2), 2 (d_qk + d_v) per pair. What the long-context benchmark divides by the
+// machine's GEMM rate for its bound (docs/long-context.md §5).
+struct ForwardFlops {
+  double projections = 0;
+  double attention = 0;
+  double total() const { return projections + attention; }
+};
+ForwardFlops forward_flops(const AttentionConfig& cfg, int64_t seq_len, bool causal);
 
 }  // namespace mla::cpu
