@@ -36,6 +36,7 @@
 #include "cpu_stages.hpp"
 #include "onednn_attention.hpp"
 #include "streaming_attention.hpp"
+#include "vector_kernels.hpp"
 #include "mla/attention.hpp"
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
@@ -318,11 +319,13 @@ class CpuBackend final : public Backend {
     if (prepared_ && weights_.gemm.engine.rfind("oneDNN", 0) == 0) {
       d = "projections: " + gemm_label(weights_.gemm.engine, weights_.gemm.kernel) + "; per-head products: ";
       d += weights_.attention_products == Gemm::OneDnn
-               ? gemm_label(weights_.gemm.engine, weights_.attention_kernel) + " (one thread per head); softmax: " + eigen
+               ? gemm_label(weights_.gemm.engine, weights_.attention_kernel) + " (one thread per block)"
                : sgemm;
     } else {
       d = sgemm;
     }
+    // the softmax rows' instruction set, chosen at run time (vector_kernels.hpp)
+    d += "; softmax rows: " + std::string(vector_kernels().name) + " vector kernels";
     d += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
     return d;
   }
