@@ -191,7 +191,7 @@ KeyValueStates key_value_states(const Layer& L, const MatrixRM& kv, const Matrix
   const int64_t S = kv.rows(), n = cfg.num_attention_heads;
   const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim;
   KeyValueStates states(S, n, d_n, d_r, d_v, L.bf16);
-  states.set_kv_rows(0, S, kv.data(), n * (d_n + d_v));
+  states.set_kv_rows(0, S, kv.data(), n * (d_n + d_v), L.threads);
   states.set_k_pe_rows(0, S, k_pe_roped.data(), d_r);
   return states;
 }
@@ -381,7 +381,7 @@ class CpuBackend final : public Backend {
         ChunkTimer t(stages, "q_path");  // (with the input rows it reads: the first stage)
         x = input_rows(hidden, r0, rows, L.bf16);
         const MatrixRM latent = q_latent(L, x);
-        q_store.set_rows(r0, rows, latent.data(), latent_width);
+        q_store.set_rows(r0, rows, latent.data(), latent_width, L.threads);
       }
       KvPath kvp;  // compressed_kv [rows, r_kv+d_r], latent_normed [rows, r_kv], kv [rows, n*(d_n+d_v)]
       {
@@ -395,7 +395,7 @@ class CpuBackend final : public Backend {
       }
       {
         ChunkTimer t(stages, "attend");  // storing the keys/values is the attention's first step
-        states.set_kv_rows(r0, rows, kvp.kv.data(), n * (d_n + d_v));
+        states.set_kv_rows(r0, rows, kvp.kv.data(), n * (d_n + d_v), L.threads);
         states.set_k_pe_rows(r0, rows, k_pe_roped.data(), d_r);
       }
       if (opt.keep_latent_cache) {  // [S, r_kv + d_r] = latent_normed | k_pe_roped
@@ -428,7 +428,7 @@ class CpuBackend final : public Backend {
         {
           ChunkTimer t(stages, "q_path");
           MatrixRM latent(rows, latent_width);
-          q_store.widen_rows(r0, rows, latent.data(), latent_width);
+          q_store.widen_rows(r0, rows, latent.data(), latent_width, L.threads);
           q = q_from_latent(L, latent);
         }
         {
@@ -448,7 +448,7 @@ class CpuBackend final : public Backend {
                             {ctx.data(), n * d_v, result.head_scores.data(),
                              opt.keep_attn_weights ? result.attn_weights.ptr() : nullptr},
                             {r0, r0 + rows});
-        context.set_rows(r0, rows, ctx.data(), n * d_v);
+        context.set_rows(r0, rows, ctx.data(), n * d_v, L.threads);
         pairs_before += streaming_pairs(S, n, causal, {r0, r0 + rows});
       }
     }
@@ -463,7 +463,7 @@ class CpuBackend final : public Backend {
       {
         ChunkTimer t(stages, "o_proj");
         MatrixRM ctx(rows, n * d_v);
-        context.widen_rows(r0, rows, ctx.data(), n * d_v);
+        context.widen_rows(r0, rows, ctx.data(), n * d_v, L.threads);
         y = o_proj(L, ctx);
       }
       ChunkTimer t(stages, "export");

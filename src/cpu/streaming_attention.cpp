@@ -25,28 +25,30 @@ PrecisionMatrix::PrecisionMatrix(int64_t rows, int64_t cols, bool bf16) : rows_(
   }
 }
 
-void PrecisionMatrix::set_rows(int64_t row_begin, int64_t rows, const float* src, int64_t ld_src) {
-  for (int64_t i = 0; i < rows; ++i) {
+void PrecisionMatrix::set_rows(int64_t row_begin, int64_t rows, const float* src, int64_t ld_src, int threads) {
+  const VectorKernels& vk = vector_kernels();
+  parallel_for(rows, rows * cols_ >= (int64_t{1} << 16) ? threads : 1, [&](int64_t i, int) {
     const float* s = src + i * ld_src;
     const size_t base = static_cast<size_t>((row_begin + i) * cols_);
     if (bf16_) {
-      vector_kernels().to_bf16_bits(s, cols_, bits_.data() + base);
+      vk.to_bf16_bits(s, cols_, bits_.data() + base);
     } else {
       std::copy_n(s, cols_, values_.data() + base);
     }
-  }
+  });
 }
 
-void PrecisionMatrix::widen_rows(int64_t row_begin, int64_t rows, float* dst, int64_t ld_dst) const {
-  for (int64_t i = 0; i < rows; ++i) {
+void PrecisionMatrix::widen_rows(int64_t row_begin, int64_t rows, float* dst, int64_t ld_dst, int threads) const {
+  const VectorKernels& vk = vector_kernels();
+  parallel_for(rows, rows * cols_ >= (int64_t{1} << 16) ? threads : 1, [&](int64_t i, int) {
     float* d = dst + i * ld_dst;
     const size_t base = static_cast<size_t>((row_begin + i) * cols_);
     if (bf16_) {
-      vector_kernels().from_bf16_bits(bits_.data() + base, cols_, d);
+      vk.from_bf16_bits(bits_.data() + base, cols_, d);
     } else {
       std::copy_n(values_.data() + base, cols_, d);
     }
-  }
+  });
 }
 
 int64_t PrecisionMatrix::bytes() const {
@@ -66,12 +68,12 @@ KeyValueStates::KeyValueStates(int64_t seq_len_, int64_t heads_, int64_t d_n, in
   }
 }
 
-void KeyValueStates::set_kv_rows(int64_t row_begin, int64_t rows, const float* kv, int64_t ld_kv) {
+void KeyValueStates::set_kv_rows(int64_t row_begin, int64_t rows, const float* kv, int64_t ld_kv, int threads) {
   const int64_t d_kv = qk_nope_head_dim + v_head_dim;
-  for (int64_t h = 0; h < heads; ++h) {
+  parallel_for(heads, rows * d_kv >= (int64_t{1} << 16) ? threads : 1, [&](int64_t h, int) {
     key_nope[static_cast<size_t>(h)].set_rows(row_begin, rows, kv + h * d_kv, ld_kv);
     value[static_cast<size_t>(h)].set_rows(row_begin, rows, kv + h * d_kv + qk_nope_head_dim, ld_kv);
-  }
+  });
 }
 
 void KeyValueStates::set_k_pe_rows(int64_t row_begin, int64_t rows, const float* k_pe, int64_t ld) {

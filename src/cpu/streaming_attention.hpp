@@ -41,10 +41,10 @@ class PrecisionMatrix {
   PrecisionMatrix() = default;
   PrecisionMatrix(int64_t rows, int64_t cols, bool bf16);
   // this[row_begin + i, j] = src[i * ld_src + j] for i < rows, j < cols (in bf16 mode the
-  // source values must be bf16 values; rounding them is then exact).
-  void set_rows(int64_t row_begin, int64_t rows, const float* src, int64_t ld_src);
-  // dst[i * ld_dst + j] = this[row_begin + i, j] as fp32 (exact widening).
-  void widen_rows(int64_t row_begin, int64_t rows, float* dst, int64_t ld_dst) const;
+  // source values must be bf16 values; rounding them is then exact). Rows split over `threads`.
+  void set_rows(int64_t row_begin, int64_t rows, const float* src, int64_t ld_src, int threads = 1);
+  // dst[i * ld_dst + j] = this[row_begin + i, j] as fp32 (exact widening). Rows split over `threads`.
+  void widen_rows(int64_t row_begin, int64_t rows, float* dst, int64_t ld_dst, int threads = 1) const;
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   bool bf16() const { return bf16_; }
@@ -68,8 +68,9 @@ struct KeyValueStates {
   KeyValueStates(int64_t seq_len, int64_t heads, int64_t qk_nope_head_dim, int64_t qk_rope_head_dim,
                  int64_t v_head_dim, bool bf16);
   // Token rows [row_begin, row_begin + rows) of kv [rows, n*(d_n+d_v)] (row stride ld_kv;
-  // head h at column h*(d_n+d_v): k_nope | value), so kv_b_proj may run in row chunks.
-  void set_kv_rows(int64_t row_begin, int64_t rows, const float* kv, int64_t ld_kv);
+  // head h at column h*(d_n+d_v): k_nope | value), so kv_b_proj may run in row chunks; heads
+  // split over `threads`.
+  void set_kv_rows(int64_t row_begin, int64_t rows, const float* kv, int64_t ld_kv, int threads = 1);
   // Token rows of k_pe_roped [rows, d_r] (row stride ld).
   void set_k_pe_rows(int64_t row_begin, int64_t rows, const float* k_pe_roped, int64_t ld);
   int64_t bytes() const;
