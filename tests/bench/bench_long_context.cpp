@@ -1,7 +1,7 @@
 // tests/bench/bench_long_context.cpp — long-context benchmark of the cpu backend
 // (docs/long-context.md): `meson test -C BUILD --benchmark --suite long_context`.
 //
-// Parts, each printed as a table (--parts=bound,attend,layer,long,torch picks some):
+// Parts, each printed as a table (--parts=bound,attend,layer,long,decode,torch picks some):
 //   0. the bound: the machine's bf16 and fp32 GEMM rate with the engine the layer's projections
 //      use (`--gemm auto`: src/cpu/gemm_engine.hpp; oneDNN where it has a brgemm kernel), on
 //      all cores: y [4096, 4096] = x [4096, 4096] W^T, median of 5 after one warm-up;
@@ -16,15 +16,21 @@
 //      precisions: wall time, forward time, attend time, the run's FLOPs (cpu_stages.hpp
 //      forward_flops: the projections and the two attention products over the visible pairs),
 //      the bound (FLOPs / the precision's rate of part 0), forward / bound, the planned and the
-//      measured peak memory (ru_maxrss from report.json) and their ratio, or the one-line
+//      measured peak memory (ru_maxrss of the child, wait4: what /usr/bin/time -v reports) and
+//      their ratio, or the one-line
 //      refusal of the memory plan and how long it took;
 //   3. `--long-seq-len` (131072) in bf16 as in part 2, when the memory plan says it fits with
 //      2 GiB to spare (the machine is shared), else why not;
-//   4. the PyTorch eager peer (bench_torch.py: transformers' DeepseekV3Attention) at each S of
+//   4. `mla-h2o decode` at P = `--decode-prompt-len` (32768), N = `--decode-steps` (256), K =
+//      `--decode-budget` (2048), every policy, bf16: prefill and decode seconds, the FLOPs it must
+//      compute (decode_flops), its bound and ratio as in part 2, and its peak memory (wait4);
+//   5. the PyTorch eager peer (bench_torch.py: transformers' DeepseekV3Attention) at each S of
 //      part 2 whose [n, S, S] tensors fit (eager holds ~3 of them in fp32: 12*n*S^2 bytes),
 //      skipped with the reason when torch is not importable.
 // Shape legend: S = tokens, n = heads.
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -41,6 +47,7 @@
 #include "attention_paths.hpp"
 #include "bench_util.hpp"
 #include "geometries.hpp"
+#include "mla/decode.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/random.hpp"
 #include "mla/rope.hpp"
@@ -60,8 +67,9 @@ struct Flags {
   std::vector<int64_t> attend_seq_lens = {256, 1024, 4096};
   std::vector<int64_t> seq_lens = {4096, 16384, 32768};
   std::vector<std::string> precisions = {"bf16", "fp32"};
-  std::vector<std::string> parts = {"bound", "attend", "layer", "long", "torch"};
+  std::vector<std::string> parts = {"bound", "attend", "layer", "long", "decode", "torch"};
   int64_t long_seq_len = 131072;
+  int64_t decode_prompt_len = 32768, decode_steps = 256, decode_budget = 2048;
   int reps = 3;
   bool has(const std::string& part) const { return std::find(parts.begin(), parts.end(), part) != parts.end(); }
 };
@@ -98,6 +106,9 @@ Flags parse_flags(int argc, char** argv) {
     else if (key == "--reps") f.reps = std::stoi(val);
     else if (key == "--precisions") f.precisions = str_list(val);
     else if (key == "--parts") f.parts = str_list(val);
+    else if (key == "--decode-prompt-len") f.decode_prompt_len = std::stoll(val);
+    else if (key == "--decode-steps") f.decode_steps = std::stoll(val);
+    else if (key == "--decode-budget") f.decode_budget = std::stoll(val);
     else {
       std::fprintf(stderr, "bench_long_context: unknown argument '%s'\n", a.c_str());
       std::exit(2);
@@ -112,17 +123,35 @@ Flags parse_flags(int argc, char** argv) {
 
 struct Shell {
   int code = -1;
-  std::string out;  // stdout + stderr
+  std::string out;        // stdout + stderr
+  int64_t peak_bytes = 0;  // the command's peak resident memory (wait4 ru_maxrss, as /usr/bin/time -v)
 };
 
+// Runs `cmd` with /bin/sh (exec'ed, so the command is the child whose peak memory wait4 reports).
 Shell shell(const std::string& cmd) {
   Shell r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
+  int fd[2];
+  if (pipe(fd) != 0) return r;
+  const pid_t pid = fork();
+  if (pid < 0) return r;
+  if (pid == 0) {
+    dup2(fd[1], 1);
+    dup2(fd[1], 2);
+    close(fd[0]);
+    close(fd[1]);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fd[1]);
   char buf[4096];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) r.out += buf;
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  for (ssize_t n; (n = read(fd[0], buf, sizeof buf)) > 0;) r.out.append(buf, static_cast<size_t>(n));
+  close(fd[0]);
+  int status = 0;
+  rusage ru{};
+  if (wait4(pid, &status, 0, &ru) == pid) {
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.peak_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;
+  }
   return r;
 }
 
@@ -255,7 +284,7 @@ void layer_row(const LayerTable& t, int64_t S, const std::string& p) {
   const double flops = mla::cpu::forward_flops(mla::test::geometry("kimi"), S, true).total();
   const double rate = (p == "bf16" ? t.bf16 : t.fp32).gflops * 1e9;
   const double bound = rate > 0 ? flops / rate : 0.0;
-  const int64_t planned = int64_t(rep["memory"]["planned_peak_bytes"]), peak = int64_t(rep["memory"]["measured_peak_rss_bytes"]);
+  const int64_t planned = int64_t(rep["memory"]["planned_peak_bytes"]), peak = r.peak_bytes;
   std::printf("  %-7lld %-9s %8.1f %9.1f %9.1f %9.0f %9.1f %6.2fx %9.2f %9.2f %6.3f\n", static_cast<long long>(S), p.c_str(),
               wall, forward, attend, flops / 1e9, bound, bound > 0 ? forward / bound : 0.0, gib(planned), gib(peak),
               peak > 0 ? static_cast<double>(planned) / static_cast<double>(peak) : 0.0);
@@ -263,10 +292,65 @@ void layer_row(const LayerTable& t, int64_t S, const std::string& p) {
   std::filesystem::remove_all(out);
 }
 
-// ---- 4. the PyTorch peer ---------------------------------------------------------------------
+// ---- 4. decode at a long prompt ---------------------------------------------------------------
+
+// What `mla-h2o decode` must compute at least (multiply-add = 2): q_path and kv_path over all
+// T = P + N rows, the causal prefill attention over the P prompt rows, and per step the absorbed
+// attention (docs/decode.md §3) of the full cache over x + 1 tokens and of every other policy over
+// its cache (at most K + 1 tokens; snapkv grows to K + i + 1), each with its q~ = W_UK^T q_nope,
+// W_UV context and o_proj.
+double decode_flops(const mla::AttentionConfig& c, int64_t P, int64_t N, int64_t K, int policies) {
+  const double n = c.num_attention_heads, H = c.hidden_size, r_kv = c.kv_lora_rank, d_r = c.qk_rope_head_dim;
+  const double d_n = c.qk_nope_head_dim, d_v = c.v_head_dim;
+  const mla::cpu::ForwardFlops rows = mla::cpu::forward_flops(c, P + N, true);
+  const double o_proj = 2.0 * (P + N) * n * d_v * H;
+  double f = rows.projections - o_proj + mla::cpu::forward_flops(c, P, true).attention;
+  const double per_token = 2.0 * n * (2.0 * r_kv + d_r), per_query = 2.0 * n * (d_n * r_kv + r_kv * d_v) + 2.0 * n * d_v * H;
+  for (int64_t i = 0; i < N; ++i) {
+    f += per_token * static_cast<double>(P + i + 1) + per_query;                                // full
+    f += (policies - 1) * (per_token * static_cast<double>(std::min(K + 1, P + i + 1)) + per_query);  // the others
+  }
+  return f;
+}
+
+void decode_row(const LayerTable& t, int64_t P, int64_t N, int64_t K) {
+  const Flags& f = t.f;
+  const std::string out = f.work_dir + "/decode-" + std::to_string(P);
+  std::filesystem::remove_all(out);
+  const auto t0 = Clock::now();
+  const Shell r = shell("'" + f.cli + "' decode --checkpoint '" + t.ckpt + "' --seq-len " + std::to_string(P + N) +
+                        " --prompt-len " + std::to_string(P) + " --steps " + std::to_string(N) + " --cache-budget " +
+                        std::to_string(K) + " --precision bf16 --quiet --out '" + out + "'");
+  const double wall = seconds_since(t0);
+  if (r.code != 0) {
+    std::printf("  exit %d after %.1f s: %s\n", r.code, wall, first_line(r.out).c_str());
+    return;
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::element rep;
+  if (parser.load(out + "/report.json").get(rep) != simdjson::SUCCESS) {
+    std::printf("  ran, but report.json is unreadable\n");
+    return;
+  }
+  double prefill = 0, decode = 0;
+  if (double v; rep["timing_s"]["prefill"].get(v) == simdjson::SUCCESS) prefill = v;
+  if (double v; rep["timing_s"]["decode"].get(v) == simdjson::SUCCESS) decode = v;
+  int policies = 0;
+  if (simdjson::dom::array a; rep["policies"].get(a) == simdjson::SUCCESS) policies = static_cast<int>(a.size());
+  if (policies == 0) policies = static_cast<int>(mla::all_policies().size());
+  const double flops = decode_flops(mla::test::geometry("kimi"), P, N, K, policies);
+  const double bound = t.bf16.gflops > 0 ? flops / (t.bf16.gflops * 1e9) : 0.0;
+  std::printf("  %-7lld %-5lld %-6lld %8d %8.1f %9.1f %8.1f %9.0f %9.1f %6.2fx %9.2f\n", static_cast<long long>(P),
+              static_cast<long long>(N), static_cast<long long>(K), policies, wall, prefill, decode, flops / 1e9, bound,
+              bound > 0 ? (prefill + decode) / bound : 0.0, gib(r.peak_bytes));
+  std::fflush(stdout);
+  std::filesystem::remove_all(out);
+}
+
+// ---- 5. the PyTorch peer ---------------------------------------------------------------------
 
 void torch_rows(const Flags& f) {
-  std::printf("\n4. PyTorch eager peer (bench_torch.py, transformers DeepseekV3Attention, 2 threads)\n");
+  std::printf("\n5. PyTorch eager peer (bench_torch.py, transformers DeepseekV3Attention, 2 threads)\n");
   if (f.torch_script.empty()) {
     std::printf("  not run (no --torch-script)\n");
     return;
@@ -314,7 +398,7 @@ int main(int argc, char** argv) {
   }
   if (f.has("attend")) attend_table(f);
 
-  if (f.has("layer") || f.has("long")) table.ckpt = kimi_checkpoint(f);
+  if (f.has("layer") || f.has("long") || f.has("decode")) table.ckpt = kimi_checkpoint(f);
   if (f.has("layer")) {
     std::printf("\n2. Kimi layer 0 through `mla-h2o run` (causal, seeded input, all cores); bound = GFLOP / the "
                 "precision's rate (part 0), ratio = forward / bound\n");
@@ -342,6 +426,13 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (f.has("decode")) {
+    std::printf("\n4. `mla-h2o decode` at a long prompt (Kimi layer 0, bf16, every policy); bound = GFLOP (prefill + "
+                "steps, bench_long_context.cpp decode_flops) / the bf16 rate, ratio = (prefill + decode) / bound\n");
+    std::printf("  %-7s %-5s %-6s %8s %8s %9s %8s %9s %9s %7s %9s\n", "P", "N", "K", "policies", "wall s", "prefill s",
+                "decode s", "GFLOP", "bound s", "ratio", "peak GiB");
+    decode_row(table, f.decode_prompt_len, f.decode_steps, f.decode_budget);
+  }
   if (f.has("torch")) torch_rows(f);
   const Shell load = shell("cat /proc/loadavg");
   std::printf("\nload average at the end: %s", load.out.c_str());
