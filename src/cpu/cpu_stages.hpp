@@ -1,4 +1,4 @@
-// src/cpu/cpu_stages.hpp — the stages of the cpu backend's forward (eigen_backend.cpp), one
+// src/cpu/cpu_stages.hpp — the stages of the cpu backend's forward (cpu_backend.cpp), one
 // function per stage of HF DeepseekV3Attention.forward, in the order the reference
 // (reference/mla_reference.hpp) runs them:
 //
@@ -117,6 +117,20 @@ Attention attend(const Layer& L, const MatrixRM& q, const KeyValueStates& kv, bo
 
 // attn_context [S, n*d_v] -> attn_output [S, H]
 MatrixRM o_proj(const Layer& L, const MatrixRM& attn_context);
+
+// The forward's passes over the tokens (cpu_backend.cpp, docs/long-context.md §1):
+// kRowChunk rows per chunk of the projections and of o_proj: a multiple of the oneDNN engine's
+// 512-row chunks, so a chunked projection gives the bits of one over all rows there, and small
+// enough that a chunk's fp32 intermediates (x, kv: ~100 KB per row for Kimi) stay ~0.4 GB.
+inline constexpr int64_t kRowChunk = 4096;
+// Query rows per attention pass: the queries are made from the stored q latent one pass at a
+// time (q_b_proj and rope), so only [rows, n*d_qk] of them exist at once. S/8 rounded up to a
+// multiple of kRowChunk (so of the 64-row blocks), between 4096 and 16384: at most ~8 passes,
+// each of which reloads every head's keys.
+inline int64_t query_pass_rows(int64_t S) {
+  const int64_t rows = (S / 8 + kRowChunk - 1) / kRowChunk * kRowChunk;
+  return rows < kRowChunk ? kRowChunk : rows > 4 * kRowChunk ? 4 * kRowChunk : rows;
+}
 
 // The floating-point operations (multiply-add = 2) a forward of S tokens needs in its GEMMs:
 // the five projections (q_a_proj, q_b_proj or q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj)

@@ -1,5 +1,6 @@
-// src/cpu/eigen_backend.cpp — the "cpu" backend: one MLA attention layer (HF
-// DeepseekV3Attention, eager; docs/math.md §3) with Eigen + OpenBLAS sgemm, in fp32 or in
+// src/cpu/cpu_backend.cpp — the "cpu" backend: one MLA attention layer (HF
+// DeepseekV3Attention, eager; docs/math.md §3) on the GEMM engine chosen at run time (oneDNN
+// matmul where it has a kernel for the precision, else Eigen + OpenBLAS sgemm), in fp32 or in
 // PyTorch-bf16 emulation (docs/math.md §7), multi-threaded, plus the H2O scores.
 //
 // Shape legend (config names):
@@ -7,23 +8,26 @@
 //   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
 //   d_qk = d_n + d_r.
 //
-// forward() runs the stages of cpu_stages.hpp in HF's order, each timed (StageTimer):
-//   q_path    q = q_b(RMSNorm_q(q_a(x)))  or  q = q_proj(x)              [S, n*d_qk]
-//   kv_path   compressed_kv = kv_a(x) = [latent | k_pe]; kv = kv_b(RMSNorm_kv(latent))
-//   rope      q's rope halves in place, k_pe_roped [S, d_r] (HF order)
+// forward() runs the stages of cpu_stages.hpp in HF's order, each timed (StageRunner), in three
+// passes over the tokens (see forward(); docs/long-context.md §1):
+//   q_path    q latent = q_a_layernorm(q_a(x)) per row chunk, stored; q = q_b(latent) per query pass
+//             (or q = q_proj(x))                                        [S, r_q] -> [rows, n*d_qk]
+//   kv_path   compressed_kv = kv_a(x) = [latent | k_pe]; kv = kv_b(RMSNorm_kv(latent)), per chunk
+//   rope      k_pe_roped per chunk, q's rope halves per query pass (HF order)
 //   attend    keys/values stored in the run's precision, then streamed per head and block of
 //             64 queries: p = softmax(mask(scaling q k^T)), attn_context_h = p v_h, and the
 //             H2O column sums of p (double)                               [S, n*d_v], [n*S]
-//   o_proj    attn_output = attn_context W_o^T (+ b)                      [S, H]
-//   export    token_scores = sum over heads, widening to double, states on request
+//   o_proj    attn_output = attn_context W_o^T (+ b), per row chunk       [S, H]
+//   export    widening to double, token_scores = sum over heads, states on request
 // The five projections run on the GEMM engine chosen in prepare (gemm_engine.hpp,
-// docs/cpu-gemm.md: oneDNN matmul, or Eigen + OpenBLAS sgemm with its own threads); attend runs
-// heads in parallel, its two per-head products on the same engine with one thread per worker
-// (oneDNN matmul primitives, onednn_attention.hpp, or single-threaded sgemm). With a causal mask, query block [r0, r0+64) only multiplies keys
-// [0, r0+64): the skipped probabilities are exactly 0 in HF too (exp(min_float - max)
-// underflows to 0), so skipping them changes no value. No [n, S, S] tensor exists unless
-// keep_attn_weights asks for one (dumps); memory is O(S) otherwise, and forward() frees each
-// intermediate once it is used (x, then kv and q unless states are kept): docs/long-context.md.
+// docs/cpu-gemm.md: oneDNN matmul, or Eigen + OpenBLAS sgemm); attend hands (head, block) items
+// to the workers, its two products on the same engine with one thread per item (oneDNN matmul
+// primitives, onednn_attention.hpp, or single-threaded sgemm), its softmax rows on the vector
+// kernels of the CPU (vector_kernels.hpp). With a causal mask, query block [r0, r0+64) only
+// multiplies keys [0, r0+64): the skipped probabilities are exactly 0 in HF too
+// (exp(min_float - max) underflows to 0), so skipping them changes no value. No [n, S, S] tensor
+// exists unless keep_attn_weights asks for one (dumps); memory is O(S) otherwise:
+// docs/long-context.md.
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -234,42 +238,6 @@ ForwardFlops forward_flops(const AttentionConfig& cfg, int64_t seq_len, bool cau
 
 namespace {
 
-// Rows of the forward's row-wise passes (projections, o_proj) per chunk: a multiple of the oneDNN
-// engine's 512-row chunks, so a chunked projection gives the bits of the whole one there, and
-// small enough that a chunk's intermediates (x, kv: ~100 KB per row for Kimi) stay ~0.4 GB.
-constexpr int64_t kRowChunk = 4096;
-
-// Query rows per attention pass: the queries are made from the stored q latent one pass at a
-// time (q_b_proj and rope), so only [rows, n*d_qk] of them exist at once. A multiple of
-// kRowChunk (and so of the 64-row blocks); at most ~8 passes, each repacking every head's keys.
-int64_t query_pass_rows(int64_t S) {
-  const int64_t rows = (S / 8 + kRowChunk - 1) / kRowChunk * kRowChunk;
-  return std::clamp<int64_t>(rows, kRowChunk, 4 * kRowChunk);
-}
-
-// Adds the time of a scope to the stage record `name` (appended on first use): the chunked
-// stages run many times and report one total each.
-class ChunkTimer {
- public:
-  ChunkTimer(StageSeconds& records, std::string name) : records_(records), name_(std::move(name)) {}
-  ~ChunkTimer() {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    for (auto& r : records_)
-      if (r.first == name_) {
-        r.second += s;
-        return;
-      }
-    records_.emplace_back(name_, s);
-  }
-  ChunkTimer(const ChunkTimer&) = delete;
-  ChunkTimer& operator=(const ChunkTimer&) = delete;
-
- private:
-  StageSeconds& records_;
-  std::string name_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
-
 // dst[i * cols + j] = src[i * ld + j] widened to double, rows in parallel.
 void widen_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, double* dst, int threads) {
   parallel_for(rows, threads, [&](int64_t i, int) {
@@ -367,6 +335,7 @@ class CpuBackend final : public Backend {
       return std::vector<int64_t>(positions.begin() + begin, positions.begin() + begin + rows);
     };
     StageSeconds stages;
+    const StageRunner stage(stages);  // a stage run chunk after chunk reports its total
     ForwardResult result;
     result.computed_in_double = false;
 
@@ -376,28 +345,19 @@ class CpuBackend final : public Backend {
     if (opt.keep_latent_cache) result.latent_cache = TensorD("latent_cache", {S, r_kv + d_r});
     for (int64_t r0 = 0; r0 < S; r0 += kRowChunk) {
       const int64_t rows = std::min(kRowChunk, S - r0);
-      MatrixRM x;  // [rows, H]
-      {
-        ChunkTimer t(stages, "q_path");  // (with the input rows it reads: the first stage)
-        x = input_rows(hidden, r0, rows, L.bf16);
-        const MatrixRM latent = q_latent(L, x);
+      const MatrixRM x = stage("q_path", [&] {  // (with the input rows it reads: the first stage)
+        MatrixRM chunk = input_rows(hidden, r0, rows, L.bf16);  // [rows, H]
+        const MatrixRM latent = q_latent(L, chunk);
         q_store.set_rows(r0, rows, latent.data(), latent_width, L.threads);
-      }
-      KvPath kvp;  // compressed_kv [rows, r_kv+d_r], latent_normed [rows, r_kv], kv [rows, n*(d_n+d_v)]
-      {
-        ChunkTimer t(stages, "kv_path");
-        kvp = kv_path(L, x);
-      }
-      MatrixRM k_pe_roped;  // [rows, d_r]
-      {
-        ChunkTimer t(stages, "rope");
-        k_pe_roped = rope_key(L, slice(r0, rows), kvp.compressed_kv);
-      }
-      {
-        ChunkTimer t(stages, "attend");  // storing the keys/values is the attention's first step
+        return chunk;
+      });
+      // compressed_kv [rows, r_kv+d_r], latent_normed [rows, r_kv], kv [rows, n*(d_n+d_v)]
+      const KvPath kvp = stage("kv_path", [&] { return kv_path(L, x); });
+      const MatrixRM k_pe_roped = stage("rope", [&] { return rope_key(L, slice(r0, rows), kvp.compressed_kv); });
+      stage("attend", [&] {  // storing the keys/values is the attention's first step
         states.set_kv_rows(r0, rows, kvp.kv.data(), n * (d_n + d_v), L.threads);
         states.set_k_pe_rows(r0, rows, k_pe_roped.data(), d_r);
-      }
+      });
       if (opt.keep_latent_cache) {  // [S, r_kv + d_r] = latent_normed | k_pe_roped
         for (int64_t s = 0; s < rows; ++s) {
           double* row = result.latent_cache.ptr() + (r0 + s) * (r_kv + d_r);
@@ -424,31 +384,27 @@ class CpuBackend final : public Backend {
       const int64_t pass = query_pass_rows(S);
       for (int64_t r0 = 0; r0 < S; r0 += pass) {
         const int64_t rows = std::min(pass, S - r0);
-        MatrixRM q;  // [rows, n*d_qk]
-        {
-          ChunkTimer t(stages, "q_path");
+        MatrixRM q = stage("q_path", [&] {  // [rows, n*d_qk]
           MatrixRM latent(rows, latent_width);
           q_store.widen_rows(r0, rows, latent.data(), latent_width, L.threads);
-          q = q_from_latent(L, latent);
-        }
-        {
-          ChunkTimer t(stages, "rope");
-          rope_query(L, slice(r0, rows), q);
-        }
+          return q_from_latent(L, latent);
+        });
+        stage("rope", [&] { rope_query(L, slice(r0, rows), q); });
         if (opt.keep_states) export_query_states(q, r0, S, n, d_qk, result.query_states);
-        ChunkTimer t(stages, "attend");
-        MatrixRM ctx(rows, n * d_v);  // feature h*d_v + d (HF's transpose + reshape)
-        BlockProgress progress;
-        if (opt.progress)
-          progress = [&](int64_t done, int64_t) {
-            opt.progress("attention FLOP", (pairs_before + done) * flop_per_pair, total_pairs * flop_per_pair);
-          };
-        streaming_attention(q.data(), n * d_qk, states, causal, scaling, L.bf16, L.threads, L.w.attention_products,
-                            progress,
-                            {ctx.data(), n * d_v, result.head_scores.data(),
-                             opt.keep_attn_weights ? result.attn_weights.ptr() : nullptr},
-                            {r0, r0 + rows});
-        context.set_rows(r0, rows, ctx.data(), n * d_v, L.threads);
+        stage("attend", [&] {
+          MatrixRM ctx(rows, n * d_v);  // feature h*d_v + d (HF's transpose + reshape)
+          BlockProgress progress;
+          if (opt.progress)
+            progress = [&](int64_t done, int64_t) {
+              opt.progress("attention FLOP", (pairs_before + done) * flop_per_pair, total_pairs * flop_per_pair);
+            };
+          streaming_attention(q.data(), n * d_qk, states, causal, scaling, L.bf16, L.threads, L.w.attention_products,
+                              progress,
+                              {ctx.data(), n * d_v, result.head_scores.data(),
+                               opt.keep_attn_weights ? result.attn_weights.ptr() : nullptr},
+                              {r0, r0 + rows});
+          context.set_rows(r0, rows, ctx.data(), n * d_v, L.threads);
+        });
         pairs_before += streaming_pairs(S, n, causal, {r0, r0 + rows});
       }
     }
@@ -459,21 +415,17 @@ class CpuBackend final : public Backend {
     result.attn_output = huge_page_tensor<double>("attn_output", {S, H});
     for (int64_t r0 = 0; r0 < S; r0 += kRowChunk) {
       const int64_t rows = std::min(kRowChunk, S - r0);
-      MatrixRM y;  // [rows, H]
-      {
-        ChunkTimer t(stages, "o_proj");
+      const MatrixRM y = stage("o_proj", [&] {  // [rows, H]
         MatrixRM ctx(rows, n * d_v);
         context.widen_rows(r0, rows, ctx.data(), n * d_v, L.threads);
-        y = o_proj(L, ctx);
-      }
-      ChunkTimer t(stages, "export");
-      widen_rows(y.data(), H, rows, H, result.attn_output.ptr() + r0 * H, L.threads);
+        return o_proj(L, ctx);
+      });
+      stage("export", [&] { widen_rows(y.data(), H, rows, H, result.attn_output.ptr() + r0 * H, L.threads); });
     }
-    {
-      ChunkTimer t(stages, "export");
+    stage("export", [&] {
       check_attn_output_finite(result.attn_output, opt.precision);
       result.token_scores = token_scores_from_heads(result.head_scores, n);
-    }
+    });
     result.stage_seconds = std::move(stages);
     return result;
   }
