@@ -31,6 +31,10 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <cmath>
 #include <string>
 #include <utility>
@@ -238,6 +242,16 @@ ForwardFlops forward_flops(const AttentionConfig& cfg, int64_t seq_len, bool cau
 
 namespace {
 
+// Hands the heap's free pages back to the system: glibc keeps freed blocks below its mmap
+// threshold (which grows up to 32 MiB) in its arenas, so the keys/values and the chunks'
+// intermediates of the earlier passes would otherwise stay resident beside the later passes'
+// buffers (measured at S = 4096 bf16: 260 MB more after the attention).
+void return_freed_memory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 // dst[i * cols + j] = src[i * ld + j] widened to double, rows in parallel.
 void widen_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, double* dst, int threads) {
   parallel_for(rows, threads, [&](int64_t i, int) {
@@ -366,6 +380,7 @@ class CpuBackend final : public Backend {
         }
       }
     }
+    return_freed_memory();  // the chunks' intermediates
     if (opt.keep_states) export_key_value_states(states, result);
 
     // 2. attention, one query pass at a time
@@ -410,6 +425,7 @@ class CpuBackend final : public Backend {
     }
     q_store = PrecisionMatrix();
     states = KeyValueStates(0, 0, 0, 0, 0, false);  // the keys/values are no longer needed: a lower peak
+    return_freed_memory();
 
     // 3. o_proj, widened into attn_output as it comes
     result.attn_output = huge_page_tensor<double>("attn_output", {S, H});
