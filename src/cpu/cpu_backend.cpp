@@ -284,33 +284,38 @@ void export_query_states(const MatrixRM& q, int64_t r0, int64_t S, int64_t n, in
         query_states.ptr()[(h * S + r0 + s) * d_qk + d] = q(s, h * d_qk + d);
 }
 
+}  // namespace
+
+std::string describe(const PreparedWeights* w, int threads) {
+  const std::string eigen = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
+                            "." + std::to_string(EIGEN_MINOR_VERSION);
+#if MLA_HAVE_BLAS
+  const std::string sgemm = eigen + " + OpenBLAS sgemm (" + std::string(blas_description()) + ")";
+#else
+  const std::string sgemm = eigen + ", its own GEMM kernel (built without OpenBLAS)";
+#endif
+  std::string d;
+  if (w && w->gemm.engine.rfind("oneDNN", 0) == 0) {
+    d = "projections: " + gemm_label(w->gemm.engine, w->gemm.kernel) + "; per-head products: ";
+    d += w->attention_products == Gemm::OneDnn
+             ? gemm_label(w->gemm.engine, w->attention_kernel) + " (one thread per block)"
+             : sgemm;
+  } else {
+    d = sgemm;
+  }
+  // the softmax rows' instruction set, chosen at run time (vector_kernels.hpp)
+  d += "; softmax rows: " + std::string(vector_kernels().name) + " vector kernels";
+  d += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+  return d;
+}
+
+namespace {
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
 
-  std::string description() const override {
-    const int threads = resolve_threads(prepared_ ? threads_ : 0);
-    const std::string eigen = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
-                              "." + std::to_string(EIGEN_MINOR_VERSION);
-#if MLA_HAVE_BLAS
-    const std::string sgemm = eigen + " + OpenBLAS sgemm (" + std::string(blas_description()) + ")";
-#else
-    const std::string sgemm = eigen + ", its own GEMM kernel (built without OpenBLAS)";
-#endif
-    std::string d;
-    if (prepared_ && weights_.gemm.engine.rfind("oneDNN", 0) == 0) {
-      d = "projections: " + gemm_label(weights_.gemm.engine, weights_.gemm.kernel) + "; per-head products: ";
-      d += weights_.attention_products == Gemm::OneDnn
-               ? gemm_label(weights_.gemm.engine, weights_.attention_kernel) + " (one thread per block)"
-               : sgemm;
-    } else {
-      d = sgemm;
-    }
-    // the softmax rows' instruction set, chosen at run time (vector_kernels.hpp)
-    d += "; softmax rows: " + std::string(vector_kernels().name) + " vector kernels";
-    d += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
-    return d;
-  }
+  std::string description() const override { return describe(prepared_ ? &weights_ : nullptr, resolve_threads(prepared_ ? threads_ : 0)); }
 
   GemmInfo gemm_info() const override { return prepared_ ? weights_.gemm : GemmInfo{}; }
 
@@ -372,12 +377,9 @@ class CpuBackend final : public Backend {
         states.set_kv_rows(r0, rows, kvp.kv.data(), n * (d_n + d_v), L.threads);
         states.set_k_pe_rows(r0, rows, k_pe_roped.data(), d_r);
       });
-      if (opt.keep_latent_cache) {  // [S, r_kv + d_r] = latent_normed | k_pe_roped
-        for (int64_t s = 0; s < rows; ++s) {
-          double* row = result.latent_cache.ptr() + (r0 + s) * (r_kv + d_r);
-          for (int64_t c = 0; c < r_kv; ++c) row[c] = kvp.latent_normed(s, c);
-          for (int64_t d = 0; d < d_r; ++d) row[r_kv + d] = k_pe_roped(s, d);
-        }
+      if (opt.keep_latent_cache) {  // rows [r0, r0 + rows) of latent_normed | k_pe_roped
+        const TensorD part = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), rows, r_kv, d_r);
+        std::copy(part.ptr(), part.ptr() + rows * (r_kv + d_r), result.latent_cache.ptr() + r0 * (r_kv + d_r));
       }
     }
     return_freed_memory();  // the chunks' intermediates

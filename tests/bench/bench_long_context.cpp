@@ -48,6 +48,7 @@
 #include "bench_util.hpp"
 #include "geometries.hpp"
 #include "mla/decode.hpp"
+#include "mla/policy.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/random.hpp"
 #include "mla/rope.hpp"
@@ -332,12 +333,18 @@ void decode_row(const LayerTable& t, int64_t P, int64_t N, int64_t K) {
     std::printf("  ran, but report.json is unreadable\n");
     return;
   }
+  // the report's stages: "prefill + projections (cpu)" and "token features" are the prefill,
+  // "decode kernel prepare" and "decode steps" the decode (the load's stages are in neither)
   double prefill = 0, decode = 0;
-  if (double v; rep["timing_s"]["prefill"].get(v) == simdjson::SUCCESS) prefill = v;
-  if (double v; rep["timing_s"]["decode"].get(v) == simdjson::SUCCESS) decode = v;
+  if (simdjson::dom::array stages; rep["timing_s"]["stages"].get(stages) == simdjson::SUCCESS)
+    for (simdjson::dom::element st : stages) {
+      const std::string_view name = st["stage"];
+      if (name.rfind("prefill", 0) == 0 || name == "token features") prefill += double(st["seconds"]);
+      if (name.rfind("decode", 0) == 0) decode += double(st["seconds"]);
+    }
   int policies = 0;
   if (simdjson::dom::array a; rep["policies"].get(a) == simdjson::SUCCESS) policies = static_cast<int>(a.size());
-  if (policies == 0) policies = static_cast<int>(mla::all_policies().size());
+  if (policies == 0) policies = static_cast<int>(mla::policy_preset_names().size());
   const double flops = decode_flops(mla::test::geometry("kimi"), P, N, K, policies);
   const double bound = t.bf16.gflops > 0 ? flops / (t.bf16.gflops * 1e9) : 0.0;
   std::printf("  %-7lld %-5lld %-6lld %8d %8.1f %9.1f %8.1f %9.0f %9.1f %6.2fx %9.2f\n", static_cast<long long>(P),
