@@ -127,6 +127,7 @@ MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg, int64_t
   req.attn_weights = plan.dump_tensors;
   req.tokens_input = needs_input_layernorm(plan.input);
   req.threads = cpu_threads(plan.forward.threads);
+  req.gemm = plan.forward.gemm;
   if (req.seq_len <= 0) {  // load_input reports what is wrong with the input
     MemoryPlan none;
     none.request = req;
