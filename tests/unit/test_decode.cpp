@@ -25,6 +25,7 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "compare.hpp"
@@ -156,6 +157,23 @@ BOOST_AUTO_TEST_CASE(step_metrics_by_hand) {
   // outputs are held only when asked for (--dump-tensors)
   BOOST_TEST(t.attn_output.empty());
   BOOST_TEST(r.full_output.empty());
+}
+
+// budget.svg plots each policy at the tokens it measured held, not at its K (issue 18: SnapKV
+// held 640 tokens at K = 512 and was plotted at 512, looking best for the wrong reason). Two
+// budgets, 10 and 20: policy "a" holds them; "b" holds 15 at K = 10. The x axis runs from 10
+// (x = 70) to 20 (x = 780), so b's first point is at x = 425, not 70.
+BOOST_AUTO_TEST_CASE(budget_svg_plots_the_tokens_held) {
+  std::vector<DecodeSummary> sum(4);
+  const std::vector<std::tuple<std::string, int64_t, double>> rows = {{"a", 10, 10}, {"b", 10, 15}, {"a", 20, 20}, {"b", 20, 20}};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::tie(sum[i].policy, sum[i].budget, sum[i].mean_held) = rows[i];
+    sum[i].mean_rel_error = 0.1;
+  }
+  const std::string svg = budget_svg(sum, "held");
+  BOOST_TEST(contains(svg, "<polyline id=\"a\" fill=\"none\" stroke=\"#000000\" stroke-width=\"1.5\" points=\"70.00,"), svg);
+  BOOST_TEST(contains(svg, "<polyline id=\"b\" fill=\"none\" stroke=\"#e66101\" stroke-width=\"1.5\" points=\"425.00,"), svg);
+  BOOST_TEST(contains(svg, "tokens held after each step (mean, measured)"));
 }
 
 // ---- 2. invariants on a real layer ------------------------------------------------------

@@ -533,6 +533,15 @@ BOOST_AUTO_TEST_CASE(memory_plans_cover_every_command) {
   expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100M", run), "run",
                     {"not enough memory", "is available (MLA_MEMORY_AVAILABLE)"});
   expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100K", run), "run", {"but 100 KiB is available"});
+  // without --residual, and in sweep: the tensor NAME.L is planned too (both skipped the plan)
+  const std::string states = "--checkpoint '" + tiny2() + "' --input '" + dir + "/states.safetensors' ";
+  expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100M", "run " + states + "--out '" + dir + "/run2'"), "run",
+                    {"not enough memory"});
+  expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100M", "sweep " + states + "--residual --layers 0 --out '" +
+                                                                            dir + "/sweep'"),
+                    "sweep", {"not enough memory"});
+  BOOST_TEST(!fs::exists(dir + "/run2"));
+  BOOST_TEST(!fs::exists(dir + "/sweep"));
 
   const std::string decode = "decode --checkpoint '" + tiny2() + "' --seq-len 48 --prompt-len 40 --cache-budget 38 --policy h2o,tova --sinks 2 "
                              "--recent 4 --out '" + dir + "/decode'";
