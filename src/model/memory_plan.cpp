@@ -171,12 +171,18 @@ MemoryEstimate estimate_memory(const AttentionConfig& cfg, const MemoryRequest& 
     case BackendKind::Cuda: {
       e.phases = cuda_host_phases(d, req, attn_weights);
       const int64_t elem = req.precision == Precision::BF16 ? 2 : 4;
-      int64_t workspace = INT64_MAX / 4;
+      // the workspace is O(S) (streamed attention); the [n, S, S] probabilities are a buffer of
+      // their own, allocated only when they are dumped
+      int64_t workspace = INT64_MAX / 4, probabilities = 0;
       try {
-        workspace = cuda::workspace_layout(cuda::workspace_dims(cfg, req.seq_len, elem)).total_bytes;
+        const cuda::WorkspaceDims wd = cuda::workspace_dims(cfg, req.seq_len, elem);
+        workspace = cuda::workspace_layout(wd).total_bytes;
+        if (attn_weights) probabilities = cuda::attn_weights_bytes(wd);
       } catch (const Error&) {  // overflows 64 bits: needs "everything"
+        probabilities = INT64_MAX / 4;
       }
-      e.device_peak_bytes = std::min(INT64_MAX / 4, mul(d.P, elem) + workspace + kCublasBytes);
+      e.device_peak_bytes = std::min(INT64_MAX / 4, mul(d.P, elem) + std::min(INT64_MAX / 4, workspace + probabilities) +
+                                                        kCublasBytes);
       break;
     }
     default: e.phases = cpu_phases(d, req, attn_weights); break;
