@@ -8,10 +8,12 @@
 //   d_v = v_head_dim, d_qk = d_n + d_r. "T-storage" = fp32 in fp32 mode, bf16 in bf16 mode.
 //
 // Numerics (docs/math.md §7): activations are stored in T-storage between steps, so every HF
-// bf16 rounding point is a store. GEMMs (the projections): cublasGemmEx with CUBLAS_COMPUTE_32F (fp32 accumulation; bf16 inputs and outputs in bf16 mode = one rounding
-// per output, as PyTorch), reduced-precision split-K reductions disallowed; TF32 only when
-// ForwardOptions::allow_tf32 in fp32 mode (CUBLAS_COMPUTE_32F_FAST_TF32). Kernels are built
-// with --fmad=false so no multiply-add is contracted behind the equations' back.
+// bf16 rounding point is a store. GEMMs (the projections): cublasGemmEx with CUBLAS_COMPUTE_32F
+// (fp32 accumulation; bf16 inputs and outputs in bf16 mode = one rounding per output, as
+// PyTorch), reduced-precision split-K reductions disallowed; TF32 only when
+// ForwardOptions::allow_tf32 in fp32 mode (CUBLAS_COMPUTE_32F_FAST_TF32). The attention's two
+// products run in streamed_attention.cu (fp32 accumulation, one rounding each, never TF32).
+// Kernels are built with --fmad=false so no multiply-add is contracted behind the equations' back.
 //
 // Flow of forward(): host builds the bf16/fp32 input and cos/sin tables (src/math
 // rope_tables, in fp32 as HF); then the stages, as in the reference and the cpu backend, each
