@@ -150,6 +150,15 @@ BOOST_AUTO_TEST_CASE(decision_fits_drops_attn_weights_or_refuses) {
   BOOST_TEST(!p.fits);
   for (const char* w : {"of GPU memory at its peak", "but 8.0 GiB is available (cudaMemGetInfo)", "--backend cpu (~"})
     BOOST_TEST(contains(p.refusal, w), "missing '" << w << "' in: " << p.refusal);
+  // ... and when only the device lacks room for the [n, S, S] probabilities, they are dropped
+  // and the note names the device's figures, not the host's
+  gpu.host_bytes = 1024 * kGiB;
+  gpu.device_bytes = 2 * kGiB;
+  p = mla::plan_memory(kimi, request(BackendKind::Cuda, 4096, Precision::BF16, true), gpu);
+  BOOST_TEST(p.fits);
+  BOOST_TEST(p.attn_weights_dropped);
+  for (const char* w : {"attn_weights [64, 4096, 4096] not dumped", "of GPU memory but 2.0 GiB is available (cudaMemGetInfo)"})
+    BOOST_TEST(contains(p.note, w), "missing '" << w << "' in: " << p.note);
 
   // nothing fits: said so
   b.host_bytes = 1;
