@@ -124,6 +124,22 @@ std::vector<MemoryPart> pipeline_held_memory(const MemoryDims& d, bool input_lay
   return p;
 }
 
+namespace {
+
+// The budget an estimate exceeds, in words (the device's first: a GPU run is refused for it):
+// what is needed ("~23.0 GiB of GPU memory") and what is available, with where that comes from.
+struct Shortfall {
+  std::string need, available;
+};
+Shortfall shortfall(const MemoryEstimate& e, const MemoryBudget& b) {
+  if (b.device_bytes >= 0 && e.device_peak_bytes > b.device_bytes)
+    return {"~" + format_bytes(e.device_peak_bytes) + " of GPU memory",
+            format_bytes(b.device_bytes) + " is available (cudaMemGetInfo)"};
+  return {"~" + format_bytes(e.host_peak_bytes), format_bytes(b.host_bytes) + " is available (" + b.host_source + ")"};
+}
+
+}  // namespace
+
 bool memory_fits(const MemoryEstimate& e, const MemoryBudget& b) {
   if (b.host_bytes >= 0 && e.host_peak_bytes > b.host_bytes) return false;
   if (b.device_bytes >= 0 && e.device_peak_bytes > b.device_bytes) return false;
@@ -132,12 +148,9 @@ bool memory_fits(const MemoryEstimate& e, const MemoryBudget& b) {
 
 std::string memory_refusal(const std::string& asked, const MemoryEstimate& e, const MemoryBudget& b,
                            const std::vector<std::string>& alternatives) {
-  const bool device = b.device_bytes >= 0 && e.device_peak_bytes > b.device_bytes;
-  std::string line = "not enough memory for " + asked + ": needs ~" +
-                     format_bytes(device ? e.device_peak_bytes : e.host_peak_bytes) + (device ? " of GPU memory" : "") +
-                     " at its peak (estimated, " + e.peak_phase + ") but " +
-                     format_bytes(device ? b.device_bytes : b.host_bytes) + " is available (" +
-                     (device ? std::string("cudaMemGetInfo") : b.host_source) + ")";
+  const Shortfall as_asked = shortfall(e, b);
+  std::string line = "not enough memory for " + asked + ": needs " + as_asked.need + " at its peak (estimated, " +
+                     e.peak_phase + ") but " + as_asked.available;
   if (alternatives.empty()) return line + "; nothing smaller fits either";
   line += "; would fit: ";
   for (size_t i = 0; i < alternatives.size(); ++i) line += (i ? ", or " : "") + alternatives[i];
@@ -200,10 +213,10 @@ MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, con
     without.attn_weights = false;
     const MemoryEstimate e = estimate_memory(cfg, without);
     if (memory_fits(e, budget)) {
+      const Shortfall with = shortfall(plan.estimate, budget);
       plan.note = "attn_weights [" + std::to_string(cfg.num_attention_heads) + ", " + std::to_string(req.seq_len) + ", " +
-                  std::to_string(req.seq_len) + "] not dumped: with it the run needs ~" +
-                  format_bytes(plan.estimate.host_peak_bytes) + " but " + format_bytes(budget.host_bytes) +
-                  " is available (" + budget.host_source + "); the other tensors are written";
+                  std::to_string(req.seq_len) + "] not dumped: with it the run needs " + with.need + " but " +
+                  with.available + "; the other tensors are written";
       plan.estimate = e;
       plan.attn_weights_dropped = true;
       return plan;
