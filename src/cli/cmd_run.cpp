@@ -187,7 +187,7 @@ std::string demo_checkpoint(const std::string& cache_dir, bool& reused) {
   so.preset = preset;
   so.seed = seed;
   so.layers = {0};
-  write_synthetic_checkpoint(so, synth_preset_config(so), cache);
+  write_synthetic_checkpoint(so, synth_preset_config(so), nullptr, cache);
   cache.write("COMPLETE", key);
   cache.commit();
   return dir;
