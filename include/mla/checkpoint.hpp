@@ -63,6 +63,8 @@ class Checkpoint {
 
   const AttentionConfig& config() const { return config_; }
   const std::string& path() const { return path_; }
+  // The config.json the checkpoint was opened with (mla/model.hpp reads the decoder's keys from it).
+  const std::string& config_path() const { return config_path_; }
   const std::vector<std::string>& shards() const { return shard_paths_; }
   // All tensors of all shards, in shard then offset order.
   std::vector<TensorLocation> list_tensors() const;
@@ -74,6 +76,16 @@ class Checkpoint {
   // Loads layer L's attention tensors (+ input_layernorm if with_input_layernorm), checking
   // every shape against the config. Errors name the tensor, the shard and the expected shape.
   LayerWeights load_layer(int64_t layer, bool with_input_layernorm = false) const;
+  // Whether the checkpoint maps a tensor of this full name.
+  bool has_tensor(const std::string& name) const;
+  // Tensor `name` (full name, prefix included) as fp32 exactly as load_layer reads its tensors
+  // (BF16/F16/F32 widened, FP8 E4M3 dequantized with its block scales), its shape checked against
+  // `expected` (`expected_names` says it in config names for the error); records its checkpoint
+  // dtype in (*dtypes)[name] when dtypes is given. Every weight of the whole-model forward
+  // (mla/model.hpp) is read through here.
+  TensorF load_tensor(const std::string& name, const std::vector<int64_t>& expected, const std::string& expected_names,
+                      std::map<std::string, std::string>* dtypes = nullptr) const;
+
   // Rows of embed_tokens for the given token ids -> [ids.size(), H] (fp32). Errors name any
   // id >= vocab rows.
   TensorF embed_rows(const std::vector<int64_t>& token_ids) const;
@@ -92,6 +104,7 @@ class Checkpoint {
   struct Impl;
   AttentionConfig config_;
   std::string path_;
+  std::string config_path_;
   std::string prefix_;
   std::vector<std::string> shard_paths_;
   std::unique_ptr<Impl> impl_;

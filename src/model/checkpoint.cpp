@@ -224,6 +224,7 @@ Checkpoint Checkpoint::open(const std::string& path, const std::string& config_p
     for (const TensorInfo& t : f.tensors()) ck.impl_->weight_map.emplace(t.name, ck.shard_paths_[0]);
   }
   ck.config_ = load_config(config_file);
+  ck.config_path_ = config_file;
 
   // Prefix: whatever precedes "layers.L.self_attn.kv_a_proj_with_mqa.weight".
   std::set<std::string> prefixes;
@@ -343,6 +344,14 @@ LayerWeights Checkpoint::load_layer(int64_t layer, bool with_input_layernorm) co
     w.input_layernorm = impl_->load_checked(path_, layer_name(prefix_, layer, "input_layernorm.weight"),
                                      "input_layernorm", {config_.hidden_size}, "[hidden_size]", w.source_dtype);
   return w;
+}
+
+bool Checkpoint::has_tensor(const std::string& name) const { return impl_->weight_map.count(name) > 0; }
+
+TensorF Checkpoint::load_tensor(const std::string& name, const std::vector<int64_t>& expected,
+                                const std::string& expected_names, std::map<std::string, std::string>* dtypes) const {
+  std::map<std::string, std::string> ignored;
+  return impl_->load_checked(path_, name, name, expected, expected_names, dtypes ? *dtypes : ignored);
 }
 
 TensorF Checkpoint::embed_rows(const std::vector<int64_t>& token_ids) const {
