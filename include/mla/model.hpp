@@ -77,6 +77,11 @@ struct ModelConfig {
 ModelConfig parse_model_config(std::string_view json, const std::string& source_name = "config.json");
 ModelConfig load_model_config(const std::string& path);
 
+// The ids of a text for a byte-level model (byte_level_vocab): bos_token_id (when the config has
+// one), then one id per byte. Error(InvalidArgument) naming `what` (e.g. "--text notes.txt") for a
+// model that is not byte-level.
+std::vector<int64_t> byte_level_token_ids(const ModelConfig& cfg, std::string_view bytes, const std::string& what);
+
 // ---- routing ---------------------------------------------------------------------------------
 
 // The group-limited top-k of transformers' DeepseekV3TopkRouter for one token, on its
