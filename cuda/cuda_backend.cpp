@@ -170,7 +170,7 @@ cublasOperation_t cublas_op(Op op) { return op == Op::T ? CUBLAS_OP_T : CUBLAS_O
 
 // The cuda counterpart of StageTimer (mla/stage_timer.hpp): a stage is bracketed by two events
 // recorded on the stream, so its time is the device's; seconds() reads them once the stream
-// has been synchronised. `auto t = stages.stage("q_path");` times the rest of the scope.
+// has been synchronised. `stage("q_path", [&] { q_path(run); });` times one stage.
 class StageEvents {
  public:
   explicit StageEvents(cudaStream_t stream) : stream_(stream) {}
@@ -185,7 +185,12 @@ class StageEvents {
    private:
     StageEvents& owner_;
   };
-  Scope stage(const char* name) { return Scope(*this, name); }
+  // The counterpart of StageRunner: runs f() as the stage `name`.
+  template <class F>
+  void operator()(const char* name, F&& f) {
+    const Scope timed_scope(*this, name);
+    std::forward<F>(f)();
+  }
 
   // (name, seconds) of every stage, in order; call after the stream is synchronised.
   StageSeconds seconds() const {
@@ -431,39 +436,17 @@ ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& 
   ensure_workspace(S);
 
   // The stages, enqueued on one stream without a host synchronisation, each bracketed by events.
-  StageEvents events(stream_.get());
-  {
-    auto t = events.stage("upload");
-    upload_input(hidden_bytes, cos_bytes, sin_bytes);
-  }
-  {
-    auto t = events.stage("q_path");
-    q_path(run);
-  }
-  {
-    auto t = events.stage("kv_path");
-    kv_path(run);
-  }
-  {
-    auto t = events.stage("rope");
-    rope(run);
-  }
-  {
-    auto t = events.stage("attend");
-    attend(run);
-  }
-  {
-    auto t = events.stage("o_proj");
-    o_proj(run);
-  }
+  StageEvents stage(stream_.get());
+  stage("upload", [&] { upload_input(hidden_bytes, cos_bytes, sin_bytes); });
+  stage("q_path", [&] { q_path(run); });
+  stage("kv_path", [&] { kv_path(run); });
+  stage("rope", [&] { rope(run); });
+  stage("attend", [&] { attend(run); });
+  stage("o_proj", [&] { o_proj(run); });
   // The one synchronisation of the forward.
   MLA_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-  StageSeconds stages = events.seconds();
-  ForwardResult r;
-  {
-    StageTimer t(stages, "export");
-    r = export_result(run, opt);
-  }
+  StageSeconds stages = stage.seconds();
+  ForwardResult r = StageRunner(stages)("export", [&] { return export_result(run, opt); });
   r.stage_seconds = std::move(stages);
   return r;
 }

@@ -390,35 +390,16 @@ Activations forward(const AttentionConfig& cfg, const LayerWeights& w, const Ten
   const auto stage_flops = reference_stage_flops(cfg, a.hidden.dim(0));
   double flops_total = 0, flops_done = 0;
   for (const auto& sf : stage_flops) flops_total += sf.second;
-  auto stage_done = [&](size_t k) {
-    flops_done += stage_flops[k].second;
+  const StageRunner stage(a.stage_seconds, [&](std::string_view name) {
+    for (const auto& [stage_name, flops] : stage_flops)
+      if (stage_name == name) flops_done += flops;
     if (opt.progress) opt.progress("reference MFLOP", static_cast<int64_t>(flops_done / 1e6), static_cast<int64_t>(flops_total / 1e6));
-  };
-  {
-    StageTimer t(a.stage_seconds, "q_path");
-    q_path(cfg, w, opt, a);
-  }
-  stage_done(0);
-  {
-    StageTimer t(a.stage_seconds, "kv_path");
-    kv_path(cfg, w, opt, a);
-  }
-  stage_done(1);
-  {
-    StageTimer t(a.stage_seconds, "rope");
-    rope(cfg, opt, a);
-  }
-  stage_done(2);
-  {
-    StageTimer t(a.stage_seconds, "attend");
-    attend(cfg, opt, a);
-  }
-  stage_done(3);
-  {
-    StageTimer t(a.stage_seconds, "o_proj");
-    o_proj(w, opt, a);
-  }
-  stage_done(4);
+  });
+  stage("q_path", [&] { q_path(cfg, w, opt, a); });
+  stage("kv_path", [&] { kv_path(cfg, w, opt, a); });
+  stage("rope", [&] { rope(cfg, opt, a); });
+  stage("attend", [&] { attend(cfg, opt, a); });
+  stage("o_proj", [&] { o_proj(w, opt, a); });
   return a;
 }
 
@@ -454,11 +435,7 @@ class ReferenceBackend final : public Backend {
     check_prepared(weights_ != nullptr, precision_, opt);
     Activations a = ref::forward(cfg_, *weights_, hidden, opt);
     StageSeconds stages = std::move(a.stage_seconds);
-    ForwardResult r;
-    {
-      StageTimer t(stages, "export");
-      r = export_result(std::move(a), opt);
-    }
+    ForwardResult r = StageRunner(stages)("export", [&] { return export_result(std::move(a), opt); });
     r.stage_seconds = std::move(stages);
     return r;
   }

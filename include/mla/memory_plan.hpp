@@ -1,18 +1,19 @@
 // mla/memory_plan.hpp — how much memory a forward will need, decided before anything large is
 // allocated, and the one-line refusal when it cannot fit (docs/long-context.md, "Memory plan").
 //
-// The estimate adds up, phase by phase, every buffer the program holds at that point (the
-// loaded and the prepared weights, the input, each backend's intermediates, the results and
-// the dump's payloads), in bytes, from the geometry; the peak is the largest phase, plus a
-// fixed allowance for the process itself. What is available is the smallest of MemAvailable
-// (/proc/meminfo) and the room left under the cgroup's limit (v2 memory.max - memory.current,
-// or v1 memory.limit_in_bytes - memory.usage_in_bytes), or MLA_MEMORY_AVAILABLE=BYTES when set
-// (suffixes K, M, G, T: powers of 1024), which tests use to fake a small machine.
+// The estimate adds up, phase by phase, every buffer the program holds at that point, in bytes,
+// from the geometry: the pipeline's own (the loaded weights, the input, the results and the
+// dump's payloads: described here) and the backend's, which each backend describes beside its
+// code (reference/reference_memory.cpp, src/cpu/cpu_memory.cpp, cuda/cuda_memory.cpp). The peak
+// is the largest phase, plus a fixed allowance for the process itself. What is available comes
+// from mla/memory_available.hpp.
 //
-// Shape legend: S = tokens, H = hidden_size, n = heads, P = attention parameters.
+// Shape legend: S = tokens, H = hidden_size, n = heads, r_q = q_lora_rank, r_kv = kv_lora_rank,
+// d_n / d_r / d_v = qk_nope / qk_rope / v head dims, d_qk = d_n + d_r, P = attention parameters.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +21,7 @@
 
 #include "mla/attention.hpp"
 #include "mla/config.hpp"
+#include "mla/memory_available.hpp"
 
 namespace mla {
 
@@ -31,6 +33,7 @@ struct MemoryRequest {
   bool attn_weights = false;  // attn_weights [n, S, S] in the dump
   bool tokens_input = false;  // --tokens: input_layernorm loaded too
   int threads = 1;            // cpu workers
+  bool holds_attn_weights() const { return dump_tensors && attn_weights; }
 };
 
 struct MemoryPart {
@@ -54,22 +57,37 @@ struct MemoryEstimate {
 // Attention parameters of one layer from the geometry (101,124,096 for Kimi K2.6).
 int64_t attention_parameter_count(const AttentionConfig& cfg);
 
-MemoryEstimate estimate_memory(const AttentionConfig& cfg, const MemoryRequest& req);
-
-struct MemoryBudget {
-  int64_t host_bytes = -1;   // -1 = unknown (no check)
-  std::string host_source;   // "MemAvailable", "cgroup v2 memory.max", "MLA_MEMORY_AVAILABLE"
-  int64_t device_bytes = -1; // cuda: free device memory (cuda_free_memory()); -1 = unknown
+// The sizes a buffer description is written in (see the shape legend).
+struct MemoryDims {
+  int64_t S, H, n, r_q, r_kv, d_n, d_r, d_v, d_qk, P;
 };
+MemoryDims memory_dims(const AttentionConfig& cfg, int64_t seq_len);
 
-// What this process may still allocate (see the file comment). Never throws for a missing
-// file; MLA_MEMORY_AVAILABLE that is not a byte count is an Error(InvalidArgument).
-MemoryBudget host_memory_budget();
+// a * b * ... saturating at kMemoryUnbounded: an absurd S must give "needs 10^18 bytes", not a
+// wrapped number.
+inline constexpr int64_t kMemoryUnbounded = INT64_MAX / 4;
+int64_t memory_product(std::initializer_list<int64_t> factors);
 
-// Parsers of the files above (tests feed them text): bytes, or -1 when absent / unlimited.
-int64_t parse_meminfo_available(std::string_view meminfo);
-int64_t parse_cgroup_limit(std::string_view text);  // "max\n" -> -1, "8589934592\n" -> 8589934592
-int64_t parse_byte_count(std::string_view text);    // "8G", "512M", "1073741824"; -1 when malformed
+// What a backend holds beyond the pipeline's buffers, described by the backend itself:
+// `held` from prepare() until the backend is destroyed (after the outputs are written), and
+// `phases` the buffers alive at each point of one forward (its export included). A device
+// backend also gives its device peak.
+struct BackendMemory {
+  std::vector<MemoryPart> held;
+  std::vector<MemoryPhase> phases;
+  int64_t device_bytes = 0;
+};
+BackendMemory reference_backend_memory(const AttentionConfig& cfg, const MemoryRequest& req);  // reference/
+BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest& req);        // src/cpu/
+BackendMemory cuda_backend_memory(const AttentionConfig& cfg, const MemoryRequest& req);       // cuda/
+// The one above for req.backend (Reference | Cpu | Cuda), in the backend factory.
+BackendMemory backend_memory(const AttentionConfig& cfg, const MemoryRequest& req);
+
+// The ForwardResult a backend returns (attn_output and the H2O sums in double; with a dump the
+// states and attn_weights in double): the backends list it in their export phase.
+std::vector<MemoryPart> forward_result_memory(const MemoryDims& d, const MemoryRequest& req);
+
+MemoryEstimate estimate_memory(const AttentionConfig& cfg, const MemoryRequest& req);
 
 struct MemoryPlan {
   MemoryRequest request;          // as asked

@@ -7,12 +7,18 @@
 //     ...
 //   }
 //   seconds_of(stages, "q_path");       // a record by name, never by position
+//
+// A backend's forward runs its stages through one StageRunner, so it reads as the calls it is:
+//   const StageRunner stage(stages, after);   // after("q_path") once the stage is done (progress)
+//   MatrixRM q = stage("q_path", [&] { return q_path(L, x); });
 #pragma once
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -51,6 +57,29 @@ auto timed(StageSeconds& records, std::string name, F&& f) {
   StageTimer t(records, std::move(name));
   return std::forward<F>(f)();
 }
+
+// The stages of one forward, in order: stage(name, f) runs f() as the stage `name` (timed into
+// `records`), then calls after(name) when given (a backend's progress), and returns f()'s result.
+class StageRunner {
+ public:
+  explicit StageRunner(StageSeconds& records, std::function<void(std::string_view stage)> after = nullptr)
+      : records_(records), after_(std::move(after)) {}
+  template <class F>
+  auto operator()(const char* name, F&& f) const {
+    if constexpr (std::is_void_v<std::invoke_result_t<F>>) {
+      timed(records_, name, std::forward<F>(f));
+      if (after_) after_(name);
+    } else {
+      auto result = timed(records_, name, std::forward<F>(f));
+      if (after_) after_(name);
+      return result;
+    }
+  }
+
+ private:
+  StageSeconds& records_;
+  std::function<void(std::string_view)> after_;
+};
 
 // Sum of every record.
 inline double total_seconds(const StageSeconds& records) {

@@ -2,242 +2,31 @@
 // `mla-h2o demo` (the configuration of the published Kimi K2.6 layer-0 H2O demo on a cached
 // synthetic Kimi K2.6 layer 0).
 //
-// Pipeline of both (execute_run): three phases, each timing its steps (StageTimer); `sweep`
-// (cmd_sweep.cpp) runs load and run once per layer (declared in run_pipeline.hpp):
-//   load     output directory (first, so an unwritable --out fails before any work),
-//            open checkpoint, memory plan (refuses a run that cannot fit before anything
-//            large is allocated: mla/memory_plan.hpp, docs/long-context.md), load layer (the attention tensors + input_layernorm),
-//            build input (--input / --tokens / --seq-len+--seed)          timing_s.load
-//   run      backend prepare (weight conversion), forward                  timing_s.forward
-//            h2o select (layer-level decision, + per head)                 timing_s.h2o
+// Both are the shared pipeline (run_pipeline.hpp: load, run) and then their report:
 //   report   tensors.safetensors (--dump-tensors), scores.csv, heads_kept.csv (--per-head),
 //            scores.svg, report.txt, report.json
 //
 // Shape legend: S = tokens, H = hidden_size, n = heads.
-#include <sys/resource.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <sstream>
-#include <thread>
 
 #include "args.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
-#include "progress.hpp"
 #include "run_pipeline.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
-#include "mla/memory_plan.hpp"
 #include "mla/report.hpp"
 #include "mla/rope.hpp"
-#include "mla/stage_timer.hpp"
-#include "mla_build_config.h"
 
 namespace mla::cli {
-
-// ---- settings shared by run, demo and sweep (run_pipeline.hpp) ----------------------------
-
-std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::string& default_precision) {
-  return {
-      {"mask", "causal|none", "causal mask, or none (HF eager called with attention_mask=None)", default_mask},
-      {"backend", "auto|reference|cpu|cuda", "auto = cuda when a GPU is usable, else cpu", "auto"},
-      {"precision", "fp32|bf16", "bf16 = PyTorch bf16 eager rounding (docs/math.md §7)", default_precision},
-      {"latent-norm-eps", "hf|config|VALUE",
-       "eps of q_a_layernorm/kv_a_layernorm: hf = 1e-6 (transformers), config = rms_norm_eps (vLLM/SGLang)", "hf"},
-      {"sinks", "N", "H2O: first N tokens always kept", "4"},
-      {"recent", "N", "H2O: last N tokens always kept", "32"},
-      {"budget", "N", "H2O: heavy hitters kept among the rest", "64"},
-      {"per-head", "", "also one H2O decision per head (heads_kept.csv)", ""},
-      {"out", "DIR", "output directory (created)", "./mla-h2o-out"},
-      {"dump-tensors", "", "write tensors.safetensors (HF layout) for `mla-h2o compare`", ""},
-      {"threads", "N", "cpu backend threads (0 = all cores)", "0"},
-      {"gemm", "auto|onednn|eigen",
-       "cpu backend GEMM engine of the projections and the per-head products (docs/cpu-gemm.md); auto = oneDNN where it has a brgemm kernel for the "
-       "precision, else Eigen; on this machine auto runs " + gemm_auto_summary(),
-       "auto"},
-      {"allow-tf32", "", "cuda fp32 only: allow TF32 tensor-core GEMMs", ""},
-      {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
-  };
-}
-
-namespace {
-BackendKind backend_kind(const std::string& s) {
-  if (s == "reference") return BackendKind::Reference;
-  if (s == "cpu") return BackendKind::Cpu;
-  if (s == "cuda") return BackendKind::Cuda;
-  return BackendKind::Auto;
-}
-}  // namespace
-
-// Reads the flags of forward_flags() into `plan`.
-void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default_mask, const std::string& default_precision) {
-  plan.forward.mask = a.choice("mask", {"causal", "none"}, default_mask) == "causal" ? Mask::Causal : Mask::None;
-  plan.forward.precision = a.choice("precision", {"fp32", "bf16"}, default_precision) == "bf16" ? Precision::BF16 : Precision::FP32;
-  plan.backend = backend_kind(a.choice("backend", {"auto", "reference", "cpu", "cuda"}, "auto"));
-  plan.latent_eps_arg = a.str("latent-norm-eps", "hf");
-  plan.h2o.sinks = a.integer("sinks", plan.h2o.sinks, 0);
-  plan.h2o.recent = a.integer("recent", plan.h2o.recent, 0);
-  plan.h2o.budget = a.integer("budget", plan.h2o.budget, 0);
-  plan.per_head = a.has("per-head");
-  plan.dump_tensors = a.has("dump-tensors");
-  plan.quiet = a.has("quiet");
-  plan.out_dir = a.str("out", plan.out_dir);
-  plan.forward.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
-  plan.forward.allow_tf32 = a.has("allow-tf32");
-  plan.forward.gemm = gemm_choice(a);
-}
-
-// --latent-norm-eps: "hf" -> 1e-6, "config" -> rms_norm_eps, else a positive finite number.
-double latent_eps(const std::string& arg, const AttentionConfig& cfg, std::string& mode) {
-  if (arg == "hf") {
-    mode = "hf";
-    return 1e-6;
-  }
-  if (arg == "config") {
-    mode = "config";
-    return cfg.rms_norm_eps;
-  }
-  char* end = nullptr;
-  const double v = std::strtod(arg.c_str(), &end);
-  if (arg.empty() || *end != '\0' || !std::isfinite(v) || v <= 0)
-    fail(ErrorKind::InvalidArgument, "--latent-norm-eps: '" + arg + "' is not hf, config or a positive number");
-  mode = "value";
-  return v;
-}
-
-// ---- memory plan, cost, peak (docs/long-context.md) ------------------------------------------
-
-// The peak resident set of this process so far (getrusage: ru_maxrss in KiB on Linux).
-int64_t peak_rss_bytes() {
-  struct rusage u {};
-  if (getrusage(RUSAGE_SELF, &u) != 0) return -1;
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
-}
-
-// Plans the memory of this run from the geometry and the request, before the layer and the
-// input are loaded: refuses with one line when it cannot fit; when only the attn_weights dump
-// cannot, the plan drops it (attn_weights_dropped) and says so on stderr.
-MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg) {
-  MemoryRequest req;
-  req.seq_len = input_seq_len(plan.input);
-  req.backend = plan.backend != BackendKind::Auto ? plan.backend : cuda_available() ? BackendKind::Cuda : BackendKind::Cpu;
-  req.precision = plan.forward.precision;
-  req.dump_tensors = plan.dump_tensors;
-  req.attn_weights = plan.dump_tensors;
-  req.tokens_input = plan.input.kind == InputKind::Tokens;
-  req.threads = plan.forward.threads > 0 ? plan.forward.threads
-                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (req.seq_len <= 0) {  // load_input reports what is wrong with the input
-    MemoryPlan none;
-    none.request = req;
-    return none;
-  }
-  MemoryBudget budget = host_memory_budget();
-  if (req.backend == BackendKind::Cuda) budget.device_bytes = cuda_free_memory();
-  MemoryPlan mp = plan_memory(cfg, req, budget);
-  if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
-  if (mp.attn_weights_dropped) std::fprintf(stderr, "mla-h2o %s: note: %s\n", plan.command.c_str(), mp.note.c_str());
-  return mp;
-}
-
-// The reference backend is O(S^2 * d) scalar double loops: say what it will cost first.
-void announce_reference_cost(const std::string& command, const AttentionConfig& cfg, int64_t S) {
-  double flops = 0;
-  for (const auto& [stage, f] : reference_stage_flops(cfg, S)) flops += f;
-  const double seconds = flops / kReferenceFlopsPerSecond;
-  if (seconds < progress_after_seconds()) return;
-  std::fprintf(stderr, "mla-h2o %s: reference backend: %.3g FLOP in scalar double loops, estimated %s on this "
-               "machine's rate (%.2g FLOP/s); --backend cpu computes the same layer in fp32/bf16 far faster\n",
-               command.c_str(), flops, format_duration(seconds).c_str(), kReferenceFlopsPerSecond);
-}
-
-// ---- the pipeline: load, run, report ------------------------------------------------------
-// Each phase times its steps into its own StageSeconds; the report's headline times are the
-// totals of those lists, and its stage list is their concatenation in execution order.
-
-// load: output directory, checkpoint, layer, input                        (timing_s.load)
-LoadedRun load(const RunPlan& plan) {
-  ensure_output_dir(plan.out_dir);  // first, so an unwritable --out fails before any work
-  StageSeconds stages;
-  LoadedRun r(timed(stages, "open checkpoint", [&] { return Checkpoint::open(plan.checkpoint, plan.config_path); }));
-  r.stages = std::move(stages);
-  const AttentionConfig& cfg = r.ckpt.config();
-  r.memory = check_memory(plan, cfg);  // refuses before anything large is allocated
-  r.weights = timed(r.stages, "load layer", [&] {
-    return load_checked_layer(r.ckpt, plan.layer, needs_input_layernorm(plan.input));
-  });
-  r.options = plan.forward;
-  r.options.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg, r.latent_eps_mode);
-  r.options.keep_attn_weights = plan.dump_tensors && !r.memory.attn_weights_dropped;
-  r.options.keep_states = plan.dump_tensors;
-  r.options.keep_latent_cache = plan.dump_tensors;
-  r.input = timed(r.stages, "build input", [&] { return load_input(plan.input, r.ckpt, r.weights, r.options.precision); });
-  return r;
-}
-
-// run: backend, forward, H2O selection                       (timing_s.forward, timing_s.h2o)
-RunOutcome run(const RunPlan& plan, const LoadedRun& in, Report& rep) {
-  const AttentionConfig& cfg = in.ckpt.config();
-  const int64_t S = in.input.hidden.dim(0), n = cfg.num_attention_heads;
-  RunOutcome out;
-  if (plan.backend == BackendKind::Auto) {
-    std::string why;
-    out.backend_reason = cuda_available(&why) ? "a CUDA device is usable" : why;
-  }
-  out.backend = make_backend(plan.backend);
-  Backend& backend = *out.backend;
-  {
-    StageTimer t(out.forward_stages, "backend prepare (" + backend.name() + ")");
-    backend.prepare(cfg, in.weights, in.options);
-  }
-  ProgressLine progress(plan.command, plan.quiet);
-  ForwardOptions options = in.options;
-  options.progress = progress.callback();
-  if (backend.name() == "reference" && !plan.quiet) announce_reference_cost(plan.command, cfg, S);
-  out.result = timed(out.forward_stages, "forward (" + backend.name() + ")",
-                     [&] { return backend.forward(in.input.hidden, options); });
-  progress.finish();
-  const ForwardResult& fr = out.result;
-  if (static_cast<int64_t>(fr.token_scores.size()) != S)
-    fail(ErrorKind::Shape, "backend " + backend.name() + " returned " + std::to_string(fr.token_scores.size()) +
-                               " token scores for " + std::to_string(S) + " tokens");
-  StageTimer t(out.h2o_stages, plan.per_head ? "h2o select (+ per head)" : "h2o select");
-  rep.h2o = plan.h2o;
-  rep.scores = fr.token_scores;
-  rep.decision = h2o_select(rep.scores, plan.h2o);
-  if (plan.per_head) {
-    rep.n_heads = n;
-    rep.head_scores = fr.head_scores;
-    rep.head_decisions = h2o_select_per_head(rep.head_scores, n, plan.h2o);
-  }
-  return out;
-}
-
-void write_layer_dump(const std::string& path, const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran) {
-  const AttentionConfig& cfg = in.ckpt.config();
-  const Backend& backend = *ran.backend;
-  const std::map<std::string, std::string> meta = {
-      {"producer", std::string("mla-h2o ") + MLA_VERSION + (plan.command == "sweep" ? " sweep" : "")},
-      {"backend", backend.name() + " (" + backend.description() + ")"},
-      {"precision", precision_name(in.options.precision)},
-      {"mask", mask_name(in.options.mask)},
-      {"latent_norm_eps", format_double(in.options.latent_norm_eps)},
-      {"checkpoint", plan.checkpoint},
-      {"layer", std::to_string(plan.layer)},
-      {"input", in.input.description},
-      {"config", config_to_json(cfg, false)},
-  };
-  write_tensor_dump(path, in.input.hidden, ran.result, cfg.num_attention_heads, meta);
-}
 
 namespace {
 

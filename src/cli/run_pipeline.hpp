@@ -1,5 +1,5 @@
 // src/cli/run_pipeline.hpp — what `mla-h2o run`, `demo` and `sweep` share (defined in
-// cmd_run.cpp): the plan read from the flags, and the load and run phases of the pipeline.
+// run_pipeline.cpp): the plan read from the flags, and the load and run phases of the pipeline.
 // `run` is load -> run -> report once; `sweep` is load -> run for each layer, then its own
 // report across layers.
 //
@@ -77,6 +77,9 @@ struct RunOutcome {
   StageSeconds h2o_stages;
 };
 RunOutcome run(const RunPlan& plan, const LoadedRun& in, Report& rep);
+
+// The peak resident set of this process so far (getrusage: ru_maxrss in KiB on Linux), or -1.
+int64_t peak_rss_bytes();
 
 // --dump-tensors: the layer's tensors in HF's layout (write_tensor_dump) with the run's
 // settings as metadata.

@@ -1,6 +1,6 @@
 // src/cpu/cpu_kernels.hpp — the equations of one MLA attention layer (HF DeepseekV3Attention,
 // eager) as Eigen/BLAS kernels, fp32 or PyTorch-bf16 emulation, used by the cpu backend
-// (eigen_backend.cpp). One function per equation of docs/math.md (§3).
+// (cpu_backend.cpp). One function per equation of docs/math.md (§3).
 //
 // Shape legend (config names; docs/math.md symbols in brackets):
 //   S   = sequence length (tokens in this call)

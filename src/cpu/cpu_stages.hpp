@@ -1,4 +1,4 @@
-// src/cpu/cpu_stages.hpp — the stages of the cpu backend's forward (eigen_backend.cpp), one
+// src/cpu/cpu_stages.hpp — the stages of the cpu backend's forward (cpu_backend.cpp), one
 // function per stage of HF DeepseekV3Attention.forward, in the order the reference
 // (reference/mla_reference.hpp) runs them:
 //

@@ -1,13 +1,15 @@
-// src/cpu/backend_factory.cpp — names of the run options and the backend factory.
+// src/backend/backend_factory.cpp — choosing a backend: the names of the run options, the
+// factory, and the memory each backend describes (mla/memory_plan.hpp).
 //
-//   make_backend(Auto)      -> cuda when cuda_available(), else cpu (Eigen)
+//   make_backend(Auto)      -> cuda when cuda_available(), else cpu
 //   make_backend(Reference) -> the scalar double-precision reference (reference/)
-//   make_backend(Cpu)       -> the Eigen backend (src/cpu)
-//   make_backend(Cuda)      -> the cuBLAS backend; throws Error(Cuda) without a usable GPU
+//   make_backend(Cpu)       -> the cpu backend (src/cpu: oneDNN or Eigen + OpenBLAS GEMMs)
+//   make_backend(Cuda)      -> the cuBLAS backend (cuda/); throws Error(Cuda) without a usable GPU
 #include <memory>
 
 #include "mla/attention.hpp"
 #include "mla/error.hpp"
+#include "mla/memory_plan.hpp"
 
 namespace mla {
 
@@ -45,6 +47,16 @@ std::unique_ptr<Backend> make_backend(BackendKind kind) {
     case BackendKind::Cuda: return make_cuda_backend();
   }
   fail(ErrorKind::InvalidArgument, "unknown backend kind");
+}
+
+BackendMemory backend_memory(const AttentionConfig& cfg, const MemoryRequest& req) {
+  switch (req.backend) {
+    case BackendKind::Reference: return reference_backend_memory(cfg, req);
+    case BackendKind::Cuda: return cuda_backend_memory(cfg, req);
+    case BackendKind::Cpu:
+    case BackendKind::Auto: break;  // a plan is made for a resolved backend; Auto plans as cpu
+  }
+  return cpu_backend_memory(cfg, req);
 }
 
 }  // namespace mla

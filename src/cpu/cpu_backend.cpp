@@ -1,5 +1,6 @@
-// src/cpu/eigen_backend.cpp — the "cpu" backend: one MLA attention layer (HF
-// DeepseekV3Attention, eager; docs/math.md §3) with Eigen + OpenBLAS sgemm, in fp32 or in
+// src/cpu/cpu_backend.cpp — the "cpu" backend: one MLA attention layer (HF
+// DeepseekV3Attention, eager; docs/math.md §3) on the GEMM engine chosen at run time (oneDNN
+// matmul where it has a kernel for the precision, else Eigen + OpenBLAS sgemm), in fp32 or in
 // PyTorch-bf16 emulation (docs/math.md §7), multi-threaded, plus the H2O scores.
 //
 // Shape legend (config names):
@@ -289,44 +290,28 @@ class CpuBackend final : public Backend {
     const Layer L{cfg_, weights_, precision_ == Precision::BF16, opt.threads > 0 ? opt.threads : threads_,
                   static_cast<float>(opt.latent_norm_eps)};
     StageSeconds stages;
+    const StageRunner stage(stages);
     MatrixRM x = input_rows(hidden, L.bf16);  // [S, H]
     const int64_t S = x.rows();
-    MatrixRM q;                                     // [S, n*d_qk]
-    {
-      StageTimer t(stages, "q_path");
-      q = q_path(L, x);
-    }
-    KvPath kvp;  // compressed_kv [S, r_kv+d_r], latent_normed [S, r_kv], kv [S, n*(d_n+d_v)]
-    {
-      StageTimer t(stages, "kv_path");
-      kvp = kv_path(L, x);
-    }
+    MatrixRM q = stage("q_path", [&] { return q_path(L, x); });      // [S, n*d_qk]
+    // compressed_kv [S, r_kv+d_r], latent_normed [S, r_kv], kv [S, n*(d_n+d_v)]
+    KvPath kvp = stage("kv_path", [&] { return kv_path(L, x); });
     x = MatrixRM();  // no longer needed
-    MatrixRM k_pe_roped;  // [S, d_r]; q's rope halves are rotated in place
-    {
-      StageTimer t(stages, "rope");
-      k_pe_roped = rope(L, position_ids(opt.position_offset, S), q, kvp.compressed_kv);
-    }
-    Attention att;  // attn_context [S, n*d_v], head_scores [n*S], attn_weights [n, S, S] on request
-    {
-      StageTimer t(stages, "attend");
+    // k_pe_roped [S, d_r]; q's rope halves are rotated in place
+    const MatrixRM k_pe_roped = stage("rope", [&] { return rope(L, position_ids(opt.position_offset, S), q, kvp.compressed_kv); });
+    // attn_context [S, n*d_v], head_scores [n*S], attn_weights [n, S, S] on request
+    Attention att = stage("attend", [&] {
       const KeyValueStates states = key_value_states(L, kvp.kv, k_pe_roped);
       if (!opt.keep_states) kvp.kv = MatrixRM();  // fp32 copy no longer needed: a lower peak
       BlockProgress progress;
       if (opt.progress) progress = [&](int64_t done, int64_t total) { opt.progress("attention blocks", done, total); };
-      att = attend(L, q, states, opt.mask == Mask::Causal, opt.keep_attn_weights, progress);
-    }
+      return attend(L, q, states, opt.mask == Mask::Causal, opt.keep_attn_weights, progress);
+    });
     if (!opt.keep_states) q = MatrixRM();  // no longer needed
-    MatrixRM attn_output;  // [S, H]
-    {
-      StageTimer t(stages, "o_proj");
-      attn_output = o_proj(L, att.attn_context);
-    }
-    ForwardResult result;
-    {
-      StageTimer t(stages, "export");
-      result = export_result(cfg_, opt, q, kvp, k_pe_roped, std::move(att), attn_output, L.threads);
-    }
+    const MatrixRM attn_output = stage("o_proj", [&] { return o_proj(L, att.attn_context); });  // [S, H]
+    ForwardResult result = stage("export", [&] {
+      return export_result(cfg_, opt, q, kvp, k_pe_roped, std::move(att), attn_output, L.threads);
+    });
     result.stage_seconds = std::move(stages);
     return result;
   }
