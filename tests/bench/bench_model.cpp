@@ -146,10 +146,10 @@ int main(int argc, char** argv) {
     } else if (peer.exit_code != 0 || parser.parse(peer.json).get(doc) != simdjson::SUCCESS) {
       std::printf("transformers peer: failed (exit status %d)\n", peer.exit_code);
     } else {
-      std::string_view torch_v, tf_v, experts;
-      (void)doc["torch"].get(torch_v);
-      (void)doc["transformers"].get(tf_v);
-      (void)doc["experts_implementation"].get(experts);
+      std::string_view torch_v = "?", tf_v = "?", experts = "?";
+      if (doc["torch"].get(torch_v) != simdjson::SUCCESS) torch_v = "?";
+      if (doc["transformers"].get(tf_v) != simdjson::SUCCESS) tf_v = "?";
+      if (doc["experts_implementation"].get(experts) != simdjson::SUCCESS) experts = "?";
       std::printf("transformers %s (torch %s, eager attention, experts %s):\n", std::string(tf_v).c_str(),
                   std::string(torch_v).c_str(), std::string(experts).c_str());
       for (const char* tag : {"bf16", "fp32"}) {
