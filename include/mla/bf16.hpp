@@ -1,4 +1,4 @@
-// mla/bf16.hpp — BF16 value type and FP8 (E4M3FN, E5M2) decoding.
+// mla/bf16.hpp — BF16 value type, F16 rounding and decoding, FP8 (E4M3FN, E5M2) decoding.
 //
 // bf16 = the top 16 bits of an IEEE binary32: 1 sign, 8 exponent, 7 mantissa.
 //   widening (bf16 -> f32) is exact: bits << 16.
@@ -54,6 +54,11 @@ inline constexpr float kBf16FinfoMin = std::bit_cast<float>(uint32_t{0xFF7F0000}
 
 // IEEE binary16 -> f32, exact.
 float f16_to_float(uint16_t h);
+// f32 -> IEEE binary16, round to nearest even on the integer bits (what `x.to(torch.float16)`
+// gives): subnormals kept, |x| >= 65520 -> +-Inf, NaN -> a quiet NaN with its sign.
+uint16_t f16_round_bits(float f);
+// The value of f rounded to binary16, as a float.
+inline float round_to_f16(float f) { return f16_to_float(f16_round_bits(f)); }
 
 // FP8 decoders (exact in f32).
 float fp8_e4m3fn_to_float(uint8_t code);

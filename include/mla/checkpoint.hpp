@@ -7,7 +7,9 @@
 //   * one .safetensors file plus an explicit config path.
 // Tensor names are found whatever their prefix: "model.layers.L.self_attn.q_a_proj.weight"
 // (DeepSeek-V3, Kimi K2) or "language_model.model.layers.L.self_attn.q_a_proj.weight"
-// (Kimi K2.5/K2.6). Only the bytes of the requested tensors are read.
+// (Kimi K2.5/K2.6). Only the bytes of the requested tensors are read. Weights stored in
+// compressed-tensors' pack-quantized INT4 (Kimi's routed experts) appear under their plain
+// `.weight` names, dequantized (load_tensor).
 #pragma once
 
 #include <cstdint>
@@ -76,15 +78,22 @@ class Checkpoint {
   // Loads layer L's attention tensors (+ input_layernorm if with_input_layernorm), checking
   // every shape against the config. Errors name the tensor, the shard and the expected shape.
   LayerWeights load_layer(int64_t layer, bool with_input_layernorm = false) const;
-  // Whether the checkpoint maps a tensor of this full name.
+  // Whether load_tensor can find `name` (a full name: stored as it is, or a weight stored
+  // pack-quantized under its plain `.weight` name).
   bool has_tensor(const std::string& name) const;
-  // Tensor `name` (full name, prefix included) as fp32 exactly as load_layer reads its tensors
-  // (BF16/F16/F32 widened, FP8 E4M3 dequantized with its block scales), its shape checked against
-  // `expected` (`expected_names` says it in config names for the error); records its checkpoint
-  // dtype in (*dtypes)[name] when dtypes is given. Every weight of the whole-model forward
-  // (mla/model.hpp) is read through here.
+  // Tensor `name` (full name, prefix included) as fp32 exactly as load_layer reads its tensors:
+  // BF16 / F16 / F32 widened, FP8 E4M3 dequantized with its block scales, and a weight stored
+  // pack-quantized (INT4: `<stem>weight_packed`, `weight_scale`, `weight_shape`, Kimi's routed
+  // experts) found under its plain name `<stem>weight` and dequantized exactly as
+  // compressed-tensors does (mla/int4.hpp, docs/checkpoints.md §6). Its shape is checked against
+  // `expected` (`expected_names` says it in config names for the error); non-finite values are
+  // errors; its checkpoint dtype ("BF16", ..., "INT4") is recorded in (*dtypes)[name] when
+  // dtypes is given.
   TensorF load_tensor(const std::string& name, const std::vector<int64_t>& expected, const std::string& expected_names,
                       std::map<std::string, std::string>* dtypes = nullptr) const;
+  // How `name` is stored: its dtype ("BF16", "F8_E4M3", ...), "INT4" for a pack-quantized weight
+  // read under its plain name, "" when absent.
+  std::string stored_dtype(const std::string& name) const;
 
   // Rows of embed_tokens for the given token ids -> [ids.size(), H] (fp32). Errors name any
   // id >= vocab rows.

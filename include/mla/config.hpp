@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mla {
 
@@ -28,6 +29,40 @@ struct RopeConfig {
   bool truncate = true;
   bool is_yarn() const { return rope_type == "yarn"; }
   bool operator==(const RopeConfig&) const = default;
+};
+
+// config.json's compressed-tensors `quantization_config` (Kimi K2-Thinking, K2.5, K2.6: routed
+// experts in pack-quantized INT4, docs/checkpoints.md §6). Read from
+// text_config.quantization_config, else the top level, and only when its quant_method is
+// "compressed-tensors" (DeepSeek-V3's {"quant_method": "fp8", ...} is the FP8 block format,
+// read from the tensors themselves). The values are kept as written; whether this project can
+// dequantize them is decided when a packed tensor is read (unsupported_reason()), so that the
+// bf16 attention of a checkpoint whose experts use another scheme still loads.
+struct PackQuantization {
+  // One config group's weight scheme (Kimi has one group).
+  struct Scheme {
+    std::string format;       // "pack-quantized" (the group's own "format", else the top-level one)
+    int64_t num_bits = 0;     // 4
+    std::string type;         // "int"
+    bool symmetric = true;
+    std::string strategy;     // "group"
+    int64_t group_size = 0;   // 32
+    bool dynamic = false;
+    std::string actorder;     // "" (null or false), "weight" / "static" (storage unchanged), "group" / "dynamic"
+    bool operator==(const Scheme&) const = default;
+  };
+  bool present = false;
+  Scheme scheme;             // the first weight group's
+  int64_t weight_groups = 0; // config groups that quantize weights
+  bool mixed_schemes = false;  // those groups' schemes differ
+  std::string preset_group;  // a group given as a preset name ({"W4A16": ["Linear"]}), not read
+  std::vector<std::string> ignore;  // module names or "re:" patterns kept unquantized
+  std::vector<std::string> targets; // of the weight groups ("Linear")
+
+  // "" when pack-quantized weights of this scheme can be dequantized here, else why not,
+  // e.g. "has num_bits 8; only 4 is supported".
+  std::string unsupported_reason() const;
+  bool operator==(const PackQuantization&) const = default;
 };
 
 struct AttentionConfig {
@@ -48,6 +83,7 @@ struct AttentionConfig {
   bool attention_bias = false;   // biases on q_a_proj / q_proj? / kv_a_proj_with_mqa / o_proj
   bool rope_interleave = true;   // HF default; Kimi configs don't set it
   RopeConfig rope;
+  PackQuantization quantization;  // present only for compressed-tensors checkpoints
 
   bool has_q_lora() const { return q_lora_rank > 0; }
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
@@ -62,7 +98,12 @@ AttentionConfig load_config(const std::string& path);
 AttentionConfig kimi_k26_config();
 AttentionConfig tiny_config();
 
-// Serializes a config in the nested Kimi K2.5/K2.6 layout (text_config, rope_scaling) or flat.
+// The compressed-tensors scheme of Kimi K2-Thinking / K2.5 / K2.6's routed experts: pack-quantized,
+// int, 4 bits, symmetric, strategy group, group_size 32, targets Linear, Kimi's ignore list.
+PackQuantization kimi_int4_quantization();
+
+// Serializes a config in the nested Kimi K2.5/K2.6 layout (text_config, rope_scaling) or flat;
+// a present `quantization` is written as compressed-tensors writes it, inside text_config when nested.
 std::string config_to_json(const AttentionConfig& cfg, bool nested);
 
 }  // namespace mla

@@ -6,6 +6,8 @@
 // with its shard, then the attention geometry parsed from config.json (all keys, RoPE/YaRN
 // values, softmax scale), the layers whose attention tensors are all present, and the
 // parameter count of layer 0's attention. Only headers are read (no tensor bytes).
+// For a compressed-tensors checkpoint (Kimi's INT4 experts) also the quantization scheme, whether
+// it can be dequantized here, and how many weights are stored pack-quantized.
 // A broken file is one error line (`mla-h2o inspect: error: ...`) and exit status 1.
 // Progress goes to stderr once reading the shard headers has taken over a second (the
 // environment variable MLA_PROGRESS_AFTER=SECONDS changes the delay; 0 = always).
@@ -174,6 +176,33 @@ std::vector<std::pair<std::string, std::string>> geometry(const AttentionConfig&
   return g;
 }
 
+// The compressed-tensors scheme as "key value" pairs (empty when config.json has none).
+std::vector<std::pair<std::string, std::string>> quantization_keys(const PackQuantization& q, uint64_t packed) {
+  if (!q.present) return {};
+  std::string ignore = "[";
+  for (size_t i = 0; i < q.ignore.size(); ++i) ignore += (i ? ", " : "") + json_quote(q.ignore[i]);
+  const std::string why = q.unsupported_reason();
+  return {
+      {"quant_method", json_quote("compressed-tensors")},
+      {"format", json_quote(q.scheme.format)},
+      {"type", json_quote(q.scheme.type)},
+      {"num_bits", std::to_string(q.scheme.num_bits)},
+      {"symmetric", q.scheme.symmetric ? "true" : "false"},
+      {"strategy", json_quote(q.scheme.strategy)},
+      {"group_size", std::to_string(q.scheme.group_size)},
+      {"ignore", ignore + "]"},
+      {"supported", why.empty() ? "true" : "false"},
+      {"unsupported_reason", why.empty() ? "null" : json_quote("quantization_config " + why)},
+      {"pack_quantized_weights", std::to_string(packed)},
+  };
+}
+
+std::string pairs_json(const std::vector<std::pair<std::string, std::string>>& p) {
+  std::string g = "{";
+  for (size_t i = 0; i < p.size(); ++i) g += std::string(i ? ", " : "") + json_quote(p[i].first) + ": " + p[i].second;
+  return g + "}";
+}
+
 int inspect_checkpoint(const std::string& path, const std::string& config, bool json) {
   const double progress_after = progress_after_seconds();
   const Checkpoint ck = Checkpoint::open(path, config);
@@ -215,20 +244,23 @@ int inspect_checkpoint(const std::string& path, const std::string& config, bool 
   const std::vector<int64_t> present = ck.layers_present();
   const bool layer0_complete = !present.empty() && present.front() == 0;
   const auto geo = geometry(ck.config());
+  uint64_t packed = 0;
+  static const std::string packed_tail = ".weight_packed";
+  for (const auto& r : rows)
+    packed += r.info.name.size() > packed_tail.size() &&
+              r.info.name.compare(r.info.name.size() - packed_tail.size(), packed_tail.size(), packed_tail) == 0;
+  const auto quant = quantization_keys(ck.config().quantization, packed);
 
   if (json) {
     std::string pres = "[", miss = "[";
     for (size_t i = 0; i < present.size(); ++i) pres += (i ? "," : "") + std::to_string(present[i]);
     for (size_t i = 0; i < missing.size(); ++i) miss += (i ? "," : "") + json_quote(missing[i]);
-    std::string g = "{";
-    for (size_t i = 0; i < geo.size(); ++i) g += std::string(i ? ", " : "") + json_quote(geo[i].first) + ": " + geo[i].second;
-    g += "}";
     std::printf("{\n  \"kind\": \"checkpoint\",\n  \"path\": %s,\n  \"prefix\": %s,\n  \"shards\": %zu,\n"
-                "  \"missing_shards\": %s],\n  \"tensors\": %s,\n  \"config\": %s,\n  \"layers_present\": %s],\n"
-                "  \"layer0_attention_parameters\": %s\n}\n",
+                "  \"missing_shards\": %s],\n  \"tensors\": %s,\n  \"config\": %s,\n  \"quantization\": %s,\n"
+                "  \"layers_present\": %s],\n  \"layer0_attention_parameters\": %s\n}\n",
                 json_quote(path).c_str(), json_quote(ck.prefix()).c_str(), shards.size(), miss.c_str(),
-                rows_json(rows, true).c_str(), g.c_str(), pres.c_str(),
-                layer0_complete ? std::to_string(params0).c_str() : "null");
+                rows_json(rows, true).c_str(), pairs_json(geo).c_str(), quant.empty() ? "null" : pairs_json(quant).c_str(),
+                pres.c_str(), layer0_complete ? std::to_string(params0).c_str() : "null");
     return 0;
   }
   std::printf("checkpoint %s: %zu shard%s, %zu tensors, prefix '%s'\n", path.c_str(), shards.size(),
@@ -237,6 +269,10 @@ int inspect_checkpoint(const std::string& path, const std::string& config, bool 
   print_rows_text(rows, true);
   std::printf("\nattention geometry (config.json):\n");
   for (const auto& [k, v] : geo) std::printf("  %-34s %s\n", k.c_str(), v.c_str());
+  if (!quant.empty()) {
+    std::printf("\nquantization (config.json quantization_config):\n");
+    for (const auto& [k, v] : quant) std::printf("  %-34s %s\n", k.c_str(), v.c_str());
+  }
   std::string pres;
   for (size_t i = 0; i < present.size(); ++i) {
     if (i == 12 && present.size() > 14) {

@@ -1,7 +1,9 @@
-// src/io/bf16.cpp — decoders for the 16- and 8-bit float formats a safetensors file may hold.
+// src/io/bf16.cpp — decoders for the 16- and 8-bit float formats a safetensors file may hold,
+// and the f32 -> F16 rounding.
 //
 // bf16 itself is header-only (include/mla/bf16.hpp). This file widens the other formats to
-// f32, exactly (every code of these formats is representable in f32).
+// f32, exactly (every code of these formats is representable in f32), and narrows f32 to F16
+// (for pack-quantized weights whose scales are F16, docs/checkpoints.md §6).
 //
 // Bit layouts (S = sign, E = exponent, M = mantissa):
 //   F16      S EEEEE MMMMMMMMMM   bias 15; e==0 subnormal m*2^-24; e==31 Inf (m==0) / NaN
@@ -43,6 +45,33 @@ float f16_to_float(uint16_t h) {
   }
   if (e == 0) return with_sign(sign, std::ldexp(static_cast<float>(m), -24));
   return with_sign(sign, std::ldexp(static_cast<float>(1024u + m), static_cast<int>(e) - 25));
+}
+
+// f32 -> F16, round to nearest even, on the bits of f (no float arithmetic, so FTZ/DAZ and the
+// rounding mode cannot change it). Let a = |f|'s bits:
+//   a > 0x7F800000 (NaN)            sign | 0x7E00 | top payload bits    (quiet)
+//   a >= 0x477FF000 (>= 65520)      sign | 0x7C00 (Inf): 65520 is the tie between the largest
+//                                   finite 65504 (odd mantissa) and 2^16, so it goes up
+//   a >= 0x38800000 (>= 2^-14)      normal: add 0xFFF + (bit 13), drop 13 bits, rebias by 112
+//   a <= 0x33000000 (<= 2^-25)      signed zero (2^-25 is the tie between 0 and 2^-24)
+//   else                            subnormal: (1.m) * 2^(e-150) / 2^-24 rounded to an integer
+uint16_t f16_round_bits(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
+  if (a >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);
+  if (a >= 0x38800000u) {
+    const uint32_t rounded = a + 0xFFFu + ((a >> 13) & 1u);
+    return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+  }
+  if (a <= 0x33000000u) return sign;
+  const uint32_t mant = (a & 0x7FFFFFu) | 0x800000u;  // 24 significant bits
+  const unsigned shift = 126u - (a >> 23);            // 14 .. 24
+  uint32_t q = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (q & 1u))) ++q;  // may carry into 0x400, the smallest normal
+  return static_cast<uint16_t>(sign | q);
 }
 
 // F8_E4M3 (e4m3fn): value = (e == 0) ? m * 2^-9 : (1 + m/8) * 2^(e-7) = (8 + m) * 2^(e-10).

@@ -14,6 +14,12 @@
 //   W[i, j] = fp32(fp8 W[i, j]) * scale_inv[i / 128, j / 128]      (one fp32 multiply)
 //   scale_inv: [ceil(out / 128), ceil(in / 128)], edge blocks partial.
 //
+// INT4 (compressed-tensors pack-quantized, Kimi K2-Thinking / K2.5 / K2.6 routed experts): a
+// weight `<stem>weight` that is not stored as such but as `<stem>weight_packed` (I32),
+// `<stem>weight_scale` and `<stem>weight_shape` is read under its plain name and dequantized by
+// mla/int4.hpp, after every shape, dtype and the config's scheme are checked (docs/checkpoints.md §6):
+//   W[i, j] = round_to(scale dtype, (code[i, j] - 8) * weight_scale[i, j / group_size])
+//
 // Shape legend: H = hidden_size, n = num_attention_heads, r_q = q_lora_rank,
 //   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
 //   V = rows of embed_tokens.
@@ -32,6 +38,7 @@
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/huge_pages.hpp"
+#include "mla/int4.hpp"
 #include "mla/layer_tensors.hpp"
 
 namespace mla {
@@ -103,6 +110,8 @@ bool is_loadable_dtype(DType d) {
 // ---------------------------------------------------------------------------------------
 struct Checkpoint::Impl {
   std::string index_path;  // "" for a single file
+  std::string config_file;        // for errors about the quantization scheme
+  PackQuantization quantization;  // config.json's compressed-tensors scheme (present or not)
   // tensor name -> shard path, from index.json's weight_map or the single file's header
   std::map<std::string, std::string> weight_map;
 
@@ -138,11 +147,23 @@ struct Checkpoint::Impl {
     return {&f, info};
   }
 
-  // Loads one tensor as fp32 [expected], dequantizing FP8 with its `_scale_inv` blocks, and
-  // records its checkpoint dtype in dtypes[field].
+  // "<stem>" of a plain weight name "<stem>weight" whose "<stem>weight_packed" is in the map
+  // (a pack-quantized weight), else "".
+  std::string packed_stem(const std::string& name) const {
+    static const std::string weight = "weight";
+    if (name.size() < weight.size() || name.compare(name.size() - weight.size(), weight.size(), weight) != 0) return "";
+    const std::string stem = name.substr(0, name.size() - weight.size());
+    return weight_map.count(stem + "weight_packed") ? stem : "";
+  }
+
+  // Loads one tensor as fp32 [expected], dequantizing FP8 with its `_scale_inv` blocks and INT4
+  // from its packed form, and records its checkpoint dtype in dtypes[field].
   TensorF load_checked(const std::string& ckpt, const std::string& name, const std::string& field,
                        const std::vector<int64_t>& expected, const std::string& expected_names,
                        std::map<std::string, std::string>& dtypes) const;
+  // The INT4 branch of load_checked: `name` = stem + "weight".
+  TensorF load_pack_quantized(const std::string& ckpt, const std::string& name, const std::string& stem,
+                              const std::vector<int64_t>& expected, const std::string& expected_names) const;
 };
 
 Checkpoint::Checkpoint() : impl_(std::make_unique<Impl>()) {}
@@ -225,6 +246,8 @@ Checkpoint Checkpoint::open(const std::string& path, const std::string& config_p
   }
   ck.config_ = load_config(config_file);
   ck.config_path_ = config_file;
+  ck.impl_->config_file = config_file;
+  ck.impl_->quantization = ck.config_.quantization;
 
   // Prefix: whatever precedes "layers.L.self_attn.kv_a_proj_with_mqa.weight".
   std::set<std::string> prefixes;
@@ -276,9 +299,100 @@ std::vector<int64_t> Checkpoint::layers_present() const {
   return out;
 }
 
+TensorF Checkpoint::Impl::load_pack_quantized(const std::string& ckpt, const std::string& name, const std::string& stem,
+                                              const std::vector<int64_t>& expected,
+                                              const std::string& expected_names) const {
+  const std::string packed_name = stem + "weight_packed", scale_name = stem + "weight_scale",
+                    shape_name = stem + "weight_shape";
+  auto [pfile, pinfo] = locate(packed_name, ckpt);
+  const std::string where = "tensor '" + name + "' (stored pack-quantized as '" + packed_name + "' in shard '" +
+                            pfile->path() + "')";
+  if (!quantization.present)
+    fail(ErrorKind::Config, where + ": " + config_file +
+                                " has no compressed-tensors quantization_config to dequantize it with");
+  if (const std::string why = quantization.unsupported_reason(); !why.empty())
+    fail(ErrorKind::Unsupported, config_file + ": quantization_config " + why + " (needed for " + where + ")");
+  const int64_t G = quantization.scheme.group_size;
+  if (expected.size() != 2)
+    fail(ErrorKind::Shape, where + " is expected to have shape " + shape_string(expected) +
+                               "; only 2-D weights are pack-quantized");
+  const int64_t rows = expected[0], cols = expected[1];
+  const std::string expected_text = shape_string(expected) + (expected_names.empty() ? "" : " = " + expected_names);
+  if (cols % G != 0)
+    fail(ErrorKind::Shape, where + ": group_size " + std::to_string(G) + " does not divide its row length " +
+                               std::to_string(cols) + " (expected shape " + expected_text + ")");
+  for (const char* extra : {"weight_zero_point", "weight_g_idx"})
+    if (weight_map.count(stem + extra))
+      fail(ErrorKind::Unsupported, where + " has '" + stem + extra +
+                                       "', which the symmetric scheme of the quantization_config does not use");
+
+  // weight_packed: I32 [rows, ceil(cols / 8)]
+  const std::vector<int64_t> pshape(pinfo->shape.begin(), pinfo->shape.end());
+  if (pinfo->dtype != DType::I32)
+    fail(ErrorKind::Shape, "tensor '" + packed_name + "' in shard '" + pfile->path() + "' has dtype " +
+                               std::string(dtype_name(pinfo->dtype)) + "; expected I32 (eight 4-bit codes per word)");
+  if (pshape != int4::packed_shape(rows, cols))
+    fail(ErrorKind::Shape, "tensor '" + packed_name + "' in shard '" + pfile->path() + "' has shape " +
+                               shape_string(pshape) + ", expected " + shape_string(int4::packed_shape(rows, cols)) +
+                               " = [rows, ceil(cols/8)] for the " + expected_text + " weight");
+  // weight_shape: I64 or I32 [2] = {rows, cols}
+  if (weight_map.find(shape_name) == weight_map.end())
+    fail(ErrorKind::TensorNotFound, where + " has no '" + shape_name + "'");
+  auto [hfile, hinfo] = locate(shape_name, ckpt);
+  if ((hinfo->dtype != DType::I64 && hinfo->dtype != DType::I32) || hinfo->shape != std::vector<uint64_t>{2})
+    fail(ErrorKind::Shape, "tensor '" + shape_name + "' in shard '" + hfile->path() + "' has dtype " +
+                               std::string(dtype_name(hinfo->dtype)) + " and shape " + shape_u64_string(hinfo->shape) +
+                               "; expected I64 (or I32) [2]");
+  std::vector<int64_t> stored(2);
+  {
+    const std::span<const std::byte> b = hfile->bytes(*hinfo);
+    for (size_t k = 0; k < 2; ++k) {
+      if (hinfo->dtype == DType::I64) {
+        std::memcpy(&stored[k], b.data() + 8 * k, 8);
+      } else {
+        int32_t v;
+        std::memcpy(&v, b.data() + 4 * k, 4);
+        stored[k] = v;
+      }
+    }
+  }
+  if (stored != expected)
+    fail(ErrorKind::Shape, "tensor '" + shape_name + "' in shard '" + hfile->path() + "' says " + shape_string(stored) +
+                               ", expected " + expected_text + " from the config");
+  // weight_scale: BF16 / F16 / F32 [rows, cols / G]
+  if (weight_map.find(scale_name) == weight_map.end())
+    fail(ErrorKind::TensorNotFound, where + " has no scale '" + scale_name + "'");
+  auto [sfile, sinfo] = locate(scale_name, ckpt);
+  const std::vector<int64_t> sshape(sinfo->shape.begin(), sinfo->shape.end());
+  if (!int4::is_scale_dtype(sinfo->dtype))
+    fail(ErrorKind::Shape, "tensor '" + scale_name + "' in shard '" + sfile->path() + "' has dtype " +
+                               std::string(dtype_name(sinfo->dtype)) + "; expected BF16, F16 or F32");
+  if (sshape != int4::scale_shape(rows, cols, G))
+    fail(ErrorKind::Shape, "tensor '" + scale_name + "' in shard '" + sfile->path() + "' has shape " +
+                               shape_string(sshape) + ", expected " + shape_string(int4::scale_shape(rows, cols, G)) +
+                               " = [rows, cols/group_size] for the " + expected_text + " weight (group_size " +
+                               std::to_string(G) + ")");
+
+  TensorF t = huge_page_tensor<float>(name, expected);
+  int4::dequantize(pfile->bytes(*pinfo), sfile->to_float(*sinfo), sinfo->dtype, rows, cols, G, t.data);
+  for (size_t k = 0; k < t.data.size(); ++k)
+    if (!std::isfinite(t.data[k]))
+      fail(ErrorKind::InvalidValue, where + " dequantizes to a non-finite value (" + std::to_string(t.data[k]) +
+                                        ") at flat index " + std::to_string(k) + " (scale '" + scale_name + "')");
+  return t;
+}
+
 TensorF Checkpoint::Impl::load_checked(const std::string& ckpt, const std::string& name, const std::string& field,
                                        const std::vector<int64_t>& expected, const std::string& expected_names,
                                        std::map<std::string, std::string>& dtypes) const {
+  if (const std::string stem = packed_stem(name); !stem.empty()) {
+    if (weight_map.count(name))
+      fail(ErrorKind::Checkpoint, "checkpoint " + ckpt + " holds '" + name + "' both as it is and pack-quantized ('" +
+                                      stem + "weight_packed')");
+    TensorF t = load_pack_quantized(ckpt, name, stem, expected, expected_names);
+    dtypes[field] = "INT4";
+    return t;
+  }
   auto [file, info] = locate(name, ckpt);
   const std::string where = "tensor '" + name + "' in shard '" + file->path() + "'";
   if (!is_loadable_dtype(info->dtype))
@@ -346,12 +460,20 @@ LayerWeights Checkpoint::load_layer(int64_t layer, bool with_input_layernorm) co
   return w;
 }
 
-bool Checkpoint::has_tensor(const std::string& name) const { return impl_->weight_map.count(name) > 0; }
+bool Checkpoint::has_tensor(const std::string& name) const {
+  return impl_->weight_map.count(name) > 0 || !impl_->packed_stem(name).empty();
+}
 
 TensorF Checkpoint::load_tensor(const std::string& name, const std::vector<int64_t>& expected,
                                 const std::string& expected_names, std::map<std::string, std::string>* dtypes) const {
   std::map<std::string, std::string> ignored;
   return impl_->load_checked(path_, name, name, expected, expected_names, dtypes ? *dtypes : ignored);
+}
+
+std::string Checkpoint::stored_dtype(const std::string& name) const {
+  if (!impl_->weight_map.count(name)) return impl_->packed_stem(name).empty() ? "" : "INT4";
+  auto [file, info] = impl_->locate(name, path_);
+  return std::string(dtype_name(info->dtype));
 }
 
 TensorF Checkpoint::embed_rows(const std::vector<int64_t>& token_ids) const {

@@ -20,6 +20,9 @@
 //     beta_fast / beta_slow: `get(k) or 32` / `get(k) or 1` (missing, null or 0 -> default);
 //     mscale / mscale_all_dim: `get(k)` (missing or null -> 0); attention_factor optional;
 //     truncate optional (default true).
+//   * quantization_config (text_config's, else the top level's) is read only when its
+//     quant_method is "compressed-tensors" (Kimi's INT4 experts, docs/checkpoints.md §6); its
+//     values are checked when a packed tensor is read (PackQuantization::unsupported_reason).
 //
 // Shape legend (for the geometry fields): H = hidden_size, n = num_attention_heads,
 //   r_q = q_lora_rank, r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim,
@@ -198,7 +201,96 @@ RopeConfig parse_rope(const Section& text, int64_t max_position_embeddings) {
   return rope;
 }
 
+// A list of strings ("ignore", "targets"); absent or null = empty.
+std::vector<std::string> string_list(const Section& s, const std::string& key) {
+  std::vector<std::string> out;
+  if (!s.has_value(key)) return out;
+  const element e = s.get(key);
+  if (e.type() != element_type::ARRAY) s.bad(key, "must be a list of strings, got " + describe(e));
+  for (element item : simdjson::dom::array(e)) {
+    if (item.type() != element_type::STRING) s.bad(key, "must be a list of strings, holds " + describe(item));
+    out.emplace_back(std::string_view(item));
+  }
+  return out;
+}
+
+// compressed-tensors' quantization_config (docs/checkpoints.md §6): text_config's, else the top
+// level's; only quant_method "compressed-tensors". Keys have compressed-tensors' defaults
+// (QuantizationArgs: num_bits 8, type int, symmetric true, strategy from group_size); a key of
+// the wrong JSON type is an error here, a value this project cannot dequantize is kept and
+// reported by unsupported_reason() when a packed tensor is read.
+PackQuantization parse_quantization(const Section& top, const Section& text) {
+  PackQuantization q;
+  Section qs;
+  if (text.has_value("quantization_config"))
+    qs = text.child("quantization_config");
+  else if (top.has_value("quantization_config"))
+    qs = top.child("quantization_config");
+  else
+    return q;
+  if (!qs.has_value("quant_method") || qs.string("quant_method") != "compressed-tensors") return q;
+  q.present = true;
+  const std::string top_format = qs.has_value("format") ? qs.string("format") : "";
+  q.ignore = string_list(qs, "ignore");
+  if (!qs.has_value("config_groups")) return q;  // no weight scheme: unsupported_reason() says so
+  const Section groups = qs.child("config_groups");
+  for (auto [key, value] : groups.obj) {
+    if (value.type() == element_type::ARRAY) {  // {"W4A16": ["Linear"]}: a preset scheme by name
+      q.preset_group = std::string(key);
+      continue;
+    }
+    const Section g = groups.child(std::string(key));
+    if (!g.has_value("weights")) continue;  // an activation-only group
+    const Section w = g.child("weights");
+    PackQuantization::Scheme s;
+    s.format = g.has_value("format") ? g.string("format") : top_format;
+    s.num_bits = w.has_value("num_bits") ? w.integer("num_bits") : 8;
+    s.type = w.has_value("type") ? w.string("type") : "int";
+    s.symmetric = w.has_value("symmetric") ? w.boolean("symmetric") : true;
+    s.group_size = w.has_value("group_size") ? w.integer("group_size") : 0;
+    s.strategy = w.has_value("strategy") ? w.string("strategy")
+                 : s.group_size > 0       ? "group"
+                 : s.group_size == -1     ? "channel"
+                                          : "tensor";
+    if (w.has_value("dynamic")) {
+      const element d = w.get("dynamic");
+      if (d.type() == element_type::BOOL) s.dynamic = bool(d);
+      else if (d.type() == element_type::STRING) s.dynamic = true;  // "local"
+      else w.bad("dynamic", "must be true, false or a string, got " + describe(d));
+    }
+    if (w.has_value("actorder")) {
+      const element a = w.get("actorder");
+      if (a.type() == element_type::BOOL) s.actorder = bool(a) ? "group" : "";
+      else if (a.type() == element_type::STRING) s.actorder = std::string(std::string_view(a));
+      else w.bad("actorder", "must be null, a boolean or a string, got " + describe(a));
+    }
+    if (q.weight_groups == 0) q.scheme = s;
+    else if (!(s == q.scheme)) q.mixed_schemes = true;
+    ++q.weight_groups;
+    for (auto& t : string_list(g, "targets")) q.targets.push_back(std::move(t));
+  }
+  return q;
+}
+
 }  // namespace
+
+std::string PackQuantization::unsupported_reason() const {
+  const Scheme& s = scheme;
+  if (!preset_group.empty())
+    return "names a preset scheme ('" + preset_group + "') instead of its weights' keys; only explicit schemes are supported";
+  if (weight_groups == 0) return "has no config group that quantizes weights";
+  if (mixed_schemes) return "has config groups with different weight schemes; only one scheme is supported";
+  if (s.format != "pack-quantized") return "has format '" + s.format + "'; only 'pack-quantized' is supported";
+  if (s.type != "int") return "has weights type '" + s.type + "'; only 'int' is supported";
+  if (s.num_bits != 4) return "has num_bits " + std::to_string(s.num_bits) + "; only 4 is supported";
+  if (!s.symmetric) return "has symmetric false; only symmetric quantization is supported";
+  if (s.strategy != "group") return "has strategy '" + s.strategy + "'; only 'group' is supported";
+  if (s.group_size <= 0) return "has group_size " + std::to_string(s.group_size) + "; the group strategy needs one > 0";
+  if (s.dynamic) return "has dynamic weight quantization; only static (stored) scales are supported";
+  if (!s.actorder.empty() && s.actorder != "weight" && s.actorder != "static")
+    return "has actorder '" + s.actorder + "' (a g_idx permutation); only null, 'weight' or 'static' is supported";
+  return "";
+}
 
 AttentionConfig parse_config(std::string_view json, const std::string& source_name) {
   simdjson::dom::parser parser;
@@ -249,6 +341,7 @@ AttentionConfig parse_config(std::string_view json, const std::string& source_na
   if (text.has_value("attention_bias")) cfg.attention_bias = text.boolean("attention_bias");
   if (text.has_value("rope_interleave")) cfg.rope_interleave = text.boolean("rope_interleave");
   cfg.rope = parse_rope(text, cfg.max_position_embeddings);
+  cfg.quantization = parse_quantization(top, text);
   return cfg;
 }
 
@@ -396,6 +489,17 @@ AttentionConfig kimi_k26_config() {
   return c;
 }
 
+PackQuantization kimi_int4_quantization() {
+  PackQuantization q;
+  q.present = true;
+  q.scheme = {"pack-quantized", 4, "int", true, "group", 32, false, ""};
+  q.weight_groups = 1;
+  q.targets = {"Linear"};
+  q.ignore = {"re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+              "re:.*lm_head.*", "re:vision_tower.*", "re:mm_projector.*"};
+  return q;
+}
+
 AttentionConfig tiny_config() {
   // Every dimension distinct where the math allows, so a transposed or mixed-up buffer
   // cannot pass: H 64, n 4, r_q 48, r_kv 32, d_n 16, d_r 8, d_v 16 (q_b 96x48, kv_b 128x32,
@@ -445,6 +549,42 @@ void append_rope(std::ostringstream& os, const RopeConfig& r, const std::string&
   os << ind << "},\n";
 }
 
+// compressed-tensors' layout of a quantization_config (the keys Kimi K2.5 / K2.6 publish).
+void append_quantization(std::ostringstream& os, const PackQuantization& q, const std::string& ind) {
+  const PackQuantization::Scheme& s = q.scheme;
+  auto list = [](const std::vector<std::string>& v) {
+    std::string text = "[";
+    for (size_t i = 0; i < v.size(); ++i) text += (i ? ", " : "") + json_quote(v[i]);
+    return text + "]";
+  };
+  os << ind << "\"quantization_config\": {\n";
+  os << ind << "  \"config_groups\": {\n";
+  os << ind << "    \"group_0\": {\n";
+  os << ind << "      \"input_activations\": null,\n";
+  os << ind << "      \"output_activations\": null,\n";
+  os << ind << "      \"targets\": " << list(q.targets) << ",\n";
+  os << ind << "      \"weights\": {\n";
+  os << ind << "        \"actorder\": " << (s.actorder.empty() ? "null" : json_quote(s.actorder)) << ",\n";
+  os << ind << "        \"block_structure\": null,\n";
+  os << ind << "        \"dynamic\": " << (s.dynamic ? "true" : "false") << ",\n";
+  os << ind << "        \"group_size\": " << s.group_size << ",\n";
+  os << ind << "        \"num_bits\": " << s.num_bits << ",\n";
+  os << ind << "        \"observer\": \"minmax\",\n";
+  os << ind << "        \"observer_kwargs\": {},\n";
+  os << ind << "        \"strategy\": " << json_quote(s.strategy) << ",\n";
+  os << ind << "        \"symmetric\": " << (s.symmetric ? "true" : "false") << ",\n";
+  os << ind << "        \"type\": " << json_quote(s.type) << "\n";
+  os << ind << "      }\n";
+  os << ind << "    }\n";
+  os << ind << "  },\n";
+  os << ind << "  \"format\": " << json_quote(s.format) << ",\n";
+  os << ind << "  \"ignore\": " << list(q.ignore) << ",\n";
+  os << ind << "  \"kv_cache_scheme\": null,\n";
+  os << ind << "  \"quant_method\": \"compressed-tensors\",\n";
+  os << ind << "  \"quantization_status\": \"compressed\"\n";
+  os << ind << "},\n";
+}
+
 void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const std::string& ind) {
   os << ind << "\"hidden_size\": " << c.hidden_size << ",\n";
   os << ind << "\"num_attention_heads\": " << c.num_attention_heads << ",\n";
@@ -465,6 +605,7 @@ void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const st
   os << ind << "\"rope_interleave\": " << (c.rope_interleave ? "true" : "false") << ",\n";
   append_rope(os, c.rope, ind);
   os << ind << "\"rope_theta\": " << json_number(c.rope.rope_theta) << ",\n";
+  if (c.quantization.present) append_quantization(os, c.quantization, ind);
   os << ind << "\"torch_dtype\": \"bfloat16\"";
 }
 

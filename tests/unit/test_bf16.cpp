@@ -1,4 +1,4 @@
-// tests/unit/test_bf16.cpp — suite `bf16`: BF16 rounding, F16 / FP8 decoding.
+// tests/unit/test_bf16.cpp — suite `bf16`: BF16 rounding, F16 rounding and decoding, FP8 decoding.
 //
 // Every expected value here comes from an independent route, never from the code under test:
 //   * BF16 narrowing is checked against "pick the nearer of the two neighbouring bf16 values
@@ -195,6 +195,43 @@ BOOST_AUTO_TEST_CASE(f16_decode) {
     if (!ok && mismatches++ < 5) BOOST_ERROR("F16 code 0x" << std::hex << c << " -> " << got);
   }
   BOOST_TEST(mismatches == 0);
+}
+
+// F16 narrowing: every finite code comes back as itself; every midpoint between two
+// neighbouring non-negative codes goes to the even one, and the floats just either side of it
+// to the nearer one (an independent reference: the codes' values in double, not bit tricks);
+// the overflow tie 65520 and the zero tie 2^-25; NaN stays NaN with its sign.
+BOOST_AUTO_TEST_CASE(f16_round) {
+  int mismatches = 0;
+  auto expect = [&](float in, uint16_t want) {
+    const uint16_t got = mla::f16_round_bits(in);
+    if (got != want && mismatches++ < 5)
+      BOOST_ERROR("f16_round_bits(" << in << ") = 0x" << std::hex << got << ", want 0x" << want);
+  };
+  for (uint32_t c = 0; c < 0x7C00; ++c) {  // non-negative finite codes
+    const float v = mla::f16_to_float(static_cast<uint16_t>(c));
+    expect(v, static_cast<uint16_t>(c));
+    expect(-v, static_cast<uint16_t>(c | 0x8000u));
+    // the midpoint to the next code (0x7C00 = Inf: the midpoint is 65520)
+    const double next = c + 1 == 0x7C00 ? 65536.0 : static_cast<double>(mla::f16_to_float(static_cast<uint16_t>(c + 1)));
+    const auto mid = static_cast<float>((static_cast<double>(v) + next) / 2.0);  // exact: 12 bits
+    BOOST_REQUIRE(static_cast<double>(mid) == (static_cast<double>(v) + next) / 2.0);
+    const uint16_t even = (c & 1u) ? static_cast<uint16_t>(c + 1) : static_cast<uint16_t>(c);
+    expect(mid, even);
+    expect(std::nextafter(mid, 0.0f), static_cast<uint16_t>(c));
+    expect(std::nextafter(mid, 1e30f), static_cast<uint16_t>(c + 1));
+  }
+  BOOST_TEST(mismatches == 0);
+  BOOST_TEST(mla::f16_round_bits(65520.0f) == 0x7C00);
+  BOOST_TEST(mla::f16_round_bits(-1e30f) == 0xFC00);
+  BOOST_TEST(mla::f16_round_bits(std::numeric_limits<float>::infinity()) == 0x7C00);
+  BOOST_TEST(mla::f16_round_bits(std::ldexp(1.0f, -25)) == 0x0000);
+  BOOST_TEST(mla::f16_round_bits(-std::ldexp(1.0f, -25)) == 0x8000);
+  BOOST_TEST(mla::f16_round_bits(std::nextafter(std::ldexp(1.0f, -25), 1.0f)) == 0x0001);
+  BOOST_TEST(mla::f16_round_bits(std::numeric_limits<float>::denorm_min()) == 0x0000);
+  BOOST_TEST(mla::f16_round_bits(1.0f / 3.0f) == 0x3555);
+  const uint16_t nan = mla::f16_round_bits(-std::numeric_limits<float>::quiet_NaN());
+  BOOST_TEST(((nan & 0x7C00) == 0x7C00 && (nan & 0x3FF) != 0 && (nan & 0x8000) != 0));
 }
 
 // E4M3FN: all 256 codes against the literal table (rows = high nibble, negative half mirrors).

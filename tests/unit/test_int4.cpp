@@ -1,0 +1,372 @@
+// tests/unit/test_int4.cpp — suite `int4`: compressed-tensors pack-quantized INT4 (Kimi
+// K2-Thinking / K2.5 / K2.6 routed experts, docs/checkpoints.md §6).
+//
+// Expected values come from compressed-tensors itself: tests/data/int4/ was written by
+// reference/python/make_int4_fixture.py (PyPI compressed-tensors 0.20.1 compressing a few
+// weights in bf16, fp32 and fp16, then decompressing them), and the loader's output must equal
+// its decompressed weights bit for bit; the quantizer of `mla-h2o synth` must turn the
+// fixture's source weights into the very bytes compressed-tensors wrote. One word is also
+// worked by hand. Every malformed packed weight or scheme is one error naming the tensor.
+#include <boost/test/unit_test.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mla/bf16.hpp"
+#include "mla/checkpoint.hpp"
+#include "mla/config.hpp"
+#include "mla/error.hpp"
+#include "mla/int4.hpp"
+#include "mla/safetensors.hpp"
+#include "test_util.hpp"
+
+namespace {
+namespace fs = std::filesystem;
+using mla::Checkpoint;
+using mla::DType;
+using mla::ErrorKind;
+
+std::string fixture_dir() { return mla::test::data_dir() + "/int4"; }
+
+// Every quantized weight of the fixture (make_int4_fixture.py's QUANTIZED).
+const std::vector<std::string> kQuantized = {
+    "model.layers.1.mlp.experts.0.gate_proj", "model.layers.1.mlp.experts.0.up_proj",
+    "model.layers.1.mlp.experts.0.down_proj", "model.layers.1.mlp.experts.1.gate_proj",
+    "model.layers.1.mlp.experts.1.up_proj",   "model.layers.1.mlp.experts.1.down_proj",
+};
+const std::vector<std::string> kIgnored = {"model.layers.1.mlp.shared_experts.gate_proj",
+                                           "model.layers.1.self_attn.o_proj"};
+
+std::vector<int64_t> shape_of(const mla::TensorInfo& t) { return {t.shape.begin(), t.shape.end()}; }
+
+// A float's bits, so that == is exact (and tells -0 from +0).
+uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
+
+BOOST_AUTO_TEST_SUITE(int4)
+
+// config.json as compressed-tensors' ModelCompressor.update_config wrote it.
+BOOST_AUTO_TEST_CASE(fixture_config_is_read) {
+  const mla::AttentionConfig c = mla::load_config(fixture_dir() + "/config.json");
+  BOOST_TEST(c.quantization.present);
+  BOOST_TEST(c.quantization.weight_groups == 1);
+  BOOST_TEST(!c.quantization.mixed_schemes);
+  BOOST_TEST((c.quantization.targets == std::vector<std::string>{"Linear"}));
+  BOOST_TEST((c.quantization.ignore == kIgnored));
+  BOOST_TEST(c.quantization.unsupported_reason().empty());
+  const mla::PackQuantization::Scheme& q = c.quantization.scheme;
+  BOOST_TEST(q.format == "pack-quantized");
+  BOOST_TEST(q.num_bits == 4);
+  BOOST_TEST(q.type == "int");
+  BOOST_TEST(q.symmetric);
+  BOOST_TEST(q.strategy == "group");
+  BOOST_TEST(q.group_size == 32);
+  BOOST_TEST(!q.dynamic);
+  BOOST_TEST(q.actorder.empty());
+}
+
+// One row worked by hand: the word 0x76543210 holds codes 0..7 (q = -8..-1) from its lowest
+// nibble up, 0xFEDCBA98 codes 8..15 (q = 0..7). The bf16 scale s = 1 + 2^-7 = 1.0000001 b has 8
+// significant bits, so q * s needs rounding for q = 3, 5, 6, 7:
+//   3s = 1.1000001|1 b * 2    tie -> even 1.1000010 b * 2 = 3.03125
+//   5s = 1.0100001|01 b * 4   down -> 5.03125
+//   6s = 1.1000001|1 b * 4    tie -> even 6.0625
+//   7s = 1.1100001|11 b * 4   up -> 7.0625
+// and the negative codes mirror them. A truncating conversion gives 3.015625 for 3s, and keeping
+// the f32 product gives 3.0234375: both fail.
+BOOST_AUTO_TEST_CASE(one_row_by_hand) {
+  const uint32_t words[2] = {0x76543210u, 0xFEDCBA98u};  // 16 codes, one group of 16
+  std::vector<std::byte> packed(8);
+  for (int w = 0; w < 2; ++w)
+    for (int b = 0; b < 4; ++b) packed[static_cast<size_t>(4 * w + b)] = static_cast<std::byte>(words[w] >> (8 * b));
+  const float s = 1.0f + 0x1p-7f;  // a bf16 value (bits 0x3F81)
+  const std::vector<float> scale = {s};
+  std::vector<float> out(16);
+  mla::int4::dequantize(packed, scale, DType::BF16, 1, 16, 16, out);
+  const float want[16] = {-8 * s, -7.0625f, -6.0625f, -5.03125f, -4 * s, -3.03125f, -2 * s,   -s,
+                          0.0f,   s,        2 * s,    3.03125f,  4 * s,  5.03125f,  6.0625f, 7.0625f};
+  for (size_t k = 0; k < 16; ++k) BOOST_TEST(bits(out[k]) == bits(want[k]), "code " << k << ": " << out[k] << " vs " << want[k]);
+  // The same codes with an F32 scale: one fp32 rounding of the product (exact here).
+  mla::int4::dequantize(packed, scale, DType::F32, 1, 16, 16, out);
+  for (size_t k = 0; k < 16; ++k) BOOST_TEST(out[k] == static_cast<float>(static_cast<int>(k) - 8) * s);
+}
+
+// The loader (Checkpoint::load_tensor under the plain `.weight` name) against compressed-tensors'
+// decompression, bit for bit, for bf16, fp32 and fp16 scales; the ignored Linears load as stored.
+BOOST_AUTO_TEST_CASE(loader_matches_compressed_tensors) {
+  const Checkpoint ck = Checkpoint::open(fixture_dir() + "/model.safetensors", fixture_dir() + "/config.json");
+  const mla::SafetensorsFile expected = mla::SafetensorsFile::open(fixture_dir() + "/expected.safetensors");
+  std::map<DType, int> scale_dtypes;
+  size_t rounded = 0;  // elements where round_to(dtype, q * s) != q * s: the rounding is exercised
+  for (const std::string& stem : kQuantized) {
+    const std::string name = stem + ".weight";
+    const mla::TensorInfo& e = expected.at(name);
+    BOOST_TEST_REQUIRE(ck.has_tensor(name));
+    BOOST_TEST(ck.stored_dtype(name) == "INT4");
+    const mla::TensorF got = ck.load_tensor(name, shape_of(e), "the fixture's shape");
+    const std::vector<float> want = expected.to_float(e);  // exact widening of bf16 / f32 / f16
+    BOOST_TEST_REQUIRE(got.data.size() == want.size());
+    size_t diff = 0;
+    for (size_t k = 0; k < want.size(); ++k) diff += bits(got.data[k]) != bits(want[k]);
+    BOOST_TEST(diff == 0u, name << ": " << diff << " of " << want.size() << " elements differ");
+    ++scale_dtypes[e.dtype];
+    // how many products needed rounding: compare with the unrounded product in double
+    const mla::SafetensorsFile model = mla::SafetensorsFile::open(fixture_dir() + "/model.safetensors");
+    const std::vector<float> scale = model.to_float(model.at(stem + ".weight_scale"));
+    const auto packed = model.bytes(model.at(stem + ".weight_packed"));
+    const int64_t cols = shape_of(e)[1], words = (cols + 7) / 8;
+    for (size_t k = 0; k < want.size(); ++k) {
+      const int64_t i = static_cast<int64_t>(k) / cols, j = static_cast<int64_t>(k) % cols;
+      const auto byte = static_cast<uint8_t>(packed[static_cast<size_t>(i * words * 4 + j / 2)]);
+      const int q = ((j & 1) ? byte >> 4 : byte & 0xF) - 8;
+      rounded += static_cast<double>(want[k]) != q * static_cast<double>(scale[static_cast<size_t>(i * (cols / 32) + j / 32)]);
+    }
+  }
+  BOOST_TEST(scale_dtypes[DType::BF16] == 4);
+  BOOST_TEST(scale_dtypes[DType::F32] == 1);
+  BOOST_TEST(scale_dtypes[DType::F16] == 1);
+  BOOST_TEST(rounded > 100u);
+  for (const std::string& stem : kIgnored) {
+    const std::string name = stem + ".weight";
+    BOOST_TEST(ck.stored_dtype(name) == "BF16");
+    const mla::TensorInfo& e = expected.at(name);
+    const mla::TensorF got = ck.load_tensor(name, shape_of(e), "the fixture's shape");
+    const std::vector<float> want = expected.to_float(e);
+    BOOST_TEST(std::memcmp(got.data.data(), want.data(), want.size() * 4) == 0, name);
+  }
+}
+
+// synth's quantizer on the fixture's source weights gives compressed-tensors' bytes.
+BOOST_AUTO_TEST_CASE(quantizer_matches_compressed_tensors) {
+  const mla::SafetensorsFile source = mla::SafetensorsFile::open(fixture_dir() + "/source.safetensors");
+  const mla::SafetensorsFile model = mla::SafetensorsFile::open(fixture_dir() + "/model.safetensors");
+  for (const std::string& stem : kQuantized) {
+    const mla::TensorInfo& w = source.at(stem + ".weight");
+    const std::vector<int64_t> shape = shape_of(w);
+    const mla::int4::Packed p = mla::int4::quantize(source.to_float(w), w.dtype, shape[0], shape[1], 32);
+    const auto packed = model.bytes(model.at(stem + ".weight_packed"));
+    const auto scale = model.bytes(model.at(stem + ".weight_scale"));
+    BOOST_TEST_REQUIRE(p.packed.size() == packed.size());
+    BOOST_TEST_REQUIRE(p.scale.size() == scale.size());
+    BOOST_TEST(std::memcmp(p.scale.data(), scale.data(), scale.size()) == 0, stem << ": weight_scale differs");
+    BOOST_TEST(std::memcmp(p.packed.data(), packed.data(), packed.size()) == 0, stem << ": weight_packed differs");
+  }
+}
+
+// ---- bad input ---------------------------------------------------------------------------
+
+// The fixture's config.json with its quantization_config's text edited by `edit`.
+std::string config_with(const std::function<void(std::string&)>& edit) {
+  std::string text = mla::test::read_text(fixture_dir() + "/config.json");
+  edit(text);
+  return text;
+}
+
+void replace_once(std::string& s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  BOOST_TEST_REQUIRE(at != std::string::npos, "'" << from << "' not in the text");
+  s.replace(at, from.size(), to);
+}
+
+// A checkpoint holding one pack-quantized weight (the fixture's experts.0.gate_proj, [6, 96],
+// bf16 scales) after `mutate` edits its tensors, with `config` as config.json.
+struct Case {
+  std::string what;
+  std::function<void(std::map<std::string, mla::TensorToWrite>&, std::vector<std::vector<std::byte>>&)> mutate;
+  std::string config;  // "" = the fixture's
+  ErrorKind kind;
+  std::string message;  // a part of the error text
+};
+
+const std::string kStem = "model.layers.1.mlp.experts.0.gate_proj.";
+
+void run_case(const Case& c) {
+  const mla::SafetensorsFile model = mla::SafetensorsFile::open(fixture_dir() + "/model.safetensors");
+  std::map<std::string, mla::TensorToWrite> tensors;
+  std::vector<std::vector<std::byte>> storage;
+  storage.reserve(16);
+  for (const char* part : {"weight_packed", "weight_scale", "weight_shape"}) {
+    const mla::TensorInfo& t = model.at(kStem + part);
+    const auto b = model.bytes(t);
+    storage.emplace_back(b.begin(), b.end());
+    tensors[kStem + part] = {kStem + part, t.dtype, t.shape, storage.back()};
+  }
+  c.mutate(tensors, storage);
+  const std::string dir = mla::test::scratch_dir("int4-bad");
+  std::vector<mla::TensorToWrite> list;
+  for (auto& [name, t] : tensors) list.push_back(t);
+  mla::write_safetensors(dir + "/model.safetensors", list);
+  mla::test::write_text(dir + "/config.json",
+                        c.config.empty() ? mla::test::read_text(fixture_dir() + "/config.json") : c.config);
+  try {
+    const Checkpoint ck = Checkpoint::open(dir);
+    (void)ck.load_tensor(kStem + "weight", {6, 96}, "[rows, cols]");
+    BOOST_ERROR(c.what << ": no error");
+  } catch (const mla::Error& e) {
+    const std::string msg = e.what();
+    BOOST_TEST((e.kind() == c.kind), c.what << ": kind " << mla::error_kind_name(e.kind()) << " (" << msg << ")");
+    BOOST_TEST(msg.find(c.message) != std::string::npos, c.what << ": '" << msg << "' lacks '" << c.message << "'");
+    BOOST_TEST(msg.find('\n') == std::string::npos, c.what << ": more than one line");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_packed_weights_and_schemes) {
+  using Tensors = std::map<std::string, mla::TensorToWrite>;
+  using Storage = std::vector<std::vector<std::byte>>;
+  const auto none = [](Tensors&, Storage&) {};
+  const auto drop = [](const std::string& part) { return [part](Tensors& t, Storage&) { t.erase(kStem + part); }; };
+  const std::vector<Case> cases = {
+      {"packed of the wrong shape",
+       [](Tensors& t, Storage& s) {
+         s.emplace_back(6 * 11 * 4);
+         t[kStem + "weight_packed"] = {kStem + "weight_packed", DType::I32, {6, 11}, s.back()};
+       },
+       "", ErrorKind::Shape, "has shape [6, 11], expected [6, 12] = [rows, ceil(cols/8)]"},
+      {"packed of the wrong dtype",
+       [](Tensors& t, Storage&) {
+         t[kStem + "weight_packed"].dtype = DType::F32;
+       },
+       "", ErrorKind::Shape, "expected I32"},
+      {"missing scale", drop("weight_scale"), "", ErrorKind::TensorNotFound, "has no scale '" + kStem + "weight_scale'"},
+      {"missing weight_shape", drop("weight_shape"), "", ErrorKind::TensorNotFound, "has no '" + kStem + "weight_shape'"},
+      {"weight_shape disagrees",
+       [](Tensors& t, Storage& s) {
+         const int64_t v[2] = {6, 64};
+         s.emplace_back(16);
+         std::memcpy(s.back().data(), v, 16);
+         t[kStem + "weight_shape"].data = s.back();
+       },
+       "", ErrorKind::Shape, "says [6, 64], expected [6, 96]"},
+      {"scale of the wrong shape",
+       [](Tensors& t, Storage& s) {
+         s.emplace_back(6 * 2 * 2);
+         t[kStem + "weight_scale"] = {kStem + "weight_scale", DType::BF16, {6, 2}, s.back()};
+       },
+       "", ErrorKind::Shape, "expected [6, 3] = [rows, cols/group_size]"},
+      {"scale of an integer dtype",
+       [](Tensors& t, Storage& s) {
+         s.emplace_back(6 * 3 * 4);
+         t[kStem + "weight_scale"] = {kStem + "weight_scale", DType::I32, {6, 3}, s.back()};
+       },
+       "", ErrorKind::Shape, "expected BF16, F16 or F32"},
+      {"infinite scale",
+       [](Tensors& t, Storage& s) {
+         s.push_back(s[1]);
+         const uint16_t inf = 0x7F80;
+         std::memcpy(s.back().data() + 2, &inf, 2);
+         t[kStem + "weight_scale"].data = s.back();
+       },
+       "", ErrorKind::InvalidValue, "dequantizes to a non-finite value"},
+      {"a zero point in a symmetric scheme",
+       [](Tensors& t, Storage& s) {
+         s.emplace_back(6 * 3);
+         t[kStem + "weight_zero_point"] = {kStem + "weight_zero_point", DType::I8, {6, 3}, s.back()};
+       },
+       "", ErrorKind::Unsupported, "weight_zero_point"},
+      {"plain and packed both",
+       [](Tensors& t, Storage& s) {
+         s.emplace_back(6 * 96 * 2);
+         t[kStem + "weight"] = {kStem + "weight", DType::BF16, {6, 96}, s.back()};
+       },
+       "", ErrorKind::Checkpoint, "both as it is and pack-quantized"},
+      {"num_bits 8", none, config_with([](std::string& s) { replace_once(s, "\"num_bits\": 4", "\"num_bits\": 8"); }),
+       ErrorKind::Unsupported, "quantization_config has num_bits 8; only 4 is supported"},
+      {"unknown format", none,
+       config_with([](std::string& s) {
+         replace_once(s, "\"format\": \"pack-quantized\"", "\"format\": \"nvfp4-pack-quantized\"");
+       }),
+       ErrorKind::Unsupported, "has format 'nvfp4-pack-quantized'; only 'pack-quantized' is supported"},
+      {"unknown strategy", none,
+       config_with([](std::string& s) { replace_once(s, "\"strategy\": \"group\"", "\"strategy\": \"channel\""); }),
+       ErrorKind::Unsupported, "has strategy 'channel'; only 'group' is supported"},
+      {"asymmetric", none,
+       config_with([](std::string& s) { replace_once(s, "\"symmetric\": true", "\"symmetric\": false"); }),
+       ErrorKind::Unsupported, "has symmetric false"},
+      {"float type", none, config_with([](std::string& s) { replace_once(s, "\"type\": \"int\"", "\"type\": \"float\""); }),
+       ErrorKind::Unsupported, "has weights type 'float'"},
+      {"a group size that does not divide the row", none,
+       config_with([](std::string& s) { replace_once(s, "\"group_size\": 32", "\"group_size\": 40"); }),
+       ErrorKind::Shape, "group_size 40 does not divide its row length 96"},
+      {"no quantization_config", none,
+       config_with([](std::string& s) {
+         replace_once(s, "\"quant_method\": \"compressed-tensors\"", "\"quant_method\": \"fp8\"");
+       }),
+       ErrorKind::Config, "has no compressed-tensors quantization_config to dequantize it with"},
+  };
+  for (const Case& c : cases) run_case(c);
+}
+
+// Wrong JSON types in quantization_config are errors when config.json is read; DeepSeek-V3's
+// FP8 quantization_config is not compressed-tensors' and is left alone.
+BOOST_AUTO_TEST_CASE(config_parsing) {
+  const auto expect_error = [](const std::string& text, const std::string& part) {
+    try {
+      (void)mla::parse_config(text, "config.json");
+      BOOST_ERROR("no error for " << part);
+    } catch (const mla::Error& e) {
+      BOOST_TEST((e.kind() == ErrorKind::Config));
+      BOOST_TEST(std::string(e.what()).find(part) != std::string::npos, e.what());
+    }
+  };
+  const std::string base = mla::test::read_text(fixture_dir() + "/config.json");
+  std::string t = base;
+  replace_once(t, "\"num_bits\": 4", "\"num_bits\": \"4\"");
+  expect_error(t, "key 'quantization_config.config_groups.group_0.weights.num_bits' must be an integer");
+  t = base;
+  replace_once(t, "\"ignore\": [", "\"ignore\": [7, ");
+  expect_error(t, "key 'quantization_config.ignore' must be a list of strings");
+  t = base;
+  replace_once(t, "\"config_groups\": {", "\"config_groups\": {\"g\": 3, ");
+  expect_error(t, "key 'quantization_config.config_groups.g' must be an object");
+
+  t = base;
+  replace_once(t, "\"quant_method\": \"compressed-tensors\"", "\"quant_method\": \"fp8\"");
+  BOOST_TEST(!mla::parse_config(t).quantization.present);
+  // No weight scheme, or a preset named instead of written out: read, refused at a packed weight.
+  t = base;
+  replace_once(t, "\"config_groups\": {", "\"config_groups\": null, \"unused\": {");
+  BOOST_TEST(mla::parse_config(t).quantization.present);
+  BOOST_TEST(mla::parse_config(t).quantization.unsupported_reason() == "has no config group that quantizes weights");
+  t = base;
+  replace_once(t, "\"config_groups\": {", "\"config_groups\": {\"W4A16\": [\"Linear\"], ");
+  BOOST_TEST(mla::parse_config(t).quantization.unsupported_reason().find("preset scheme ('W4A16')") != std::string::npos);
+
+  // Kimi K2.5 / K2.6: inside text_config; written by config_to_json and read back the same.
+  mla::AttentionConfig kimi = mla::kimi_k26_config();
+  kimi.quantization = mla::kimi_int4_quantization();
+  const std::string json = mla::config_to_json(kimi, true);
+  BOOST_TEST(json.find("\"text_config\"") < json.find("\"quantization_config\""));
+  const mla::AttentionConfig back = mla::parse_config(json);
+  BOOST_TEST((back.quantization == kimi.quantization));
+  BOOST_TEST((back == kimi));
+  BOOST_TEST(back.quantization.unsupported_reason().empty());
+  // K2-Thinking: flat, at the top level.
+  kimi.nested_text_config = false;
+  kimi.model_type = "kimi_k2";
+  BOOST_TEST((mla::parse_config(mla::config_to_json(kimi, false)) == kimi));
+}
+
+// `inspect` shows the scheme and counts the packed weights.
+BOOST_AUTO_TEST_CASE(inspect_shows_the_scheme) {
+  const auto r = mla::test::run_cli("inspect '" + fixture_dir() + "/model.safetensors' --config '" + fixture_dir() +
+                                    "/config.json'");
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  BOOST_TEST(r.out.find("\nquantization (config.json quantization_config):\n") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("  group_size                         32\n") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("  supported                          true\n") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("  pack_quantized_weights             6\n") != std::string::npos, r.out);
+  const auto j = mla::test::run_cli("inspect '" + fixture_dir() + "/model.safetensors' --config '" + fixture_dir() +
+                                    "/config.json' --json");
+  BOOST_TEST_REQUIRE(j.exit_code == 0, j.err);
+  BOOST_TEST(j.out.find("\"num_bits\": 4, \"symmetric\": true, \"strategy\": \"group\", \"group_size\": 32") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace
