@@ -234,7 +234,8 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     std::vector<cpu::RowScratch> scratch(idx(threads));
     std::vector<std::vector<float>> probs(idx(threads));
     std::vector<std::vector<double>> probs_d(idx(threads)), oracle(idx(threads));
-    std::vector<float> p_full;  // [n, x+1] the full run's attention at this step
+    std::vector<float> p_full;        // [n, x+1] the full run's attention at this step
+    std::vector<double> p_full_total;  // [n] its sum per head
     for (int64_t i = 0; i < N; ++i) {
       const int64_t x = P + i;
       std::vector<int64_t> all(idx(x + 1));
@@ -245,6 +246,9 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
         cpu::attend_row(layer->attention_spec(), f.q.data() + i * f.q.cols(), cpu::KeyView{&prompt.keys, &f.keys, P}, all,
                         p_full.data(), f.ctx.data() + i * n * d_v, scratch[0]);
         f.cache_len[idx(i)] = f.held[idx(i)] = x + 1;
+        p_full_total.assign(idx(n), 0.0);
+        for (int64_t h = 0; h < n; ++h)
+          for (int64_t t = 0; t <= x; ++t) p_full_total[idx(h)] += p_full[idx(h * (x + 1) + t)];
       }
       cpu::parallel_for(R - 1, threads, [&](int64_t k, int worker) {
         RunState& r = runs[idx(k + 1)];
@@ -269,10 +273,9 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
         // the full run's mass on this cache, mean over heads
         double recall = 0;
         for (int64_t h = 0; h < n; ++h) {
-          double kept = 0, total = 0;
-          for (int64_t t = 0; t <= x; ++t) total += p_full[idx(h * (x + 1) + t)];
+          double kept = 0;
           for (int64_t t : cache) kept += p_full[idx(h * (x + 1) + t)];
-          recall += (total > 0 ? kept / total : 1.0) / static_cast<double>(n);
+          recall += (p_full_total[idx(h)] > 0 ? kept / p_full_total[idx(h)] : 1.0) / static_cast<double>(n);
         }
         r.recall[idx(i)] = recall;
         r.cache_len[idx(i)] = m;
