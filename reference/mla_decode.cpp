@@ -1,7 +1,7 @@
 // reference/mla_decode.cpp — the scalar double-precision reference of one MLA decode step
 // against a (possibly evicted) latent cache, in the absorbed form (docs/math.md §10) and the
 // naive form (HF's per-head k/v, docs/math.md §3.6). Plain loops, one function per equation;
-// the cpu decode kernel (src/decode/cpu_decode_kernel.cpp) is tested against it.
+// the cpu decode kernel (src/cpu/cpu_decode.cpp) is tested against it.
 //
 // For query row x and a cache S (positions, ascending), per head h:
 //   absorbed   q~_h       = W_UK^h^T q_nope_h                              absorb_query
@@ -189,6 +189,9 @@ class ReferenceDecodeKernel final : public DecodeKernel {
   }
 
   int64_t heads() const override { return cfg_.num_attention_heads; }
+  std::string description() const override {
+    return std::string("reference, ") + decode_attention_name(spec_.attention) + ": scalar double loops";
+  }
 
   void begin_query(int64_t x) override {
     const int64_t n = cfg_.num_attention_heads, d_qk = cfg_.qk_head_dim(), Q = in_.total_rows() - in_.query_begin;

@@ -403,16 +403,6 @@ Activations forward(const AttentionConfig& cfg, const LayerWeights& w, const Ten
   return a;
 }
 
-// latent_cache[s] = latent_normed[s] | k_pe_roped[s]                (§10 step 3)
-TensorD latent_cache_rows(const TensorD& latent_normed, const TensorD& k_pe_roped) {
-  const int64_t S = latent_normed.dim(0), r_kv = latent_normed.dim(1), d_r = k_pe_roped.dim(1);
-  TensorD cache("latent_cache", {S, r_kv + d_r});
-  for (int64_t s = 0; s < S; ++s) {
-    for (int64_t c = 0; c < r_kv; ++c) cache.data[idx(s * (r_kv + d_r) + c)] = latent_normed.data[idx(s * r_kv + c)];
-    for (int64_t d = 0; d < d_r; ++d) cache.data[idx(s * (r_kv + d_r) + r_kv + d)] = k_pe_roped.data[idx(s * d_r + d)];
-  }
-  return cache;
-}
 
 // ---- the Backend wrapper -------------------------------------------------------------------
 namespace {
@@ -454,7 +444,8 @@ class ReferenceBackend final : public Backend {
       r.key_states = std::move(a.key_states);
       r.value_states = std::move(a.value_states);
     }
-    if (opt.keep_latent_cache) r.latent_cache = latent_cache_rows(a.latent_normed, a.k_pe_roped);
+    if (opt.keep_latent_cache) r.latent_cache = latent_cache_rows(a.latent_normed.ptr(), a.k_pe_roped.ptr(), a.latent_normed.dim(0),
+                                                             a.latent_normed.dim(1), a.k_pe_roped.dim(1));
     return r;
   }
 

@@ -134,9 +134,6 @@ TensorD absorbed_scores(const AttentionConfig& cfg, const LayerWeights& w, const
                         const TensorD& q_pe_roped, const TensorD& latent_normed, const TensorD& k_pe_roped,
                         double scale);
 
-// The latent cache an MLA engine stores (§10 step 3): [S, r_kv + d_r] = latent_normed | k_pe_roped.
-TensorD latent_cache_rows(const TensorD& latent_normed, const TensorD& k_pe_roped);
-
 // ---- the intermediates --------------------------------------------------------------------
 
 // Every intermediate of one forward, named as in HF's DeepseekV3Attention.forward.

@@ -85,6 +85,12 @@ struct ForwardResult {
   StageSeconds stage_seconds;  // in execution order
 };
 
+// What an MLA engine caches per token, assembled the same way by every backend:
+// latent_cache [S, r_kv + d_r] = latent_normed [S, r_kv] | k_pe_roped [S, d_r] (row-major
+// inputs, widened exactly to double).
+TensorD latent_cache_rows(const float* latent_normed, const float* k_pe_roped, int64_t S, int64_t r_kv, int64_t d_r);
+TensorD latent_cache_rows(const double* latent_normed, const double* k_pe_roped, int64_t S, int64_t r_kv, int64_t d_r);
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -99,6 +99,10 @@ class Checkpoint {
   // id >= vocab rows.
   TensorF embed_rows(const std::vector<int64_t>& token_ids) const;
 
+  // What wrote the checkpoint when `mla-h2o synth` did: its shards' __metadata__ value of
+  // kSynthMetadataKey (e.g. "mla-h2o synth: model_type kimi_k25, dtype bf16, seed 0"); ""
+  // for any other checkpoint (real weights).
+  std::string synthetic_origin() const;
   // Unmaps every shard opened so far (they are reopened on the next read). A loop over
   // layers calls it after each load, so that the mapped pages of the layers already done do
   // not stay resident (`mla-h2o sweep`: the memory of one layer, not of all).
@@ -120,6 +124,8 @@ class Checkpoint {
 };
 
 // --- synthetic checkpoints (mla-h2o synth) ---------------------------------------------
+// The __metadata__ key synth writes into every shard (Checkpoint::synthetic_origin).
+inline constexpr const char* kSynthMetadataKey = "mla_h2o_synth";
 struct SynthOptions {
   std::string preset = "tiny";   // "kimi-k2.6" or "tiny"
   std::string out_dir;

@@ -5,18 +5,19 @@
 //   hidden states rows 0..P-1 are the prompt (causal prefill), rows P..T-1 are N decode steps.
 //   The latent cache holds per token kv_a_layernorm(c) [r_kv] | roped k_pe [d_r].
 //   Step i (token x = P + i): x joins the cache; its query attends over the cache; then the
-//   policy evicts while the cache holds more than the budget K. Sinks (positions < sinks) and
-//   the recent window (positions > x - recent) are never evicted, except by full and oracle.
-//   After the prefill the cache is cut to K by the policy's own scores through h2o_select.
-//   On equal scores the older (lower) position is evicted first.
+//   policy evicts until it holds at most K tokens. The policies (mla/policy.hpp, one
+//   CacheManager per policy and budget) define what is protected, how the prompt is cut to K
+//   after the prefill, and the tie rule.
 //
 // Layers of the implementation:
-//   DecodeInputs   what one layer's backend computes once (queries, latent cache, prefill scores)
+//   DecodeInputs   what one layer's backend computes once (queries, latent cache, prefill mass)
+//   TokenFeatures  per-token quantities some policies read (src/decode/token_features.cpp)
 //   DecodeKernel   the attention arithmetic of one decode step: absorbed or naive, in the
 //                  reference (reference/mla_decode.cpp, double loops) or the cpu backend
-//                  (src/decode/cpu_decode_kernel.cpp, Eigen/BLAS)
-//   run_decode     the step loop and the policies (src/decode/decode_loop.cpp); it only sees
-//                  attention probabilities, so tests drive it with hand-made ones.
+//                  (src/cpu/cpu_decode.cpp, Eigen/BLAS); every row of a product that could mix
+//                  runs is computed by itself, so a run's figures do not depend on the others
+//   run_decode     the step loop (src/decode/decode_loop.cpp): the managers and the metrics; it
+//                  only sees attention probabilities, so tests drive it with hand-made ones.
 //
 // Shape legend (config names): T = P + N rows, n = num_attention_heads, H = hidden_size,
 //   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
@@ -26,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +36,8 @@
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/config.hpp"
+#include "mla/policy.hpp"
+#include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla {
@@ -41,50 +45,81 @@ namespace mla {
 enum class DecodeAttention { Absorbed, Naive };
 const char* decode_attention_name(DecodeAttention a);  // "absorbed" | "naive"
 
-enum class Policy { Full, H2O, H2ONormalized, Tova, Streaming, SnapKV, Random, Oracle };
-const char* policy_name(Policy p);  // "full", "h2o", "h2o-normalized", "tova", "streaming", "snapkv", "random", "oracle"
-// Error(InvalidArgument) naming the unknown policy and listing the known ones.
-Policy parse_policy(std::string_view name);
-const std::vector<Policy>& all_policies();  // in the order above
-
 struct DecodeOptions {
-  int64_t prompt_len = 0;         // P >= 1
-  int64_t steps = 0;              // N >= 1, P + N <= T
-  std::vector<int64_t> budgets;   // K, strictly increasing, each > sinks + recent
-  std::vector<Policy> policies;   // no duplicates; full is always computed (the reference)
-  int64_t sinks = 4;              // positions [0, sinks) never evicted
-  int64_t recent = 32;            // positions (x - recent, x] never evicted at step x
-  int64_t snapkv_window = 32;     // snapkv: prompt queries that vote
-  int64_t snapkv_pool = 7;        // snapkv: max-pool width (odd, centred)
-  uint64_t seed = 0;              // random policy
+  int64_t prompt_len = 0;                 // P >= 1
+  int64_t steps = 0;                      // N >= 1, P + N <= T
+  std::vector<int64_t> budgets;           // K, strictly increasing
+  std::vector<PolicySettings> policies;   // distinct labels; full is always computed (the reference)
+  int64_t layer = 0, num_layers = 1;      // pyramidkv: the layer's budget (pyramid_budget)
+  bool keep_outputs = false;              // PolicyTrace::attn_output (--dump-tensors); else only the metrics
 };
-// The bad inputs as Error(InvalidArgument) with one clear line: P >= T or P < 1,
-// N = 0 or P + N > T, no budget, K <= sinks + recent, budgets not increasing, duplicate policy.
+// The bad inputs as Error(InvalidArgument) with one clear line: P >= T or P < 1, N = 0 or
+// P + N > T, no budget, budgets not increasing, no policy, a label twice, a budget that
+// cannot hold what a policy protects.
 void check_decode_options(const DecodeOptions& opt, int64_t total_rows);
+// The budget (policy, K) holds on this layer: pyramid_budget for pyramidkv, else K.
+int64_t layer_budget(const PolicySettings& s, int64_t budget, const DecodeOptions& opt);
+// The number of the last prompt queries whose attention the policies read (observation_window).
+int64_t prompt_query_window(const DecodeOptions& opt);
 
 // ---- inputs of one layer (do not depend on eviction: computed once) ---------------------
 
+// The pre-RoPE queries of prompt rows [first, P) per head (expected-attention's statistics):
+// mean [n, d_qk] and covariance [n, d_qk, d_qk] = (1/rows) sum (q - mean)(q - mean)^T, the
+// rope half in HF's de-interleaved order, not rotated.
+struct QueryStatistics {
+  int64_t first = 0, rows = 0;
+  std::vector<double> mean, cov;
+  bool empty() const { return rows == 0; }
+};
+// q: [S, n*d_qk] roped queries (HF order, head-major) of positions `positions`; the rows
+// [first, S) are un-rotated (their cos/sin of rope_tables) and summarised.
+QueryStatistics prerope_query_statistics(const AttentionConfig& cfg, const float* q, int64_t rows,
+                                         const std::vector<int64_t>& positions, int64_t first);
+
+struct DecodeInputsRequest {
+  int64_t prompt_len = 0;       // P
+  int64_t query_window = 0;     // queries held from row P - window on (prompt_query_window)
+  int64_t statistics_from = -1; // >= 0: QueryStatistics of prompt rows [statistics_from, P)
+};
+
 struct DecodeInputs {
   int64_t prompt_len = 0;               // P
-  int64_t query_begin = 0;              // first row whose query is held (P - snapkv window)
+  int64_t query_begin = 0;              // first row whose query is held (P - query window)
   TensorD latent_cache;                 // [T, r_kv + d_r]  kv_a_layernorm(c) | k_pe roped (HF order)
   TensorD query_states;                 // [n, T - query_begin, d_qk]  q_nope | q_pe roped (HF order)
-  std::vector<double> prefill_scores;   // [P] attention mass each prompt token received in the
-                                        //     causal prefill, summed over heads and queries
+  std::vector<double> head_mass;        // [n, P] attention mass each prompt token received in the
+                                        //     causal prefill per head (ForwardResult::head_scores)
+  QueryStatistics query_statistics;     // when asked for (statistics_from >= 0)
   GemmInfo gemm;                        // cpu stages: the projection engine that ran (--gemm,
                                         //     docs/cpu-gemm.md); empty for another backend
+  std::string backend;                  // what computed them: "cpu" | "reference"
+  std::string description;              // its engines and threads, as they ran
   int64_t total_rows() const { return latent_cache.empty() ? 0 : latent_cache.dim(0); }
 };
 
+// Error(InvalidArgument) unless 1 <= P < T and statistics_from < P.
+void check_decode_inputs_request(const DecodeInputsRequest& req, int64_t total_rows);
 // Two forwards of `backend` (prepared with the layer): the causal prefill over rows [0, P)
-// (prefill scores, latent cache rows < P), and rows [query_begin, T) at their positions
+// (prefill mass, latent cache rows < P), and rows [query_begin, T) at their positions
 // (queries, latent cache rows >= P). hidden: [T, H]. opt: the run's mask must be causal.
-DecodeInputs compute_decode_inputs(Backend& backend, const TensorF& hidden, int64_t prompt_len,
-                                   int64_t query_window, const ForwardOptions& opt);
+DecodeInputs compute_decode_inputs(Backend& backend, const AttentionConfig& cfg, const TensorF& hidden,
+                                   const DecodeInputsRequest& req, const ForwardOptions& opt);
 // The same from the cpu backend's stage functions in one pass (q/kv/rope over all T rows, the
-// prefill's attention for its scores, no o_proj): what `mla-h2o decode --backend cpu` uses.
+// prefill's attention for its mass, no o_proj): what `mla-h2o decode --backend cpu` uses.
 DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWeights& w, const TensorF& hidden,
-                                       int64_t prompt_len, int64_t query_window, const ForwardOptions& opt);
+                                       const DecodeInputsRequest& req, const ForwardOptions& opt);
+
+// The per-token features the policies of `needs` read (mla/policy.hpp TokenFeatures), from
+// the latent cache [T, r_kv + d_r] and the layer's kv_b_proj and o_proj, in fp32 GEMMs:
+//   k_h,t = [W_UK^h c_t | k_pe_t], v_h,t = W_UV^h c_t;  key_norm = ||k_h,t||, value_norm = ||v_h,t||,
+//   output_norm = ||W_O^h v_h,t|| (through the Gram matrix W_O^hT W_O^h);
+//   expected_attention (kvpress ExpectedAttentionPress, stats = the pre-RoPE prompt queries'):
+//     mu' = [mu_nope | R mu_pe], S' = B S B^T, B = diag(I, R), R = mean of RoPE's rotation over
+//     positions [P, P + future); z_h,t = scale mu'.k + scale^2/2 k^T S' k; softmax over the
+//     prompt tokens [sinks, P) per head (tokens >= P use the same normaliser).
+TokenFeatures compute_token_features(const AttentionConfig& cfg, const LayerWeights& w, const TensorD& latent_cache,
+                                     int64_t prompt_len, const FeatureNeeds& needs, const QueryStatistics& stats);
 
 // ---- the attention arithmetic of a decode step ------------------------------------------
 
@@ -103,6 +138,8 @@ class DecodeKernel {
   virtual void end_query() {}
   // attn_output [rows, H] of one slot (o_proj of its contexts), after the last step.
   virtual TensorD outputs(int64_t slot) = 0;
+  // What computes it (engines, the per-row kernel chosen for this CPU).
+  virtual std::string description() const { return ""; }
 };
 
 struct DecodeKernelSpec {
@@ -121,51 +158,66 @@ std::unique_ptr<DecodeKernel> make_cpu_decode_kernel(const AttentionConfig& cfg,
 std::unique_ptr<DecodeKernel> make_reference_decode_kernel(const AttentionConfig& cfg, const LayerWeights& w,
                                                            const DecodeInputs& in, const DecodeKernelSpec& spec);
 
-// ---- the step loop and the policies ------------------------------------------------------
+// ---- the step loop ------------------------------------------------------------------------
 
 struct DecodeStep {
-  int64_t step = 0;         // i
-  int64_t position = 0;     // x = P + i
-  int64_t cache_len = 0;    // tokens the query attended over (x included)
-  int64_t evicted = -1;     // position evicted after the step (-1: none)
-  double rel_error = 0;     // ||o - o_full|| / ||o_full|| on attn_output
-  double cosine = 1;        // cos(o, o_full)
-  double mass_recall = 1;   // mean over heads of the full-cache attention mass on the cache
+  int64_t step = 0;             // i
+  int64_t position = 0;         // x = P + i
+  int64_t cache_len = 0;        // tokens the query attended over (x included)
+  int64_t held = 0;             // tokens held after the step's eviction (<= the budget)
+  int64_t evicted = -1;         // the first position evicted after the step (-1: none)
+  double rel_error = 0;         // ||o - o_full|| / ||o_full|| on attn_output
+  double residual_error = 0;    // ||o - o_full|| / ||h_x|| (the residual stream's row; NaN if unknown)
+  double cosine = 1;            // cos(o, o_full)
+  double mass_recall = 1;       // mean over heads of the full-cache attention mass on the cache
+  double mass_recall_min = 1;   // the worst head's
+  double mass_recall_p5 = 1;    // the 5th percentile over heads (nearest rank)
+  double visible = 1;           // cache_len / (x + 1): the recall of flat attention
 };
 
 struct PolicyTrace {
-  Policy policy = Policy::Full;
+  PolicySettings policy;                      // preset, label and settings
   int64_t budget = 0;                         // K (the run's budget also for full)
+  int64_t layer_budget = 0;                   // what it holds on this layer (pyramidkv) = K otherwise
   std::vector<int64_t> prefill_kept;          // prompt positions kept by the prefill cut (ascending)
   std::vector<DecodeStep> steps;              // [N]
-  std::vector<std::vector<int64_t>> attended; // [N] the cache each query attended over (ascending)
-  TensorD attn_output;                        // [N, H]
+  TensorD attn_output;                        // [N, H] only with DecodeOptions::keep_outputs
 };
 
 struct DecodeResult {
-  std::vector<PolicyTrace> traces;  // per budget (ascending), per policy (options order)
-  TensorD full_output;              // [N, H] the full cache's attn_output
+  std::vector<PolicyTrace> traces;  // per budget (ascending), per policy (options order; full first)
+  TensorD full_output;              // [N, H] the full cache's attn_output (keep_outputs)
 };
 
-// What run_decode needs besides the kernel.
-struct PrefillView {
-  int64_t prompt_len = 0;              // P
-  std::vector<double> token_scores;    // [P] causal prefill mass (h2o)
+// What run_decode reads besides the kernel.
+struct DecodeContext {
+  std::vector<double> head_mass;            // [n, P] causal prefill mass per head
+  const TokenFeatures* features = nullptr;  // what feature_needs(opt.policies) asks for
+  std::vector<double> residual_norm;        // [N] ||h|| of the residual stream's rows P..P+N-1 (empty: NaN)
 };
 
 // Output streams run_decode uses: 1 (full) + budgets x (policies other than full).
 int64_t decode_slots(const DecodeOptions& opt);
 
-// The step loop. `progress` (may be empty) is called after every step with (done, total).
-DecodeResult run_decode(const DecodeOptions& opt, const PrefillView& prefill, DecodeKernel& kernel,
-                        const std::function<void(int64_t, int64_t)>& progress = {});
+// Called after each policy's attention with (trace index, step, the positions it attended).
+using AttendObserver = std::function<void(size_t, int64_t, std::span<const int64_t>)>;
 
-// Per (policy, budget) summary, as summary.csv and the stdout table print it.
+// The step loop: a CacheManager per (budget, policy), the kernel's attention for each. The
+// prompt queries the policies read are computed once and shared. `progress` (may be empty)
+// is called after every step with (done, total).
+DecodeResult run_decode(const DecodeOptions& opt, const DecodeContext& ctx, DecodeKernel& kernel,
+                        const std::function<void(int64_t, int64_t)>& progress = {}, const AttendObserver& observe = {});
+
+// Per (policy, budget) summary, as summary.csv and the stdout table print it: means over the
+// steps (p95 and max: nearest rank over the steps).
 struct DecodeSummary {
-  Policy policy = Policy::Full;
+  std::string policy;  // label
   int64_t budget = 0;
-  double mean_rel_error = 0, p95_rel_error = 0, max_rel_error = 0;
-  double mean_cosine = 1, mean_mass_recall = 1, mean_cache_len = 0;
+  double mean_rel_error = 0, p95_rel_error = 0, max_rel_error = 0, mean_residual_error = 0;
+  double mean_cosine = 1, mean_mass_recall = 1, mean_mass_recall_min = 1, mean_mass_recall_p5 = 1;
+  double mean_visible = 1;      // flat baseline: tokens attended / tokens visible
+  double mean_cache_len = 0;    // tokens attended
+  double mean_held = 0;         // tokens held after the step (what the budget bounds)
 };
 std::vector<DecodeSummary> summarize(const DecodeResult& r);
 
@@ -177,7 +229,37 @@ std::string decode_summary_csv(const std::vector<DecodeSummary>& s);
 std::string decode_summary_table(const std::vector<DecodeSummary>& s);
 // rel_error per step, one line per policy (the budget `budget`).
 std::string decode_svg(const DecodeResult& r, int64_t budget, const std::string& title);
-// mean rel_error against K, one line per policy (needs >= 2 budgets).
+// mean rel_error against the measured mean number of tokens held, one line per policy
+// (needs >= 2 budgets).
 std::string budget_svg(const std::vector<DecodeSummary>& s, const std::string& title);
+
+// What report.json and the stdout header say besides the results.
+struct DecodeRunInfo {
+  std::string checkpoint;
+  std::string synthetic_weights;         // Checkpoint::synthetic_origin(): "" for real weights
+  int64_t layer = 0;
+  std::string input;                     // the input's description
+  std::string residual_source;           // what residual_error divides by
+  int64_t rows = 0;                      // T rows of input
+  std::optional<AttentionConfig> config;
+  std::string precision, attention, latent_norm_eps_mode;
+  double latent_norm_eps = 0;
+  std::string backend_requested, backend, backend_description;  // what computed the inputs
+  GemmInfo gemm;                         // cpu: the projection engine of the prefill
+  std::string decode_kernel;             // DecodeKernel::description()
+  int threads = 0;                       // as asked (0 = all cores)
+  std::vector<std::string> caveats;      // what the figures do not mean (synthetic weights, inputs)
+  std::vector<std::string> notes;
+  StageSeconds stages;                   // in execution order
+  int64_t memory_planned_bytes = -1, memory_available_bytes = -1, memory_peak_rss_bytes = -1;
+  std::string memory_planned_phase, memory_available_source;
+  std::vector<std::string> files;
+};
+// report.json: format, command, versions, checkpoint, synthetic_weights, caveats, layer, input,
+// config, options (precision, attention, P, N, budgets, policies with their settings),
+// backend, summary, timing_s {total, stages}, memory, notes, files.
+std::string decode_report_json(const DecodeRunInfo& info, const DecodeOptions& opt, const std::vector<DecodeSummary>& s);
+// The text printed on stdout: the settings, the caveats, the summary table, the time, the files.
+std::string decode_report_text(const DecodeRunInfo& info, const DecodeOptions& opt, const std::vector<DecodeSummary>& s);
 
 }  // namespace mla

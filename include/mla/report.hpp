@@ -147,6 +147,8 @@ class JsonWriter {
 // fields of its "h2o" object (counts, fractions, mean scores, top heavy hitters, indices);
 // shared by report_json and sweep_report_json.
 void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale);
+// "versions": {mla_h2o, compiler, cuda_built, openblas} — every report.json names what made it.
+void write_versions(JsonWriter& w);
 void write_decision(JsonWriter& w, std::span<const double> scores, const H2ODecision& d, size_t top_k);
 
 // --dump-tensors: writes `path` (safetensors) in HF's layout so other implementations can

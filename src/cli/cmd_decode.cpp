@@ -1,40 +1,44 @@
 // src/cli/cmd_decode.cpp — `mla-h2o decode`: decode-time eviction on one layer's MLA latent
 // cache, policies compared by what their eviction does to the attention output, step by step
-// (docs/decode.md). `mla-h2o demo --decode` calls it with the demo's settings (cmd_run.cpp).
+// (docs/decode.md). `mla-h2o demo --decode` runs the same pipeline with the demo's plan
+// (cmd_run.cpp).
 //
-// Pipeline, each stage timed:
-//   1. settings           every bad flag is one error line, before any work
-//   2. output directory   created first, so an unwritable --out fails early
-//   3. checkpoint, layer, input rows [T, H]; then the decode options are checked against T
-//   4. backend            prepare + the two forwards of compute_decode_inputs (prefill, queries)
-//   5. decode             run_decode over N steps, all policies and budgets (progress on stderr)
-//   6. outputs            decode.csv, summary.csv, decode.svg, budget.svg (>= 2 budgets),
-//                         report.json, decode_tensors.safetensors (--dump-tensors); the
-//                         summary table on stdout
+// Pipeline (execute_decode), the shape of `run`'s (run_pipeline.hpp), each stage timed:
+//   load      the shared load: output directory, checkpoint, memory plan, layer, input
+//             (opened once); then the decode options are checked against the T rows
+//   prefill   the backend's inputs: projections of all T rows, the causal prefill's attention
+//             mass per head, the latent cache, the held queries (compute_cpu_decode_inputs, or
+//             two forwards of the reference backend)
+//   features  the per-token quantities knorm, expected-attention and value-aware read
+//   decode    the kernel, then run_decode over N steps, every policy and budget
+//   outputs   decode.csv, summary.csv, decode.svg, budget.svg (>= 2 budgets),
+//             decode_tensors.safetensors (--dump-tensors), report.json; the report on stdout
 //
 // Shape legend: T = P + N rows, H = hidden_size, n heads, r_kv + d_r = latent cache width.
-#include <chrono>
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "decode_plan.hpp"
 #include "inputs.hpp"
 #include "progress.hpp"
+#include "run_pipeline.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/decode.hpp"
 #include "mla/error.hpp"
+#include "mla/h2o.hpp"
+#include "mla/policy.hpp"
 #include "mla/report.hpp"
-#include "mla/rope.hpp"
 #include "mla/safetensors.hpp"
 #include "mla_build_config.h"
 
 namespace mla::cli {
-namespace {
 
 CommandSpec decode_spec() {
   CommandSpec spec;
@@ -54,22 +58,27 @@ CommandSpec decode_spec() {
   const std::vector<FlagSpec> own = {
       {"prompt-len", "P", "prompt rows (causal prefill); 1 <= P < T (required)", ""},
       {"steps", "N", "decode steps after the prompt", "T - P"},
-      {"cache-budget", "K[,K2,...]", "cache budgets, strictly increasing, each > sinks + recent (required)", ""},
-      {"policy", "a,b,...",
-       "full, h2o, h2o-normalized, tova, streaming, snapkv, random, oracle (full is always computed)", "all"},
-      {"sinks", "N", "first N positions never evicted", "4"},
-      {"recent", "N", "the N most recent positions (the new token included) never evicted", "32"},
+      {"cache-budget", "K[,K2,...]", "cache budgets, strictly increasing; each policy needs K > what it never evicts (required)", ""},
+      {"policy", "a,b:key=v,...",
+       "presets (each paper's settings, docs/decode.md §2): full, h2o, h2o-normalized, tova, streaming, snapkv, "
+       "snapkv-maxpool, pyramidkv, knorm, expected-attention, scissorhands, value-aware, random, oracle, or all; "
+       "name:key=value,key=value changes a setting (sinks, recent=N|N%, heads=sum|max|mean, window, pool=avgN|maxN|none, "
+       "future, vnorm=0|1, beta, seed); full is always computed", "all"},
+      {"sinks", "N", "first N positions never evicted, for every policy that has sinks (overrides the presets)", ""},
+      {"recent", "N", "the N newest positions never evicted, for every policy that has a recent window (overrides the presets)", ""},
       {"policy-seed", "N", "seed of the random policy", "0"},
       {"attention", "absorbed|naive", "absorbed latent-cache attention (vLLM/SGLang/DeepSeek) or HF's per-head k/v",
        "absorbed"},
       {"precision", "fp32|bf16", "bf16: HF bf16 prefill, bf16 decode rounding of docs/decode.md §3", "fp32"},
+      {"latent-norm-eps", "hf|config|VALUE",
+       "eps of q_a_layernorm/kv_a_layernorm: hf = 1e-6 (transformers), config = rms_norm_eps (vLLM/SGLang)", "hf"},
       {"backend", "cpu|reference", "cpu = the cpu backend's stages (--gemm); reference = the double-loop reference (slow)", "cpu"},
       {"threads", "N", "cpu threads (0 = all cores)", "0"},
       {"gemm", "auto|onednn|eigen", "cpu: projection engine of the prefill (docs/cpu-gemm.md); auto runs " + gemm_auto_summary(),
        "auto"},
       {"out", "DIR", "output directory (created)", "./mla-h2o-out"},
       {"dump-tensors", "", "write decode_tensors.safetensors (latent cache, outputs of every policy)", ""},
-      {"quiet", "", "no progress lines on stderr (else every 10 % of the steps after MLA_PROGRESS_AFTER s, default 1)", ""},
+      {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
   };
   for (auto& f : own) spec.flags.push_back(f);
   spec.positional_help =
@@ -77,244 +86,242 @@ CommandSpec decode_spec() {
   return spec;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+namespace {
 
-std::string join(const std::string& dir, const std::string& name) { return (std::filesystem::path(dir) / name).string(); }
-
-std::vector<Policy> parse_policies(const std::string& list) {
-  std::vector<Policy> out;
-  std::string cur;
-  for (size_t i = 0; i <= list.size(); ++i) {
-    if (i == list.size() || list[i] == ',') {
-      if (cur.empty()) fail(ErrorKind::InvalidArgument, "--policy: empty name in '" + list + "'");
-      out.push_back(parse_policy(cur));
-      cur.clear();
-    } else {
-      cur += list[i];
+// --policy, then --sinks / --recent / --policy-seed for every policy that has the setting.
+std::vector<PolicySettings> read_policies(const Args& a) {
+  std::vector<PolicySettings> out = parse_policy_list(a.has("policy") ? a.str("policy") : "all");
+  for (PolicySettings& s : out) {
+    const std::vector<std::string> keys = policy_setting_keys(s.kind);
+    for (const std::string key : {"sinks", "recent", "seed"}) {
+      const std::string flag = key == "seed" ? "policy-seed" : key;
+      if (a.has(flag) && std::find(keys.begin(), keys.end(), key) != keys.end())
+        apply_policy_setting(s, key, std::to_string(a.integer(flag, 0, key == "recent" ? 1 : 0)));
     }
   }
   return out;
 }
 
-std::vector<std::byte> f64_bytes(const std::vector<double>& v) { return encode_f64(v); }
-
-void write_decode_tensors(const std::string& path, const DecodeInputs& in, const DecodeResult& r,
+void write_decode_tensors(const std::string& path, const DecodeInputs& in, int64_t n, const DecodeResult& r,
                           const std::map<std::string, std::string>& meta) {
   std::vector<std::vector<std::byte>> payloads;
   std::vector<TensorToWrite> tensors;
   payloads.reserve(r.traces.size() + 4);
   auto add = [&](const std::string& name, const std::vector<int64_t>& shape, const std::vector<double>& v) {
-    payloads.push_back(f64_bytes(v));
+    payloads.push_back(encode_f64(v));
     tensors.push_back(TensorToWrite{name, DType::F64, std::vector<uint64_t>(shape.begin(), shape.end()), payloads.back()});
   };
+  const std::vector<double> prefill_scores = token_scores_from_heads(in.head_mass, n);  // [P]
   add("latent_cache", in.latent_cache.shape, in.latent_cache.data);
-  add("prefill_scores", {static_cast<int64_t>(in.prefill_scores.size())}, in.prefill_scores);
+  add("prefill_scores", {static_cast<int64_t>(prefill_scores.size())}, prefill_scores);
   add("attn_output.full", r.full_output.shape, r.full_output.data);
   for (const PolicyTrace& t : r.traces)
-    if (t.policy != Policy::Full)
-      add("attn_output." + std::string(policy_name(t.policy)) + ".K" + std::to_string(t.budget), t.attn_output.shape,
-          t.attn_output.data);
+    if (t.policy.kind != PolicyKind::Full)
+      add("attn_output." + t.policy.label + ".K" + std::to_string(t.budget), t.attn_output.shape, t.attn_output.data);
   write_safetensors(path, tensors, meta);
 }
 
-std::string report_json(const std::map<std::string, std::string>& settings, const AttentionConfig& cfg,
-                        const DecodeOptions& opt, int64_t T, const std::vector<DecodeSummary>& sum,
-                        const std::vector<std::pair<std::string, double>>& timing, const std::vector<std::string>& files) {
-  JsonWriter j;
-  j.begin_object();
-  j.key("command").value("decode");
-  j.key("version").value(MLA_VERSION);
-  for (const auto& [k, v] : settings) j.key(k).value(v);
-  j.key("geometry").begin_object();
-  j.key("hidden_size").value(cfg.hidden_size);
-  j.key("num_attention_heads").value(cfg.num_attention_heads);
-  j.key("kv_lora_rank").value(cfg.kv_lora_rank);
-  j.key("qk_nope_head_dim").value(cfg.qk_nope_head_dim);
-  j.key("qk_rope_head_dim").value(cfg.qk_rope_head_dim);
-  j.key("v_head_dim").value(cfg.v_head_dim);
-  j.key("softmax_scale").value(softmax_scale(cfg));
-  j.end_object();
-  j.key("rows").value(T);
-  j.key("prompt_len").value(opt.prompt_len);
-  j.key("steps").value(opt.steps);
-  j.key("sinks").value(opt.sinks);
-  j.key("recent").value(opt.recent);
-  j.key("budgets").begin_array();
-  for (int64_t K : opt.budgets) j.value(K);
-  j.end_array();
-  j.key("summary").begin_array();
-  for (const DecodeSummary& s : sum) {
-    j.begin_object();
-    j.key("policy").value(policy_name(s.policy));
-    j.key("budget").value(s.budget);
-    j.key("mean_rel_error").value(s.mean_rel_error);
-    j.key("p95_rel_error").value(s.p95_rel_error);
-    j.key("max_rel_error").value(s.max_rel_error);
-    j.key("mean_cosine").value(s.mean_cosine);
-    j.key("mean_mass_recall").value(s.mean_mass_recall);
-    j.key("mean_cache_len").value(s.mean_cache_len);
-    j.end_object();
-  }
-  j.end_array();
-  j.key("timing_s").begin_object();
-  for (const auto& [k, v] : timing) j.key(k).value(v);
-  j.end_object();
-  j.key("files").begin_array();
-  for (const auto& f : files) j.value(f);
-  j.end_array();
-  j.end_object();
-  return j.str() + "\n";
+// What the figures do not mean, said in every output when it applies (docs/decode.md §6).
+std::vector<std::string> caveats(const std::string& synthetic, const InputRequest& input) {
+  std::vector<std::string> c;
+  if (!synthetic.empty())
+    c.push_back("synthetic weights (" + synthetic + "): a random layer, not a trained model. Its attention is "
+                "concentrated per query (the oracle keeps most of the mass with few tokens) but not persistent or "
+                "local the way a trained model's is, so which policy does best here says nothing about a real model; "
+                "measure on a real checkpoint (--tokens on layer 0, or --input hidden states)");
+  if (input.kind == InputKind::Seeded)
+    c.push_back("seeded inputs: i.i.d. normal rows, not text (--tokens or --input give a model's inputs)");
+  return c;
 }
 
 }  // namespace
+
+DecodePlan read_decode_plan(const Args& a) {
+  DecodePlan plan;
+  RunPlan& r = plan.run;
+  r.command = "decode";
+  r.checkpoint = a.str("checkpoint");
+  if (r.checkpoint.empty()) fail(ErrorKind::InvalidArgument, "--checkpoint PATH is required (see mla-h2o decode --help)");
+  if (!a.has("prompt-len")) fail(ErrorKind::InvalidArgument, "--prompt-len P is required (see mla-h2o decode --help)");
+  if (!a.has("cache-budget")) fail(ErrorKind::InvalidArgument, "--cache-budget K is required (see mla-h2o decode --help)");
+  r.config_path = a.str("config");
+  r.layer = a.integer("layer", 0, 0);
+  r.input = input_request(a);
+  r.backend = a.choice("backend", {"cpu", "reference"}, "cpu") == "reference" ? BackendKind::Reference : BackendKind::Cpu;
+  r.forward.mask = Mask::Causal;
+  r.forward.precision = a.choice("precision", {"fp32", "bf16"}, "fp32") == "bf16" ? Precision::BF16 : Precision::FP32;
+  r.forward.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
+  r.forward.gemm = gemm_choice(a);
+  r.latent_eps_arg = a.str("latent-norm-eps", "hf");
+  r.out_dir = a.str("out", r.out_dir);
+  plan.dump_tensors = a.has("dump-tensors");
+  r.quiet = a.has("quiet");
+  plan.decode.prompt_len = a.integer("prompt-len", 0);
+  plan.decode.budgets = a.int_list("cache-budget", {});
+  plan.decode.policies = read_policies(a);
+  if (a.has("steps") && a.integer("steps", 0) < 1)
+    fail(ErrorKind::InvalidArgument, "--steps " + a.str("steps") + ": nothing to measure (need at least one decode step)");
+  plan.decode.steps = a.has("steps") ? a.integer("steps", 0) : 0;
+  plan.attention =
+      a.choice("attention", {"absorbed", "naive"}, "absorbed") == "absorbed" ? DecodeAttention::Absorbed : DecodeAttention::Naive;
+  return plan;
+}
+
+int execute_decode(const DecodePlan& plan) {
+  // load (the shared load: output directory, checkpoint, memory plan, layer, input)
+  const LoadedRun in = load(plan.run);
+  StageSeconds stages = in.stages;
+  const AttentionConfig& cfg = in.ckpt.config();
+  const int64_t T = in.input.hidden.dim(0);
+  DecodeOptions opt = plan.decode;
+  opt.layer = plan.run.layer;
+  opt.num_layers = cfg.num_hidden_layers;
+  if (opt.steps == 0) opt.steps = T - opt.prompt_len;
+  opt.keep_outputs = plan.dump_tensors;
+  check_decode_options(opt, T);
+  const int64_t P = opt.prompt_len, N = opt.steps, rows = P + N;
+  TensorF hidden = in.input.hidden;  // the rows used: [P + N, H]
+  hidden.shape[0] = rows;
+  hidden.data.resize(static_cast<size_t>(rows * cfg.hidden_size));
+
+  ProgressLine progress(plan.run.command, plan.run.quiet);
+  ForwardOptions fopt = in.options;
+  fopt.mask = Mask::Causal;
+  fopt.progress = progress.callback();
+  const FeatureNeeds needs = feature_needs(opt.policies);
+
+  // prefill: projections of every row, the causal prefill's attention mass, the latent cache
+  DecodeInputsRequest req;
+  req.prompt_len = P;
+  req.query_window = prompt_query_window(opt);
+  if (needs.expected_attention) req.statistics_from = std::min(needs.expected_sinks, P - 1);
+  const bool reference = plan.run.backend == BackendKind::Reference;
+  const DecodeInputs inputs = timed(stages, reference ? "prefill (reference)" : "prefill + projections (cpu)", [&] {
+    if (!reference) return compute_cpu_decode_inputs(cfg, in.weights, hidden, req, fopt);
+    std::unique_ptr<Backend> backend = make_reference_backend();
+    backend->prepare(cfg, in.weights, fopt);
+    return compute_decode_inputs(*backend, cfg, hidden, req, fopt);
+  });
+  progress.finish();
+
+  // the per-token features some policies read
+  const TokenFeatures features = timed(stages, "token features", [&] {
+    return compute_token_features(cfg, in.weights, inputs.latent_cache, P, needs, inputs.query_statistics);
+  });
+
+  // decode: the kernel, then every step of every policy and budget
+  DecodeKernelSpec ks;
+  ks.attention = plan.attention;
+  ks.precision = fopt.precision;
+  ks.slots = decode_slots(opt);
+  ks.rows = N;
+  ks.threads = fopt.threads;
+  std::unique_ptr<DecodeKernel> kernel = timed(stages, "decode kernel prepare", [&] {
+    return reference ? make_reference_decode_kernel(cfg, in.weights, inputs, ks) : make_cpu_decode_kernel(cfg, in.weights, inputs, ks);
+  });
+  DecodeContext dctx;
+  dctx.head_mass = inputs.head_mass;
+  dctx.features = &features;
+  const std::vector<double>& residual = in.input.residual_norm;  // [T] when the source gives it
+  dctx.residual_norm.resize(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) {
+    const size_t row = static_cast<size_t>(P + i);
+    if (!residual.empty()) {
+      dctx.residual_norm[static_cast<size_t>(i)] = residual[row];
+    } else {  // the rows given stand for the residual stream
+      double acc = 0;
+      for (int64_t j = 0; j < cfg.hidden_size; ++j) {
+        const double v = hidden.data[row * static_cast<size_t>(cfg.hidden_size) + static_cast<size_t>(j)];
+        acc += v * v;
+      }
+      dctx.residual_norm[static_cast<size_t>(i)] = std::sqrt(acc);
+    }
+  }
+  const DecodeResult result = timed(stages, "decode steps", [&] {
+    return run_decode(opt, dctx, *kernel, [&](int64_t done, int64_t total) { progress.update("decode steps", done, total); });
+  });
+  progress.finish();
+  const std::vector<DecodeSummary> summary = summarize(result);
+
+  // outputs
+  DecodeRunInfo info;
+  info.checkpoint = plan.run.checkpoint;
+  info.synthetic_weights = in.ckpt.synthetic_origin();
+  info.caveats = caveats(info.synthetic_weights, plan.run.input);
+  info.layer = plan.run.layer;
+  info.input = in.input.description;
+  info.residual_source = !residual.empty() ? (plan.run.input.kind == InputKind::Tokens
+                                                  ? "||h|| = the embed_tokens row, the residual stream entering layer 0"
+                                                  : "||h|| = the --residual row, the residual stream entering the layer")
+                                           : "||h|| = the row given (the attention's input, standing for the residual stream)";
+  info.rows = T;
+  info.config = cfg;
+  info.precision = precision_name(fopt.precision);
+  info.attention = decode_attention_name(plan.attention);
+  info.latent_norm_eps_mode = in.latent_eps_mode;
+  info.latent_norm_eps = in.options.latent_norm_eps;
+  info.backend_requested = reference ? "reference" : "cpu";
+  info.backend = inputs.backend;
+  info.backend_description = inputs.description;
+  info.gemm = inputs.gemm;
+  info.decode_kernel = kernel->description();
+  info.threads = fopt.threads;
+  info.notes = plan.run.notes;
+  if (plan.run.input.kind == InputKind::Tokens && plan.run.layer > 0) info.notes.push_back(tokens_caveat(std::to_string(plan.run.layer)));
+  if (in.memory.request.seq_len > 0) {
+    info.memory_planned_bytes = in.memory.estimate.host_peak_bytes;
+    info.memory_planned_phase = in.memory.estimate.peak_phase;
+    info.memory_available_bytes = in.memory.budget.host_bytes;
+    info.memory_available_source = in.memory.budget.host_source;
+  }
+  const std::string& dir = plan.run.out_dir;
+  const std::string tag = info.synthetic_weights.empty() ? "" : "[synthetic weights] ";
+  {
+    StageTimer t(stages, "write outputs");
+    info.files = {join_path(dir, "decode.csv"), join_path(dir, "summary.csv"), join_path(dir, "decode.svg")};
+    write_text_file(info.files[0], decode_csv(result));
+    write_text_file(info.files[1], decode_summary_csv(summary));
+    write_text_file(info.files[2],
+                    decode_svg(result, opt.budgets.front(),
+                               tag + "layer " + std::to_string(info.layer) + ", P = " + std::to_string(P) + ", K = " +
+                                   std::to_string(opt.budgets.front()) + ": rel_error of attn_output per decode step (" +
+                                   info.precision + ", " + info.attention + ")"));
+    if (opt.budgets.size() >= 2) {
+      info.files.push_back(join_path(dir, "budget.svg"));
+      write_text_file(info.files.back(), budget_svg(summary, tag + "layer " + std::to_string(info.layer) + ", P = " +
+                                                                 std::to_string(P) + ", N = " + std::to_string(N) +
+                                                                 ": mean rel_error against the tokens held"));
+    }
+    if (plan.dump_tensors) {
+      info.files.push_back(join_path(dir, "decode_tensors.safetensors"));
+      const std::map<std::string, std::string> meta = {
+          {"producer", std::string("mla-h2o ") + MLA_VERSION + " decode"},
+          {"checkpoint", info.checkpoint},
+          {"layer", std::to_string(info.layer)},
+          {"input", info.input},
+          {"precision", info.precision},
+          {"attention", info.attention},
+          {"backend", info.backend + " (" + info.backend_description + ")"},
+          {"synthetic_weights", info.synthetic_weights.empty() ? "no" : info.synthetic_weights},
+          {"rope_order", "latent_cache rope half in HF's de-interleaved order (as key_states)"},
+          {"config", config_to_json(cfg, false)},
+      };
+      write_decode_tensors(info.files.back(), inputs, cfg.num_attention_heads, result, meta);
+    }
+    info.files.push_back(join_path(dir, "report.json"));
+  }
+  info.stages = stages;
+  info.memory_peak_rss_bytes = peak_rss_bytes();
+  write_text_file(info.files.back(), decode_report_json(info, opt, summary));
+  std::fputs(decode_report_text(info, opt, summary).c_str(), stdout);
+  return 0;
+}
 
 int cmd_decode(const std::vector<std::string>& argv) {
   const CommandSpec spec = decode_spec();
   const Args a = Args::parse(spec, argv);
   if (print_help_if_asked(a, spec)) return 0;
-  const auto t_start = std::chrono::steady_clock::now();
-  std::vector<std::pair<std::string, double>> timing;
-
-  // 1. settings
-  const std::string checkpoint = a.str("checkpoint");
-  if (checkpoint.empty()) fail(ErrorKind::InvalidArgument, "--checkpoint PATH is required (see mla-h2o decode --help)");
-  if (!a.has("prompt-len")) fail(ErrorKind::InvalidArgument, "--prompt-len P is required (see mla-h2o decode --help)");
-  if (!a.has("cache-budget")) fail(ErrorKind::InvalidArgument, "--cache-budget K is required (see mla-h2o decode --help)");
-  const int64_t layer = a.integer("layer", 0, 0);
-  const InputRequest input_req = input_request(a);
-  DecodeOptions opt;
-  opt.prompt_len = a.integer("prompt-len", 0);
-  opt.budgets = a.int_list("cache-budget", {});
-  opt.policies = a.has("policy") ? parse_policies(a.str("policy")) : all_policies();
-  opt.sinks = a.integer("sinks", 4, 0);
-  opt.recent = a.integer("recent", 32, 1);
-  opt.seed = static_cast<uint64_t>(a.integer("policy-seed", 0, 0));
-  const DecodeAttention attention =
-      a.choice("attention", {"absorbed", "naive"}, "absorbed") == "absorbed" ? DecodeAttention::Absorbed : DecodeAttention::Naive;
-  const bool reference = a.choice("backend", {"cpu", "reference"}, "cpu") == "reference";
-  ForwardOptions fopt;
-  fopt.mask = Mask::Causal;
-  fopt.precision = a.choice("precision", {"fp32", "bf16"}, "fp32") == "bf16" ? Precision::BF16 : Precision::FP32;
-  fopt.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
-  fopt.gemm = gemm_choice(a);
-  const std::string out_dir = a.str("out", "mla-h2o-out");
-  const bool quiet = a.has("quiet");
-  const double progress_after = progress_after_seconds();
-  if (a.has("steps") && a.integer("steps", 0) < 1)
-    fail(ErrorKind::InvalidArgument, "--steps " + a.str("steps") + ": nothing to measure (need at least one decode step)");
-
-  // 2. output directory
-  ensure_output_dir(out_dir);
-
-  // 3. checkpoint, layer, input
-  auto t0 = std::chrono::steady_clock::now();
-  const Checkpoint ckpt = Checkpoint::open(checkpoint, a.str("config"));
-  const AttentionConfig& cfg = ckpt.config();
-  const LayerWeights weights = load_checked_layer(ckpt, layer, needs_input_layernorm(input_req));
-  const HiddenInput input = load_input(input_req, ckpt, weights, fopt.precision);
-  const int64_t T = input.hidden.dim(0);
-  opt.steps = a.has("steps") ? a.integer("steps", 0) : T - opt.prompt_len;
-  check_decode_options(opt, T);
-  timing.emplace_back("load", seconds_since(t0));
-
-  // 4. backend: prefill + the held queries
-  t0 = std::chrono::steady_clock::now();
-  if (!quiet && (progress_after <= 0 || opt.prompt_len >= 1024)) std::fprintf(stderr, "mla-h2o decode: prefill of %lld rows and projections of %lld more ...\n",
-                           static_cast<long long>(opt.prompt_len), static_cast<long long>(T - opt.prompt_len));
-  std::unique_ptr<Backend> backend = reference ? make_reference_backend() : make_cpu_backend();
-  const int64_t rows_used = opt.prompt_len + opt.steps;
-  TensorF hidden = input.hidden;
-  hidden.shape[0] = rows_used;
-  hidden.data.resize(static_cast<size_t>(rows_used * cfg.hidden_size));
-  DecodeInputs inputs;
-  if (reference) {
-    backend->prepare(cfg, weights, fopt);
-    inputs = compute_decode_inputs(*backend, hidden, opt.prompt_len, opt.snapkv_window, fopt);
-  } else {  // the cpu stages in one pass (no o_proj for the prefill)
-    inputs = compute_cpu_decode_inputs(cfg, weights, hidden, opt.prompt_len, opt.snapkv_window, fopt);
-  }
-  timing.emplace_back("prefill", seconds_since(t0));
-
-  // 5. decode
-  t0 = std::chrono::steady_clock::now();
-  DecodeKernelSpec ks;
-  ks.attention = attention;
-  ks.precision = fopt.precision;
-  ks.slots = decode_slots(opt);
-  ks.rows = opt.steps;
-  ks.threads = fopt.threads;
-  std::unique_ptr<DecodeKernel> kernel =
-      reference ? make_reference_decode_kernel(cfg, weights, inputs, ks) : make_cpu_decode_kernel(cfg, weights, inputs, ks);
-  int64_t last_tenth = 0;
-  const auto progress = [&](int64_t done, int64_t total) {
-    const int64_t tenth = done * 10 / total;
-    if (quiet || tenth == last_tenth || seconds_since(t0) < progress_after) return;  // only for long runs
-    last_tenth = tenth;
-    std::fprintf(stderr, "mla-h2o decode: step %lld of %lld (%.1f s)\n", static_cast<long long>(done),
-                 static_cast<long long>(total), seconds_since(t0));
-  };
-  PrefillView pre{opt.prompt_len, inputs.prefill_scores};
-  const DecodeResult result = run_decode(opt, pre, *kernel, progress);
-  timing.emplace_back("decode", seconds_since(t0));
-  const std::vector<DecodeSummary> summary = summarize(result);
-
-  // 6. outputs
-  t0 = std::chrono::steady_clock::now();
-  const std::string backend_line = backend->name() + " (" + backend->description() + ")";
-  std::map<std::string, std::string> settings = {
-      {"checkpoint", checkpoint},
-      {"layer", std::to_string(layer)},
-      {"input", input.description},
-      {"precision", precision_name(fopt.precision)},
-      {"attention", decode_attention_name(attention)},
-      {"backend", backend_line},
-      {"threads", fopt.threads == 0 ? std::string("all cores") : std::to_string(fopt.threads)},
-      {"gemm", inputs.gemm.engine.empty() ? std::string("none (reference backend)")
-                                          : gemm_label(inputs.gemm.engine, inputs.gemm.kernel) + " (" + inputs.gemm.reason + ")"},
-      {"rope_order", "latent_cache rope half in HF's de-interleaved order (as key_states)"},
-  };
-  std::vector<std::string> files = {join(out_dir, "decode.csv"), join(out_dir, "summary.csv"), join(out_dir, "decode.svg")};
-  write_text_file(files[0], decode_csv(result));
-  write_text_file(files[1], decode_summary_csv(summary));
-  char title[200];
-  std::snprintf(title, sizeof title, "layer %lld, P = %lld, K = %lld: rel_error of attn_output per decode step (%s, %s)",
-                static_cast<long long>(layer), static_cast<long long>(opt.prompt_len),
-                static_cast<long long>(opt.budgets.front()), precision_name(fopt.precision), decode_attention_name(attention));
-  write_text_file(files[2], decode_svg(result, opt.budgets.front(), title));
-  if (opt.budgets.size() >= 2) {
-    files.push_back(join(out_dir, "budget.svg"));
-    std::snprintf(title, sizeof title, "layer %lld, P = %lld, N = %lld: mean rel_error against the cache budget",
-                  static_cast<long long>(layer), static_cast<long long>(opt.prompt_len), static_cast<long long>(opt.steps));
-    write_text_file(files.back(), budget_svg(summary, title));
-  }
-  if (a.has("dump-tensors")) {
-    files.push_back(join(out_dir, "decode_tensors.safetensors"));
-    std::map<std::string, std::string> meta = settings;
-    meta["producer"] = std::string("mla-h2o ") + MLA_VERSION;
-    write_decode_tensors(files.back(), inputs, result, meta);
-  }
-  files.push_back(join(out_dir, "report.json"));
-  timing.emplace_back("outputs", seconds_since(t0));
-  timing.emplace_back("total", seconds_since(t_start));
-  write_text_file(files.back(), report_json(settings, cfg, opt, T, summary, timing, files));
-
-  std::printf("mla-h2o decode: layer %lld of %s\n", static_cast<long long>(layer), checkpoint.c_str());
-  std::printf("input: %s; prompt %lld rows, %lld decode steps, sinks %lld, recent %lld\n", input.description.c_str(),
-              static_cast<long long>(opt.prompt_len), static_cast<long long>(opt.steps), static_cast<long long>(opt.sinks),
-              static_cast<long long>(opt.recent));
-  std::printf("attention %s, precision %s, backend %s\n", decode_attention_name(attention), precision_name(fopt.precision),
-              backend_line.c_str());
-  std::printf("prefill projections: %s\n", settings["gemm"].c_str());
-  std::printf("rel_error = ||o - o_full|| / ||o_full|| on attn_output; mass_recall = full-cache attention mass on the "
-              "policy's cache (mean over heads); cache = tokens attended per step\n\n");
-  std::fputs(decode_summary_table(summary).c_str(), stdout);
-  std::printf("\ntime: load %.2f s, prefill %.2f s, decode %.2f s, total %.2f s\n", timing[0].second, timing[1].second,
-              timing[2].second, timing.back().second);
-  std::printf("files:\n");
-  for (const auto& f : files) std::printf("  %s\n", f.c_str());
-  return 0;
+  return execute_decode(read_decode_plan(a));
 }
 
 }  // namespace mla::cli

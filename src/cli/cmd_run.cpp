@@ -18,6 +18,7 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "decode_plan.hpp"
 #include "run_pipeline.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
@@ -198,20 +199,34 @@ std::string demo_checkpoint(const std::string& cache_dir, bool& reused) {
   return dir;
 }
 
-// `demo --decode`: mla-h2o decode on the demo's layer and inputs (docs/decode.md): 320 seeded
-// rows, the first 256 the prompt, 64 decode steps, budget 100 = the demo's 4 + 32 + 64.
+// `demo --decode`: mla-h2o decode's pipeline on the demo's layer and inputs (docs/decode.md): 320
+// seeded rows, the first 256 the prompt, 64 decode steps, budget 100 (the demo's 4 + 32 + 64
+// tokens), every policy at its paper's settings.
 static int demo_decode(const Args& a) {
   if (a.has("mask")) fail(ErrorKind::InvalidArgument, "--mask does not apply to --decode (decode attention is causal)");
+  DecodePlan plan;
+  RunPlan& r = plan.run;
+  read_forward_flags(a, r, "causal", "bf16");
+  plan.dump_tensors = r.dump_tensors;
+  r.dump_tensors = false;
+  if (r.backend == BackendKind::Cuda)
+    fail(ErrorKind::InvalidArgument, "--backend cuda: --decode runs on the cpu or reference backend");
+  if (r.backend == BackendKind::Auto) r.backend = BackendKind::Cpu;
+  r.command = "demo";
+  r.layer = 0;
+  r.input.kind = InputKind::Seeded;
+  r.input.seq_len = 320;
+  r.input.seed = 0;
   const std::string cache = a.has("cache-dir") ? a.str("cache-dir") : default_cache_dir();
   bool reused = false;
-  std::vector<std::string> argv = {"--checkpoint", demo_checkpoint(cache, reused), "--seq-len", "320", "--seed", "0",
-                                   "--prompt-len", "256", "--steps", "64", "--cache-budget", "100",
-                                   "--sinks", "4", "--recent", "32",
-                                   "--precision", a.str("precision", "bf16"), "--out", a.str("out", "mla-h2o-out")};
-  if (a.has("backend")) argv.insert(argv.end(), {"--backend", a.str("backend")});
-  if (a.has("threads")) argv.insert(argv.end(), {"--threads", a.str("threads")});
-  if (a.has("dump-tensors")) argv.push_back("--dump-tensors");
-  return cmd_decode(argv);
+  r.checkpoint = demo_checkpoint(cache, reused);
+  r.notes.push_back(std::string("weights: synthetic Kimi K2.6-shaped layer 0 (synth --preset kimi-k2.6 --seed 0), ") +
+                    (reused ? "reused from the cache" : "synthesized into the cache"));
+  plan.decode.prompt_len = 256;
+  plan.decode.steps = 64;
+  plan.decode.budgets = {100};
+  plan.decode.policies = parse_policy_list("all");
+  return execute_decode(plan);
 }
 
 int cmd_run(const std::vector<std::string>& argv) {

@@ -62,20 +62,25 @@ Gemm gemm_choice(const Args& args) {
   return gemm == "onednn" ? Gemm::OneDnn : gemm == "eigen" ? Gemm::Eigen : Gemm::Auto;
 }
 
-int64_t input_seq_len(const InputRequest& req) {
+OpenedInput open_input(const InputRequest& req, int64_t layer) {
+  OpenedInput in;
+  in.request = req;
   switch (req.kind) {
-    case InputKind::Seeded: return req.seq_len;
-    case InputKind::Tokens: return static_cast<int64_t>(parse_token_ids(req.tokens).size());
+    case InputKind::Seeded: in.seq_len = req.seq_len; break;
+    case InputKind::Tokens:
+      in.token_ids = parse_token_ids(req.tokens);
+      in.seq_len = static_cast<int64_t>(in.token_ids.size());
+      break;
     case InputKind::File: {
-      const SafetensorsFile f = SafetensorsFile::open(req.file);
-      const TensorInfo* t = f.find(req.tensor);
-      if (t == nullptr) return -1;
-      if (t->shape.size() == 2) return static_cast<int64_t>(t->shape[0]);
-      if (t->shape.size() == 3 && t->shape[0] == 1) return static_cast<int64_t>(t->shape[1]);
-      return -1;
+      in.file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(req.file));
+      in.tensor = input_tensor_for_layer(*in.file, req.tensor, layer);
+      const TensorInfo& t = in.file->at(in.tensor);
+      if (t.shape.size() == 2) in.seq_len = static_cast<int64_t>(t.shape[0]);
+      if (t.shape.size() == 3 && t.shape[0] == 1) in.seq_len = static_cast<int64_t>(t.shape[1]);
+      break;
     }
   }
-  return -1;
+  return in;
 }
 
 std::string tokens_caveat(const std::string& layers) {
@@ -103,7 +108,11 @@ const TensorInfo& find_tensor_or_fail(const SafetensorsFile& f, const std::strin
 }
 
 std::string input_tensor_for_layer(const std::string& path, const std::string& name, int64_t layer) {
-  const SafetensorsFile f = SafetensorsFile::open(path);
+  return input_tensor_for_layer(SafetensorsFile::open(path), name, layer);
+}
+
+std::string input_tensor_for_layer(const SafetensorsFile& f, const std::string& name, int64_t layer) {
+  const std::string& path = f.path();
   const std::string per_layer = name + "." + std::to_string(layer);
   if (f.find(per_layer)) return per_layer;
   return find_tensor_or_fail(f, "--input", path, name,
@@ -111,8 +120,8 @@ std::string input_tensor_for_layer(const std::string& path, const std::string& n
       .name;
 }
 
-TensorF hidden_states_from_file(const std::string& path, const std::string& name, int64_t hidden_size) {
-  const SafetensorsFile f = SafetensorsFile::open(path);
+TensorF hidden_states_from_file(const SafetensorsFile& f, const std::string& name, int64_t hidden_size) {
+  const std::string& path = f.path();
   const TensorInfo* info = &find_tensor_or_fail(f, "--input", path, name, "--input-tensor");
   const std::string where = "--input " + path + ", tensor '" + name + "'";
   if (info->dtype != DType::F32 && info->dtype != DType::BF16 && info->dtype != DType::F16)
@@ -182,20 +191,37 @@ void input_rms_norm(TensorF& x, const TensorF& weight, double eps, Precision pre
   }
 }
 
-HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const LayerWeights& weights,
+namespace {
+// ||row|| of x [S, H], in double
+std::vector<double> row_norms(const TensorF& x) {
+  const int64_t S = x.dim(0), H = x.dim(1);
+  std::vector<double> out(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) {
+    double acc = 0;
+    for (int64_t j = 0; j < H; ++j) acc += static_cast<double>(x.data[static_cast<size_t>(s * H + j)]) * x.data[static_cast<size_t>(s * H + j)];
+    out[static_cast<size_t>(s)] = std::sqrt(acc);
+  }
+  return out;
+}
+}  // namespace
+
+HiddenInput load_input(const OpenedInput& opened, const Checkpoint& ckpt, const LayerWeights& weights,
                        Precision precision) {
+  const InputRequest& req = opened.request;
   const AttentionConfig& cfg = ckpt.config();
   HiddenInput in;
   switch (req.kind) {
     case InputKind::File: {
-      const std::string tensor = input_tensor_for_layer(req.file, req.tensor, weights.layer);
-      in.hidden = hidden_states_from_file(req.file, tensor, cfg.hidden_size);
+      if (!opened.file) fail(ErrorKind::InvalidArgument, "--input " + req.file + " was not opened");
+      const std::string& tensor = opened.tensor;
+      in.hidden = hidden_states_from_file(*opened.file, tensor, cfg.hidden_size);
       std::ostringstream os;
       os << (req.residual ? "residual stream" : "hidden states") << " from " << req.file << " (tensor '" << tensor
          << "', " << in.hidden.dim(0) << " tokens)";
       if (req.residual) {
         if (weights.input_layernorm.empty())
           fail(ErrorKind::TensorNotFound, "--residual needs layer " + std::to_string(weights.layer) + "'s input_layernorm");
+        in.residual_norm = row_norms(in.hidden);
         input_rms_norm(in.hidden, weights.input_layernorm, cfg.rms_norm_eps, precision);
         os << " -> layer " << weights.layer << "'s input_layernorm (eps " << cfg.rms_norm_eps << ")";
       }
@@ -203,11 +229,12 @@ HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const La
       break;
     }
     case InputKind::Tokens: {
-      in.token_ids = parse_token_ids(req.tokens);
+      in.token_ids = opened.token_ids;
       in.hidden = ckpt.embed_rows(in.token_ids);
       in.hidden.name = "hidden_states";
       if (weights.input_layernorm.empty())
         fail(ErrorKind::TensorNotFound, "--tokens needs layer " + std::to_string(weights.layer) + "'s input_layernorm");
+      in.residual_norm = row_norms(in.hidden);
       input_rms_norm(in.hidden, weights.input_layernorm, cfg.rms_norm_eps, precision);
       std::ostringstream os;
       os << in.token_ids.size() << " token ids -> embed_tokens rows -> input_layernorm (eps " << cfg.rms_norm_eps << ")";

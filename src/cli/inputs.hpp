@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,12 +53,25 @@ struct HiddenInput {
   TensorF hidden;                  // [S, H] fp32 values
   std::string description;         // one line for the report
   std::vector<int64_t> token_ids;  // --tokens only: [S]
+  // ||row|| of the residual stream entering the layer, before input_layernorm, when the source
+  // gives it (--tokens: the embed_tokens rows; --input --residual: the rows); else empty.
+  std::vector<double> residual_norm;  // [S]
 };
 
-// The number of tokens the request will give, found without building the input (a token
-// list is parsed, a file's header read); -1 when it cannot be told (load_input then reports
-// what is wrong). Used by the memory plan before anything large is allocated.
-int64_t input_seq_len(const InputRequest& req);
+// An input source opened once, before anything large is allocated: the token list parsed,
+// the --input file mapped (its header read) and the tensor feeding the layer chosen. The
+// memory plan reads seq_len; load_input builds the rows from it without reopening anything.
+struct OpenedInput {
+  InputRequest request;
+  std::vector<int64_t> token_ids;                // --tokens
+  std::shared_ptr<const SafetensorsFile> file;   // --input
+  std::string tensor;                            // --input: the tensor that feeds the layer
+  int64_t seq_len = -1;                          // rows it gives; -1 when it cannot be told
+                                                 //   (load_input then reports what is wrong)
+};
+// Errors: a --tokens list that does not parse, an --input file that does not open or lacks
+// the tensor (the messages of parse_token_ids and input_tensor_for_layer).
+OpenedInput open_input(const InputRequest& req, int64_t layer);
 
 // --gemm auto|onednn|eigen (run, demo, sweep, decode): the cpu backend's GEMM engine.
 Gemm gemm_choice(const Args& args);
@@ -68,8 +82,7 @@ inline bool needs_input_layernorm(const InputRequest& req) {
 }
 
 // `weights` must hold input_layernorm when needs_input_layernorm(req) (load_layer(L, true)).
-HiddenInput load_input(const InputRequest& req, const Checkpoint& ckpt, const LayerWeights& weights,
-                       Precision precision);
+HiddenInput load_input(const OpenedInput& in, const Checkpoint& ckpt, const LayerWeights& weights, Precision precision);
 
 // The caveat of --tokens on layers above 0 (one line for reports): only layer 0 receives the
 // embeddings in the model; `layers` lists the layers concerned ("1, 2, 5").
@@ -98,6 +111,7 @@ TensorF seeded_hidden_states(int64_t seq_len, int64_t hidden_size, uint64_t seed
 // (one tensor per layer, as reference/python/dump_hidden_states.py writes them), else
 // "<name>"; Error(TensorNotFound) naming both and listing the file's tensors otherwise.
 std::string input_tensor_for_layer(const std::string& path, const std::string& name, int64_t layer);
+std::string input_tensor_for_layer(const SafetensorsFile& f, const std::string& name, int64_t layer);
 
 // Tensor `name` of f (opened from `path` for `flag`), or Error(TensorNotFound):
 // "<flag> <path> has no tensor '<name>' (it holds: a, b); choose one with <choose_flag>".
@@ -106,7 +120,7 @@ const TensorInfo& find_tensor_or_fail(const SafetensorsFile& f, const std::strin
 
 // Reads tensor `name` of `path` as [S, H]; errors name the file, the tensor and what is
 // wrong (missing tensor, dtype, rank, hidden size, non-finite value at [s, j]).
-TensorF hidden_states_from_file(const std::string& path, const std::string& name, int64_t hidden_size);
+TensorF hidden_states_from_file(const SafetensorsFile& f, const std::string& name, int64_t hidden_size);
 
 // "3,17,250" or a file of ids -> ids; negative ids and malformed entries are errors.
 std::vector<int64_t> parse_token_ids(const std::string& arg);

@@ -113,9 +113,9 @@ namespace {
 // Plans the memory of this run from the geometry and the request, before the layer and the
 // input are loaded: refuses with one line when it cannot fit; when only the attn_weights dump
 // cannot, the plan drops it (attn_weights_dropped) and says so on stderr.
-MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg) {
+MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg, int64_t seq_len) {
   MemoryRequest req;
-  req.seq_len = input_seq_len(plan.input);
+  req.seq_len = seq_len;
   req.backend = plan.backend != BackendKind::Auto ? plan.backend : cuda_available() ? BackendKind::Cuda : BackendKind::Cpu;
   req.precision = plan.forward.precision;
   req.dump_tensors = plan.dump_tensors;
@@ -160,7 +160,8 @@ LoadedRun load(const RunPlan& plan) {
   LoadedRun r(timed(stages, "open checkpoint", [&] { return Checkpoint::open(plan.checkpoint, plan.config_path); }));
   r.stages = std::move(stages);
   const AttentionConfig& cfg = r.ckpt.config();
-  r.memory = check_memory(plan, cfg);  // refuses before anything large is allocated
+  const OpenedInput input = timed(r.stages, "open input", [&] { return open_input(plan.input, plan.layer); });
+  r.memory = check_memory(plan, cfg, input.seq_len);  // refuses before anything large is allocated
   r.weights = timed(r.stages, "load layer", [&] {
     return load_checked_layer(r.ckpt, plan.layer, needs_input_layernorm(plan.input));
   });
@@ -169,7 +170,7 @@ LoadedRun load(const RunPlan& plan) {
   r.options.keep_attn_weights = plan.dump_tensors && !r.memory.attn_weights_dropped;
   r.options.keep_states = plan.dump_tensors;
   r.options.keep_latent_cache = plan.dump_tensors;
-  r.input = timed(r.stages, "build input", [&] { return load_input(plan.input, r.ckpt, r.weights, r.options.precision); });
+  r.input = timed(r.stages, "build input", [&] { return load_input(input, r.ckpt, r.weights, r.options.precision); });
   return r;
 }
 

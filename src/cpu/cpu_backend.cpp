@@ -216,15 +216,8 @@ ForwardResult export_result(const AttentionConfig& cfg, const ForwardOptions& op
   result.head_scores = std::move(att.head_scores);
   result.token_scores = token_scores_from_heads(result.head_scores, n);
   result.attn_weights = std::move(att.attn_weights);
-  if (opt.keep_latent_cache) {  // [S, r_kv + d_r] = latent_normed | k_pe_roped
-    const int64_t r_kv = cfg.kv_lora_rank;
-    result.latent_cache = TensorD("latent_cache", {S, r_kv + d_r});
-    for (int64_t s = 0; s < S; ++s) {
-      double* row = result.latent_cache.ptr() + s * (r_kv + d_r);
-      for (int64_t c = 0; c < r_kv; ++c) row[c] = kvp.latent_normed(s, c);
-      for (int64_t d = 0; d < d_r; ++d) row[r_kv + d] = k_pe_roped(s, d);
-    }
-  }
+  if (opt.keep_latent_cache)  // [S, r_kv + d_r] = latent_normed | k_pe_roped
+    result.latent_cache = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), S, cfg.kv_lora_rank, d_r);
   if (!opt.keep_states) return result;
   result.query_states = TensorD("query_states", {n, S, d_qk});
   result.key_states = TensorD("key_states", {n, S, d_qk});
@@ -245,31 +238,36 @@ ForwardResult export_result(const AttentionConfig& cfg, const ForwardOptions& op
   return result;
 }
 
+}  // namespace
+
+std::string describe(const PreparedWeights* w, int threads) {
+  const std::string eigen = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
+                            "." + std::to_string(EIGEN_MINOR_VERSION);
+#if MLA_HAVE_BLAS
+  const std::string sgemm = eigen + " + OpenBLAS sgemm (" + std::string(blas_description()) + ")";
+#else
+  const std::string sgemm = eigen + ", its own GEMM kernel (built without OpenBLAS)";
+#endif
+  std::string d;
+  if (w && w->gemm.engine.rfind("oneDNN", 0) == 0) {
+    d = "projections: " + gemm_label(w->gemm.engine, w->gemm.kernel) + "; per-head products: ";
+    d += w->attention_products == Gemm::OneDnn
+             ? gemm_label(w->gemm.engine, w->attention_kernel) + " (one thread per head); softmax: " + eigen
+             : sgemm;
+  } else {
+    d = sgemm;
+  }
+  d += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+  return d;
+}
+
+namespace {
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
 
-  std::string description() const override {
-    const int threads = resolve_threads(prepared_ ? threads_ : 0);
-    const std::string eigen = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
-                              "." + std::to_string(EIGEN_MINOR_VERSION);
-#if MLA_HAVE_BLAS
-    const std::string sgemm = eigen + " + OpenBLAS sgemm (" + std::string(blas_description()) + ")";
-#else
-    const std::string sgemm = eigen + ", its own GEMM kernel (built without OpenBLAS)";
-#endif
-    std::string d;
-    if (prepared_ && weights_.gemm.engine.rfind("oneDNN", 0) == 0) {
-      d = "projections: " + gemm_label(weights_.gemm.engine, weights_.gemm.kernel) + "; per-head products: ";
-      d += weights_.attention_products == Gemm::OneDnn
-               ? gemm_label(weights_.gemm.engine, weights_.attention_kernel) + " (one thread per head); softmax: " + eigen
-               : sgemm;
-    } else {
-      d = sgemm;
-    }
-    d += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
-    return d;
-  }
+  std::string description() const override { return describe(prepared_ ? &weights_ : nullptr, resolve_threads(prepared_ ? threads_ : 0)); }
 
   GemmInfo gemm_info() const override { return prepared_ ? weights_.gemm : GemmInfo{}; }
 

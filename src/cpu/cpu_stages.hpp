@@ -110,6 +110,11 @@ KeyValueStates key_value_states(const Layer& L, const MatrixRM& kv, const Matrix
 Attention attend(const Layer& L, const MatrixRM& q, const KeyValueStates& kv, bool causal, bool keep_attn_weights,
                  const BlockProgress& progress);
 
+// What runs the stages: "projections: oneDNN ..., per-head products: ..., 2 threads" or
+// "Eigen 3.4.0 + OpenBLAS sgemm (...), 1 thread" (w null: before any preparation). The cpu
+// backend's description() and `mla-h2o decode`'s report name it.
+std::string describe(const PreparedWeights* w, int threads);
+
 // attn_context [S, n*d_v] -> attn_output [S, H]
 MatrixRM o_proj(const Layer& L, const MatrixRM& attn_context);
 

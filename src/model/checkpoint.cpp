@@ -279,6 +279,13 @@ void Checkpoint::release_mappings() const {
   impl_->open_shards.clear();
 }
 
+std::string Checkpoint::synthetic_origin() const {
+  if (shard_paths_.empty()) return "";
+  const std::map<std::string, std::string>& meta = impl_->shard(shard_paths_[0], "its metadata").metadata();
+  const auto it = meta.find(kSynthMetadataKey);
+  return it == meta.end() ? "" : it->second;
+}
+
 std::vector<TensorLocation> Checkpoint::list_tensors() const {
   std::vector<TensorLocation> out;
   for (const std::string& shard : shard_paths_) {

@@ -13,6 +13,8 @@
 // straddle two); embed_tokens is alone in the last shard. config.json's vocab_size is the
 // number of embed_tokens rows written.
 //
+// Every shard's __metadata__ holds kSynthMetadataKey ("mla_h2o_synth": what wrote it), so a
+// command can say that its figures come from synthetic weights (Checkpoint::synthetic_origin).
 // Weight recipe ("scaled like a trained layer's"), all draws from mla::Rng:
 //   linear W [out, in]:  W[o, i] = g_o * z[o, i] / sqrt(in),  z ~ N(0, 1)
 //       g_o = exp(kRowSigma * u_o) * structure_o,  u_o ~ N(0, 1)   (log-normal row gains)
@@ -303,7 +305,7 @@ void write_text_file(const fs::path& path, const std::string& text) {
 // Encodes the shard's tensors (in parallel; each has its own stream, so the bytes do not
 // depend on the thread count) and writes the shard.
 void write_shard(const fs::path& path, const std::vector<const PlannedTensor*>& tensors, const std::string& dtype,
-                 uint64_t seed) {
+                 uint64_t seed, const std::string& origin) {
   std::vector<Encoded> encoded(tensors.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
@@ -316,7 +318,7 @@ void write_shard(const fs::path& path, const std::vector<const PlannedTensor*>& 
   for (auto& th : pool) th.join();
   std::vector<TensorToWrite> entries;
   for (const auto& e : encoded) entries.insert(entries.end(), e.entries.begin(), e.entries.end());
-  write_safetensors(path.string(), entries, {{"format", "pt"}});
+  write_safetensors(path.string(), entries, {{"format", "pt"}, {kSynthMetadataKey, origin}});
 }
 
 }  // namespace
@@ -386,7 +388,8 @@ void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_
     for (const auto& t : plan)
       if (t.shard == s) in_shard.push_back(&t);
     const std::string file = shard_file_name(s, N);
-    write_shard(dir / file, in_shard, opts.dtype, opts.seed);
+    write_shard(dir / file, in_shard, opts.dtype, opts.seed,
+                "mla-h2o synth: model_type " + cfg.model_type + ", dtype " + opts.dtype + ", seed " + std::to_string(opts.seed));
     for (const auto* t : in_shard) {
       weight_map[t->name] = file;
       if (opts.dtype == "f8_e4m3" && t->is_linear) weight_map[t->name + "_scale_inv"] = file;

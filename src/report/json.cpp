@@ -208,7 +208,9 @@ void scores_object(JsonWriter& w, std::span<const double> scores) {
   w.end_object();
 }
 
-void versions_object(JsonWriter& w) {
+}  // namespace
+
+void write_versions(JsonWriter& w) {
   w.key("versions").begin_object();
   w.key("mla_h2o").value(MLA_VERSION);
   w.key("compiler").value(MLA_COMPILER);
@@ -216,8 +218,6 @@ void versions_object(JsonWriter& w) {
   w.key("openblas").value(MLA_HAVE_BLAS != 0);
   w.end_object();
 }
-
-}  // namespace
 
 void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale) {
   w.begin_object();
@@ -309,7 +309,7 @@ std::string report_json(const Report& r) {
   w.begin_object();
   w.key("format").value("mla-h2o report v1");
   string_or_null(w, "command", in.command);
-  versions_object(w);
+  write_versions(w);
   string_or_null(w, "checkpoint", in.checkpoint);
   w.key("layer");
   if (in.layer) w.value(*in.layer);
@@ -388,7 +388,7 @@ std::string sweep_report_json(const SweepReport& r, const std::vector<LayerOverl
   w.begin_object();
   w.key("format").value("mla-h2o sweep report v1");
   string_or_null(w, "command", in.command);
-  versions_object(w);
+  write_versions(w);
   string_or_null(w, "checkpoint", in.checkpoint);
   string_or_null(w, "input", in.input_source);
   string_array(w, "caveats", r.caveats);

@@ -86,9 +86,9 @@ int main(int argc, char** argv) {
   opt.prompt_len = P;
   opt.steps = N;
   opt.budgets = {K};
-  opt.policies = mla::all_policies();
-  std::printf("Kimi K2.6 layer geometry (random bf16-valued weights), P = %lld, N = %lld, K = %lld, sinks 4, recent 32, "
-              "%zu policies, absorbed, %s, cpu backend\n",
+  opt.policies = mla::parse_policy_list("all");
+  std::printf("Kimi K2.6 layer geometry (random bf16-valued weights), P = %lld, N = %lld, K = %lld, "
+              "%zu policies at their presets, absorbed, %s, cpu backend\n",
               static_cast<long long>(P), static_cast<long long>(N), static_cast<long long>(K), opt.policies.size(),
               mla::precision_name(precision));
 
@@ -98,7 +98,14 @@ int main(int argc, char** argv) {
     const double c0 = cpu_seconds();
     mla::ForwardOptions f;
     f.precision = precision;
-    const mla::DecodeInputs in = mla::compute_cpu_decode_inputs(cfg, w, hidden, P, opt.snapkv_window, f);
+    mla::DecodeInputsRequest req;
+    req.prompt_len = P;
+    req.query_window = mla::prompt_query_window(opt);
+    const mla::FeatureNeeds needs = mla::feature_needs(opt.policies);
+    if (needs.expected_attention) req.statistics_from = std::min(needs.expected_sinks, P - 1);
+    const mla::DecodeInputs in = mla::compute_cpu_decode_inputs(cfg, w, hidden, req, f);
+    const mla::TokenFeatures features =
+        mla::compute_token_features(cfg, w, in.latent_cache, P, needs, in.query_statistics);
     prefill_s.push_back(seconds_since(t0));
     prefill_cpu.push_back(cpu_seconds() - c0);
     const auto t1 = Clock::now();
@@ -108,7 +115,10 @@ int main(int argc, char** argv) {
     ks.slots = mla::decode_slots(opt);
     ks.rows = N;
     auto kernel = mla::make_cpu_decode_kernel(cfg, w, in, ks);
-    const mla::DecodeResult res = mla::run_decode(opt, mla::PrefillView{P, in.prefill_scores}, *kernel);
+    mla::DecodeContext ctx;
+    ctx.head_mass = in.head_mass;
+    ctx.features = &features;
+    const mla::DecodeResult res = mla::run_decode(opt, ctx, *kernel);
     decode_s.push_back(seconds_since(t1));
     decode_cpu.push_back(cpu_seconds() - c1);
     total_s.push_back(seconds_since(t0));

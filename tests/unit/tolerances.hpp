@@ -277,6 +277,20 @@ inline constexpr Tolerance kTolerances[] = {
    "as model-cpu-vs-hf bf16 (the reference's double sums straddle other boundaries than the CPU's "
    "fp32 chains: measured one flip in whole-model layer 2, 2.1e-3 normalized on the logits; the other "
    "two fixtures bit-identical)"},
+  {"*", "hand-worked", "double", 0.0, 1e-14, kNoBound, -1.0,
+   "a decode metric (mass recall, rel_error, cosine) of a hand-made table vs the same few "
+   "operations written out in the test: at most ~20 double operations on O(1) values, each "
+   "u64 = 1.1e-16 relative: < 3e-15; 3x margin"},
+  {"token_features", "fp32-vs-double", "fp32", 0.0, 2e-5, kNoBound, -1.0,
+   "key / value / output norms from fp32 GEMMs (kv_b_proj, the Gram matrix of o_proj's head block) "
+   "vs double loops on the same weights: sums of K <= 128 squared fp32 products, each term "
+   "rounded (u32) and the sum accumulated in fp32: <= K*u32 = 7.7e-6 relative in the worst case "
+   "on the odd geometry (r_kv 40, H 72, d_v 20); 2.5x margin"},
+  {"expected_attention", "features-vs-decode-kernel", "fp32", 1e-7, 1e-4, kNoBound, -1.0,
+   "the same softmax probabilities in fp32 from two associations of the logit (expanded key "
+   "[W_UK c | k_pe] . mu' vs the absorbed q~ . c + q_pe . k_pe): logit error ~ sqrt(K)*u32*"
+   "sum|terms| ~ 1e-6 absolute for the odd geometry's O(1) logits, which moves a probability by "
+   "that much relative; 1e-4 relative bounds it 100x, atol covers probabilities near zero"},
 };
 // clang-format on
 

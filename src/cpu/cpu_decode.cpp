@@ -1,6 +1,13 @@
-// src/decode/cpu_decode_kernel.cpp — the cpu backend's decode attention (Eigen + OpenBLAS):
-// one query row at a time against the latent cache, absorbed (docs/decode.md §3, as vLLM,
-// SGLang and DeepSeek's inference code run MLA decode) or naive (per-head k/v, as HF).
+// src/cpu/cpu_decode.cpp — the cpu backend's part of `mla-h2o decode` (docs/decode.md §1, §3):
+//
+// compute_cpu_decode_inputs: the backend's stage functions (cpu_stages.hpp) in one pass —
+//   q_path, kv_path and rope over all T rows at positions 0 .. T-1, then attend over the P
+//   prompt rows (causal) for the attention mass per head; no o_proj (the prefill's attn_output
+//   is not needed), which is ~40 % of the prefill's FLOPs for Kimi.
+//
+// The decode kernel (Eigen + OpenBLAS): one query row at a time against the latent cache,
+// absorbed (as vLLM, SGLang and DeepSeek's inference code run MLA decode) or naive (per-head
+// k/v, as HF).
 //
 // Cost: everything that does not depend on the cache subset is computed once —
 //   absorbed: qc[x] = q~ | q_pe for every held query row (q~ = W_UK^T q_nope), one GEMM per head;
@@ -33,6 +40,7 @@
 #include "mla/rope.hpp"
 #include "mla/validate.hpp"
 #include "src/cpu/cpu_kernels.hpp"
+#include "src/cpu/cpu_stages.hpp"
 
 namespace mla {
 namespace {
@@ -40,6 +48,29 @@ namespace {
 using cpu::MatrixRM;
 using ConstStrided = Eigen::Map<const MatrixRM, 0, Eigen::OuterStride<>>;
 size_t idx(int64_t i) { return static_cast<size_t>(i); }
+
+// sum_c a[c] b[c] in a fixed order: 16 partial sums (lane j takes c = j mod 16), then a fixed
+// pairwise reduction. The result depends only on a and b (no reassociation is allowed without
+// -ffast-math, whatever the vectoriser does), not on where they lie or what else is computed;
+// the clones are chosen once per machine at load time.
+__attribute__((target_clones("avx512f", "avx2", "default"))) float dot_fixed(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += a[c + j] * b[c + j];
+  for (int j = 0; c + j < n; ++j) acc[j] += a[c + j] * b[c + j];
+  for (int width = 8; width >= 1; width /= 2)
+    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
+  return acc[0];
+}
+
+// The clone of dot_fixed this CPU runs (the same choice the loader makes).
+const char* dot_kernel() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "avx512f";
+  if (__builtin_cpu_supports("avx2")) return "avx2";
+  return "sse2";
+}
 
 MatrixRM to_matrix(const double* src, int64_t rows, int64_t cols, bool bf16) {
   MatrixRM m(rows, cols);
@@ -111,6 +142,13 @@ class CpuDecodeKernel final : public DecodeKernel {
   }
 
   int64_t heads() const override { return n_; }
+
+  std::string description() const override {
+    std::string d = std::string("cpu, ") + (absorbed_ ? "absorbed" : "naive") + " (" + precision_name(bf16_ ? Precision::BF16 : Precision::FP32) +
+                    "): logits and per-slot contexts in Eigen products";
+    if (absorbed_) d += std::string(", W_UV one row at a time (fixed-order dot, ") + dot_kernel() + ")";
+    return d + ", o_proj per slot; " + std::to_string(threads_) + (threads_ == 1 ? " thread" : " threads");
+  }
 
   void begin_query(int64_t x) override {
     if (x < query_begin_ || x >= T_)
@@ -191,17 +229,19 @@ class CpuDecodeKernel final : public DecodeKernel {
 
   void end_query() override {
     if (!absorbed_ || step_slots_.empty()) return;
-    // o_h = W_UV^h context_h for every run of this step: per head [runs, r_kv] x [r_kv, d_v]
+    // o_h = W_UV^h context_h for every run of this step, each row by itself (dot_fixed): a
+    // run's output does not depend on which other runs share the step.
     const int64_t runs = static_cast<int64_t>(step_slots_.size()), w_head = d_n_ + d_v_;
-    MatrixRM o(runs, d_v_);
-    for (int64_t h = 0; h < n_; ++h) {
-      const ConstStrided ctx(step_context_.data() + h * r_kv_, runs, r_kv_, Eigen::OuterStride<>(n_ * r_kv_));
-      const ConstStrided w_uv(kv_b_.data() + (h * w_head + d_n_) * r_kv_, d_v_, r_kv_, Eigen::OuterStride<>(r_kv_));
-      o.noalias() = ctx * w_uv.transpose();
-      if (bf16_) cpu::round_to_bf16_inplace(o.data(), o.size());
-      for (int64_t k = 0; k < runs; ++k)
-        context_[idx(step_slots_[idx(k)].first)].block(step_slots_[idx(k)].second, h * d_v_, 1, d_v_) = o.row(k);
-    }
+    cpu::parallel_for(n_, threads_, [&](int64_t h, int) {
+      for (int64_t d = 0; d < d_v_; ++d) {
+        const float* w_uv = kv_b_.data() + (h * w_head + d_n_ + d) * r_kv_;  // row d of W_UV^h [r_kv]
+        for (int64_t k = 0; k < runs; ++k) {
+          float v = dot_fixed(w_uv, step_context_.data() + k * n_ * r_kv_ + h * r_kv_, r_kv_);
+          if (bf16_) v = round_to_bf16(v);
+          context_[idx(step_slots_[idx(k)].first)](step_slots_[idx(k)].second, h * d_v_ + d) = v;
+        }
+      }
+    });
     step_slots_.clear();
   }
 
@@ -232,7 +272,54 @@ class CpuDecodeKernel final : public DecodeKernel {
   std::vector<MatrixRM> context_;  // [slots] of [rows, n*d_v] attn_context
 };
 
+// The prefill attention's block progress, forwarded to opt.progress ("attention blocks").
+cpu::BlockProgress prefill_progress(const ForwardOptions& opt) {
+  if (!opt.progress) return {};
+  return [&opt](int64_t done, int64_t total) { opt.progress("prefill attention blocks", done, total); };
+}
+
 }  // namespace
+
+DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWeights& w, const TensorF& hidden,
+                                       const DecodeInputsRequest& req, const ForwardOptions& opt) {
+  validate_layer(cfg, w, opt);  // the same checks and messages as every backend's prepare + forward
+  validate_input(cfg, hidden, opt);
+  const int64_t T = hidden.dim(0), n = cfg.num_attention_heads, r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim,
+                d_qk = cfg.qk_head_dim(), P = req.prompt_len;
+  check_decode_inputs_request(req, T);
+  const int64_t w_rows = std::clamp<int64_t>(req.query_window, 1, P), query_begin = P - w_rows;
+  const bool bf16 = opt.precision == Precision::BF16;
+  const int threads = cpu::resolve_threads(opt.threads);
+  const cpu::PreparedWeights pw = cpu::prepare_weights(cfg, w, bf16, threads, opt.gemm);
+  const cpu::Layer L{cfg, pw, bf16, threads, static_cast<float>(opt.latent_norm_eps)};
+
+  const cpu::MatrixRM x = cpu::input_rows(hidden, bf16);  // [T, H]
+  cpu::MatrixRM q = cpu::q_path(L, x);                     // [T, n*d_qk]
+  const cpu::KvPath kvp = cpu::kv_path(L, x);              // latent_normed [T, r_kv], kv [T, n*(d_n+d_v)]
+  const std::vector<int64_t> positions = position_ids(0, T);
+  const cpu::MatrixRM k_pe_roped = cpu::rope(L, positions, q, kvp.compressed_kv);  // [T, d_r]; q roped in place
+  // the causal prefill's attention over rows [0, P): its H2O mass per head
+  const cpu::MatrixRM q_prompt = q.topRows(P), kv_prompt = kvp.kv.topRows(P), k_pe_prompt = k_pe_roped.topRows(P);
+  cpu::Attention att = cpu::attend(L, q_prompt, cpu::key_value_states(L, kv_prompt, k_pe_prompt), true, false,
+                                   prefill_progress(opt));
+
+  DecodeInputs in;
+  in.prompt_len = P;
+  in.query_begin = query_begin;
+  in.gemm = pw.gemm;
+  in.backend = "cpu";
+  in.description = cpu::describe(&pw, threads);
+  in.head_mass = std::move(att.head_scores);  // [n, P]
+  in.latent_cache = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), T, r_kv, d_r);
+  if (req.statistics_from >= 0) in.query_statistics = prerope_query_statistics(cfg, q.data(), P, position_ids(0, P), req.statistics_from);
+  const int64_t Q = T - query_begin;
+  in.query_states = TensorD("query_states", {n, Q, d_qk});  // HF layout of rows query_begin .. T-1
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t s = 0; s < Q; ++s)
+      for (int64_t d = 0; d < d_qk; ++d)
+        in.query_states.data[static_cast<size_t>((h * Q + s) * d_qk + d)] = q(query_begin + s, h * d_qk + d);
+  return in;
+}
 
 std::unique_ptr<DecodeKernel> make_cpu_decode_kernel(const AttentionConfig& cfg, const LayerWeights& w,
                                                      const DecodeInputs& in, const DecodeKernelSpec& spec) {

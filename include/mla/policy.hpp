@@ -1,0 +1,189 @@
+// mla/policy.hpp — KV-cache eviction policies on one layer's MLA latent cache, independent of
+// how the attention is computed (docs/decode.md §2 gives every definition and its source).
+//
+// One CacheManager per (policy, settings, budget) and layer. It is told what the attention
+// did and answers which tokens the next query attends over:
+//
+//   auto m = make_cache_manager(settings, K, context);
+//   for q in [P - m->observation_window(), P):        // the last prompt queries it looks at
+//     m->observe_prompt_query(q, probs_q);            //   probs_q [n, q+1]: causal attention of row q
+//   m->prefill(head_mass);                            // [n, P] mass per head -> cut to <= K tokens
+//   for x = P, P+1, ...:                              // decode step (teacher-forced row x)
+//     cache = m->begin_step(x, full_probs);           // held tokens + x, ascending (oracle: its pick;
+//                                                     //   full_probs [n, x+1] only if needs_full_attention())
+//     ... attention of query x over `cache` -> probs [n, |cache|] ...
+//     m->end_step(probs);                             // evicts down to <= K; cache() = what is held
+//
+// The managers of one run share nothing mutable, so a policy's decisions are the same alone
+// and next to others. Per-token quantities that do not depend on eviction (key and value
+// norms, expected attention) come precomputed in TokenFeatures (token_features.cpp fills
+// them from a layer's latent cache and weights; tests fill them by hand).
+//
+// Tie rule (every policy, prefill cut and decode): evict the lowest score; on equal scores the
+// lower secondary score (the unpooled score of a pooled policy, the window mass of
+// scissorhands); on equal both, the older token. So the newer token stays, and pooling never
+// drops the peak of a flat run it made.
+//
+// Shape legend: n = num_attention_heads, P = prompt rows, T = P + N positions, K = budget,
+//   m = |cache|. Probabilities are row-major with row h = head h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mla {
+
+enum class PolicyKind {
+  Full, H2O, H2ONormalized, Tova, Streaming, SnapKV, PyramidKV, Knorm, ExpectedAttention, Scissorhands, ValueAware,
+  Random, Oracle
+};
+// How per-head scores become one score per token (the latent is shared by all heads, so a
+// token is kept or evicted for every head at once): sum over heads (H2O, TOVA as MLA engines
+// share one decision), max (a token one head needs is kept), mean (kvpress's group mean).
+enum class HeadAggregation { Sum, Max, Mean };
+enum class Pooling { None, Max, Avg };
+
+const char* policy_kind_name(PolicyKind k);    // "full", "h2o", ..., "oracle"
+const char* head_aggregation_name(HeadAggregation a);  // "sum" | "max" | "mean"
+
+// One policy at its settings. Presets (policy_preset) hold each paper's defaults; a setting
+// that is not used by the policy's kind is ignored (parse_policy_list rejects it).
+struct PolicySettings {
+  PolicyKind kind = PolicyKind::Full;
+  std::string preset;          // the preset it started from: "h2o", "snapkv-maxpool", ...
+  std::string label;           // its name in outputs: the preset, then ":key=value,..." for every
+                               // setting given on the command line
+  int64_t sinks = 0;           // positions [0, sinks) never evicted
+  int64_t recent = 1;          // the `recent` newest positions never evicted (the new token included);
+  int64_t recent_percent = 0;  //   or, when > 0, max(1, floor(K * recent_percent / 100))
+  HeadAggregation heads = HeadAggregation::Sum;
+  int64_t window = 0;          // snapkv/pyramidkv: observation window (the newest `window`
+                               //   positions vote and are kept); scissorhands: history window
+  Pooling pool = Pooling::None;
+  int64_t pool_width = 1;      // odd, centred
+  int64_t future = 512;        // expected-attention: future positions whose RoPE is averaged
+  bool vnorm = true;           // expected-attention: score times ||v_h,t||
+  int64_t beta = 20;           // pyramidkv: the pyramid's steepness
+  uint64_t seed = 0;           // random
+};
+
+// The presets, in the order `--policy all` runs them:
+//   full, h2o, h2o-normalized, tova, streaming, snapkv, snapkv-maxpool, pyramidkv, knorm,
+//   expected-attention, scissorhands, value-aware, random, oracle
+const std::vector<std::string>& policy_preset_names();
+// Error(InvalidArgument) naming the unknown policy and listing the presets.
+PolicySettings policy_preset(std::string_view name);
+// The settings `key=value` accepted by a kind (e.g. {"sinks", "recent", "heads"} for h2o).
+std::vector<std::string> policy_setting_keys(PolicyKind k);
+// Applies one `key=value` (Error(InvalidArgument) for an unknown key or a bad value) and
+// appends it to the label.
+void apply_policy_setting(PolicySettings& s, std::string_view key, std::string_view value);
+
+// "h2o,tova:sinks=0,recent=1,snapkv:window=64,pool=avg5" -> settings. Items are separated by
+// commas; an item `name` or `name:key=value` starts a policy, an item `key=value` sets the
+// previous one. "all" = every preset. Two identical labels are an error.
+std::vector<PolicySettings> parse_policy_list(std::string_view list);
+
+// The tokens a policy protects at budget K: sinks + recent (recent_tokens), or sinks + window.
+int64_t recent_tokens(const PolicySettings& s, int64_t budget);
+int64_t protected_tokens(const PolicySettings& s, int64_t budget);
+
+// PyramidKV's budget of `layer` (of `num_layers`) when the mean budget over layers is K, as
+// kvpress's PyramidKVPress.get_layer_budget computes it (window w, steepness beta, prompt P):
+//   min = K / beta, max = 2K - min; if max >= P - w: max = P - w, min = 2K - max;
+//   unless P >= max >= min >= w (else K, SnapKV's budget): round(max - layer (max - min) / (num_layers - 1)).
+// One layer gives K. The budgets of all layers average K (before rounding).
+int64_t pyramid_budget(int64_t layer, int64_t num_layers, int64_t budget, int64_t window, int64_t beta,
+                       int64_t prompt_len);
+
+// ---- what a policy may read besides the attention ------------------------------------------
+
+// Per-token quantities that do not depend on eviction, [n, T] each (row h = head h), for the
+// policies that need them (empty otherwise). token_features.cpp defines them on MLA:
+//   key_norm[h, t]            ||[W_UK^h c_t | k_pe_t]||          knorm
+//   value_norm[h, t]          ||W_UV^h c_t||                      expected-attention (vnorm)
+//   output_norm[h, t]         ||W_O^h W_UV^h c_t||               value-aware
+//   expected_attention[h, t]  kvpress's expected attention of head h on token t
+struct TokenFeatures {
+  int64_t heads = 0, tokens = 0;  // n, T
+  std::vector<double> key_norm, value_norm, output_norm, expected_attention;
+};
+struct FeatureNeeds {
+  bool key_norm = false, value_norm = false, output_norm = false, expected_attention = false;
+  int64_t expected_sinks = 0;    // expected-attention: prompt rows [0, sinks) left out of the query statistics
+  int64_t expected_future = 0;   // expected-attention: future positions averaged
+  bool any() const { return key_norm || value_norm || output_norm || expected_attention; }
+};
+// What the policies of a run need (several expected-attention settings must agree on sinks
+// and future: Error(InvalidArgument) otherwise).
+FeatureNeeds feature_needs(const std::vector<PolicySettings>& policies);
+
+// What every manager of one layer is built with.
+struct PolicyContext {
+  int64_t heads = 0;       // n
+  int64_t prompt_len = 0;  // P
+  int64_t positions = 0;   // T: positions 0 .. T-1 may occur
+  const TokenFeatures* features = nullptr;  // outlives the managers; may be null if nothing is needed
+};
+
+class CacheManager {
+ public:
+  virtual ~CacheManager() = default;
+  const PolicySettings& settings() const { return settings_; }
+  int64_t budget() const { return budget_; }  // K held after every step (pyramidkv: its layer's)
+
+  // Prefill. observation_window(): how many of the last prompt queries it reads (0: none).
+  virtual int64_t observation_window() const { return 0; }
+  // probs: [n, q+1], the causal attention of prompt row q over [0, q]; rows ascending. The
+  // caller keeps probs alive until prefill() returns (a manager may keep a view).
+  virtual void observe_prompt_query(int64_t q, std::span<const double> probs);
+  // head_mass: [n, P], the attention mass each prompt token received in the causal prefill per
+  // head (ForwardResult::head_scores). Cuts the prompt to at most K tokens (the tie rule).
+  void prefill(std::span<const double> head_mass);
+
+  // Decode step at position x (x = P, P+1, ... in order): x joins; the cache it attends over.
+  virtual bool needs_full_attention() const { return false; }
+  // full_probs: [n, x+1], the attention of x over every token (only if needs_full_attention()).
+  virtual std::span<const int64_t> begin_step(int64_t x, std::span<const double> full_probs = {});
+  // probs: [n, |begin_step|], the attention over that cache. Evicts down to <= K and returns
+  // the positions evicted (ascending; empty when none).
+  std::vector<int64_t> end_step(std::span<const double> probs);
+
+  std::span<const int64_t> cache() const { return cache_; }  // held positions, ascending
+
+ protected:
+  CacheManager(PolicySettings s, int64_t budget, const PolicyContext& ctx);
+  // The per-token score of every cache entry (higher = kept) and an optional secondary score
+  // (same size or empty), at the current position x_; only evictable entries are compared.
+  virtual void scores(std::vector<double>& primary, std::vector<double>& secondary) = 0;
+  // Prefill scores of the P prompt tokens (same convention); called once by prefill().
+  virtual void prefill_scores(std::span<const double> head_mass, std::vector<double>& primary,
+                              std::vector<double>& secondary) = 0;
+  // Sees the attention of the step before eviction (cache_ still holds x).
+  virtual void observe(std::span<const double> probs) { (void)probs; }
+  // At the end of prefill(), after the cut.
+  virtual void after_prefill() {}
+  // Evicts `count` of the evictable entries (the tie rule); random overrides it.
+  virtual std::vector<int64_t> evict(int64_t count, const std::vector<double>& primary, const std::vector<double>& secondary);
+  bool evictable(int64_t position) const;  // not a sink, not in the recent window of x_
+  // per-position values [n, T] -> [n, m] at the cache's positions
+  std::vector<double> at_cache(const std::vector<double>& per_position) const;
+  // per-head values [n, m] -> [m] by settings_.heads
+  std::vector<double> aggregate(std::span<const double> per_head, int64_t m) const;
+
+  PolicySettings settings_;
+  int64_t budget_;
+  PolicyContext ctx_;
+  int64_t x_ = -1;                 // the latest query position seen (P - 1 after the prefill)
+  int64_t protect_recent_ = 1;     // recent window at this budget
+  std::vector<int64_t> cache_;     // ascending
+};
+
+// Error(InvalidArgument) when the budget cannot hold what the policy protects.
+std::unique_ptr<CacheManager> make_cache_manager(const PolicySettings& s, int64_t budget, const PolicyContext& ctx);
+
+}  // namespace mla

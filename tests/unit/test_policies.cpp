@@ -1,0 +1,347 @@
+// tests/unit/test_policies.cpp — suite policies: the eviction policies of include/mla/policy.hpp,
+// each worked out by hand on 6 tokens (docs/decode.md §2), driven directly through
+// CacheManager with hand-made attention (no kernel, no model).
+//
+// The example: P = 4 prompt tokens, N = 2 decode steps (positions 4 and 5), budget K = 3.
+// One head unless said otherwise. Query row x gives token t the weight W[x][t] > 0; attention
+// over a cache S is p_t = W[x][t] / sum_{s in S} W[x][s]. Prompt queries attend over [0, q].
+// The prefill mass (what every prompt query gave each token, H2O's prefill score) is given by
+// hand: 2.0, 0.5, 0.9, 0.6. Every expected cut, eviction and cache below is worked out in the
+// comments from these tables, not taken from the code under test.
+//
+// Tie rule (policy.hpp): the lowest (score, secondary score, position) goes: the newer token
+// stays; pooling never drops the peak of a flat run.
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "mla/policy.hpp"
+#include "mla/random.hpp"
+
+namespace {
+
+using namespace mla;
+using Positions = std::vector<int64_t>;
+using Table = std::vector<std::vector<double>>;  // [query x][token t]
+
+const Table kW = {
+    {1},                 // query 0 (unused)
+    {1, 1},              // query 1 (unused)
+    {1, 1, 2},           // query 2: .25 .25 .5
+    {4, 1, 2, 1},        // query 3 (the last prompt query): .5 .125 .25 .125
+    {2, 3, 1, 1, 1},     // query 4 = decode step 0
+    {1, 2, 1, 3, 1, 2},  // query 5 = decode step 1
+};
+const std::vector<double> kMass = {2.0, 0.5, 0.9, 0.6};
+
+// probabilities [n, |cache|] of query x over `cache` from one table per head
+std::vector<double> attention(const std::vector<Table>& heads, int64_t x, std::span<const int64_t> cache) {
+  std::vector<double> p;
+  for (const Table& W : heads) {
+    double sum = 0;
+    for (int64_t t : cache) sum += W[static_cast<size_t>(x)][static_cast<size_t>(t)];
+    for (int64_t t : cache) p.push_back(W[static_cast<size_t>(x)][static_cast<size_t>(t)] / sum);
+  }
+  return p;
+}
+
+struct Trace {
+  Positions prefill_kept, attended0, attended1, held0, held1;
+  Positions evicted0, evicted1;
+};
+
+// Drives one manager through the example: prompt queries, prefill, two steps.
+Trace drive(PolicySettings s, int64_t K = 3, const std::vector<Table>& heads = {kW},
+            const std::vector<double>& mass = kMass, const TokenFeatures* features = nullptr) {
+  const int64_t n = static_cast<int64_t>(heads.size()), P = 4, T = 6;
+  std::unique_ptr<CacheManager> m = make_cache_manager(s, K, PolicyContext{n, P, T, features});
+  const int64_t w = std::min(P, m->observation_window());
+  std::vector<std::vector<double>> prompt(static_cast<size_t>(w));
+  for (int64_t k = 0; k < w; ++k) {
+    const int64_t q = P - w + k;
+    Positions prefix(static_cast<size_t>(q + 1));
+    std::iota(prefix.begin(), prefix.end(), 0);
+    prompt[static_cast<size_t>(k)] = attention(heads, q, prefix);
+    m->observe_prompt_query(q, prompt[static_cast<size_t>(k)]);
+  }
+  std::vector<double> head_mass;
+  for (int64_t h = 0; h < n; ++h) head_mass.insert(head_mass.end(), mass.begin(), mass.end());
+  m->prefill(head_mass);
+  Trace t;
+  t.prefill_kept.assign(m->cache().begin(), m->cache().end());
+  for (int64_t x : {4, 5}) {
+    Positions all(static_cast<size_t>(x + 1));
+    std::iota(all.begin(), all.end(), 0);
+    const std::vector<double> full = attention(heads, x, all);
+    const std::span<const int64_t> c = m->begin_step(x, m->needs_full_attention() ? full : std::vector<double>{});
+    const Positions cache(c.begin(), c.end());
+    const Positions gone = m->end_step(attention(heads, x, cache));
+    (x == 4 ? t.attended0 : t.attended1) = cache;
+    (x == 4 ? t.evicted0 : t.evicted1) = gone;
+    (x == 4 ? t.held0 : t.held1).assign(m->cache().begin(), m->cache().end());
+  }
+  return t;
+}
+
+PolicySettings with(const std::string& list) { return parse_policy_list(list).at(0); }
+
+void check(const Trace& t, const Positions& kept, const Positions& a0, const Positions& a1, const Positions& e0,
+           const Positions& e1) {
+  BOOST_TEST(t.prefill_kept == kept, boost::test_tools::per_element());
+  BOOST_TEST(t.attended0 == a0, boost::test_tools::per_element());
+  BOOST_TEST(t.attended1 == a1, boost::test_tools::per_element());
+  BOOST_TEST(t.evicted0 == e0, boost::test_tools::per_element());
+  BOOST_TEST(t.evicted1 == e1, boost::test_tools::per_element());
+  BOOST_TEST(t.held0.size() <= 3u);
+  BOOST_TEST(t.held1.size() <= 3u);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(policies)
+
+// full: nothing evicted.
+BOOST_AUTO_TEST_CASE(six_tokens_full) {
+  const Trace t = drive(with("full"));
+  BOOST_TEST(t.prefill_kept == (Positions{0, 1, 2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(t.attended1 == (Positions{0, 1, 2, 3, 4, 5}), boost::test_tools::per_element());
+  BOOST_TEST(t.held1 == t.attended1, boost::test_tools::per_element());
+  BOOST_TEST((t.evicted0.empty() && t.evicted1.empty()));
+}
+
+// h2o (sinks 1, recent 1). Prefill: evictable {1, 2} (x = 3): 0.5 < 0.9 -> 1 goes.
+// Step x = 4: cache {0,2,3,4}, W[4] = 2,1,1,1 -> p = .4,.2,.2,.2; mass 0: 2.4, 2: 1.1, 3: 0.8,
+// 4: 0.2. Evictable {2, 3}: 3 goes (0.8 < 1.1). Step x = 5: cache {0,2,4,5}, W[5] = 1,1,1,2 ->
+// .2,.2,.2,.4; mass 2: 1.3, 4: 0.4; evictable {2, 4}: 4 goes.
+BOOST_AUTO_TEST_CASE(six_tokens_h2o) {
+  check(drive(with("h2o:sinks=1,recent=1")), {0, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {3}, {4});
+}
+
+// h2o-normalized. Prefill mass / (P - t): 1: 0.5/3, 2: 0.9/2 -> 1 goes. Step 4: the masses of
+// h2o divided by the queries that saw them (x - t + 1): 2: 1.1/3 = .367 < 3: 0.8/2 = .4 -> 2
+// goes (h2o evicts 3 here). Step 5: cache {0,3,4,5}, W[5] = 1,3,1,2 -> 1/7,3/7,1/7,2/7;
+// 3: (0.8 + 3/7)/3 = .41, 4: (0.2 + 1/7)/2 = .17 -> 4 goes.
+BOOST_AUTO_TEST_CASE(six_tokens_h2o_normalized) {
+  check(drive(with("h2o-normalized:sinks=1,recent=1")), {0, 2, 3}, {0, 2, 3, 4}, {0, 3, 4, 5}, {2}, {4});
+}
+
+// tova. Prefill: the last prompt query W[3] = .5,.125,.25,.125 -> 1 goes (.125 < .25).
+// Step 4: p over {0,2,3,4} = .4,.2,.2,.2: 2 and 3 tie -> the older, 2, goes.
+// Step 5: {0,3,4,5}: 1/7,3/7,1/7,2/7; evictable {3, 4} -> 4 goes.
+BOOST_AUTO_TEST_CASE(six_tokens_tova) {
+  check(drive(with("tova:sinks=1,recent=1")), {0, 2, 3}, {0, 2, 3, 4}, {0, 3, 4, 5}, {2}, {4});
+}
+
+// streaming (sinks 1): the oldest non-sink goes: 1 at the prefill, then 2, then 3.
+BOOST_AUTO_TEST_CASE(six_tokens_streaming) {
+  check(drive(with("streaming:sinks=1")), {0, 2, 3}, {0, 2, 3, 4}, {0, 3, 4, 5}, {2}, {3});
+}
+
+// snapkv (no sinks, window 2, max-pool 3). Prompt queries 2 and 3 vote: .25,.25,.5 and
+// .5,.125,.25,.125 -> sums 0: .75, 1: .375 (2 and 3 are the window: kept, not pooled).
+// Pooled over positions [0, 1] (the window is cut off first): 0: max(.75,.375) = .75, 1: .75
+// — a flat run. The tie goes to the lower unpooled sum: 1 (.375) goes, the peak 0 stays
+// (the older-first rule alone would drop the peak).
+// Step 4: cache {0,2,3,4}, p = .4,.2,.2,.2; the window becomes queries 3, 4 (query 2 leaves):
+// 0: .75 + .4 - .25 = .9, 2: .75 + .2 - .5 = .45. Protected: the window positions {3, 4};
+// pooled over [0, 2] (1 is empty: 0): 0: .9, 2: max(0, .45) = .45 -> 2 goes.
+// Step 5: cache {0,3,4,5}, p = 1/7,3/7,1/7,2/7; query 3 leaves (.5 on 0, .125 on 3):
+// 0: .9 + 1/7 - .5 = .543, 3: .125 + .2 + 3/7 - .125 = .629 (3 entered the window sum at
+// query 3 with .125 and at query 4 with .2). Protected {4, 5}; pooled over [0, 3]:
+// 0: max(.543, 0) = .543 < 3: max(0, .629) -> 0 goes.
+BOOST_AUTO_TEST_CASE(six_tokens_snapkv_maxpool) {
+  check(drive(with("snapkv:window=2,pool=max3")), {0, 2, 3}, {0, 2, 3, 4}, {0, 3, 4, 5}, {2}, {0});
+}
+
+// snapkv with average pooling (width 3, zero padding counted): prefill sums 0: .75, 1: .375
+// pooled over [0, 1]: 0: (0 + .75 + .375)/3 = .375, 1: (.75 + .375 + 0)/3 = .375 — a tie,
+// broken by the unpooled sums: 1 goes.
+BOOST_AUTO_TEST_CASE(six_tokens_snapkv_avgpool) {
+  const Trace t = drive(with("snapkv:window=2,pool=avg3"));
+  BOOST_TEST(t.prefill_kept == (Positions{0, 2, 3}), boost::test_tools::per_element());
+  // The paper's preset: window 64 and avg-pool 5 (a window larger than the prompt keeps it all).
+  const PolicySettings p = policy_preset("snapkv");
+  BOOST_TEST(p.window == 64);
+  BOOST_TEST((p.pool == Pooling::Avg && p.pool_width == 5));
+  const PolicySettings q = policy_preset("snapkv-maxpool");
+  BOOST_TEST(q.window == 32);
+  BOOST_TEST((q.pool == Pooling::Max && q.pool_width == 7));
+}
+
+// knorm (sinks 1, recent 1): score -||k||; key norms 3, 1, 2, 4, 1.5, 5. Prefill: evictable
+// {1, 2}: 2 (norm 2) goes. Step 4: {1, 3}: 3 (norm 4) goes. Step 5: {1, 4}: 4 (1.5 > 1) goes.
+BOOST_AUTO_TEST_CASE(six_tokens_knorm) {
+  TokenFeatures f;
+  f.heads = 1;
+  f.tokens = 6;
+  f.key_norm = {3, 1, 2, 4, 1.5, 5};
+  check(drive(with("knorm:sinks=1,recent=1"), 3, {kW}, kMass, &f), {0, 1, 3}, {0, 1, 3, 4}, {0, 1, 4, 5}, {3}, {4});
+}
+
+// expected-attention (sinks 1, recent 1): score = expected attention x ||v||:
+// .5 x 1, .1 x 4, .2 x 1, .2 x 1, .3 x 2, .4 x 1 = .5, .4, .2, .2, .6, .4.
+// Prefill {1, 2}: 2 goes. Step 4 {1, 3}: 3 goes. Step 5 {1, 4}: 1 (.4 < .6) goes.
+// vnorm=0: .5,.1,.2,.2,.3,.4: prefill 1 goes; step 4 {2, 3} tie .2 -> 2; step 5 {3, 4}: 3.
+BOOST_AUTO_TEST_CASE(six_tokens_expected_attention) {
+  TokenFeatures f;
+  f.heads = 1;
+  f.tokens = 6;
+  f.expected_attention = {.5, .1, .2, .2, .3, .4};
+  f.value_norm = {1, 4, 1, 1, 2, 1};
+  check(drive(with("expected-attention:sinks=1,recent=1"), 3, {kW}, kMass, &f), {0, 1, 3}, {0, 1, 3, 4}, {0, 1, 4, 5},
+        {3}, {1});
+  check(drive(with("expected-attention:sinks=1,recent=1,vnorm=0"), 3, {kW}, kMass, &f), {0, 2, 3}, {0, 2, 3, 4},
+        {0, 3, 4, 5}, {2}, {3});
+}
+
+// scissorhands (sinks 1, recent 1, history window 2): a query that saw m tokens marks t
+// unimportant when p < 1/m; the most-marked token goes. Query 2 (1/3): .25,.25,.5 -> marks
+// 0, 1. Query 3 (1/4): .5,.125,.25,.125 -> marks 1, 3. Counts 0: 1, 1: 2, 2: 0, 3: 1.
+// Prefill {1, 2}: 1 (2 marks) goes. Step 4 (1/4): .4,.2,.2,.2 on {0,2,3,4} marks 2, 3, 4;
+// query 2 leaves (its mark on 0 goes): 0: 0, 2: 1, 3: 2, 4: 1 -> {2, 3}: 3 goes.
+// Step 5: .2,.2,.2,.4 on {0,2,4,5} marks 0, 2, 4; query 3 leaves (its marks were on 1 and 3,
+// both gone): 0: 1, 2: 2, 4: 2 -> {2, 4} tie -> the older, 2, goes.
+BOOST_AUTO_TEST_CASE(six_tokens_scissorhands) {
+  check(drive(with("scissorhands:sinks=1,recent=1,window=2")), {0, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {3}, {2});
+}
+
+// value-aware (sinks 1, recent 1): H2O's mass, each term times ||W_O W_UV c_t|| =
+// 1, 2, 1, 1, 4, 1. Prefill: 2.0, 1.0, 0.9, 0.6 -> {1, 2}: 2 goes (h2o drops 1).
+// Step 4: {0,1,3,4}: W[4] = 2,3,1,1 -> 2/7, 3/7, 1/7, 1/7; 1: 1 + 2 * 3/7 = 1.86,
+// 3: .6 + 1/7 = .74 -> 3 goes. Step 5: {0,1,4,5}: W[5] = 1,2,1,2 -> 1/6, 2/6, 1/6, 2/6;
+// 1: 1.86 + 2/3 = 2.52, 4: 4/7 + 4/6 = 1.24 -> 4 goes.
+BOOST_AUTO_TEST_CASE(six_tokens_value_aware) {
+  TokenFeatures f;
+  f.heads = 1;
+  f.tokens = 6;
+  f.output_norm = {1, 2, 1, 1, 4, 1};
+  check(drive(with("value-aware:sinks=1,recent=1"), 3, {kW}, kMass, &f), {0, 1, 3}, {0, 1, 3, 4}, {0, 1, 4, 5}, {3}, {4});
+}
+
+// random (seed 11, sinks 1, recent 1): prefill scores u_t = Rng(11, 7001).uniform() in token
+// order, the lower of {1, 2} goes; decode: Rng(11, 7002 + 16 K) picks floor(u * count) among
+// the evictable tokens in position order (the documented generator, mla/random.hpp).
+BOOST_AUTO_TEST_CASE(six_tokens_random) {
+  Rng prefill(11, 7001);
+  std::vector<double> u(4);
+  for (double& v : u) v = prefill.uniform();
+  const int64_t kept = u[2] > u[1] ? 2 : 1;
+  Rng pick(11, 7002 + 16 * 3);
+  const Positions ev0 = {kept, 3};  // step 4: evictable positions in [1, 3]
+  const int64_t e0 = ev0[static_cast<size_t>(pick.uniform() * 2.0)];
+  Positions c1 = {0, kept, 3, 4};
+  c1.erase(std::find(c1.begin(), c1.end(), e0));
+  Positions ev1;  // step 5: positions in [1, 4]
+  for (int64_t t : c1)
+    if (t >= 1 && t <= 4) ev1.push_back(t);
+  const int64_t e1 = ev1[static_cast<size_t>(pick.uniform() * static_cast<double>(ev1.size()))];
+  c1.push_back(5);
+  check(drive(with("random:sinks=1,recent=1,seed=11")), {0, kept, 3}, {0, kept, 3, 4}, c1, {e0}, {e1});
+}
+
+// oracle: each step the K + 1 = 4 tokens with the most full attention (ties keep the newer);
+// it then holds its K best. Step 4: W[4] = 2,3,1,1,1 -> 1, 0, then 4, 3 of the tied {2,3,4}
+// -> {0,1,3,4}; held {0,1,4} (3 and 4 tie: the older goes). Step 5: W[5] = 1,2,1,3,1,2 ->
+// 3, then 1 and 5, then the newest 1: 4 -> {1,3,4,5}.
+BOOST_AUTO_TEST_CASE(six_tokens_oracle) {
+  const Trace t = drive(with("oracle"));
+  BOOST_TEST(t.attended0 == (Positions{0, 1, 3, 4}), boost::test_tools::per_element());
+  BOOST_TEST(t.held0 == (Positions{0, 1, 4}), boost::test_tools::per_element());
+  BOOST_TEST(t.attended1 == (Positions{1, 3, 4, 5}), boost::test_tools::per_element());
+}
+
+// The prefill cut and decode follow one tie rule: on equal scores the older token goes.
+// Prefill mass 2, .5, .5, .6 (sinks 1, recent 1): 1 and 2 tie -> 1 goes, 2 stays (the old
+// prefill cut, h2o_select, kept the older one instead).
+BOOST_AUTO_TEST_CASE(tie_rule_prefill_keeps_the_newer) {
+  const Trace t = drive(with("h2o:sinks=1,recent=1"), 3, {kW}, {2.0, 0.5, 0.5, 0.6});
+  BOOST_TEST(t.prefill_kept == (Positions{0, 2, 3}), boost::test_tools::per_element());
+}
+
+// Head aggregation, two heads, tova (sinks 1, recent 1) at the prefill. The last prompt
+// query gives head 0: 0, .375, .625, 0 and head 1: .5625, .375, .0625, 0.
+//   sum:  1: .75,  2: .6875 -> 2 goes;  mean: the same order -> 2 goes;
+//   max:  1: .375, 2: .625  -> 1 goes (head 0 needs token 2).
+BOOST_AUTO_TEST_CASE(head_aggregation_sum_max_mean) {
+  Table h0 = kW, h1 = kW;
+  h0[3] = {0, 3, 5, 0};   // /8: 0, .375, .625, 0
+  h1[3] = {9, 6, 1, 0};   // /16: .5625, .375, .0625, 0
+  BOOST_TEST(drive(with("tova:sinks=1,recent=1,heads=sum"), 3, {h0, h1}).prefill_kept == (Positions{0, 1, 3}),
+             boost::test_tools::per_element());
+  BOOST_TEST(drive(with("tova:sinks=1,recent=1,heads=mean"), 3, {h0, h1}).prefill_kept == (Positions{0, 1, 3}),
+             boost::test_tools::per_element());
+  BOOST_TEST(drive(with("tova:sinks=1,recent=1,heads=max"), 3, {h0, h1}).prefill_kept == (Positions{0, 2, 3}),
+             boost::test_tools::per_element());
+}
+
+// Every policy holds at most K tokens after every step, the prefill included (snapkv's
+// observation window counts; the old snapkv grew by one token per step).
+BOOST_AUTO_TEST_CASE(every_policy_holds_its_budget) {
+  TokenFeatures f;
+  f.heads = 1;
+  f.tokens = 6;
+  f.key_norm = {3, 1, 2, 4, 1.5, 5};
+  f.expected_attention = {.5, .1, .2, .2, .3, .4};
+  f.value_norm = f.output_norm = {1, 2, 1, 1, 4, 1};
+  for (const std::string& name : policy_preset_names()) {
+    if (name == "full") continue;
+    PolicySettings s = policy_preset(name);
+    const std::vector<std::string> keys = policy_setting_keys(s.kind);
+    for (const char* key : {"sinks", "recent"})
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) apply_policy_setting(s, key, key[0] == 's' ? "0" : "1");
+    if (s.kind == PolicyKind::SnapKV || s.kind == PolicyKind::PyramidKV || s.kind == PolicyKind::Scissorhands)
+      apply_policy_setting(s, "window", "2");
+    BOOST_TEST_CONTEXT(s.label) {
+      const Trace t = drive(s, 3, {kW}, kMass, &f);
+      BOOST_TEST(t.prefill_kept.size() <= 3u);
+      BOOST_TEST(t.held0.size() <= 3u);
+      BOOST_TEST(t.held1.size() <= 3u);
+      BOOST_TEST(t.attended0.size() <= 4u);
+      BOOST_TEST(t.attended1.size() <= 4u);
+    }
+  }
+}
+
+// PyramidKV's budgets, as kvpress's get_layer_budget: 5 layers, mean K = 100, window 10,
+// beta 4, prompt 1000: min = 25, max = 175; steps (175 - 25)/4 = 37.5 ->
+// 175, 137.5 -> 138 (round half to even, as Python's round), 100, 62.5 -> 62, 25.
+// A prompt of 150 clamps max to P - w = 140, min = 200 - 140 = 60: 140, 120, 100, 80, 60.
+// beta 20 with window 64: min = 5 < 64, infeasible -> K on every layer (SnapKV's budget).
+BOOST_AUTO_TEST_CASE(pyramid_budgets) {
+  const std::vector<int64_t> a = {175, 138, 100, 62, 25}, b = {140, 120, 100, 80, 60};
+  for (int64_t l = 0; l < 5; ++l) {
+    BOOST_TEST(pyramid_budget(l, 5, 100, 10, 4, 1000) == a[static_cast<size_t>(l)]);
+    BOOST_TEST(pyramid_budget(l, 5, 100, 10, 4, 150) == b[static_cast<size_t>(l)]);
+    BOOST_TEST(pyramid_budget(l, 5, 100, 64, 20, 1000) == 100);
+  }
+  BOOST_TEST(pyramid_budget(0, 1, 100, 10, 4, 1000) == 100);
+  BOOST_CHECK_THROW(pyramid_budget(5, 5, 100, 10, 4, 1000), std::exception);
+}
+
+// --policy: presets, per-policy settings, the same policy at two settings, bad items.
+BOOST_AUTO_TEST_CASE(policy_list_syntax) {
+  const std::vector<PolicySettings> p =
+      parse_policy_list("h2o:sinks=4,recent=32,tova:sinks=0,recent=1,snapkv:window=64,pool=avg5,snapkv,h2o");
+  BOOST_REQUIRE(p.size() == 5u);
+  BOOST_TEST(p[0].label == "h2o:sinks=4,recent=32");
+  BOOST_TEST(p[0].sinks == 4);
+  BOOST_TEST(p[0].recent == 32);
+  BOOST_TEST(p[0].recent_percent == 0);
+  BOOST_TEST(p[1].label == "tova:sinks=0,recent=1");
+  BOOST_TEST(p[2].window == 64);
+  BOOST_TEST(p[3].label == "snapkv");
+  BOOST_TEST(p[4].label == "h2o");
+  BOOST_TEST(p[4].recent_percent == 50);  // the paper's heavy_ratio = recent_ratio
+  BOOST_TEST(recent_tokens(p[4], 100) == 50);
+  BOOST_TEST(parse_policy_list("all").size() == policy_preset_names().size());
+  for (const char* bad : {"lru", "h2o:window=3", "h2o,h2o", "sinks=3", "h2o:heads=median", "snapkv:pool=avg4",
+                          "h2o,,tova", "h2o:recent=0", "h2o:recent=100%"})
+    BOOST_CHECK_THROW(parse_policy_list(bad), std::exception);
+  // a budget that cannot hold what a policy protects
+  BOOST_CHECK_THROW(make_cache_manager(with("h2o:sinks=2,recent=1"), 3, PolicyContext{1, 4, 6, nullptr}), std::exception);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
