@@ -10,7 +10,7 @@
 
 namespace mla::eval {
 
-PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int64_t window) {
+PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int64_t window, const FeatureNeeds& needs) {
   const AttentionConfig& a = layer.config().attention;
   const int64_t P = h_prompt.rows();
   PromptLayer out;
@@ -27,6 +27,9 @@ PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int
     MatrixRM ctx;
     decoder::attend_causal(layer, p.q, 0, P, cpu::KeyView{&out.keys, nullptr, P}, ctx, &out.head_mass);
     out.queries = p.q.bottomRows(out.window);
+    if (needs.any()) out.latent = p.latent;
+    if (needs.expected_attention)
+      out.statistics = prerope_query_statistics(a, p.q.data(), P, positions, std::min(needs.expected_sinks, P - 1));
     attn_output = layer.o_proj(ctx);
   }
   layer.residual_add(h_prompt, attn_output);
@@ -50,9 +53,22 @@ std::vector<double> prompt_query_probs(const decoder::PreparedLayer& layer, cons
   return {probs.begin(), probs.end()};
 }
 
+TokenFeatures run_features(const AttentionConfig& cfg, const LayerWeights& w, const PromptLayer& prompt,
+                           const MatrixRM& latent, const FeatureNeeds& needs) {
+  if (!needs.any()) return {};
+  const int64_t P = prompt.latent.rows(), N = latent.rows(), width = latent.cols();
+  TensorD all("latent_cache", {P + N, width});  // [P + N, r_kv + d_r]
+  for (int64_t i = 0; i < P * width; ++i) all.data[static_cast<size_t>(i)] = prompt.latent.data()[i];
+  for (int64_t i = 0; i < N * width; ++i) all.data[static_cast<size_t>(P * width + i)] = latent.data()[i];
+  return compute_token_features(cfg, w, all, P, needs, prompt.statistics);
+}
+
 int64_t layer_budget(const PolicySettings& s, int64_t budget, int64_t layer, int64_t num_layers, int64_t prompt_len) {
   if (s.kind != PolicyKind::PyramidKV) return budget;
-  return pyramid_budget(layer, num_layers, budget, s.window, s.beta, prompt_len);
+  // the pyramid's smallest budget may equal the window it protects (min = 2K - (P - w) = w):
+  // a cache that holds only what it never evicts has no choice left, so it gets one token more
+  const int64_t pyramid = pyramid_budget(layer, num_layers, budget, s.window, s.beta, prompt_len);
+  return pyramid > protected_tokens(s, budget) ? pyramid : protected_tokens(s, budget) + 1;
 }
 
 void prefill_manager(CacheManager& manager, const decoder::PreparedLayer& layer, const PromptLayer& prompt) {

@@ -42,6 +42,7 @@ struct RunState {
   std::vector<EvalLayer> layers;               // [L]
   // this layer:
   std::unique_ptr<CacheManager> manager;
+  TokenFeatures features;                      // what the policy reads besides the attention
   cpu::RowKeys keys;                           // positions [P, T)
   MatrixRM q;                                  // [N, n*d_qk]
   MatrixRM ctx;                                // [N, n*d_v]
@@ -84,6 +85,17 @@ int64_t argmax(const float* l, int64_t V) {
   return best;
 }
 
+// Zero features of the right size: what a manager's constructor checks (its budget, the features it
+// needs) before the real ones exist.
+TokenFeatures placeholder_features(int64_t heads, int64_t positions) {
+  TokenFeatures f;
+  f.heads = heads;
+  f.tokens = positions;
+  for (std::vector<double>* v : {&f.key_norm, &f.value_norm, &f.output_norm, &f.expected_attention})
+    v->assign(idx(heads * positions), 0.0);
+  return f;
+}
+
 TensorF to_tensor(const std::string& name, const MatrixRM& m) {
   TensorF t(name, {m.rows(), m.cols()});
   std::copy(m.data(), m.data() + m.size(), t.data.begin());
@@ -116,7 +128,7 @@ void check_eval_options(const EvalOptions& opt, int64_t tokens, int64_t num_laye
   ctx.heads = 1;
   ctx.prompt_len = opt.prompt_len;
   ctx.positions = opt.prompt_len + opt.steps;
-  TokenFeatures none;
+  const TokenFeatures none = placeholder_features(ctx.heads, ctx.positions);
   ctx.features = &none;
   for (const PolicySettings& s : opt.policies)
     for (int64_t K : opt.budgets)
@@ -181,6 +193,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     const MatrixRM h_decode = decoder::embed(ckpt, decode_ids, opt.precision);
     for (RunState& r : runs) r.h = h_decode;
   }
+  const FeatureNeeds needs = feature_needs(opt.policies);
   decoder::LayerSettings settings;
   settings.precision = opt.precision;
   settings.threads = threads;
@@ -197,28 +210,31 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
       result.hidden_states.push_back(to_tensor("hidden_states." + std::to_string(L), all));
     }
     std::unique_ptr<decoder::PreparedLayer> layer;
+    LayerWeights attention;  // the fp32 attention weights the policies' token features read
     {
-      const DecoderLayerWeights w = load_decoder_layer(ckpt, cfg, L, /*experts=*/true);
+      DecoderLayerWeights w = load_decoder_layer(ckpt, cfg, L, /*experts=*/true);
       layer = std::make_unique<decoder::PreparedLayer>(cfg, w, settings);
+      if (needs.any()) attention = std::move(w.self_attn);
     }
     ckpt.release_mappings();
 
-    // 2a. the managers (their observation windows decide which prompt queries are kept)
-    PolicyContext pctx;
-    pctx.heads = n;
-    pctx.prompt_len = P;
-    pctx.positions = P + N;
-    TokenFeatures no_features;
-    pctx.features = &no_features;
+    // 2a. the managers' observation windows decide which prompt queries are kept
     int64_t window = 0;
-    for (RunState& r : runs) {
-      if (r.full) continue;
-      r.manager = make_cache_manager(r.policy, eval::layer_budget(r.policy, r.budget, L, L_count, P), pctx);
-      window = std::max(window, r.manager->observation_window());
+    {
+      PolicyContext probe;
+      probe.heads = n;
+      probe.prompt_len = P;
+      probe.positions = P + N;
+      const TokenFeatures none = placeholder_features(n, P + N);
+      probe.features = &none;
+      for (const RunState& r : runs)
+        if (!r.full)
+          window = std::max(window, make_cache_manager(r.policy, eval::layer_budget(r.policy, r.budget, L, L_count, P), probe)
+                                        ->observation_window());
     }
     // 1. the prompt
-    const eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window);
-    // 2b. every run's decode rows projected; its manager reads the prompt
+    const eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs);
+    // 2b. every run's decode rows projected; its manager (with the run's own token features) reads the prompt
     for (RunState& r : runs) {
       const decoder::PreparedLayer::Projected p = layer->project(layer->input_norm(r.h), decode_positions);
       r.keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, P, N);
@@ -228,7 +244,15 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
       r.recall.assign(idx(N), 1.0);
       r.cache_len.assign(idx(N), 0);
       r.held.assign(idx(N), 0);
-      if (r.manager) eval::prefill_manager(*r.manager, *layer, prompt);
+      if (r.full) continue;
+      r.features = eval::run_features(a, attention, prompt, p.latent, needs);
+      PolicyContext pctx;
+      pctx.heads = n;
+      pctx.prompt_len = P;
+      pctx.positions = P + N;
+      pctx.features = &r.features;
+      r.manager = make_cache_manager(r.policy, eval::layer_budget(r.policy, r.budget, L, L_count, P), pctx);
+      eval::prefill_manager(*r.manager, *layer, prompt);
     }
     // 3. the steps, every run at step x
     std::vector<cpu::RowScratch> scratch(idx(threads));
@@ -317,6 +341,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
       st.mean_hidden_rel_error = hidden_err / static_cast<double>(N);
       r.layers.push_back(st);
       r.manager.reset();
+      r.features = TokenFeatures();
       r.keys = cpu::RowKeys();
       r.q = MatrixRM();
       r.ctx = MatrixRM();

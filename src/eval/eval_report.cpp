@@ -86,7 +86,7 @@ std::string eval_csv(const EvalResult& r, const std::vector<int64_t>& budgets) {
   std::string out = "policy,budget,position,token,nll,kl,top1_agree\n";
   for_each_run(r, budgets, [&](const EvalRun& run, int64_t K) {
     for (const EvalPosition& p : run.positions)
-      out += run.policy.label + "," + std::to_string(K) + "," + std::to_string(p.position) + "," +
+      out += csv_field(run.policy.label) + "," + std::to_string(K) + "," + std::to_string(p.position) + "," +
              std::to_string(p.token) + "," + format_double(p.nll) + "," + format_double(p.kl) + "," +
              (p.top1_agree ? "1" : "0") + "\n";
   });
@@ -99,7 +99,7 @@ std::string eval_layers_csv(const EvalResult& r, const std::vector<int64_t>& bud
       "max_attn_rel_error,mean_hidden_rel_error\n";
   for_each_run(r, budgets, [&](const EvalRun& run, int64_t K) {
     for (const EvalLayer& l : run.layers)
-      out += run.policy.label + "," + std::to_string(K) + "," + std::to_string(l.layer) + "," +
+      out += csv_field(run.policy.label) + "," + std::to_string(K) + "," + std::to_string(l.layer) + "," +
              std::to_string(run.policy.kind == PolicyKind::Full ? 0 : l.budget) + "," + format_double(l.mean_cache_len) +
              "," + format_double(l.mean_held) + "," + format_double(l.mean_mass_recall) + "," +
              format_double(l.min_mass_recall) + "," + format_double(l.mean_attn_rel_error) + "," +
@@ -113,7 +113,7 @@ std::string eval_summary_csv(const std::vector<EvalSummary>& sum) {
       "policy,budget,mean_nll,delta_nll,ppl_ratio,mean_kl,top1_agreement,top1_accuracy,passkey_accuracy,"
       "mean_cache_len,mean_mass_recall\n";
   for (const EvalSummary& s : sum)
-    out += s.policy + "," + std::to_string(s.budget) + "," + format_double(s.mean_nll) + "," +
+    out += csv_field(s.policy) + "," + std::to_string(s.budget) + "," + format_double(s.mean_nll) + "," +
            format_double(s.delta_nll) + "," + format_double(s.ppl_ratio) + "," + format_double(s.mean_kl) + "," +
            format_double(s.top1_agreement) + "," + format_double(s.top1_accuracy) + "," +
            (s.passkey_accuracy < 0 ? std::string() : format_double(s.passkey_accuracy)) + "," +

@@ -1,5 +1,6 @@
 // src/report/line_chart.cpp — svg::line_chart (svg_util.hpp): a hand-written SVG line chart,
-// one polyline per series with a legend, for the plots of eval (budget.svg, layers.svg).
+// one polyline per series with a legend: decode's decode.svg and budget.svg, eval's budget.svg
+// and layers.svg.
 //
 // Geometry: 960 x 480; plot area x in [70, 760], y in [50, 420], legend on the right. y spans
 // [min(0, smallest), a nice tick above the largest]; x from the smallest to the largest x.
@@ -12,8 +13,9 @@
 namespace mla::svg {
 
 const char* series_colour(size_t k) {
-  static const char* palette[] = {"#000000", "#e66101", "#5e3c99", "#1f78b4", "#33a02c", "#e31a1c", "#999999",
-                                  "#fdb863", "#b2abd2", "#a6cee3", "#b2df8a", "#fb9a99", "#cab2d6", "#6a3d9a"};
+  // in the order the series come (the presets' order for `--policy all`)
+  static const char* palette[] = {"#000000", "#e66101", "#fdb863", "#5e3c99", "#1f78b4", "#33a02c", "#b2df8a",
+                                  "#a6cee3", "#b15928", "#6a3d9a", "#ff7f00", "#cab2d6", "#999999", "#e31a1c"};
   return palette[k % (sizeof palette / sizeof palette[0])];
 }
 
