@@ -27,8 +27,11 @@ Data
   is BOS + 1535 bytes: 70 % a random window of the training text, 15 % a passkey sequence
   (training text with "The pass key is NNNNN. Remember it. NNNNN is the pass key." at a random
   depth and "What is the pass key? The pass key is NNNNN." at its end), 15 % a copy sequence
-  (a 32-256 byte span of the text repeated verbatim later in the window), so that retrieval
-  (induction) heads form and eviction has something to lose.
+  (a 32-256 byte span of the text repeated verbatim later in the window). That is phase 1
+  (900 steps). Phase 2 (300 steps, from the phase-1 weights) shifts the mix towards retrieval:
+  30 % text, 25 % passkey, 20 % copy, 25 % random-string copy (random [A-Za-z0-9] strings repeated
+  verbatim, which only a copy head can predict), so that retrieval (induction) heads form and
+  eviction has something to lose.
 
 Outputs (--out, default models/tiny-mla)
   config.json, generation_config.json, model.safetensors   save_pretrained; bf16 weights except
@@ -43,8 +46,9 @@ Outputs (--out, default models/tiny-mla)
   README.md           the model card (written from the figures above)
 
 Usage
-  /path/to/venv/bin/python reference/python/train_tiny_mla.py [--out DIR] [--steps 900]
-  (the venv of reference/python/requirements.txt; --smoke runs 3 steps into a scratch dir)
+  /path/to/venv/bin/python reference/python/train_tiny_mla.py [--out DIR] [--steps 900] [--phase2-steps 300]
+  (the venv of reference/python/requirements.txt; --smoke runs 3 + 3 steps into a scratch dir;
+  --start-from DIR runs phase 2 only, from a phase-1 output saved earlier)
 """
 
 from __future__ import annotations
@@ -387,19 +391,49 @@ def write_card(out, args, cfg, log, stats, summary):
     a("")
     a("## Training")
     a("")
-    a(f"- seed {args.seed}; {args.steps} steps of {args.batch} × {args.seq_len} tokens = {summary['tokens']:,} tokens")
-    a(f"- AdamW (β 0.9/0.95, weight decay 0.1), peak lr {args.lr}, {args.warmup} warm-up steps then cosine to 10 %, gradient clip 1.0")
-    a("- bf16 autocast on the CPU (fp32 master weights), torch's fused CPU attention (sdpa)")
-    a(f"- {summary['threads']} threads on {summary['cpu']}; wall time {summary['wall_s'] / 60:.1f} min")
+    meta = summary["meta"]
+    a(f"- seed {args.seed}; batches of {args.batch} × {args.seq_len} tokens; {summary['tokens']:,} tokens in all")
+    a(f"- **phase 1**: {args.steps} steps, peak lr {args.lr}, {args.warmup} warm-up steps then cosine to 10 %: the mix above")
+    a(f"- **phase 2**: {args.phase2_steps} steps from the phase-1 weights as saved (bf16, widened to fp32), fresh")
+    a(f"  optimizer, peak lr {args.phase2_lr}, 20 warm-up steps then cosine: 30 % text, 25 % passkey, 20 % copy,")
+    a("  25 % random-string copy (1-3 random [A-Za-z0-9] strings of 12-48 characters, each repeated verbatim")
+    a("  later in the window). Phase 1 alone left the model without copy heads (table below), so")
+    a("  phase 2 was meant to teach retrieval; whether it did is measured below, not assumed.")
+    a("- AdamW (β 0.9/0.95, weight decay 0.1 on matrices), gradient clip 1.0, bf16 autocast on the CPU")
+    a("  (fp32 master weights), torch's fused CPU attention (sdpa)")
+    w1, w2 = meta.get("phase1_wall_s"), meta.get("phase2_wall_s")
+    a(f"- {summary['threads']} threads on {summary['cpu']}; wall time phase 1 {w1 / 60:.0f} min (load average"
+      f" {meta.get('phase1_loadavg', 0):.0f}), phase 2 {w2 / 60:.0f} min (load average {meta.get('phase2_loadavg', 0):.0f}):"
+      " the machine was shared with other jobs. Unloaded, one step takes about 4 s on this CPU"
+      f" (~{(args.steps + args.phase2_steps) * 4 / 60:.0f} min for both phases).")
     a(f"- torch {torch.__version__}, transformers {summary['transformers']}, Python {platform.python_version()}")
+    a("")
+    c1, c2 = summary["copy"]["phase1"], summary["copy"]["final"]
+    a("### Copying (induction) check")
+    a("")
+    a("Mean NLL (nats/byte) of a 128-byte held-out span at its first occurrence and at its verbatim repeat")
+    a("about 700 bytes later (8 spans; a model that copies predicts the repeat far better):")
+    a("")
+    a("| weights | first occurrence | repeat |")
+    a("|---|---|---|")
+    a(f"| after phase 1 | {c1[0]:.3f} | {c1[1]:.3f} |")
+    a(f"| shipped (after phase 2) | {c2[0]:.3f} | {c2[1]:.3f} |")
+    a("")
+    copies = c2[1] < 0.5 * c2[0]  # a copy head predicts most of a verbatim repeat
+    if copies:
+        a("The repeat costs less than half the first occurrence: the model has formed copy (induction) heads.")
+    else:
+        a(f"The repeat costs {100 * (1 - c2[1] / c2[0]):.0f} % less than the first occurrence: **no copy (induction)")
+        a("heads formed** in this training budget (a copying model would predict the repeat almost free). Its")
+        a("attention is trained but mostly local (table below), and the passkey result is at chance (1 digit in 10).")
     a("")
     a("### Loss curve (`training_log.csv`, `loss.svg`)")
     a("")
-    a("| step | tokens | train bits/byte (batch) | held-out bits/byte |")
-    a("|---|---|---|---|")
+    a("| phase | step | tokens | train bits/byte (batch) | held-out bits/byte |")
+    a("|---|---|---|---|---|")
     for r in log:
         if r["heldout_bpb"] != "":
-            a(f"| {r['step']} | {r['tokens']:,} | {r['train_bpb']:.3f} | {r['heldout_bpb']:.3f} |")
+            a(f"| {r['phase']} | {r['step']} | {r['tokens']:,} | {r['train_bpb']:.3f} | {r['heldout_bpb']:.3f} |")
     a("")
     a(f"**Held-out: {last['heldout_bpb']:.3f} bits per byte** ({summary['held_windows']} windows of 1535 bytes spread over the held-out files,")
     a("fp32 weights before the bf16 rounding; after rounding to bf16, as shipped: ")
@@ -421,7 +455,8 @@ def write_card(out, args, cfg, log, stats, summary):
     a("")
     a("It has Kimi's attention *structure* (a low-rank query, a 64+16-value latent cache shared by all heads,")
     a("decoupled RoPE keys, YaRN, MoE with group-limited sigmoid routing), trained attention patterns")
-    a("(sinks, local heads, retrieval heads from the copy and passkey data) and a residual stream through")
+    a("(" + ("sinks, local heads, copy heads" if copies else "a broad layer 0, sharply local middle layers, no copy heads")
+      + ") and a residual stream through")
     a("which an eviction's error reaches the logits. It has none of Kimi's scale: 8 heads instead of 64,")
     a("5 layers instead of 61, 1.5 k contexts instead of 256 k, bytes instead of a 160 k-token vocabulary,")
     a("and minutes of training on one corpus. Rankings of eviction policies on it are evidence about MLA")
@@ -434,31 +469,154 @@ def write_card(out, args, cfg, log, stats, summary):
     for f in summary["files_sha"]:
         a(f"| `{f[0]}` | `{f[1]}` |")
     a("")
-    a("Reproduce: `python reference/python/train_tiny_mla.py --out models/tiny-mla` with the venv of")
+    a("Reproduce: `python reference/python/train_tiny_mla.py --out models/tiny-mla` (both phases) with the venv of")
     a("`reference/python/requirements.txt` on a 2-thread CPU (the same machine class and thread count give")
     a("the same weights; another CPU's kernels may round differently).")
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
+def random_copy_sequence(text, rng, length):
+    """Natural text with 1-3 random [A-Za-z0-9] strings (12-48 chars), each written once in the
+    first half of the window and repeated verbatim later: only an induction (copy) head can
+    predict the repeat, so these sequences teach retrieval."""
+    alphabet = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", dtype=np.uint8)
+    strings = [bytes(alphabet[rng.integers(0, len(alphabet), size=int(rng.integers(12, 49)))])
+               for _ in range(int(rng.integers(1, 4)))]
+    inserts = [b" " + s + b" " for s in strings]
+    filler = window(text, rng, length - 2 * sum(len(b) for b in inserts))
+    half = len(filler) // 2
+    cuts = []
+    for b in inserts:
+        a = int(rng.integers(0, half))
+        c = int(rng.integers(half, len(filler) + 1))
+        cuts.append((a, b))
+        cuts.append((c, b))
+    cuts.sort(key=lambda t: t[0])
+    out, prev = [], 0
+    for at, b in cuts:
+        out.append(filler[prev:at])
+        out.append(b)
+        prev = at
+    out.append(filler[prev:])
+    return b"".join(out)
+
+
+def retrieval_batch(text, rng, batch, seq_len):
+    """Phase 2's mix: 30 % text windows, 25 % passkey, 20 % copy, 25 % random-string copy."""
+    rows = []
+    for _ in range(batch):
+        u = rng.random()
+        if u < 0.30:
+            body = window(text, rng, seq_len - 1)
+        elif u < 0.55:
+            body, _ = passkey_sequence(text, rng, seq_len - 1)
+        elif u < 0.75:
+            body = copy_sequence(text, rng, seq_len - 1)
+        else:
+            body = random_copy_sequence(text, rng, seq_len - 1)
+        assert len(body) == seq_len - 1
+        rows.append([BOS] + list(body))
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def train_phase(model, tracker, make_batch, steps, lr, warmup, windows, args, phase, log):
+    """AdamW with linear warm-up then cosine to 10 % of lr; logs into `log`; returns wall seconds."""
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr, betas=(0.9, 0.95), eps=1e-8)
+
+    def lr_at(step):
+        if step < warmup:
+            return lr * (step + 1) / warmup
+        t = (step - warmup) / max(steps - warmup, 1)
+        return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+    base_step = log[-1]["step"] if log else 0
+    base_tokens = log[-1]["tokens"] if log else 0
+    t0 = time.time()
+    model.train()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        x = make_batch()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(input_ids=x, labels=x)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        ratios = tracker.update(0.001)
+        done = step + 1
+        loss = float(out.loss.detach())
+        row = {"phase": phase, "step": base_step + done, "tokens": base_tokens + done * args.batch * args.seq_len,
+               "lr": lr_at(step), "train_loss": loss, "train_bpb": loss / math.log(2),
+               "max_over_mean_load": max(ratios) if ratios else 0.0, "heldout_loss": "", "heldout_bpb": ""}
+        if done % args.eval_every == 0 or done == steps:
+            hl = heldout_loss(model, windows)
+            row["heldout_loss"], row["heldout_bpb"] = hl, hl / math.log(2)
+        if done % 10 == 0 or row["heldout_bpb"] != "" or args.smoke:
+            log.append(row)
+            el = time.time() - t0
+            print(f"phase {phase} step {done}/{steps}  loss {loss:.3f}  bpb {row['train_bpb']:.3f}"
+                  + (f"  held-out bpb {row['heldout_bpb']:.3f}" if row["heldout_bpb"] != "" else "")
+                  + f"  load max/mean {row['max_over_mean_load']:.2f}  {el:.0f} s, ~{el / done * (steps - done):.0f} s left",
+                  flush=True)
+    return time.time() - t0
+
+
+def upcast(model):
+    for p in list(model.parameters()) + list(model.buffers()):
+        if p.dtype.is_floating_point:
+            p.data = p.data.to(torch.float32)
+
+
+@torch.no_grad()
+def copy_gain(model, text, seed, count=8, span=128):
+    """Induction check: mean NLL (nats/byte) of a 128-byte held-out span at its first occurrence
+    and at its verbatim repeat ~700 bytes later (bytes 8.. of each, after the copy is cued)."""
+    rng = np.random.default_rng(seed)
+    first, second = [], []
+    for _ in range(count):
+        s = window(text, rng, span)
+        filler = window(text, rng, 1535 - 2 * span - 2)
+        a, b = 300, 1000
+        body = filler[:a] + s + b"\n" + filler[a:b] + b"\n" + s + filler[b:]
+        ids = torch.tensor([[BOS] + list(body)], dtype=torch.long)
+        lp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+        nll = -lp[:-1].gather(1, ids[0, 1:, None])[:, 0]
+        s1, s2 = a, a + span + 1 + (b - a) + 1
+        first.append(float(nll[s1 + 8 : s1 + span].mean()))
+        second.append(float(nll[s2 + 8 : s2 + span].mean()))
+    return float(np.mean(first)), float(np.mean(second))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="models/tiny-mla")
-    ap.add_argument("--steps", type=int, default=900)
+    ap.add_argument("--steps", type=int, default=900, help="phase 1 steps (mostly natural text)")
+    ap.add_argument("--phase2-steps", type=int, default=300, help="phase 2 steps (retrieval-heavy mix)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=1536)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--phase2-lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--corpus", default=CORPUS_DIR)
-    ap.add_argument("--smoke", action="store_true", help="3 steps, 2 held-out windows (a quick check of the script)")
+    ap.add_argument("--start-from", default="",
+                    help="skip phase 1: DIR holds its saved output (model, training_log.csv, training_meta.json)")
+    ap.add_argument("--smoke", action="store_true", help="3 + 3 steps, 2 held-out windows (a quick check of the script)")
     args = ap.parse_args()
     if args.smoke:
-        args.steps, args.eval_every = 3, 3
+        args.steps, args.phase2_steps, args.eval_every = 3, 3, 3
 
     import gzip
+    import json
+    import shutil
 
     import transformers
     from transformers import DeepseekV3ForCausalLM
@@ -484,55 +642,48 @@ def main():
             f.write(body)
 
     cfg = build_config()
-    model = DeepseekV3ForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
-    params = sum(p.numel() for p in model.parameters())
-    expert = 3 * cfg.hidden_size * cfg.moe_intermediate_size
-    active = params - (cfg.num_hidden_layers - cfg.first_k_dense_replace) * (cfg.n_routed_experts - cfg.num_experts_per_tok) * expert
-    tracker = BalanceTracker(model)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
-
-    def lr_at(step):
-        if step < args.warmup:
-            return args.lr * (step + 1) / args.warmup
-        t = (step - args.warmup) / max(args.steps - args.warmup, 1)
-        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
-
+    meta = {}
     log = []
-    t0 = time.time()
-    model.train()
-    for step in range(args.steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        x = training_batch(train_text, rng, args.batch, args.seq_len)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = model(input_ids=x, labels=x)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        ratios = tracker.update(0.001)
-        done = step + 1
-        row = {"step": done, "tokens": done * args.batch * args.seq_len, "lr": lr_at(step),
-               "train_loss": float(out.loss), "train_bpb": float(out.loss) / math.log(2),
-               "max_over_mean_load": max(ratios) if ratios else 0.0, "heldout_loss": "", "heldout_bpb": ""}
-        if done % args.eval_every == 0 or done == args.steps:
-            hl = heldout_loss(model, windows)
-            row["heldout_loss"], row["heldout_bpb"] = hl, hl / math.log(2)
-        if done % 10 == 0 or row["heldout_bpb"] != "" or args.smoke:
-            log.append(row)
-            el = time.time() - t0
-            print(f"step {done}/{args.steps}  loss {row['train_loss']:.3f}  bpb {row['train_bpb']:.3f}"
-                  + (f"  held-out bpb {row['heldout_bpb']:.3f}" if row["heldout_bpb"] != "" else "")
-                  + f"  load max/mean {row['max_over_mean_load']:.2f}  {el:.0f} s, ~{el / done * (args.steps - done):.0f} s left",
-                  flush=True)
-    wall = time.time() - t0
+    if args.start_from:
+        # phase 1 as an earlier run of this script saved it (bf16 weights, fp32 router)
+        with open(os.path.join(args.start_from, "training_meta.json")) as f:
+            meta = json.load(f)
+        with open(os.path.join(args.start_from, "training_log.csv")) as f:
+            for r in csv.DictReader(f):
+                row = {"phase": int(r.get("phase") or 1)}
+                for k in ("step", "tokens"):
+                    row[k] = int(r[k])
+                for k in ("lr", "train_loss", "train_bpb", "max_over_mean_load"):
+                    row[k] = float(r[k])
+                for k in ("heldout_loss", "heldout_bpb"):
+                    row[k] = float(r[k]) if r[k] != "" else ""
+                log.append(row)
+        log = [r for r in log if r["phase"] == 1]
+        phase1_dir = args.start_from
+    else:
+        model = DeepseekV3ForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+        tracker = BalanceTracker(model)
+        wall1 = train_phase(model, tracker, lambda: training_batch(train_text, rng, args.batch, args.seq_len),
+                            args.steps, args.lr, args.warmup, windows, args, 1, log)
+        meta = {"phase1_wall_s": wall1, "phase1_loadavg": os.getloadavg()[0]}
+        phase1_dir = os.path.join(args.out, "phase1")
+        save_model(model, phase1_dir)
+        del model
+    # phase 2 starts from the phase-1 weights as saved (bf16, router fp32), widened to fp32
+    rng2 = np.random.default_rng(args.seed + 2)
+    torch.manual_seed(args.seed + 2)
+    model = DeepseekV3ForCausalLM.from_pretrained(phase1_dir, dtype=torch.float32, attn_implementation="sdpa")
+    upcast(model)
+    p1_first, p1_second = copy_gain(model, held_text, args.seed + 3)
+    tracker = BalanceTracker(model)
+    wall2 = train_phase(model, tracker, lambda: retrieval_batch(train_text, rng2, args.batch, args.seq_len),
+                        args.phase2_steps, args.phase2_lr, 20, windows, args, 2, log)
+    meta.update({"phase2_wall_s": wall2, "phase2_loadavg": os.getloadavg()[0]})
+    if not args.start_from:
+        shutil.rmtree(phase1_dir, ignore_errors=True)
 
     with open(os.path.join(args.out, "training_log.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(log[0].keys()))
+        w = csv.DictWriter(f, fieldnames=list(log[-1].keys()))
         w.writeheader()
         w.writerows(log)
     loss_svg(log, os.path.join(args.out, "loss.svg"))
@@ -542,6 +693,7 @@ def main():
 
     # the shipped (bf16) weights, loaded back as a user would
     shipped = DeepseekV3ForCausalLM.from_pretrained(args.out, dtype=torch.float32, attn_implementation="sdpa")
+    shipped.eval()
     bpb_bf16 = heldout_loss(shipped, windows) / math.log(2)
     correct = 0
     with torch.no_grad():
@@ -551,12 +703,16 @@ def main():
             start = len(body) - len(b".\n") - len(key) + 1  # position (in ids) of the first key digit
             for j in range(len(key)):
                 correct += int(pred[start + j - 1] == ids[0, start + j])
+    p2_first, p2_second = copy_gain(shipped, held_text, args.seed + 3)
     stats = attention_stats(args.out, held_text[len(held_text) // 3 :])
     with open(os.path.join(args.out, "attention_stats.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(stats[0].keys()))
         w.writeheader()
         w.writerows(stats)
 
+    params = sum(p.numel() for p in shipped.parameters())
+    expert = 3 * cfg.hidden_size * cfg.moe_intermediate_size
+    active = params - (cfg.num_hidden_layers - cfg.first_k_dense_replace) * (cfg.n_routed_experts - cfg.num_experts_per_tok) * expert
     held_join = b"".join(windows)
     files_sha = []
     for name in sorted(os.listdir(args.out)):
@@ -566,15 +722,16 @@ def main():
     summary = {
         "params": params, "active_params": active, "max_abs_bias": max_abs_bias,
         "files": len(train_files) + len(held_files), "train_files": len(train_files), "held_files": len(held_files),
-        "train_bytes": len(train_text), "held_bytes": len(held_text), "tokens": args.steps * args.batch * args.seq_len,
-        "threads": args.threads, "cpu": cpu_name(), "wall_s": wall, "transformers": transformers.__version__,
+        "train_bytes": len(train_text), "held_bytes": len(held_text), "tokens": log[-1]["tokens"],
+        "threads": args.threads, "cpu": cpu_name(), "meta": meta, "transformers": transformers.__version__,
         "heldout_bpb_bf16": bpb_bf16, "held_windows": len(windows),
         "gzip_bpb": 8 * len(gzip.compress(held_join, 9)) / len(held_join),
         "passkey_digits": f"{correct} / {5 * len(passkeys)}", "files_sha": files_sha,
+        "copy": {"phase1": (p1_first, p1_second), "final": (p2_first, p2_second)},
     }
     write_card(args.out, args, cfg, log, stats, summary)
     print(f"wrote {args.out}: held-out {log[-1]['heldout_bpb']:.3f} bits/byte (bf16 {bpb_bf16:.3f}), "
-          f"passkey digits {summary['passkey_digits']}, {wall / 60:.1f} min")
+          f"passkey digits {summary['passkey_digits']}, copy {p2_first:.3f} -> {p2_second:.3f} nats/byte")
 
 
 def cpu_name():
