@@ -502,6 +502,64 @@ BOOST_AUTO_TEST_CASE(cli_synthetic_weights_are_said) {
     BOOST_TEST(contains(mla::test::read_text(out + svg), "<title>[synthetic weights] "), svg);
 }
 
+// The shipped trained model (models/tiny-mla, byte-level) on a short passkey input: the key is
+// found, and the passkey accuracy is the share of its digits whose predicting position's argmax
+// (the dumped full-cache logits) is the digit; a text without the question has none.
+BOOST_AUTO_TEST_CASE(cli_passkey_on_the_shipped_model) {
+  const std::string model = mla::test::data_dir() + "/../../models/tiny-mla";
+  BOOST_REQUIRE(std::filesystem::exists(model + "/model.safetensors"));
+  std::string text = "The pass key is 41327. Remember it. 41327 is the pass key.\n";
+  for (int i = 0; i < 3; ++i) text += "The grass is green. The sky is blue. The sun is yellow.\n";
+  text += "What is the pass key? The pass key is 41327.\n";
+  const std::string dir = scratch_dir("eval-passkey");
+  mla::test::write_text(dir + "/passkey.txt", text);
+  const int64_t T = 1 + static_cast<int64_t>(text.size()), P = T - 40, N = 39;
+  const std::string out = dir + "/out";
+  const RunResult r = run_cli("eval --checkpoint '" + model + "' --text '" + dir + "/passkey.txt' --prompt-len " +
+                              std::to_string(P) + " --steps " + std::to_string(N) +
+                              " --cache-budget 24 --sinks 2 --recent 8 --policy h2o,streaming --dump-tensors --quiet --out '" +
+                              out + "'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.out, "passkey input: key 41327"), r.out);
+  BOOST_TEST(!contains(r.out, "CAVEAT"), r.out);  // trained weights
+  simdjson::dom::parser parser;
+  simdjson::dom::element j = parser.load(out + "/report.json");
+  BOOST_TEST(std::string(j["passkey"]["key"].get_string().value()) == "41327");
+  // the full cache's share from the dumped logits [P+N, V]
+  const mla::SafetensorsFile dump = mla::SafetensorsFile::open(out + "/tensors.safetensors");
+  const std::vector<float> logits = dump.to_float(dump.at("logits"));
+  const int64_t V = 258, first = T - 7;  // the digits are tokens T-7 .. T-3 (BOS at 0; then ".\n")
+  int64_t correct = 0;
+  for (int64_t d = first; d < first + 5; ++d) {
+    const float* row = logits.data() + (d - 1) * V;
+    correct += std::max_element(row, row + V) - row == static_cast<int64_t>(text[static_cast<size_t>(d - 1)]);
+  }
+  const std::string summary = mla::test::read_text(out + "/summary.csv");
+  const size_t at = summary.find("\nfull,24,");
+  BOOST_REQUIRE(at != std::string::npos);
+  std::vector<std::string> fields;
+  std::string field;
+  for (size_t i = at + 1; i < summary.size() && summary[i] != '\n'; ++i) {
+    if (summary[i] == ',') {
+      fields.push_back(field);
+      field.clear();
+    } else {
+      field += summary[i];
+    }
+  }
+  fields.push_back(field);
+  BOOST_REQUIRE(fields.size() == 11u);
+  BOOST_TEST(std::stod(fields[8]) == static_cast<double>(correct) / 5.0);  // passkey_accuracy
+  // a text that is not a passkey input: the column is empty, the table says n/a only when some row has one
+  const std::string plain_out = scratch_dir("eval-plain");
+  const RunResult plain = run_cli("eval --checkpoint '" + model + "' --text '" + model + "/eval/heldout.txt' --prompt-len 48 "
+                                  "--steps 8 --cache-budget 24 --sinks 2 --recent 8 --policy h2o --quiet --out '" + plain_out + "'");
+  BOOST_REQUIRE_MESSAGE(plain.exit_code == 0, plain.err);
+  BOOST_TEST(!contains(plain.out, "passkey input"), plain.out);
+  BOOST_TEST(contains(mla::test::read_text(plain_out + "/summary.csv"), "\nfull,24,"));
+  BOOST_TEST(parser.load(plain_out + "/report.json")["passkey"].is_null());
+}
+
 BOOST_AUTO_TEST_CASE(cli_errors) {
   const std::string ids = "--tokens " + ids_text();
   // P + N beyond the input (29 tokens: P + N + 1 <= 29)
