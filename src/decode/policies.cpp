@@ -257,6 +257,20 @@ int64_t recent_tokens(const PolicySettings& s, int64_t K) {
   return s.recent;
 }
 
+void check_budgets_and_policies(const std::vector<int64_t>& budgets, const std::vector<PolicySettings>& policies) {
+  if (budgets.empty()) bad("--cache-budget: no budget given");
+  for (size_t i = 0; i < budgets.size(); ++i) {
+    if (budgets[i] < 1) bad("--cache-budget " + std::to_string(budgets[i]) + " must be >= 1");
+    if (i > 0 && budgets[i] <= budgets[i - 1])
+      bad("--cache-budget: budgets must be strictly increasing (" + std::to_string(budgets[i - 1]) + " then " +
+          std::to_string(budgets[i]) + ")");
+  }
+  if (policies.empty()) bad("--policy: no policy given");
+  for (size_t i = 0; i < policies.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (policies[i].label == policies[j].label) bad("--policy: '" + policies[i].label + "' given twice");
+}
+
 int64_t protected_tokens(const PolicySettings& s, int64_t K) {
   if (s.kind == PolicyKind::Full || s.kind == PolicyKind::Oracle) return 0;
   return s.sinks + recent_tokens(s, K);

@@ -112,17 +112,7 @@ void check_eval_options(const EvalOptions& opt, int64_t tokens, int64_t num_laye
     bad("--prompt-len " + std::to_string(opt.prompt_len) + " + --steps " + std::to_string(opt.steps) + " needs " +
         std::to_string(opt.prompt_len) + " + " + std::to_string(opt.steps) +
         " + 1 tokens (each decoded position predicts the next one), but the input has " + std::to_string(tokens));
-  if (opt.budgets.empty()) bad("--cache-budget: no budget given");
-  for (size_t i = 0; i < opt.budgets.size(); ++i) {
-    if (opt.budgets[i] < 1) bad("--cache-budget " + std::to_string(opt.budgets[i]) + " must be >= 1");
-    if (i > 0 && opt.budgets[i] <= opt.budgets[i - 1])
-      bad("--cache-budget: budgets must be strictly increasing (" + std::to_string(opt.budgets[i - 1]) + " then " +
-          std::to_string(opt.budgets[i]) + ")");
-  }
-  if (opt.policies.empty()) bad("--policy: no policy given");
-  for (size_t i = 0; i < opt.policies.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
-      if (opt.policies[i].label == opt.policies[j].label) bad("--policy: '" + opt.policies[i].label + "' given twice");
+  check_budgets_and_policies(opt.budgets, opt.policies);
   // every (policy, budget, layer) must leave room after what the policy protects: the managers say
   PolicyContext ctx;
   ctx.heads = 1;
