@@ -33,6 +33,7 @@ struct MemoryRequest {
   bool attn_weights = false;  // attn_weights [n, S, S] in the dump
   bool tokens_input = false;  // --tokens: input_layernorm loaded too
   int threads = 1;            // cpu workers
+  Gemm gemm = Gemm::Auto;     // cpu: --gemm (the engine decides how the weights are kept)
   bool holds_attn_weights() const { return dump_tensors && attn_weights; }
 };
 

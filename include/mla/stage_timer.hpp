@@ -11,6 +11,7 @@
 // A backend's forward runs its stages through one StageRunner, so it reads as the calls it is:
 //   const StageRunner stage(stages, after);   // after("q_path") once the stage is done (progress)
 //   MatrixRM q = stage("q_path", [&] { return q_path(L, x); });
+// (a stage called again, chunk after chunk, adds to its one record).
 #pragma once
 
 #include <chrono>
@@ -58,20 +59,37 @@ auto timed(StageSeconds& records, std::string name, F&& f) {
   return std::forward<F>(f)();
 }
 
+// Adds `seconds` to the record named `name`, appending the record when there is none.
+inline void add_seconds(StageSeconds& records, std::string_view name, double seconds) {
+  for (auto& r : records)
+    if (r.first == name) {
+      r.second += seconds;
+      return;
+    }
+  records.emplace_back(std::string(name), seconds);
+}
+
 // The stages of one forward, in order: stage(name, f) runs f() as the stage `name` (timed into
 // `records`), then calls after(name) when given (a backend's progress), and returns f()'s result.
+// A stage run more than once (a backend that works in row chunks) keeps one record, its total,
+// at the place of its first run. Nothing is recorded when f() throws.
 class StageRunner {
  public:
   explicit StageRunner(StageSeconds& records, std::function<void(std::string_view stage)> after = nullptr)
       : records_(records), after_(std::move(after)) {}
   template <class F>
   auto operator()(const char* name, F&& f) const {
+    const auto start = std::chrono::steady_clock::now();
+    auto record = [&] {
+      add_seconds(records_, name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      if (after_) after_(name);
+    };
     if constexpr (std::is_void_v<std::invoke_result_t<F>>) {
-      timed(records_, name, std::forward<F>(f));
-      if (after_) after_(name);
+      std::forward<F>(f)();
+      record();
     } else {
-      auto result = timed(records_, name, std::forward<F>(f));
-      if (after_) after_(name);
+      auto result = std::forward<F>(f)();
+      record();
       return result;
     }
   }

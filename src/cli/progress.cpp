@@ -42,6 +42,20 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+std::string format_count(int64_t n) {
+  if (n < 100000) return std::to_string(n);
+  static const char* const kSuffix[] = {"k", "M", "G", "T", "P", "E"};
+  double v = static_cast<double>(n);
+  int i = -1;
+  while (v >= 999.5 && i < 5) {
+    v /= 1000.0;
+    ++i;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v < 9.995 ? "%.2f%s" : v < 99.95 ? "%.1f%s" : "%.0f%s", v, kSuffix[i]);
+  return buf;
+}
+
 ProgressLine::ProgressLine(std::string command, bool quiet)
     : command_(std::move(command)), quiet_(quiet), after_(progress_after_seconds()), created_(Clock::now()),
       stage_start_(created_), last_print_(created_) {}
@@ -61,7 +75,7 @@ void ProgressLine::update(const std::string& stage, int64_t done, int64_t total)
   const double since_print = std::chrono::duration<double>(now - last_print_).count();
   const bool last = done >= total;
   if (since_start < after_ || (shown_ && since_print < 0.25 && !last)) return;
-  std::string line = command_ + ": " + stage_ + " " + std::to_string(done) + "/" + std::to_string(total);
+  std::string line = command_ + ": " + stage_ + " " + format_count(done) + "/" + format_count(total);
   char pct[32];
   std::snprintf(pct, sizeof pct, " (%.1f%%)", total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0);
   line += pct;

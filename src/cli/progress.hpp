@@ -1,7 +1,7 @@
 // src/cli/progress.hpp — progress of long work on stderr, the same way for every command:
 // nothing during the first MLA_PROGRESS_AFTER seconds (default 1; 0 = always), then one line
 // rewritten in place (at most 4 times a second):
-//   run: attention blocks 1234/32768 (3.8%), 12.4 s elapsed, ~5 min 14 s left
+//   run: attention FLOP 1.23T/22.0T (5.6%), 12.4 s elapsed, ~3 min 30 s left
 // where "elapsed" counts from the start of the work (the forward) and "left" extrapolates.
 // ended by a newline when the work finishes. --quiet turns it off; stdout is never touched.
 #pragma once
@@ -18,6 +18,10 @@ double progress_after_seconds();
 
 // "850 ms", "12.4 s", "5 min 14 s", "2 h 03 min"
 std::string format_duration(double seconds);
+
+// A unit count as the progress line shows it: exact below 100000, else three significant digits
+// and a suffix: "99999", "123k", "1.23M", "45.6G", "351T".
+std::string format_count(int64_t n);
 
 class ProgressLine {
  public:

@@ -123,6 +123,7 @@ MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg, int64_t
   req.tokens_input = plan.input.kind == InputKind::Tokens;
   req.threads = plan.forward.threads > 0 ? plan.forward.threads
                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  req.gemm = plan.forward.gemm;
   if (req.seq_len <= 0) {  // load_input reports what is wrong with the input
     MemoryPlan none;
     none.request = req;

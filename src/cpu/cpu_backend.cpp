@@ -8,26 +8,33 @@
 //   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
 //   d_qk = d_n + d_r.
 //
-// forward() runs the stages of cpu_stages.hpp in HF's order, each timed (StageTimer):
-//   q_path    q = q_b(RMSNorm_q(q_a(x)))  or  q = q_proj(x)              [S, n*d_qk]
-//   kv_path   compressed_kv = kv_a(x) = [latent | k_pe]; kv = kv_b(RMSNorm_kv(latent))
-//   rope      q's rope halves in place, k_pe_roped [S, d_r] (HF order)
+// forward() runs the stages of cpu_stages.hpp in HF's order, each timed (StageRunner), in three
+// passes over the tokens (see forward(); docs/long-context.md §1):
+//   q_path    q latent = q_a_layernorm(q_a(x)) per row chunk, stored; q = q_b(latent) per query pass
+//             (or q = q_proj(x))                                        [S, r_q] -> [rows, n*d_qk]
+//   kv_path   compressed_kv = kv_a(x) = [latent | k_pe]; kv = kv_b(RMSNorm_kv(latent)), per chunk
+//   rope      k_pe_roped per chunk, q's rope halves per query pass (HF order)
 //   attend    keys/values stored in the run's precision, then streamed per head and block of
 //             64 queries: p = softmax(mask(scaling q k^T)), attn_context_h = p v_h, and the
 //             H2O column sums of p (double)                               [S, n*d_v], [n*S]
-//   o_proj    attn_output = attn_context W_o^T (+ b)                      [S, H]
-//   export    token_scores = sum over heads, widening to double, states on request
+//   o_proj    attn_output = attn_context W_o^T (+ b), per row chunk       [S, H]
+//   export    widening to double, token_scores = sum over heads, states on request
 // The five projections run on the GEMM engine chosen in prepare (gemm_engine.hpp,
-// docs/cpu-gemm.md: oneDNN matmul, or Eigen + OpenBLAS sgemm with its own threads); attend runs
-// heads in parallel, its two per-head products on the same engine with one thread per worker
-// (oneDNN matmul primitives, onednn_attention.hpp, or single-threaded sgemm). With a causal mask, query block [r0, r0+64) only multiplies keys
-// [0, r0+64): the skipped probabilities are exactly 0 in HF too (exp(min_float - max)
-// underflows to 0), so skipping them changes no value. No [n, S, S] tensor exists unless
-// keep_attn_weights asks for one (dumps); memory is O(S) otherwise, and forward() frees each
-// intermediate once it is used (x, then kv and q unless states are kept): docs/long-context.md.
+// docs/cpu-gemm.md: oneDNN matmul, or Eigen + OpenBLAS sgemm); attend hands (head, block) items
+// to the workers, its two products on the same engine with one thread per item (oneDNN matmul
+// primitives, onednn_attention.hpp, or single-threaded sgemm), its softmax rows on the vector
+// kernels of the CPU (vector_kernels.hpp). With a causal mask, query block [r0, r0+64) only
+// multiplies keys [0, r0+64): the skipped probabilities are exactly 0 in HF too
+// (exp(min_float - max) underflows to 0), so skipping them changes no value. No [n, S, S] tensor
+// exists unless keep_attn_weights asks for one (dumps); memory is O(S) otherwise:
+// docs/long-context.md.
 #include <Eigen/Core>
 
 #include <algorithm>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <cmath>
 #include <string>
 #include <utility>
@@ -37,6 +44,7 @@
 #include "cpu_stages.hpp"
 #include "onednn_attention.hpp"
 #include "streaming_attention.hpp"
+#include "vector_kernels.hpp"
 #include "mla/attention.hpp"
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
@@ -63,18 +71,6 @@ std::vector<float> prepare_vector(const TensorF& t, bool bf16) {
   std::vector<float> v = t.data;
   if (bf16) round_to_bf16_inplace(v.data(), static_cast<int64_t>(v.size()));
   return v;
-}
-
-// src widened to double (exact), on `threads` workers; the fresh buffer is faulted in first
-// (mla/huge_pages.hpp: at S = 4096 attn_output is 235 MB of new memory).
-TensorD widen(const std::string& name, std::vector<int64_t> shape, const float* src, int threads) {
-  TensorD t = huge_page_tensor<double>(name, std::move(shape));
-  const int64_t count = t.numel(), slices = std::max(threads, 1);
-  parallel_for(slices, threads, [&](int64_t slice, int) {
-    for (int64_t i = count * slice / slices; i < count * (slice + 1) / slices; ++i)
-      t.data[static_cast<size_t>(i)] = static_cast<double>(src[i]);
-  });
-  return t;
 }
 
 }  // namespace
@@ -109,17 +105,20 @@ PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& reques
   return p;
 }
 
-MatrixRM input_rows(const TensorF& hidden, bool bf16) {
-  MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr(), hidden.dim(0), hidden.dim(1));  // [S, H]
+MatrixRM input_rows(const TensorF& hidden, bool bf16) { return input_rows(hidden, 0, hidden.dim(0), bf16); }
+
+MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, bool bf16) {
+  const int64_t H = hidden.dim(1);
+  MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr() + row_begin * H, rows, H);  // [rows, H]
   if (bf16) round_to_bf16_inplace(x.data(), x.size());
   return x;
 }
 
-MatrixRM q_path(const Layer& L, const MatrixRM& x) {
+MatrixRM q_latent(const Layer& L, const MatrixRM& x) {
   const PreparedWeights& w = L.w;
   const int64_t S = x.rows(), r_q = L.cfg.q_lora_rank;
-  MatrixRM q;  // [S, n*d_qk]
   if (!L.cfg.has_q_lora()) {
+    MatrixRM q;  // [S, n*d_qk]
     w.q_proj->run(x, L.threads, q);  // HF's q_proj has no bias
     return q;
   }
@@ -127,9 +126,17 @@ MatrixRM q_path(const Layer& L, const MatrixRM& x) {
   w.q_a_proj->run(x, L.threads, q_a);
   MatrixRM q_a_normed(S, r_q);  // [S, r_q]
   rms_norm(q_a.data(), r_q, S, r_q, w.q_a_layernorm.data(), L.latent_norm_eps, L.bf16, q_a_normed.data(), r_q);
-  w.q_b_proj->run(q_a_normed, L.threads, q);
+  return q_a_normed;
+}
+
+MatrixRM q_from_latent(const Layer& L, const MatrixRM& latent) {
+  if (!L.cfg.has_q_lora()) return latent;
+  MatrixRM q;  // [S, n*d_qk]
+  L.w.q_b_proj->run(latent, L.threads, q);
   return q;
 }
+
+MatrixRM q_path(const Layer& L, const MatrixRM& x) { return q_from_latent(L, q_latent(L, x)); }
 
 KvPath kv_path(const Layer& L, const MatrixRM& x) {
   const PreparedWeights& w = L.w;
@@ -143,16 +150,25 @@ KvPath kv_path(const Layer& L, const MatrixRM& x) {
   return out;
 }
 
-MatrixRM rope(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q, const MatrixRM& compressed_kv) {
-  const AttentionConfig& cfg = L.cfg;
-  const int64_t S = q.rows(), n = cfg.num_attention_heads, r_kv = cfg.kv_lora_rank;
-  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_qk = d_n + d_r;
-  RopeTables tables = rope_tables(cfg, positions);  // cos/sin [S, d_r] fp32, as HF's rotary module
+namespace {
+
+// cos/sin [S, d_r] for the positions, fp32 as HF's rotary module, rounded to bf16 in bf16 mode.
+RopeTables run_rope_tables(const Layer& L, const std::vector<int64_t>& positions) {
+  RopeTables tables = rope_tables(L.cfg, positions);
   if (L.bf16) {
     round_to_bf16_inplace(tables.cos.data(), static_cast<int64_t>(tables.cos.size()));
     round_to_bf16_inplace(tables.sin.data(), static_cast<int64_t>(tables.sin.size()));
   }
-  MatrixRM k_pe_roped(S, d_r);  // [S, d_r]  one roped key per token, shared by all heads
+  return tables;
+}
+
+}  // namespace
+
+void rope_query(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q) {
+  const AttentionConfig& cfg = L.cfg;
+  const int64_t S = q.rows(), n = cfg.num_attention_heads;
+  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_qk = d_n + d_r;
+  const RopeTables tables = run_rope_tables(L, positions);
   std::vector<std::vector<float>> q_pe(static_cast<size_t>(L.threads), std::vector<float>(static_cast<size_t>(d_r)));
   parallel_for(S, L.threads, [&](int64_t s, int worker) {
     const float* cos = tables.cos.data() + s * d_r;
@@ -163,10 +179,24 @@ MatrixRM rope(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q
       std::copy_n(q_rope_half, d_r, q_pe_s);
       cpu::rope(q_pe_s, q_rope_half, cos, sin, d_r, cfg.rope_interleave, L.bf16);
     }
-    cpu::rope(compressed_kv.data() + s * (r_kv + d_r) + r_kv, k_pe_roped.data() + s * d_r, cos, sin, d_r,
-              cfg.rope_interleave, L.bf16);
+  });
+}
+
+MatrixRM rope_key(const Layer& L, const std::vector<int64_t>& positions, const MatrixRM& compressed_kv) {
+  const AttentionConfig& cfg = L.cfg;
+  const int64_t S = compressed_kv.rows(), r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim;
+  const RopeTables tables = run_rope_tables(L, positions);
+  MatrixRM k_pe_roped(S, d_r);  // [S, d_r]  one roped key per token, shared by all heads
+  parallel_for(S, L.threads, [&](int64_t s, int) {
+    cpu::rope(compressed_kv.data() + s * (r_kv + d_r) + r_kv, k_pe_roped.data() + s * d_r, tables.cos.data() + s * d_r,
+              tables.sin.data() + s * d_r, d_r, cfg.rope_interleave, L.bf16);
   });
   return k_pe_roped;
+}
+
+MatrixRM rope(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q, const MatrixRM& compressed_kv) {
+  rope_query(L, positions, q);
+  return rope_key(L, positions, compressed_kv);
 }
 
 KeyValueStates key_value_states(const Layer& L, const MatrixRM& kv, const MatrixRM& k_pe_roped) {
@@ -174,7 +204,7 @@ KeyValueStates key_value_states(const Layer& L, const MatrixRM& kv, const Matrix
   const int64_t S = kv.rows(), n = cfg.num_attention_heads;
   const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim;
   KeyValueStates states(S, n, d_n, d_r, d_v, L.bf16);
-  states.set_kv_rows(0, S, kv.data(), n * (d_n + d_v));
+  states.set_kv_rows(0, S, kv.data(), n * (d_n + d_v), L.threads);
   states.set_k_pe_rows(0, S, k_pe_roped.data(), d_r);
   return states;
 }
@@ -201,41 +231,62 @@ MatrixRM o_proj(const Layer& L, const MatrixRM& attn_context) {
   return attn_output;
 }
 
+ForwardFlops forward_flops(const AttentionConfig& cfg, int64_t seq_len, bool causal) {
+  const double S = static_cast<double>(seq_len), H = static_cast<double>(cfg.hidden_size);
+  const double n = static_cast<double>(cfg.num_attention_heads), r_q = static_cast<double>(cfg.q_lora_rank);
+  const double r_kv = static_cast<double>(cfg.kv_lora_rank), d_r = static_cast<double>(cfg.qk_rope_head_dim);
+  const double d_qk = static_cast<double>(cfg.qk_nope_head_dim) + d_r, d_v = static_cast<double>(cfg.v_head_dim);
+  const double q = cfg.has_q_lora() ? H * r_q + r_q * n * d_qk : H * n * d_qk;
+  const double kv = H * (r_kv + d_r) + r_kv * n * (static_cast<double>(cfg.qk_nope_head_dim) + d_v);
+  ForwardFlops f;
+  f.projections = 2.0 * S * (q + kv + n * d_v * H);
+  const double pairs = causal ? S * (S + 1.0) / 2.0 : S * S;
+  f.attention = pairs * n * 2.0 * (d_qk + d_v);
+  return f;
+}
+
 namespace {
 
-// export: the result in double (exact widening), H2O token scores, states on request.
-ForwardResult export_result(const AttentionConfig& cfg, const ForwardOptions& opt, const MatrixRM& q,
-                            const KvPath& kvp, const MatrixRM& k_pe_roped, Attention&& att,
-                            const MatrixRM& attn_output, int threads) {
-  const int64_t S = attn_output.rows(), H = cfg.hidden_size, n = cfg.num_attention_heads;
-  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r;
-  ForwardResult result;
-  result.computed_in_double = false;
-  result.attn_output = widen("attn_output", {S, H}, attn_output.data(), threads);
-  check_attn_output_finite(result.attn_output, opt.precision);
-  result.head_scores = std::move(att.head_scores);
-  result.token_scores = token_scores_from_heads(result.head_scores, n);
-  result.attn_weights = std::move(att.attn_weights);
-  if (opt.keep_latent_cache)  // [S, r_kv + d_r] = latent_normed | k_pe_roped
-    result.latent_cache = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), S, cfg.kv_lora_rank, d_r);
-  if (!opt.keep_states) return result;
-  result.query_states = TensorD("query_states", {n, S, d_qk});
-  result.key_states = TensorD("key_states", {n, S, d_qk});
-  result.value_states = TensorD("value_states", {n, S, d_v});
+// Hands the heap's free pages back to the system: glibc keeps freed blocks below its mmap
+// threshold (which grows up to 32 MiB) in its arenas, so the keys/values and the chunks'
+// intermediates of the earlier passes would otherwise stay resident beside the later passes'
+// buffers (measured at S = 4096 bf16: 260 MB more after the attention).
+void return_freed_memory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
+// dst[i * cols + j] = src[i * ld + j] widened to double, rows in parallel.
+void widen_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, double* dst, int threads) {
+  parallel_for(rows, threads, [&](int64_t i, int) {
+    for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = static_cast<double>(src[i * ld + j]);
+  });
+}
+
+// key_states [n, S, d_qk] = [key_nope[h] | k_pe_roped] and value_states [n, S, d_v], widened from
+// the stored keys/values (exact: they are the values the attention reads).
+void export_key_value_states(const KeyValueStates& kv, ForwardResult& r) {
+  const int64_t S = kv.seq_len, n = kv.heads, d_n = kv.qk_nope_head_dim, d_r = kv.qk_rope_head_dim;
+  const int64_t d_qk = d_n + d_r, d_v = kv.v_head_dim;
+  r.key_states = TensorD("key_states", {n, S, d_qk});
+  r.value_states = TensorD("value_states", {n, S, d_v});
+  std::vector<float> key(static_cast<size_t>(S * d_qk)), value(static_cast<size_t>(S * d_v));
+  kv.k_pe_roped.widen_rows(0, S, key.data() + d_n, d_qk);
   for (int64_t h = 0; h < n; ++h) {
-    for (int64_t s = 0; s < S; ++s) {
-      double* qs = result.query_states.ptr() + (h * S + s) * d_qk;
-      double* ks = result.key_states.ptr() + (h * S + s) * d_qk;
-      double* vs = result.value_states.ptr() + (h * S + s) * d_v;
-      const float* q_row = q.data() + s * n * d_qk + h * d_qk;
-      const float* kv_row = kvp.kv.data() + s * n * (d_n + d_v) + h * (d_n + d_v);
-      for (int64_t d = 0; d < d_qk; ++d) qs[d] = q_row[d];
-      for (int64_t d = 0; d < d_n; ++d) ks[d] = kv_row[d];
-      for (int64_t d = 0; d < d_r; ++d) ks[d_n + d] = k_pe_roped(s, d);
-      for (int64_t d = 0; d < d_v; ++d) vs[d] = kv_row[d_n + d];
-    }
+    kv.key_nope[static_cast<size_t>(h)].widen_rows(0, S, key.data(), d_qk);
+    kv.value[static_cast<size_t>(h)].widen_rows(0, S, value.data(), d_v);
+    std::copy(key.begin(), key.end(), r.key_states.ptr() + h * S * d_qk);
+    std::copy(value.begin(), value.end(), r.value_states.ptr() + h * S * d_v);
   }
-  return result;
+}
+
+// query_states[h, r0 + s, :] = q[s, h*d_qk : (h+1)*d_qk] (roped), for the rows of one pass.
+void export_query_states(const MatrixRM& q, int64_t r0, int64_t S, int64_t n, int64_t d_qk, TensorD& query_states) {
+  for (int64_t s = 0; s < q.rows(); ++s)
+    for (int64_t h = 0; h < n; ++h)
+      for (int64_t d = 0; d < d_qk; ++d)
+        query_states.ptr()[(h * S + r0 + s) * d_qk + d] = q(s, h * d_qk + d);
 }
 
 }  // namespace
@@ -252,11 +303,13 @@ std::string describe(const PreparedWeights* w, int threads) {
   if (w && w->gemm.engine.rfind("oneDNN", 0) == 0) {
     d = "projections: " + gemm_label(w->gemm.engine, w->gemm.kernel) + "; per-head products: ";
     d += w->attention_products == Gemm::OneDnn
-             ? gemm_label(w->gemm.engine, w->attention_kernel) + " (one thread per head); softmax: " + eigen
+             ? gemm_label(w->gemm.engine, w->attention_kernel) + " (one thread per block)"
              : sgemm;
   } else {
     d = sgemm;
   }
+  // the softmax rows' instruction set, chosen at run time (vector_kernels.hpp)
+  d += "; softmax rows: " + std::string(vector_kernels().name) + " vector kernels";
   d += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
   return d;
 }
@@ -282,33 +335,119 @@ class CpuBackend final : public Backend {
     prepared_ = true;
   }
 
+  // The forward in three passes over the tokens, so that nothing but the stored keys/values,
+  // the q latent and the attention context is ever held for all S tokens (docs/long-context.md
+  // §1, §3):
+  //   1. projections, kRowChunk rows at a time: x -> q latent (stored in the run's precision),
+  //      kv_path -> keys/values (stored in the run's precision, KeyValueStates), rope of k_pe;
+  //   2. attention, query_pass_rows(S) queries at a time: q = q_b_proj(latent) and its rope,
+  //      then streaming_attention for those rows -> attn_context rows (run's precision);
+  //   3. o_proj, kRowChunk rows at a time, widened into attn_output (double) as they come.
+  // The stages keep their names and report their total over the chunks.
   ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) override {
     check_prepared(prepared_, precision_, opt);
     validate_input(cfg_, hidden, opt);
     const Layer L{cfg_, weights_, precision_ == Precision::BF16, opt.threads > 0 ? opt.threads : threads_,
                   static_cast<float>(opt.latent_norm_eps)};
+    const AttentionConfig& cfg = cfg_;
+    const int64_t S = hidden.dim(0), H = cfg.hidden_size, n = cfg.num_attention_heads;
+    const int64_t r_kv = cfg.kv_lora_rank, d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim;
+    const int64_t d_qk = d_n + d_r, d_v = cfg.v_head_dim;
+    const int64_t latent_width = cfg.has_q_lora() ? cfg.q_lora_rank : n * d_qk;
+    const std::vector<int64_t> positions = position_ids(opt.position_offset, S);
+    auto slice = [&](int64_t begin, int64_t rows) {
+      return std::vector<int64_t>(positions.begin() + begin, positions.begin() + begin + rows);
+    };
     StageSeconds stages;
-    const StageRunner stage(stages);
-    MatrixRM x = input_rows(hidden, L.bf16);  // [S, H]
-    const int64_t S = x.rows();
-    MatrixRM q = stage("q_path", [&] { return q_path(L, x); });      // [S, n*d_qk]
-    // compressed_kv [S, r_kv+d_r], latent_normed [S, r_kv], kv [S, n*(d_n+d_v)]
-    KvPath kvp = stage("kv_path", [&] { return kv_path(L, x); });
-    x = MatrixRM();  // no longer needed
-    // k_pe_roped [S, d_r]; q's rope halves are rotated in place
-    const MatrixRM k_pe_roped = stage("rope", [&] { return rope(L, position_ids(opt.position_offset, S), q, kvp.compressed_kv); });
-    // attn_context [S, n*d_v], head_scores [n*S], attn_weights [n, S, S] on request
-    Attention att = stage("attend", [&] {
-      const KeyValueStates states = key_value_states(L, kvp.kv, k_pe_roped);
-      if (!opt.keep_states) kvp.kv = MatrixRM();  // fp32 copy no longer needed: a lower peak
-      BlockProgress progress;
-      if (opt.progress) progress = [&](int64_t done, int64_t total) { opt.progress("attention blocks", done, total); };
-      return attend(L, q, states, opt.mask == Mask::Causal, opt.keep_attn_weights, progress);
-    });
-    if (!opt.keep_states) q = MatrixRM();  // no longer needed
-    const MatrixRM attn_output = stage("o_proj", [&] { return o_proj(L, att.attn_context); });  // [S, H]
-    ForwardResult result = stage("export", [&] {
-      return export_result(cfg_, opt, q, kvp, k_pe_roped, std::move(att), attn_output, L.threads);
+    const StageRunner stage(stages);  // a stage run chunk after chunk reports its total
+    ForwardResult result;
+    result.computed_in_double = false;
+
+    // 1. projections
+    PrecisionMatrix q_store(S, latent_width, L.bf16);  // [S, r_q] q_a_normed (or [S, n*d_qk] q_proj's q, before rope)
+    KeyValueStates states(S, n, d_n, d_r, d_v, L.bf16);
+    if (opt.keep_latent_cache) result.latent_cache = TensorD("latent_cache", {S, r_kv + d_r});
+    for (int64_t r0 = 0; r0 < S; r0 += kRowChunk) {
+      const int64_t rows = std::min(kRowChunk, S - r0);
+      const MatrixRM x = stage("q_path", [&] {  // (with the input rows it reads: the first stage)
+        MatrixRM chunk = input_rows(hidden, r0, rows, L.bf16);  // [rows, H]
+        const MatrixRM latent = q_latent(L, chunk);
+        q_store.set_rows(r0, rows, latent.data(), latent_width, L.threads);
+        return chunk;
+      });
+      // compressed_kv [rows, r_kv+d_r], latent_normed [rows, r_kv], kv [rows, n*(d_n+d_v)]
+      const KvPath kvp = stage("kv_path", [&] { return kv_path(L, x); });
+      const MatrixRM k_pe_roped = stage("rope", [&] { return rope_key(L, slice(r0, rows), kvp.compressed_kv); });
+      stage("attend", [&] {  // storing the keys/values is the attention's first step
+        states.set_kv_rows(r0, rows, kvp.kv.data(), n * (d_n + d_v), L.threads);
+        states.set_k_pe_rows(r0, rows, k_pe_roped.data(), d_r);
+      });
+      if (opt.keep_latent_cache) {  // rows [r0, r0 + rows) of latent_normed | k_pe_roped
+        const TensorD part = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), rows, r_kv, d_r);
+        std::copy(part.ptr(), part.ptr() + rows * (r_kv + d_r), result.latent_cache.ptr() + r0 * (r_kv + d_r));
+      }
+    }
+    return_freed_memory();  // the chunks' intermediates
+    if (opt.keep_states) export_key_value_states(states, result);
+
+    // 2. attention, one query pass at a time
+    PrecisionMatrix context(S, n * d_v, L.bf16);  // [S, n*d_v] attn_context (bf16 values in a bf16 run)
+    result.head_scores.assign(static_cast<size_t>(n * S), 0.0);
+    if (opt.keep_attn_weights) result.attn_weights = TensorD("attn_weights", {n, S, S});
+    if (opt.keep_states) result.query_states = TensorD("query_states", {n, S, d_qk});
+    {
+      const bool causal = opt.mask == Mask::Causal;
+      const float scaling = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
+      // progress in FLOP of the two products (2 (d_qk + d_v) per computed query·key pair): the
+      // work, so the time left extrapolates correctly although causal blocks grow with their row
+      const int64_t flop_per_pair = 2 * (d_qk + d_v);
+      const int64_t total_pairs = streaming_pairs(S, n, causal);
+      int64_t pairs_before = 0;
+      const int64_t pass = query_pass_rows(S);
+      for (int64_t r0 = 0; r0 < S; r0 += pass) {
+        const int64_t rows = std::min(pass, S - r0);
+        MatrixRM q = stage("q_path", [&] {  // [rows, n*d_qk]
+          MatrixRM latent(rows, latent_width);
+          q_store.widen_rows(r0, rows, latent.data(), latent_width, L.threads);
+          return q_from_latent(L, latent);
+        });
+        stage("rope", [&] { rope_query(L, slice(r0, rows), q); });
+        if (opt.keep_states) export_query_states(q, r0, S, n, d_qk, result.query_states);
+        stage("attend", [&] {
+          MatrixRM ctx(rows, n * d_v);  // feature h*d_v + d (HF's transpose + reshape)
+          BlockProgress progress;
+          if (opt.progress)
+            progress = [&](int64_t done, int64_t) {
+              opt.progress("attention FLOP", (pairs_before + done) * flop_per_pair, total_pairs * flop_per_pair);
+            };
+          streaming_attention(q.data(), n * d_qk, states, causal, scaling, L.bf16, L.threads, L.w.attention_products,
+                              progress,
+                              {ctx.data(), n * d_v, result.head_scores.data(),
+                               opt.keep_attn_weights ? result.attn_weights.ptr() : nullptr},
+                              {r0, r0 + rows});
+          context.set_rows(r0, rows, ctx.data(), n * d_v, L.threads);
+        });
+        pairs_before += streaming_pairs(S, n, causal, {r0, r0 + rows});
+      }
+    }
+    q_store = PrecisionMatrix();
+    states = KeyValueStates(0, 0, 0, 0, 0, false);  // the keys/values are no longer needed: a lower peak
+    return_freed_memory();
+
+    // 3. o_proj, widened into attn_output as it comes
+    result.attn_output = huge_page_tensor<double>("attn_output", {S, H});
+    for (int64_t r0 = 0; r0 < S; r0 += kRowChunk) {
+      const int64_t rows = std::min(kRowChunk, S - r0);
+      const MatrixRM y = stage("o_proj", [&] {  // [rows, H]
+        MatrixRM ctx(rows, n * d_v);
+        context.widen_rows(r0, rows, ctx.data(), n * d_v, L.threads);
+        return o_proj(L, ctx);
+      });
+      stage("export", [&] { widen_rows(y.data(), H, rows, H, result.attn_output.ptr() + r0 * H, L.threads); });
+    }
+    stage("export", [&] {
+      check_attn_output_finite(result.attn_output, opt.precision);
+      result.token_scores = token_scores_from_heads(result.head_scores, n);
     });
     result.stage_seconds = std::move(stages);
     return result;

@@ -14,6 +14,7 @@
 
 #include "mla/bf16.hpp"
 #include "mla_build_config.h"
+#include "vector_kernels.hpp"
 
 #if MLA_HAVE_BLAS
 // OpenBLAS's run-time thread control (cblas.h of the pthread build). Declared here rather
@@ -75,9 +76,7 @@ const char* blas_description() { return "Eigen's own GEMM kernel (no BLAS)"; }
 
 // ---- elementwise -------------------------------------------------------------------------
 
-void round_to_bf16_inplace(float* x, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) x[i] = round_to_bf16(x[i]);
-}
+void round_to_bf16_inplace(float* x, int64_t count) { vector_kernels().round_bf16(x, count); }
 
 void round_to_bf16_block(float* x, int64_t rows, int64_t cols, int64_t ld) {
   for (int64_t r = 0; r < rows; ++r) round_to_bf16_inplace(x + r * ld, cols);
@@ -159,52 +158,26 @@ void rope(const float* x, float* out, const float* cos, const float* sin, int64_
 
 // ---- attention of one head --------------------------------------------------------------------
 
-namespace {
-
-// One query row: p = softmax(row[0:visible]) in place; row[visible:S] = 0 (masked keys).
-//   pass 1: max; pass 2: e = exp(x - max) (fp32, Eigen's vectorised expf);
-//   pass 3: sum in double; pass 4: p = fp32(e / sum), then bf16(p) in bf16 mode.
-void softmax_row(float* row, int64_t visible, int64_t seq_len, bool bf16) {
-  Eigen::Map<Eigen::ArrayXf> logits(row, visible);
-  const float max_logit = logits.maxCoeff();
-  logits = (logits - max_logit).exp();
-  double sum = 0.0;
-  for (int64_t t = 0; t < visible; ++t) sum += static_cast<double>(row[t]);
-  const double inv_sum = 1.0 / sum;
-  for (int64_t t = 0; t < visible; ++t) {
-    const float p = static_cast<float>(static_cast<double>(row[t]) * inv_sum);
-    row[t] = bf16 ? round_to_bf16(p) : p;
-  }
-  std::fill(row + visible, row + seq_len, 0.0f);
-}
-
-}  // namespace
-
 void block_softmax(const RowBlock& block, bool causal, float scaling, bool bf16, float* probs, int64_t ld_probs) {
+  const VectorKernels& k = vector_kernels();
   for (int64_t i = 0; i < block.rows; ++i) {
     float* row = probs + i * ld_probs;
     const int64_t visible = causal ? block.row_begin + i + 1 : block.keys;
-    // scores * scaling (+ mask: 0 on the visible keys, exact)
-    for (int64_t t = 0; t < visible; ++t) {
-      if (bf16) {
-        row[t] = round_to_bf16(round_to_bf16(row[t]) * scaling);
-      } else {
-        row[t] *= scaling;
-      }
-    }
-    // softmax over the visible keys; masked probabilities are exactly 0
-    softmax_row(row, visible, block.keys, bf16);
+    k.softmax_row(row, visible, block.keys, scaling, bf16, row, nullptr);
   }
+}
+
+void block_scores(const HeadViews& head, int64_t qk_head_dim, const RowBlock& block, float* logits, int64_t ld) {
+  const ConstStridedView query(head.query + block.row_begin * head.ld_query, block.rows, qk_head_dim,
+                               Eigen::OuterStride<>(head.ld_query));
+  const ConstStridedView key(head.key, block.keys, qk_head_dim, Eigen::OuterStride<>(head.ld_key));
+  StridedView p(logits, block.rows, block.keys, Eigen::OuterStride<>(ld));
+  p.noalias() = query * key.transpose();  // one sgemm, fp32 accumulation
 }
 
 void block_scores_softmax(const HeadViews& head, int64_t qk_head_dim, const RowBlock& block, bool causal,
                           float scaling, bool bf16, float* probs, int64_t ld_probs) {
-  const ConstStridedView query(head.query + block.row_begin * head.ld_query, block.rows, qk_head_dim,
-                               Eigen::OuterStride<>(head.ld_query));
-  const ConstStridedView key(head.key, block.keys, qk_head_dim, Eigen::OuterStride<>(head.ld_key));
-  StridedView p(probs, block.rows, block.keys, Eigen::OuterStride<>(ld_probs));
-  // scores = q k^T for the block (one sgemm, fp32 accumulation)
-  p.noalias() = query * key.transpose();
+  block_scores(head, qk_head_dim, block, probs, ld_probs);
   block_softmax(block, causal, scaling, bf16, probs, ld_probs);
 }
 

@@ -61,7 +61,8 @@ const char* blas_description();
 
 // ---- elementwise -------------------------------------------------------------------------
 
-// x[i] = bf16(x[i]) for i < count (round to nearest even on the bits, mla/bf16.hpp).
+// x[i] = bf16(x[i]) for i < count (round to nearest even on the bits, mla/bf16.hpp; the
+// vector kernels of vector_kernels.hpp).
 void round_to_bf16_inplace(float* x, int64_t count);
 // The same on a rows x cols block with row stride `ld`.
 void round_to_bf16_block(float* x, int64_t rows, int64_t cols, int64_t ld);
@@ -119,7 +120,7 @@ struct HeadViews {
 // and are not computed. Without a mask a block sees every key.
 constexpr int64_t kQueryRowBlock = 64;
 
-// The attention of one head is computed per block of query rows by the three functions
+// The attention of one head is computed per block of query rows by the functions
 // below (streaming_attention.hpp runs them on every block, so no [S, S] matrix is needed).
 // A block: query rows [row_begin, row_begin + rows) against keys [0, keys), where
 //   keys = row_begin + rows (causal: later keys are masked for every row of the block) or S.
@@ -131,16 +132,20 @@ struct RowBlock {
 
 // probs[i, t] = softmax(mask(scaling * scores[i, t])) in place, for t < keys   (§3.6 steps 3-4)
 //   probs: [rows, keys] row stride ld_probs >= keys, holding the fp32 sums scores = q k^T of the
-//   block (any GEMM); masked entries t > row_begin+i become exactly 0.
-//   bf16: bf16(scores) (§7 row 10), bf16(scores * fp32(scaling)) (row 11), + 0 for visible
-//   keys (row 12, exact), softmax in fp32, then bf16(p) (row 13); fp32: the same steps with
-//   fp32 results. Softmax per row: pass 1 = max, e = exp(x - max) (fp32, Eigen's vectorised
-//   expf) and the double sum of e; pass 2 = p = fp32(e / sum) (+ bf16).
+//   block (any GEMM); masked entries t > row_begin+i become exactly 0. Each row is
+//   vector_kernels.hpp softmax_row (the instruction set chosen at run time; the same bits on
+//   every set): bf16(scores) (§7 row 10), bf16(scores * fp32(scaling)) (row 11), + 0 for visible
+//   keys (row 12, exact), softmax in fp32, then bf16(p) (row 13); fp32: the same steps with fp32
+//   results. Softmax per row: the max, e = exp(x - max) (fp32), the double sum of e, then
+//   p = fp32(e * (1/sum)) (+ bf16).
 void block_softmax(const RowBlock& block, bool causal, float scaling, bool bf16, float* probs, int64_t ld_probs);
 
+// logits[i, t] = query[row_begin+i] . key[t] for t < keys: one sgemm (fp32 accumulation) into
+//   logits [rows, keys] (row stride ld >= keys).                                 (§3.6 step 2)
+void block_scores(const HeadViews& head, int64_t qk_head_dim, const RowBlock& block, float* logits, int64_t ld);
+
 // probs[i, t] = softmax(mask(scaling * query[row_begin+i] key[t]^T)) for t < keys  (§3.6 steps 2-4)
-//   scores = q k^T for the block as one sgemm (fp32 accumulation) into probs [rows, keys] (row
-//   stride ld_probs >= keys), then block_softmax (its §7 roundings).
+//   block_scores into probs [rows, keys] (row stride ld_probs >= keys), then block_softmax.
 void block_scores_softmax(const HeadViews& head, int64_t qk_head_dim, const RowBlock& block, bool causal,
                           float scaling, bool bf16, float* probs, int64_t ld_probs);
 

@@ -1,53 +1,109 @@
 // src/cpu/cpu_memory.cpp — the cpu backend's buffers, phase by phase, for the memory plan
-// (mla/memory_plan.hpp, docs/long-context.md "Memory plan"). Each part is a buffer of
-// cpu_backend.cpp / streaming_attention.cpp sized from the geometry: keep them in step.
+// (mla/memory_plan.hpp, docs/long-context.md §3). Each part is a buffer of cpu_backend.cpp's
+// three passes (projections by row chunks, attention by query passes, o_proj by row chunks),
+// streaming_attention.cpp, onednn_attention.cpp and gemm_engine.cpp, sized from the geometry:
+// keep them in step.
 //
 // Shape legend: S = tokens, H = hidden_size, n = heads, r_q = q_lora_rank, r_kv = kv_lora_rank,
-// d_n / d_r / d_v = qk_nope / qk_rope / v head dims, d_qk = d_n + d_r, P = parameters.
+// d_n / d_r / d_v = qk_nope / qk_rope / v head dims, d_qk = d_n + d_r, P = parameters,
+// e = bytes of the run's precision (2 bf16, 4 fp32), C = rows per chunk, R = rows per query pass,
+// N = keys a block's products compute (S rounded up to the key granularity).
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
 
 #include "cpu_kernels.hpp"
+#include "cpu_stages.hpp"
+#include "gemm_engine.hpp"
+#include "mla/error.hpp"
 #include "mla/memory_plan.hpp"
 
 namespace mla {
+namespace {
+
+// Whether `choice` runs on oneDNN for the precision on this CPU (gemm_engine.hpp; the engine is
+// made once per choice and precision: a probe creates a oneDNN primitive descriptor).
+bool runs_on_onednn(Gemm choice, bool bf16) {
+  static std::mutex mutex;
+  static std::map<std::pair<Gemm, bool>, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(choice, bf16);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  bool onednn = false;
+  try {
+    std::string why;
+    onednn = cpu::make_gemm_engine(choice, bf16, why)->kind() == Gemm::OneDnn;
+  } catch (const Error&) {  // --gemm onednn without oneDNN: the run fails with that message
+  }
+  return known[key] = onednn;
+}
+
+}  // namespace
 
 BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
   const MemoryDims d = memory_dims(cfg, r.seq_len);
   constexpr int64_t kF32 = 4, kF64 = 8;
   const auto mul = [](auto... f) { return memory_product({static_cast<int64_t>(f)...}); };
   const bool bf16 = r.precision == Precision::BF16;
+  const bool onednn = runs_on_onednn(r.gemm, bf16);
+  const int64_t e = bf16 ? 2 : kF32;
+  const int64_t C = std::min(d.S, cpu::kRowChunk), R = std::min(d.S, cpu::query_pass_rows(d.S));
+  const int64_t latent = cfg.has_q_lora() ? d.r_q : d.n * d.d_qk;
+  const int64_t workers = std::clamp<int64_t>(r.threads, 1, std::max<int64_t>(d.n, 1) * ((R + 63) / 64));
   BackendMemory m;
-  m.held = {{"prepared weights (fp32 storage)", mul(d.P, kF32)}};
-  const MemoryPart x{"x [S,H] f32", mul(d.S, d.H, kF32)};
-  const MemoryPart q{"q [S,n*d_qk] f32", mul(d.S, d.n, d.d_qk, kF32)};
-  const MemoryPart q_a{"q_a + q_a_normed [S,r_q] f32", mul(2, d.S, d.r_q, kF32)};
-  const MemoryPart ckv{"compressed_kv + latent_normed f32", mul(d.S, d.r_kv + d.d_r + d.r_kv, kF32)};
-  const MemoryPart kv{"kv [S,n*(d_n+d_v)] f32", mul(d.S, d.n, d.d_n + d.d_v, kF32)};
-  const MemoryPart ctx{"attn_context [S,n*d_v] f32", mul(d.S, d.n, d.d_v, kF32)};
-  const MemoryPart k_pe{"k_pe_roped [S,d_r] f32", mul(d.S, d.d_r, kF32)};
+  // oneDNN packs each weight once in the run's precision; the Eigen engine keeps fp32 values
+  m.held = {{std::string("prepared weights (") + (onednn && bf16 ? "bf16" : "fp32") + ")", mul(d.P, onednn ? e : kF32)}};
+
+  // held across the passes, in the run's precision
+  const MemoryPart q_store{"q latent [S,r_q]", mul(d.S, latent, e)};
+  const MemoryPart states{"keys/values [S,n*(d_n+d_v)+d_r]", mul(d.S, d.n * (d.d_n + d.d_v) + d.d_r, e)};
+  const MemoryPart context{"attn_context [S,n*d_v]", mul(d.S, d.n, d.d_v, e)};
   const MemoryPart heads{"head_scores [n,S] f64", mul(d.n, d.S, kF64)};
-  const MemoryPart out{"o_proj output [S,H] f32", mul(d.S, d.H, kF32)};
-  const MemoryPart output{"attn_output [S,H] f64", mul(d.S, d.H, kF64)};
-  const MemoryPart states{std::string("keys/values ") + (bf16 ? "bf16" : "f32"),
-                          mul(d.S, d.n * (d.d_n + d.d_v) + d.d_r, bf16 ? 2 : kF32)};
-  // per worker: one head's key [S, d_qk] and value [S, d_v] in fp32, one logits block [64, S]
-  const MemoryPart work{"streaming workspace (per worker)",
-                        mul(std::max(r.threads, 1), d.S, d.d_qk + d.d_v + cpu::kQueryRowBlock, kF32)};
-  const MemoryPart weights{"attn_weights [n,S,S] f64", r.holds_attn_weights() ? mul(d.n, d.S, d.S, kF64) : 0};
-  m.phases.push_back({"q_path", {x, q_a, q}});
-  m.phases.push_back({"kv_path", {x, q, ckv, kv}});
-  m.phases.push_back({"attend (storing keys/values)", {q, ckv, k_pe, kv, states}});
-  std::vector<MemoryPart> during = {q, ckv, k_pe, ctx, heads, states, work, weights};
-  if (r.dump_tensors) during.push_back(kv);
-  m.phases.push_back({"attend", during});
-  std::vector<MemoryPart> tail = {ckv, k_pe, ctx, heads, out, output};
+  std::vector<MemoryPart> dump;  // dumps: the states and the latent cache, from pass 1 on
   if (r.dump_tensors) {
-    tail.push_back(q);
-    tail.push_back(kv);
-    tail.push_back({"query/key/value_states f64", mul(d.n, d.S, 2 * d.d_qk + d.d_v, kF64)});
-    tail.push_back(weights);
+    dump.push_back({"key/value_states f64", mul(d.n, d.S, d.d_qk + d.d_v, kF64)});
+    dump.push_back({"latent_cache [S,r_kv+d_r] f64", mul(d.S, d.r_kv + d.d_r, kF64)});
   }
-  m.phases.push_back({"o_proj and results", tail});
+  auto phase = [&](std::string name, std::vector<MemoryPart> parts, bool with_dump) {
+    if (with_dump) parts.insert(parts.end(), dump.begin(), dump.end());
+    m.phases.push_back({std::move(name), std::move(parts)});
+  };
+
+  // 1. projections, one chunk of C rows: at kv_b_proj, x, compressed_kv, latent_normed (and
+  // oneDNN's bf16 copy of it) and kv are alive
+  phase("projections (row chunk)",
+        {q_store, states,
+         {"chunk: x [C,H] f32", mul(C, d.H, kF32)},
+         {"chunk: compressed_kv + latent_normed f32", mul(C, d.r_kv + d.d_r + d.r_kv, kF32)},
+         {"chunk: kv [C,n*(d_n+d_v)] f32", mul(C, d.n, d.d_n + d.d_v, kF32)},
+         {"chunk: the engine's copy of the GEMM input", onednn && bf16 ? mul(C, d.H, 2) : 0}},
+        false);
+
+  // 2. attention, the last query pass (its blocks see the most keys)
+  const int64_t N = d.S + 511;  // keys rounded up to the key granularity (at most 512 more)
+  const MemoryPart query{"pass: q [R,n*d_qk] f32 (+ q_b_proj's input)", mul(R, d.n * d.d_qk + d.r_q, kF32)};
+  const MemoryPart ctx{"pass: attn_context rows [R,n*d_v] f32", mul(R, d.n, d.d_v, kF32)};
+  // per head in flight (at most one per worker): oneDNN its keys/values packed (d_qk + d_v per
+  // key) and a plain copy being packed; Eigen its keys/values widened to fp32
+  const MemoryPart operands{"heads in flight: keys/values for the products",
+                            onednn ? mul(workers, N, d.d_qk + d.d_v + std::max(d.d_qk, d.d_v), e)
+                                   : mul(workers, d.S, d.d_qk + d.d_v, kF32)};
+  // per worker one block's logits [64, N] f32 (and oneDNN bf16: its probabilities as bf16 bits)
+  const MemoryPart logits{"workers: logits blocks [64,N]",
+                          mul(workers, cpu::kQueryRowBlock, onednn ? N : d.S, onednn && bf16 ? kF32 + 2 : kF32)};
+  std::vector<MemoryPart> attend = {q_store, states, context, heads, query, ctx, operands, logits};
+  if (r.dump_tensors) attend.push_back({"query_states f64", mul(d.n, d.S, d.d_qk, kF64)});
+  if (r.holds_attn_weights()) attend.push_back({"attn_weights [n,S,S] f64", mul(d.n, d.S, d.S, kF64)});
+  phase("attend (last query pass)", attend, true);
+
+  // 3. o_proj, one chunk of C rows, widened into attn_output (the ForwardResult) as it comes
+  std::vector<MemoryPart> tail = forward_result_memory(d, r);
+  tail.push_back(context);
+  tail.push_back({"chunk: attn_context rows f32 (+ the engine's copy)", mul(C, d.n, d.d_v, onednn && bf16 ? 6 : kF32)});
+  tail.push_back({"chunk: o_proj output [C,H] f32", mul(C, d.H, kF32)});
+  phase("o_proj", tail, false);
   return m;
 }
 

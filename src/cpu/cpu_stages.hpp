@@ -50,7 +50,7 @@ struct PreparedWeights {
   std::unique_ptr<PreparedLinear> kv_b_proj;           // [n*(d_n+d_v), r_kv]
   std::unique_ptr<PreparedLinear> o_proj;              // [H, n*d_v] (+ bias [H])
   GemmInfo gemm;                                       // the engine, its kernel and why
-  Gemm attention_products = Gemm::Eigen;               // attend's per-head products (HeadProducts)
+  Gemm attention_products = Gemm::Eigen;               // attend's per-block products (BlockProducts)
   std::string attention_kernel;                        // their kernel, e.g. "brg:avx512_core_bf16"
 };
 
@@ -75,11 +75,17 @@ PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& reques
                                    const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads);
 
 // hidden [S, H] fp32, validated (mla/validate.hpp: validate_hidden) -> x [S, H]; bf16 mode
-// rounds it (HF's input is a bf16 tensor).
+// rounds it (HF's input is a bf16 tensor). The second form: rows [row_begin, row_begin+rows).
 MatrixRM input_rows(const TensorF& hidden, bool bf16);
+MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, bool bf16);
 
-// x [S, H] -> q [S, n*d_qk], head-major: feature h*d_qk + (nope d_n | rope d_r)
+// x [S, H] -> q [S, n*d_qk], head-major: feature h*d_qk + (nope d_n | rope d_r). In two steps,
+// so a caller may keep the small latent and make q from it later, rows at a time:
+//   q_latent       x -> q_a_normed = q_a_layernorm(q_a_proj(x)) [S, r_q]  (q_lora_rank null: q_proj(x))
+//   q_from_latent  q_a_normed -> q_b_proj(q_a_normed) [S, n*d_qk]         (q_lora_rank null: as is)
 MatrixRM q_path(const Layer& L, const MatrixRM& x);
+MatrixRM q_latent(const Layer& L, const MatrixRM& x);
+MatrixRM q_from_latent(const Layer& L, const MatrixRM& latent);
 
 struct KvPath {
   MatrixRM compressed_kv;  // [S, r_kv + d_r]   kv_a_proj_with_mqa(x): latent (r_kv) | k_pe (d_r)
@@ -94,6 +100,9 @@ KvPath kv_path(const Layer& L, const MatrixRM& x);
 // heads) from the k_pe columns of compressed_kv [S, r_kv + d_r]. positions: [S], row s at
 // positions[s]; cos/sin from the fp32 tables (src/math/rope.cpp), rounded to bf16 in bf16 mode.
 MatrixRM rope(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q, const MatrixRM& compressed_kv);
+// Its two halves: q's rope halves in place; k_pe_roped from compressed_kv.
+void rope_query(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q);
+MatrixRM rope_key(const Layer& L, const std::vector<int64_t>& positions, const MatrixRM& compressed_kv);
 
 struct Attention {
   MatrixRM attn_context;             // [S, n*d_v]  P.V, heads concatenated (o_proj input)
@@ -117,5 +126,31 @@ std::string describe(const PreparedWeights* w, int threads);
 
 // attn_context [S, n*d_v] -> attn_output [S, H]
 MatrixRM o_proj(const Layer& L, const MatrixRM& attn_context);
+
+// The forward's passes over the tokens (cpu_backend.cpp, docs/long-context.md §1):
+// kRowChunk rows per chunk of the projections and of o_proj: a multiple of the oneDNN engine's
+// 512-row chunks, so a chunked projection gives the bits of one over all rows there, and small
+// enough that a chunk's fp32 intermediates (x, kv: ~100 KB per row for Kimi) stay ~0.4 GB.
+inline constexpr int64_t kRowChunk = 4096;
+// Query rows per attention pass: the queries are made from the stored q latent one pass at a
+// time (q_b_proj and rope), so only [rows, n*d_qk] of them exist at once. S/8 rounded up to a
+// multiple of kRowChunk (so of the 64-row blocks), between 4096 and 16384: at most ~8 passes,
+// each of which reloads every head's keys.
+inline int64_t query_pass_rows(int64_t S) {
+  const int64_t rows = (S / 8 + kRowChunk - 1) / kRowChunk * kRowChunk;
+  return rows < kRowChunk ? kRowChunk : rows > 4 * kRowChunk ? 4 * kRowChunk : rows;
+}
+
+// The floating-point operations (multiply-add = 2) a forward of S tokens needs in its GEMMs:
+// the five projections (q_a_proj, q_b_proj or q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj)
+// and the attention's two products over the visible query·key pairs (causal: S(S+1)/2 per
+// head; none: S^2), 2 (d_qk + d_v) per pair. What the long-context benchmark divides by the
+// machine's GEMM rate for its bound (docs/long-context.md §5).
+struct ForwardFlops {
+  double projections = 0;
+  double attention = 0;
+  double total() const { return projections + attention; }
+};
+ForwardFlops forward_flops(const AttentionConfig& cfg, int64_t seq_len, bool causal);
 
 }  // namespace mla::cpu

@@ -1,11 +1,12 @@
 // src/cpu/onednn_attention.cpp — streaming_attention's per-head products on oneDNN matmul
 // primitives; see onednn_attention.hpp for the contract and docs/cpu-gemm.md §9.
 //
-// Shape legend as in the header. oneDNN names: src [M, K], weights [K, N], dst [M, N] (f32).
-//   scores:       src = query_block [rows, d_qk], weights = key^T [d_qk, keys] (the dense
-//                 row-major key [keys, d_qk] read as "ba"), dst = scores [rows, keys]
-//   probs_value:  src = probs [rows, keys], weights = value [keys, d_v] ("ab"),
-//                 dst = attn_context block [rows, d_v]
+// Shape legend as in the header; N = the block's keys rounded up to key_granularity(S). oneDNN
+// names: src [M, K], weights [K, N], dst [M, N] (f32).
+//   scores:       src = query_block [rows, d_qk], weights = key^T [d_qk, N] (packed once per
+//                 head, DnnlOperands), dst = scores [rows, N]
+//   probs_value:  src = probs [rows, N], weights = value [N, <= 64] per group of value columns
+//                 (packed once per head), dst = attn_context block [rows, <= 64]
 #include "onednn_attention.hpp"
 
 #include "mla_build_config.h"
@@ -21,6 +22,7 @@
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
 #include "onednn_common.hpp"
+#include "vector_kernels.hpp"
 
 namespace mla::cpu {
 namespace {
@@ -34,11 +36,15 @@ struct Matmul {
   dnnl::matmul primitive;
 };
 
-// dst[M, N] (f32) = src[M, K] (dt) * weights[K, N] (dt), all dense; weights "ba" (the transpose
-// of a row-major [N, K]) when weights_transposed, else "ab". fpmath strict, user scratchpad.
-Matmul make_matmul(Dt dt, int64_t M, int64_t K, int64_t N, bool weights_transposed) {
+// How a product reads its weights: plain row-major ("ab"), its transpose ("ba"), or oneDNN's
+// preferred blocked layout for the shape ("any", chosen by the primitive; the operands are packed
+// into it once per head).
+enum class Weights { Plain, Transposed, Packed };
+
+// dst[M, N] (f32) = src[M, K] (dt, dense) * weights[K, N] (dt). fpmath strict, user scratchpad.
+Matmul make_matmul(Dt dt, int64_t M, int64_t K, int64_t N, Weights w) {
   const memory::desc src({M, K}, dt, Tag::ab), dst({M, N}, Dt::f32, Tag::ab);
-  const memory::desc weights({K, N}, dt, weights_transposed ? Tag::ba : Tag::ab);
+  const memory::desc weights({K, N}, dt, w == Weights::Packed ? Tag::any : w == Weights::Transposed ? Tag::ba : Tag::ab);
   Matmul m;
   m.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), strict_user_scratchpad_attr(),
                                       Dnnl::get().engine);
@@ -48,23 +54,56 @@ Matmul make_matmul(Dt dt, int64_t M, int64_t K, int64_t N, bool weights_transpos
 
 // The primitive for a shape, created on first use and kept. A primitive holds ~90 KB of JIT
 // code (brgemm kernels for the shape and its tails: measured 92 MB for 1024 of them), so the cache
-// keeps at most kCachedMatmuls and starts over when full (S > 16384 causal in one precision; a
-// primitive takes ~0.25 ms to create, against ~1 s of products per head at that S). The lock
-// guards the lookup only; callers hold the shared_ptr while they execute, concurrently, each
-// with its own scratchpad.
-constexpr size_t kCachedMatmuls = 512;
+// keeps at most kCachedMatmuls and starts over when full; the key counts are multiples of
+// key_granularity(S), so a run uses at most ~256 shapes per product. The lock guards the lookup
+// only; callers hold the shared_ptr while they execute, concurrently, each with its own scratchpad.
+constexpr size_t kCachedMatmuls = 640;
 
-std::shared_ptr<const Matmul> cached_matmul(Dt dt, int64_t M, int64_t K, int64_t N, bool weights_transposed) {
+std::shared_ptr<const Matmul> cached_matmul(Dt dt, int64_t M, int64_t K, int64_t N, Weights w) {
   static std::mutex mutex;
-  static std::map<std::tuple<Dt, int64_t, int64_t, int64_t, bool>, std::shared_ptr<const Matmul>> cache;
-  const auto key = std::make_tuple(dt, M, K, N, weights_transposed);
+  static std::map<std::tuple<Dt, int64_t, int64_t, int64_t, Weights>, std::shared_ptr<const Matmul>> cache;
+  const auto key = std::make_tuple(dt, M, K, N, w);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() >= kCachedMatmuls) cache.clear();
-    it = cache.emplace(key, std::make_shared<const Matmul>(make_matmul(dt, M, K, N, weights_transposed))).first;
+    it = cache.emplace(key, std::make_shared<const Matmul>(make_matmul(dt, M, K, N, w))).first;
   }
   return it->second;
+}
+
+// The products' key counts are rounded up to this (a multiple of 64): 64 up to S = 16384, then
+// doubled until S / granularity <= 256, so a causal run creates at most ~256 primitives per
+// product (creating one costs ~0.25 ms; without the rounding S = 131072 would need 2048 per
+// product and head). The extra keys are zero rows of the packed operands and masked columns of
+// the logits (exactly 0 probabilities): at most granularity - 1 per block, < 0.4 % more work.
+int64_t key_granularity(int64_t S) {
+  int64_t g = kQueryRowBlock;
+  while (S > 256 * g) g *= 2;
+  return g;
+}
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// The layouts of two weights descs agree on the elements of the smaller one, i.e. `block` is
+// the leading part of `full` along `dim` (same type, same blocking, the same stride for every
+// dimension that has more than one outer block in `block`).
+bool is_prefix(const memory::desc& block, const memory::desc& full, int dim) {
+  const dnnl_memory_desc_t &b = block.data, &f = full.data;
+  if (b.data_type != f.data_type || b.ndims != 2 || f.ndims != 2 || b.format_kind != dnnl_blocked ||
+      f.format_kind != dnnl_blocked || b.offset0 != 0 || f.offset0 != 0)
+    return false;
+  const dnnl_blocking_desc_t &bb = b.format_desc.blocking, &fb = f.format_desc.blocking;
+  if (bb.inner_nblks != fb.inner_nblks) return false;
+  for (int i = 0; i < bb.inner_nblks; ++i)
+    if (bb.inner_blks[i] != fb.inner_blks[i] || bb.inner_idxs[i] != fb.inner_idxs[i]) return false;
+  for (int d = 0; d < 2; ++d) {
+    if (d != dim && (b.dims[d] != f.dims[d] || b.padded_dims[d] != f.padded_dims[d])) return false;
+    int64_t inner = 1;
+    for (int i = 0; i < bb.inner_nblks; ++i)
+      if (bb.inner_idxs[i] == d) inner *= bb.inner_blks[i];
+    if (b.padded_dims[d] > inner && bb.strides[d] != fb.strides[d]) return false;
+  }
+  return b.padded_dims[dim] <= f.padded_dims[dim];
 }
 
 // dst[i * ld_dst + j] = src[i * ld_src + j] for i < rows, j < cols: bits as bits (bf16) or
@@ -75,91 +114,156 @@ void copy_block(const T* src, int64_t rows, int64_t cols, T* dst, int64_t ld_dst
   for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * ld_dst, src + i * ld_src, static_cast<size_t>(cols) * sizeof(T));
 }
 
-class DnnlHeadProducts final : public HeadProducts {
+// One packed operand: oneDNN memory in the blocked layout a primitive prefers, for the largest
+// shape of the call, zero beyond the real rows.
+struct Packed {
+  memory::desc md;
+  memory mem;
+  // Packs `src` (plain desc src_md over data) into the layout `md_full`, reusing the buffer.
+  void pack(const memory::desc& md_full, const memory::desc& src_md, const void* data, dnnl::stream& stream) {
+    const dnnl::engine& engine = Dnnl::get().engine;
+    if (!mem || mem.get_desc().get_size() < md_full.get_size()) mem = memory(md_full, engine);
+    md = md_full;
+    memory dst(md, engine, mem.get_data_handle());
+    std::memset(dst.get_data_handle(), 0, md.get_size());
+    memory src(src_md, engine, const_cast<void*>(data));
+    dnnl::reorder(src, dst).execute(stream, src, dst);
+    stream.wait();
+  }
+};
+
+// One head's operands for keys [0, keys): key_states [key_nope[h] | k_pe_roped] (d_qk columns)
+// and value[h] (d_v columns, in groups of at most 64), each packed once into the layout
+// oneDNN's brgemm prefers for the largest product of the call (bf16: [K/32][N/64][16][64][2];
+// measured 20-30 % faster than the plain operands, which the primitive would repack on every
+// block), with key rows up to `keys` rounded to key_granularity(S), the extra rows zero.
+class DnnlOperands final : public HeadOperands {
  public:
-  DnnlHeadProducts(const KeyValueStates& kv, bool bf16)
-      : S_(kv.seq_len), d_n_(kv.qk_nope_head_dim), d_r_(kv.qk_rope_head_dim), d_v_(kv.v_head_dim),
-        d_qk_(d_n_ + d_r_), bf16_(bf16), dt_(bf16 ? Dt::bf16 : Dt::f32) {
-    const size_t key = static_cast<size_t>(S_ * d_qk_), query = static_cast<size_t>(kQueryRowBlock * d_qk_);
+  DnnlOperands(int64_t S, int64_t d_qk, int64_t d_v, bool bf16)
+      : S_(S), d_qk_(d_qk), d_v_(d_v), bf16_(bf16), dt_(bf16 ? Dt::bf16 : Dt::f32), granularity_(key_granularity(S)) {}
+
+  void load(const KeyValueStates& kv, int64_t h, int64_t keys) override {
+    DnnlThreads one_thread(1);
+    const int64_t d_n = kv.qk_nope_head_dim, d_r = kv.qk_rope_head_dim, n_pad = round_up(keys, granularity_);
+    const int64_t stored = std::min(keys, S_);
+    const size_t elem = bf16_ ? sizeof(uint16_t) : sizeof(float);
+    dense_.assign(static_cast<size_t>(n_pad * std::max(d_qk_, d_v_)) * elem, 0);
+    // keys: dense [n_pad, d_qk] (= key^T [d_qk, n_pad] "ba"), then packed
+    const PrecisionMatrix& key_nope = kv.key_nope[static_cast<size_t>(h)];
+    if (bf16_) {
+      auto* d = reinterpret_cast<uint16_t*>(dense_.data());
+      copy_block(key_nope.bits(), stored, d_n, d, d_qk_);
+      copy_block(kv.k_pe_roped.bits(), stored, d_r, d + d_n, d_qk_);
+    } else {
+      auto* d = reinterpret_cast<float*>(dense_.data());
+      copy_block(key_nope.values(), stored, d_n, d, d_qk_);
+      copy_block(kv.k_pe_roped.values(), stored, d_r, d + d_n, d_qk_);
+    }
+    key.pack(cached_matmul(dt_, kQueryRowBlock, d_qk_, n_pad, Weights::Packed)->pd.weights_desc(),
+             memory::desc({d_qk_, n_pad}, dt_, Tag::ba), dense_.data(), stream_);
+    // values: dense [n_pad, d_v], then each group of <= 64 columns packed as its own [n_pad, w]
+    const PrecisionMatrix& v = kv.value[static_cast<size_t>(h)];
+    std::memset(dense_.data(), 0, dense_.size());
+    std::memcpy(dense_.data(), bf16_ ? static_cast<const void*>(v.bits()) : static_cast<const void*>(v.values()),
+                static_cast<size_t>(stored * d_v_) * elem);
+    value.resize(static_cast<size_t>((d_v_ + kValueGroup - 1) / kValueGroup));
+    for (size_t g = 0; g < value.size(); ++g) {
+      const int64_t c0 = static_cast<int64_t>(g) * kValueGroup, w = std::min(kValueGroup, d_v_ - c0);
+      value[g].pack(cached_matmul(dt_, kQueryRowBlock, n_pad, w, Weights::Packed)->pd.weights_desc(),
+                    memory::desc({n_pad, w}, dt_, memory::dims{d_v_, 1}), dense_.data() + c0 * static_cast<int64_t>(elem),
+                    stream_);
+    }
+  }
+
+  static constexpr int64_t kValueGroup = 64;
+  Packed key;                 // key^T [d_qk, n_pad]
+  std::vector<Packed> value;  // value[:, group] [n_pad, <= 64]
+
+ private:
+  int64_t S_, d_qk_, d_v_;
+  bool bf16_;
+  Dt dt_;
+  int64_t granularity_;
+  std::vector<char> dense_;  // [n_pad, max(d_qk, d_v)] the plain operand being packed
+  dnnl::stream stream_{Dnnl::get().engine};
+};
+
+class DnnlBlockProducts final : public BlockProducts {
+ public:
+  DnnlBlockProducts(const KeyValueStates& kv, bool bf16)
+      : S_(kv.seq_len), d_qk_(kv.qk_nope_head_dim + kv.qk_rope_head_dim), d_v_(kv.v_head_dim), bf16_(bf16),
+        dt_(bf16 ? Dt::bf16 : Dt::f32), granularity_(key_granularity(S_)) {
+    const size_t query = static_cast<size_t>(kQueryRowBlock * d_qk_);
     if (bf16) {
       query_bits_.resize(query);
-      key_bits_.resize(key);
-      probs_bits_.resize(static_cast<size_t>(kQueryRowBlock * S_));
     } else {
       query_.resize(query);
-      key_.resize(key);
     }
-    context_.resize(static_cast<size_t>(kQueryRowBlock * d_v_));
+    context_.resize(static_cast<size_t>(kQueryRowBlock * DnnlOperands::kValueGroup));
   }
 
-  // key_states = [key_nope[h] | k_pe_roped] as dense [S, d_qk] in the operand type (bits copied
-  // as bits); value[h] [S, d_v] is read where it is stored; the query block by block.
-  void load_head(const float* query, int64_t ld_query, const KeyValueStates& kv, int64_t h) override {
-    query_src_ = query;
-    ld_query_ = ld_query;
-    const PrecisionMatrix& key_nope = kv.key_nope[static_cast<size_t>(h)];
-    const PrecisionMatrix& value = kv.value[static_cast<size_t>(h)];
-    if (bf16_) {
-      copy_block(key_nope.bits(), S_, d_n_, key_bits_.data(), d_qk_);
-      copy_block(kv.k_pe_roped.bits(), S_, d_r_, key_bits_.data() + d_n_, d_qk_);
-      value_ = value.bits();
-    } else {
-      copy_block(key_nope.values(), S_, d_n_, key_.data(), d_qk_);
-      copy_block(kv.k_pe_roped.values(), S_, d_r_, key_.data() + d_n_, d_qk_);
-      value_ = value.values();
-    }
+  std::unique_ptr<HeadOperands> make_operands() const override {
+    return std::make_unique<DnnlOperands>(S_, d_qk_, d_v_, bf16_);
   }
+  int64_t columns(const RowBlock& block) const override { return round_up(block.keys, granularity_); }
+  int64_t ld_probs(const RowBlock& block) const override { return columns(block); }
+  bool takes_bits() const override { return bf16_; }
 
-  int64_t ld_probs(const RowBlock& block) const override { return block.keys; }
-
-  // scores [rows, keys] = query[row_begin:row_begin+rows] key[0:keys]^T (fp32 sums), then
-  // block_softmax in place (§3.6 steps 2-4; the §7 roundings of the Eigen path).
-  void scores_softmax(const RowBlock& block, bool causal, float scaling, float* probs, int64_t ld) override {
+  // logits [rows, N] = query[rows, d_qk] key[0:N]^T (fp32 sums; §3.6 step 2), N = columns(block).
+  void scores(const HeadOperands& head, const float* q_rows, int64_t ld_query, const RowBlock& block, float* logits,
+              int64_t /*ld = N*/) override {
+    const auto& o = static_cast<const DnnlOperands&>(head);
     // the block's query rows [rows, d_qk], dense (bf16: q holds bf16 values, rounding is exact)
-    const float* q_rows = query_src_ + block.row_begin * ld_query_;
     const void* q = query_.data();
     if (bf16_) {
-      for (int64_t i = 0; i < block.rows; ++i)
-        for (int64_t d = 0; d < d_qk_; ++d)
-          query_bits_[static_cast<size_t>(i * d_qk_ + d)] = bf16::round_bits(q_rows[i * ld_query_ + d]);
+      const VectorKernels& vk = vector_kernels();
+      for (int64_t i = 0; i < block.rows; ++i) vk.to_bf16_bits(q_rows + i * ld_query, d_qk_, query_bits_.data() + i * d_qk_);
       q = query_bits_.data();
     } else {
-      copy_block(q_rows, block.rows, d_qk_, query_.data(), d_qk_, ld_query_);
+      copy_block(q_rows, block.rows, d_qk_, query_.data(), d_qk_, ld_query);
     }
-    const void* k = bf16_ ? static_cast<const void*>(key_bits_.data()) : static_cast<const void*>(key_.data());
-    execute("q k^T", block.rows, d_qk_, block.keys, true, q, k, probs);
-    block_softmax(block, causal, scaling, bf16_, probs, ld);
+    execute("q k^T", block.rows, d_qk_, columns(block), 1, q, o.key, logits);
   }
 
-  // out [rows, d_v] = probs [rows, keys] value[0:keys] (fp32 sums; bf16: one rounding).
-  void probs_value(const RowBlock& block, const float* probs, int64_t /*ld = keys*/, float* out,
-                   int64_t ld_out) override {
-    const void* p = probs;
-    if (bf16_) {  // the probabilities are bf16 values: rounding is exact
-      const int64_t count = block.rows * block.keys;
-      for (int64_t i = 0; i < count; ++i) probs_bits_[static_cast<size_t>(i)] = bf16::round_bits(probs[i]);
-      p = probs_bits_.data();
-    }
-    execute("p v", block.rows, block.keys, d_v_, false, p, value_, context_.data());
-    for (int64_t i = 0; i < block.rows; ++i) {
-      const float* c = context_.data() + i * d_v_;
-      float* o = out + i * ld_out;
-      for (int64_t d = 0; d < d_v_; ++d) o[d] = bf16_ ? round_to_bf16(c[d]) : c[d];
+  // out [rows, d_v] = p [rows, N] value[0:N] (fp32 sums; bf16: bits in, one rounding), per
+  // group of value columns.
+  void probs_value(const HeadOperands& head, const RowBlock& block, const float* probs, const uint16_t* bits,
+                   int64_t /*ld = N*/, float* out, int64_t ld_out) override {
+    const auto& o = static_cast<const DnnlOperands&>(head);
+    const void* p = bf16_ ? static_cast<const void*>(bits) : static_cast<const void*>(probs);
+    for (size_t g = 0; g < o.value.size(); ++g) {
+      const int64_t c0 = static_cast<int64_t>(g) * DnnlOperands::kValueGroup;
+      const int64_t w = std::min(DnnlOperands::kValueGroup, d_v_ - c0);
+      execute("p v", block.rows, columns(block), w, 0, p, o.value[g], context_.data());
+      for (int64_t i = 0; i < block.rows; ++i) {
+        float* dst = out + i * ld_out + c0;
+        std::copy_n(context_.data() + i * w, w, dst);
+        if (bf16_) round_to_bf16_inplace(dst, w);
+      }
     }
   }
 
  private:
   // dst [M, N] = src [M, K] weights [K, N] on this worker: one OpenMP thread, its own stream
-  // and scratchpad.
-  void execute(const char* what, int64_t M, int64_t K, int64_t N, bool weights_transposed, const void* src,
-               const void* weights, float* dst) {
+  // and scratchpad. The weights are the leading part (along `dim`) of the packed operand; if
+  // the primitive chose another layout for this shape, that part is reordered into it first.
+  void execute(const char* what, int64_t M, int64_t K, int64_t N, int dim, const void* src, const Packed& weights,
+               float* dst) {
     try {
       DnnlThreads one_thread(1);  // also while a primitive is created: it plans its threads then
-      const std::shared_ptr<const Matmul> held = cached_matmul(dt_, M, K, N, weights_transposed);
+      const std::shared_ptr<const Matmul> held = cached_matmul(dt_, M, K, N, Weights::Packed);
       const Matmul& m = *held;
       const dnnl::engine& engine = Dnnl::get().engine;
+      memory w(m.pd.weights_desc(), engine, weights.mem.get_data_handle());
+      if (!is_prefix(m.pd.weights_desc(), weights.md, dim)) {  // not expected with oneDNN 2.6; correct anyway
+        repacked_ = memory(m.pd.weights_desc(), engine);
+        const memory::desc part = weights.md.submemory_desc({K, N}, {0, 0});
+        memory from(part, engine, weights.mem.get_data_handle());
+        dnnl::reorder(from, repacked_).execute(stream_, from, repacked_);
+        w = repacked_;
+      }
       m.primitive.execute(stream_, {{DNNL_ARG_SRC, memory(m.pd.src_desc(), engine, const_cast<void*>(src))},
-                                    {DNNL_ARG_WEIGHTS, memory(m.pd.weights_desc(), engine, const_cast<void*>(weights))},
+                                    {DNNL_ARG_WEIGHTS, w},
                                     {DNNL_ARG_DST, memory(m.pd.dst_desc(), engine, dst)},
                                     {DNNL_ARG_SCRATCHPAD, scratchpad_.for_primitive(m.pd.scratchpad_desc(), engine)}});
       stream_.wait();
@@ -171,30 +275,28 @@ class DnnlHeadProducts final : public HeadProducts {
     }
   }
 
-  int64_t S_, d_n_, d_r_, d_v_, d_qk_;
+  int64_t S_, d_qk_, d_v_;
   bool bf16_;
   Dt dt_;
-  const float* query_src_ = nullptr;             // head h's query [S, d_qk], row stride ld_query_
-  int64_t ld_query_ = 0;
-  std::vector<uint16_t> query_bits_, key_bits_;  // bf16 run: [64, d_qk] (a block's rows), [S, d_qk]
-  std::vector<uint16_t> probs_bits_;             // bf16 run: [64, S] (a block's [rows, keys])
-  std::vector<float> query_, key_;               // fp32 run: [64, d_qk], [S, d_qk]
-  std::vector<float> context_;                   // [64, d_v] a block's P·V sums
-  const void* value_ = nullptr;                  // value[h] [S, d_v] as stored
+  int64_t granularity_;
+  std::vector<uint16_t> query_bits_;  // bf16 run: [64, d_qk] (a block's rows)
+  std::vector<float> query_;          // fp32 run: [64, d_qk]
+  std::vector<float> context_;        // [64, <= 64] one value group's P·V sums
+  memory repacked_;                   // a weights part in another layout (see execute)
   Scratchpad scratchpad_;
   dnnl::stream stream_{Dnnl::get().engine};
 };
 
 }  // namespace
 
-std::unique_ptr<HeadProducts> make_onednn_head_products(const KeyValueStates& kv, bool bf16) {
-  return std::make_unique<DnnlHeadProducts>(kv, bf16);
+std::unique_ptr<BlockProducts> make_onednn_block_products(const KeyValueStates& kv, bool bf16) {
+  return std::make_unique<DnnlBlockProducts>(kv, bf16);
 }
 
 std::string onednn_attention_kernel(bool bf16) {
   try {
     DnnlThreads one_thread(1);  // the cached primitive is planned for the one thread a worker gives it
-    return cached_matmul(bf16 ? Dt::bf16 : Dt::f32, kQueryRowBlock, 192, 256, true)->pd.impl_info_str();
+    return cached_matmul(bf16 ? Dt::bf16 : Dt::f32, kQueryRowBlock, 192, 256, Weights::Packed)->pd.impl_info_str();
   } catch (const dnnl::error&) {
     return "";
   }
@@ -208,7 +310,7 @@ std::string onednn_attention_kernel(bool bf16) {
 
 namespace mla::cpu {
 
-std::unique_ptr<HeadProducts> make_onednn_head_products(const KeyValueStates&, bool) {
+std::unique_ptr<BlockProducts> make_onednn_block_products(const KeyValueStates&, bool) {
   fail(ErrorKind::Unsupported, "cpu backend: this build has no oneDNN (meson -Donednn=enabled needs libdnnl-dev)");
 }
 

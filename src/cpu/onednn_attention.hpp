@@ -5,10 +5,10 @@
 //   attn_context = probs value         [rows, d_v]  = [rows, keys] x [keys, d_v]    §3.6 step 6
 //
 // bf16 run: bf16 operands (the keys/values are KeyValueStates' stored bf16 bits, copied as bits,
-// never widened; the query and the probabilities hold bf16 values and convert exactly), fp32
-// accumulation, fp32 dst; then exactly the roundings of the Eigen path (docs/math.md §7 rows
-// 10-14: cpu_kernels.hpp block_softmax rounds the scores, the scaled scores and the
-// probabilities; the P·V output is rounded once). fp32 run: f32 operands, fpmath mode strict.
+// never widened; the query holds bf16 values and converts exactly; the probabilities come as
+// the bf16 bits vector_kernels.hpp softmax_row writes), fp32 accumulation, fp32 dst; then
+// exactly the roundings of the Eigen path (docs/math.md §7 rows 10-14: the softmax rows round
+// the scores, the scaled scores and the probabilities; the P·V output is rounded once). fp32 run: f32 operands, fpmath mode strict.
 // Only the summation order differs from the Eigen path (measured in docs/cpu-gemm.md §2).
 //
 // oneDNN 2.6.3's brgemm kernels take dense operands with fixed dims only (strided operands or
@@ -33,7 +33,7 @@ namespace mla::cpu {
 
 // One worker's oneDNN products for heads of `kv` (bf16 operands when bf16). Throws
 // Error(Unsupported) when oneDNN has no matmul for the shape (message names --gemm eigen).
-std::unique_ptr<HeadProducts> make_onednn_head_products(const KeyValueStates& kv, bool bf16);
+std::unique_ptr<BlockProducts> make_onednn_block_products(const KeyValueStates& kv, bool bf16);
 
 // The kernel oneDNN runs for a typical score product (64 rows, 256 keys, d_qk 192) in the
 // precision, e.g. "brg:avx512_core_bf16"; "" when it has none.

@@ -4,10 +4,14 @@
 #include "streaming_attention.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <mutex>
+#include <string>
 
 #include "mla/bf16.hpp"
+#include "mla/error.hpp"
 #include "onednn_attention.hpp"
+#include "vector_kernels.hpp"
 
 namespace mla::cpu {
 
@@ -21,28 +25,30 @@ PrecisionMatrix::PrecisionMatrix(int64_t rows, int64_t cols, bool bf16) : rows_(
   }
 }
 
-void PrecisionMatrix::set_rows(int64_t row_begin, int64_t rows, const float* src, int64_t ld_src) {
-  for (int64_t i = 0; i < rows; ++i) {
+void PrecisionMatrix::set_rows(int64_t row_begin, int64_t rows, const float* src, int64_t ld_src, int threads) {
+  const VectorKernels& vk = vector_kernels();
+  parallel_for(rows, rows * cols_ >= (int64_t{1} << 16) ? threads : 1, [&](int64_t i, int) {
     const float* s = src + i * ld_src;
     const size_t base = static_cast<size_t>((row_begin + i) * cols_);
     if (bf16_) {
-      for (int64_t j = 0; j < cols_; ++j) bits_[base + static_cast<size_t>(j)] = bf16::round_bits(s[j]);
+      vk.to_bf16_bits(s, cols_, bits_.data() + base);
     } else {
       std::copy_n(s, cols_, values_.data() + base);
     }
-  }
+  });
 }
 
-void PrecisionMatrix::widen_rows(int64_t row_begin, int64_t rows, float* dst, int64_t ld_dst) const {
-  for (int64_t i = 0; i < rows; ++i) {
+void PrecisionMatrix::widen_rows(int64_t row_begin, int64_t rows, float* dst, int64_t ld_dst, int threads) const {
+  const VectorKernels& vk = vector_kernels();
+  parallel_for(rows, rows * cols_ >= (int64_t{1} << 16) ? threads : 1, [&](int64_t i, int) {
     float* d = dst + i * ld_dst;
     const size_t base = static_cast<size_t>((row_begin + i) * cols_);
     if (bf16_) {
-      for (int64_t j = 0; j < cols_; ++j) d[j] = bf16::from_bits(bits_[base + static_cast<size_t>(j)]).to_float();
+      vk.from_bf16_bits(bits_.data() + base, cols_, d);
     } else {
       std::copy_n(values_.data() + base, cols_, d);
     }
-  }
+  });
 }
 
 int64_t PrecisionMatrix::bytes() const {
@@ -62,12 +68,12 @@ KeyValueStates::KeyValueStates(int64_t seq_len_, int64_t heads_, int64_t d_n, in
   }
 }
 
-void KeyValueStates::set_kv_rows(int64_t row_begin, int64_t rows, const float* kv, int64_t ld_kv) {
+void KeyValueStates::set_kv_rows(int64_t row_begin, int64_t rows, const float* kv, int64_t ld_kv, int threads) {
   const int64_t d_kv = qk_nope_head_dim + v_head_dim;
-  for (int64_t h = 0; h < heads; ++h) {
+  parallel_for(heads, rows * d_kv >= (int64_t{1} << 16) ? threads : 1, [&](int64_t h, int) {
     key_nope[static_cast<size_t>(h)].set_rows(row_begin, rows, kv + h * d_kv, ld_kv);
     value[static_cast<size_t>(h)].set_rows(row_begin, rows, kv + h * d_kv + qk_nope_head_dim, ld_kv);
-  }
+  });
 }
 
 void KeyValueStates::set_k_pe_rows(int64_t row_begin, int64_t rows, const float* k_pe, int64_t ld) {
@@ -82,95 +88,259 @@ int64_t KeyValueStates::bytes() const {
 
 // ---- streaming_attention --------------------------------------------------------------------
 
-int64_t streaming_blocks(int64_t seq_len, int64_t heads) {
-  return heads * ((seq_len + kQueryRowBlock - 1) / kQueryRowBlock);
+namespace {
+
+int64_t block_keys(int64_t S, bool causal, int64_t row_begin, int64_t rows) { return causal ? row_begin + rows : S; }
+
+QueryRows resolved(QueryRows r, int64_t S) {
+  if (r.end < 0) r.end = S;
+  return r;
+}
+
+}  // namespace
+
+int64_t streaming_pairs(int64_t seq_len, int64_t heads, bool causal, QueryRows rows) {
+  rows = resolved(rows, seq_len);
+  int64_t pairs = 0;
+  for (int64_t r = rows.begin; r < rows.end; r += kQueryRowBlock) {
+    const int64_t n = std::min(kQueryRowBlock, rows.end - r);
+    pairs += n * block_keys(seq_len, causal, r, n);
+  }
+  return pairs * heads;
 }
 
 namespace {
 
-// The Eigen + OpenBLAS products: head h's keys/values widened to fp32 [S, d_qk] / [S, d_v],
-// then cpu_kernels.hpp's block functions (single-threaded sgemm; the caller sets one BLAS
-// thread per worker). Probabilities with row stride S, as the materialized computation.
-class EigenHeadProducts final : public HeadProducts {
+// The Eigen + OpenBLAS products: head h's keys/values widened to fp32 [keys, d_qk] / [keys, d_v],
+// then cpu_kernels.hpp's block functions (single-threaded sgemm; the caller sets one BLAS thread
+// per worker). Logits with row stride S, as the materialized computation.
+class EigenOperands final : public HeadOperands {
  public:
-  EigenHeadProducts(const KeyValueStates& kv, bool bf16)
-      : S_(kv.seq_len), d_n_(kv.qk_nope_head_dim), d_qk_(d_n_ + kv.qk_rope_head_dim), d_v_(kv.v_head_dim), bf16_(bf16) {
-    key_.resize(S_, d_qk_);
-    value_.resize(S_, d_v_);
+  void load(const KeyValueStates& kv, int64_t h, int64_t keys) override {
+    const int64_t d_n = kv.qk_nope_head_dim, d_qk = d_n + kv.qk_rope_head_dim, d_v = kv.v_head_dim;
+    key.resize(keys, d_qk);
+    value.resize(keys, d_v);
+    kv.key_nope[static_cast<size_t>(h)].widen_rows(0, keys, key.data(), d_qk);
+    kv.k_pe_roped.widen_rows(0, keys, key.data() + d_n, d_qk);
+    kv.value[static_cast<size_t>(h)].widen_rows(0, keys, value.data(), d_v);
   }
-  void load_head(const float* query, int64_t ld_query, const KeyValueStates& kv, int64_t h) override {
-    kv.key_nope[static_cast<size_t>(h)].widen_rows(0, S_, key_.data(), d_qk_);
-    kv.k_pe_roped.widen_rows(0, S_, key_.data() + d_n_, d_qk_);
-    kv.value[static_cast<size_t>(h)].widen_rows(0, S_, value_.data(), d_v_);
-    views_ = HeadViews{query, ld_query, key_.data(), d_qk_, value_.data(), d_v_};
-  }
+  MatrixRM key;    // [keys, d_qk]  k_nope_h | k_pe_roped, fp32
+  MatrixRM value;  // [keys, d_v]
+};
+
+class EigenBlockProducts final : public BlockProducts {
+ public:
+  EigenBlockProducts(const KeyValueStates& kv, bool bf16)
+      : S_(kv.seq_len), d_qk_(kv.qk_nope_head_dim + kv.qk_rope_head_dim), d_v_(kv.v_head_dim), bf16_(bf16) {}
+  std::unique_ptr<HeadOperands> make_operands() const override { return std::make_unique<EigenOperands>(); }
+  int64_t columns(const RowBlock& block) const override { return block.keys; }
   int64_t ld_probs(const RowBlock&) const override { return S_; }
-  void scores_softmax(const RowBlock& block, bool causal, float scaling, float* probs, int64_t ld) override {
-    block_scores_softmax(views_, d_qk_, block, causal, scaling, bf16_, probs, ld);
+  bool takes_bits() const override { return false; }
+  void scores(const HeadOperands& head, const float* query, int64_t ld_query, const RowBlock& block, float* logits,
+              int64_t ld) override {
+    const auto& o = static_cast<const EigenOperands&>(head);
+    // block_scores reads the block's rows at query + row_begin * ld_query
+    const HeadViews views{query - block.row_begin * ld_query, ld_query, o.key.data(), d_qk_, o.value.data(), d_v_};
+    block_scores(views, d_qk_, block, logits, ld);
   }
-  void probs_value(const RowBlock& block, const float* probs, int64_t ld, float* out, int64_t ld_out) override {
-    block_probs_value(views_, probs, ld, block, d_v_, bf16_, out, ld_out);
+  void probs_value(const HeadOperands& head, const RowBlock& block, const float* probs, const uint16_t*, int64_t ld,
+                   float* out, int64_t ld_out) override {
+    const auto& o = static_cast<const EigenOperands&>(head);
+    const HeadViews views{nullptr, 0, o.key.data(), d_qk_, o.value.data(), d_v_};
+    block_probs_value(views, probs, ld, block, d_v_, bf16_, out, ld_out);
   }
 
  private:
-  int64_t S_, d_n_, d_qk_, d_v_;
+  int64_t S_, d_qk_, d_v_;
   bool bf16_;
-  MatrixRM key_;    // [S, d_qk]  k_nope_h | k_pe_roped, fp32
-  MatrixRM value_;  // [S, d_v]
-  HeadViews views_{};
+};
+
+// The heads being worked on: one slot per worker at most (a worker holds one (head, block) item
+// at a time, so at most `workers` heads are unfinished), each with the head's operands, loaded
+// by the worker that takes the head's first block, and the index of the next block whose mass
+// may be added (blocks add their column sums in row order).
+class HeadSlots {
+ public:
+  HeadSlots(int workers, const BlockProducts& engine) : slots_(static_cast<size_t>(workers)) {
+    for (Slot& s : slots_) s.operands = engine.make_operands();
+  }
+
+  // The operands of head h for keys [0, keys): the first caller for h loads them (into a slot
+  // no unfinished head uses), later callers wait until they are loaded.
+  const HeadOperands& acquire(int64_t h, bool first, const KeyValueStates& kv, int64_t keys) {
+    Slot* slot = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (first) {
+        for (Slot& s : slots_)
+          if (s.head < 0) {
+            slot = &s;
+            break;
+          }
+        if (slot == nullptr) fail(ErrorKind::InvalidArgument, "streaming_attention: more heads in flight than workers");
+        slot->head = h;
+        slot->ready = false;
+        slot->next_block = 0;
+      } else {
+        changed_.wait(lock, [&] { return aborted_ || ((slot = find(h)) != nullptr && slot->ready); });
+        if (aborted_) throw_aborted();
+        return *slot->operands;
+      }
+    }
+    slot->operands->load(kv, h, keys);  // outside the lock: other heads go on
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      slot->ready = true;
+    }
+    changed_.notify_all();
+    return *slot->operands;
+  }
+
+  // Runs add() when block `index` (0-based within the call) of head h is next in row order;
+  // the head's slot is freed after its last block (`blocks` in the call).
+  template <typename Add>
+  void add_in_order(int64_t h, int64_t index, int64_t blocks, Add&& add) {
+    Slot* slot = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] {
+        return aborted_ || ((slot = find(h)) != nullptr && slot->ready && slot->next_block == index);
+      });
+      if (aborted_) throw_aborted();
+    }
+    add();  // only this worker may add head h's mass now
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (++slot->next_block == blocks) slot->head = -1;
+    }
+    changed_.notify_all();
+  }
+
+ // A worker failed: the blocks it held will never be added, so every waiting worker stops.
+  void abort() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      aborted_ = true;
+    }
+    changed_.notify_all();
+  }
+
+ private:
+  struct Slot {
+    int64_t head = -1;  // -1: free
+    bool ready = false;
+    int64_t next_block = 0;
+    std::unique_ptr<HeadOperands> operands;
+  };
+  [[noreturn]] static void throw_aborted() {
+    fail(ErrorKind::InvalidArgument, "streaming_attention: stopped because another worker failed");
+  }
+  Slot* find(int64_t h) {
+    for (Slot& s : slots_)
+      if (s.head == h) return &s;
+    return nullptr;
+  }
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool aborted_ = false;
+  std::vector<Slot> slots_;
 };
 
 }  // namespace
 
-std::unique_ptr<HeadProducts> make_head_products(Gemm engine, const KeyValueStates& kv, bool bf16) {
-  if (engine == Gemm::OneDnn) return make_onednn_head_products(kv, bf16);
-  return std::make_unique<EigenHeadProducts>(kv, bf16);
+std::unique_ptr<BlockProducts> make_block_products(Gemm engine, const KeyValueStates& kv, bool bf16) {
+  if (engine == Gemm::OneDnn) return make_onednn_block_products(kv, bf16);
+  return std::make_unique<EigenBlockProducts>(kv, bf16);
 }
 
 void streaming_attention(const float* query, int64_t ld_query, const KeyValueStates& kv, bool causal,
                          float scaling, bool bf16, int threads, Gemm products, const BlockProgress& progress,
-                         const StreamingOutputs& out) {
+                         const StreamingOutputs& out, QueryRows rows) {
   const int64_t S = kv.seq_len, n = kv.heads, d_qk = kv.qk_nope_head_dim + kv.qk_rope_head_dim;
   const int64_t d_v = kv.v_head_dim;
-  const int workers = static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(n, 1)));
+  rows = resolved(rows, S);
+  if (rows.begin % kQueryRowBlock != 0 || rows.begin < 0 || rows.end > S || rows.begin > rows.end)
+    fail(ErrorKind::InvalidArgument, "streaming_attention: query rows [" + std::to_string(rows.begin) + ", " +
+                                  std::to_string(rows.end) + ") of " + std::to_string(S));
+  const int64_t blocks = (rows.end - rows.begin + kQueryRowBlock - 1) / kQueryRowBlock;  // per head
+  const int64_t items = n * blocks;
+  if (items == 0) return;
+  const int workers = static_cast<int>(std::clamp<int64_t>(threads, 1, items));
+  const VectorKernels& vk = vector_kernels();
   struct Workspace {
-    std::unique_ptr<HeadProducts> products;
-    MatrixRM logits;  // [64, S]    one row block's logits, then its probabilities
+    std::unique_ptr<BlockProducts> products;
+    std::vector<float> logits;     // [64, keys]: one row block's logits, then (fp32) its probabilities
+    std::vector<uint16_t> bits;    // [64, keys]: its probabilities as bf16 bits (takes_bits())
   };
   std::vector<Workspace> spaces(static_cast<size_t>(workers));
+  const int64_t max_keys = causal ? rows.end : S, max_rows = std::min(kQueryRowBlock, rows.end - rows.begin);
   for (Workspace& w : spaces) {
-    w.products = make_head_products(products, kv, bf16);
-    w.logits.resize(std::min(kQueryRowBlock, S), S);
+    w.products = make_block_products(products, kv, bf16);
+    const RowBlock largest{rows.begin, max_rows, max_keys};
+    w.logits.resize(static_cast<size_t>(max_rows * w.products->ld_probs(largest)));
+    if (w.products->takes_bits()) w.bits.resize(static_cast<size_t>(max_rows * w.products->columns(largest)));
   }
-  const int64_t total = streaming_blocks(S, n);
+  HeadSlots slots(workers, *spaces.front().products);
+  const int64_t total = streaming_pairs(S, n, causal, rows);
   int64_t done = 0;
   std::mutex progress_mutex;
   BlasThreads one_blas_thread_per_worker(1);
-  parallel_for(n, workers, [&](int64_t h, int worker) {
+  // one (head, block) item: the block's logits, softmax rows, P·V, then its mass in row order
+  auto stream_block = [&](int64_t item, int worker) {
     Workspace& w = spaces[static_cast<size_t>(worker)];
-    w.products->load_head(query + h * d_qk, ld_query, kv, h);
-    double* mass = out.head_scores + h * S;  // [S]
-    std::fill(mass, mass + S, 0.0);
-    for (int64_t row_begin = 0; row_begin < S; row_begin += kQueryRowBlock) {
-      const int64_t rows = std::min(kQueryRowBlock, S - row_begin);
-      const RowBlock block{row_begin, rows, causal ? row_begin + rows : S};
-      float* probs = w.logits.data();  // [rows, keys], row stride ld
-      const int64_t ld = w.products->ld_probs(block);
-      w.products->scores_softmax(block, causal, scaling, probs, ld);
-      w.products->probs_value(block, probs, ld, out.attn_context + row_begin * out.ld_context + h * d_v,
-                              out.ld_context);
-      block_column_sums(probs, ld, block, causal, mass);
-      if (out.attn_weights != nullptr) {  // [n, S, S] row h*S + s: probabilities, 0 past the block's keys
-        for (int64_t i = 0; i < rows; ++i) {
-          double* dst = out.attn_weights + (h * S + row_begin + i) * S;
-          std::copy_n(probs + i * ld, block.keys, dst);
-          std::fill(dst + block.keys, dst + S, 0.0);
+    const int64_t h = item / blocks, index = item % blocks;
+    const int64_t row_begin = rows.begin + index * kQueryRowBlock;
+    const int64_t block_rows = std::min(kQueryRowBlock, rows.end - row_begin);
+    const RowBlock block{row_begin, block_rows, block_keys(S, causal, row_begin, block_rows)};
+    const HeadOperands& head = slots.acquire(h, index == 0, kv, max_keys);
+    // logits [rows, columns], then each row's softmax while it is in cache
+    const int64_t ld = w.products->ld_probs(block), columns = w.products->columns(block);
+    float* logits = w.logits.data();
+    uint16_t* bits = w.products->takes_bits() ? w.bits.data() : nullptr;
+    const float* q = query + (row_begin - rows.begin) * ld_query + h * d_qk;
+    w.products->scores(head, q, ld_query, block, logits, ld);
+    for (int64_t i = 0; i < block_rows; ++i) {
+      const int64_t visible = causal ? row_begin + i + 1 : block.keys;
+      float* row = logits + i * ld;
+      vk.softmax_row(row, visible, columns, scaling, bf16, bits != nullptr ? nullptr : row,
+                     bits != nullptr ? bits + i * columns : nullptr);
+    }
+    w.products->probs_value(head, block, logits, bits, bits != nullptr ? columns : ld,
+                            out.attn_context + (row_begin - rows.begin) * out.ld_context + h * d_v, out.ld_context);
+    slots.add_in_order(h, index, blocks, [&] {
+      double* mass = out.head_scores + h * S;  // [S]
+      if (row_begin == 0) std::fill(mass, mass + S, 0.0);
+      if (bits != nullptr) {
+        vk.add_bits_to_mass(bits, columns, block_rows, block.keys, mass);
+      } else {
+        vk.add_rows_to_mass(logits, ld, block_rows, block.keys, mass);
+      }
+    });
+    if (out.attn_weights != nullptr) {  // [n, S, S] row h*S + s: probabilities, 0 past the block's keys
+      std::vector<float> widened(bits != nullptr ? static_cast<size_t>(block.keys) : 0);
+      for (int64_t i = 0; i < block_rows; ++i) {
+        const float* p = logits + i * ld;
+        if (bits != nullptr) {
+          vk.from_bf16_bits(bits + i * columns, block.keys, widened.data());
+          p = widened.data();
         }
+        double* dst = out.attn_weights + (h * S + row_begin + i) * S;
+        std::copy_n(p, block.keys, dst);
+        std::fill(dst + block.keys, dst + S, 0.0);
       }
-      if (progress) {
-        std::lock_guard<std::mutex> lock(progress_mutex);
-        progress(++done, total);
-      }
+    }
+    if (progress) {
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      done += block_rows * block.keys;
+      progress(done, total);
+    }
+  };
+  parallel_for(items, workers, [&](int64_t item, int worker) {
+    try {
+      stream_block(item, worker);
+    } catch (...) {
+      slots.abort();
+      throw;
     }
   });
 }

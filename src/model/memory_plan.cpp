@@ -14,10 +14,12 @@
 namespace mla {
 namespace {
 
-// The process itself: code, libraries, OpenBLAS's per-thread buffers, thread stacks, allocator
-// slack. Measured on Kimi layer 0 (maxrss minus the buffers below): ~200 MiB at S = 1024,
-// ~260 MiB at S = 32768; 320 MiB keeps the plan above the measured peak.
-constexpr int64_t kProcessBytes = int64_t{320} << 20;
+// The process itself: code, libraries, OpenBLAS's and oneDNN's buffers (JIT code of the attention
+// primitives: up to ~58 MB), thread stacks, allocator slack. Measured on Kimi layer 0 with the cpu
+// backend's three passes (VmHWM minus the buffers the plan lists, phase by phase): ~20 MB at the
+// start of the forward, 90-100 MB in the attention and o_proj phases at S = 4096 (bf16 and fp32);
+// 160 MiB keeps the plan a few percent above the measured peak (docs/long-context.md §3).
+constexpr int64_t kProcessBytes = int64_t{160} << 20;
 
 constexpr int64_t kF32 = 4, kF64 = 8;
 

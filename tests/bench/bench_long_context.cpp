@@ -1,7 +1,10 @@
 // tests/bench/bench_long_context.cpp — long-context benchmark of the cpu backend
 // (docs/long-context.md): `meson test -C BUILD --benchmark --suite long_context`.
 //
-// Parts, each printed as a table:
+// Parts, each printed as a table (--parts=bound,attend,layer,long,decode,torch picks some):
+//   0. the bound: the machine's bf16 and fp32 GEMM rate with the engine the layer's projections
+//      use (`--gemm auto`: src/cpu/gemm_engine.hpp; oneDNN where it has a brgemm kernel), on
+//      all cores: y [4096, 4096] = x [4096, 4096] W^T, median of 5 after one warm-up;
 //   1. attend only, Kimi K2.6 geometry, causal, bf16 and fp32 operands (random, tests/unit/
 //      attention_paths.hpp): the streamed attention (what the backend runs) against the
 //      materialized computation it replaced (a whole [S, S] matrix per head), at small S
@@ -10,15 +13,24 @@
 //      the build, also the streamed attention with its products on oneDNN (--gemm onednn).
 //   2. the whole layer through the CLI (`mla-h2o run`, Kimi layer 0 synthesized once into
 //      `--work-dir`, causal, seeded input, --quiet) for every S of `--seq-lens` and both
-//      precisions: wall time, forward time, the planned and the measured peak memory (ru_maxrss
-//      from report.json), or the one-line refusal of the memory plan and how long it took;
-//   3. `--refuse-seq-len` (131072) in bf16: refused in well under a second on a 24 GB machine,
-//      or run if it fits;
-//   4. the PyTorch eager peer (bench_torch.py: transformers' DeepseekV3Attention) at each S of
+//      precisions: wall time, forward time, attend time, the run's FLOPs (cpu_stages.hpp
+//      forward_flops: the projections and the two attention products over the visible pairs),
+//      the bound (FLOPs / the precision's rate of part 0), forward / bound, the planned and the
+//      measured peak memory (ru_maxrss of the child, wait4: what /usr/bin/time -v reports) and
+//      their ratio, or the one-line
+//      refusal of the memory plan and how long it took;
+//   3. `--long-seq-len` (131072) in bf16 as in part 2, when the memory plan says it fits with
+//      2 GiB to spare (the machine is shared), else why not;
+//   4. `mla-h2o decode` at P = `--decode-prompt-len` (32768), N = `--decode-steps` (256), K =
+//      `--decode-budget` (2048), every policy, bf16: prefill and decode seconds, the FLOPs it must
+//      compute (decode_flops), its bound and ratio as in part 2, and its peak memory (wait4);
+//   5. the PyTorch eager peer (bench_torch.py: transformers' DeepseekV3Attention) at each S of
 //      part 2 whose [n, S, S] tensors fit (eager holds ~3 of them in fp32: 12*n*S^2 bytes),
 //      skipped with the reason when torch is not importable.
 // Shape legend: S = tokens, n = heads.
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -33,23 +45,43 @@
 #include <simdjson.h>
 
 #include "attention_paths.hpp"
+#include "bench_util.hpp"
 #include "geometries.hpp"
+#include "mla/decode.hpp"
+#include "mla/policy.hpp"
 #include "mla/memory_plan.hpp"
+#include "mla/random.hpp"
 #include "mla/rope.hpp"
 #include "mla_build_config.h"
+#include "src/cpu/cpu_stages.hpp"
+#include "src/cpu/gemm_engine.hpp"
+#include "src/cpu/vector_kernels.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using mla::bench::Clock;
+using mla::bench::median;
+using mla::bench::seconds_since;
 
 struct Flags {
   std::string cli, work_dir = "bench-long-context", torch_script, python = "python3";
   std::vector<int64_t> attend_seq_lens = {256, 1024, 4096};
-  std::vector<int64_t> seq_lens = {4096, 8192, 16384, 32768};
+  std::vector<int64_t> seq_lens = {4096, 16384, 32768};
   std::vector<std::string> precisions = {"bf16", "fp32"};
-  int64_t refuse_seq_len = 131072;
+  std::vector<std::string> parts = {"bound", "attend", "layer", "long", "decode", "torch"};
+  int64_t long_seq_len = 131072;
+  int64_t decode_prompt_len = 32768, decode_steps = 256, decode_budget = 2048;
   int reps = 3;
+  bool has(const std::string& part) const { return std::find(parts.begin(), parts.end(), part) != parts.end(); }
 };
+
+std::vector<std::string> str_list(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) v.push_back(item);
+  return v;
+}
 
 std::vector<int64_t> int_list(const std::string& s) {
   std::vector<int64_t> v;
@@ -71,13 +103,14 @@ Flags parse_flags(int argc, char** argv) {
     else if (key == "--python") f.python = val;
     else if (key == "--attend-seq-lens") f.attend_seq_lens = int_list(val);
     else if (key == "--seq-lens") f.seq_lens = int_list(val);
-    else if (key == "--refuse-seq-len") f.refuse_seq_len = std::stoll(val);
+    else if (key == "--long-seq-len") f.long_seq_len = std::stoll(val);
     else if (key == "--reps") f.reps = std::stoi(val);
-    else if (key == "--precisions") {
-      f.precisions.clear();
-      std::stringstream ss(val);
-      for (std::string p; std::getline(ss, p, ',');) f.precisions.push_back(p);
-    } else {
+    else if (key == "--precisions") f.precisions = str_list(val);
+    else if (key == "--parts") f.parts = str_list(val);
+    else if (key == "--decode-prompt-len") f.decode_prompt_len = std::stoll(val);
+    else if (key == "--decode-steps") f.decode_steps = std::stoll(val);
+    else if (key == "--decode-budget") f.decode_budget = std::stoll(val);
+    else {
       std::fprintf(stderr, "bench_long_context: unknown argument '%s'\n", a.c_str());
       std::exit(2);
     }
@@ -89,32 +122,75 @@ Flags parse_flags(int argc, char** argv) {
   return f;
 }
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 struct Shell {
   int code = -1;
-  std::string out;  // stdout + stderr
+  std::string out;        // stdout + stderr
+  int64_t peak_bytes = 0;  // the command's peak resident memory (wait4 ru_maxrss, as /usr/bin/time -v)
 };
 
+// Runs `cmd` with /bin/sh (exec'ed, so the command is the child whose peak memory wait4 reports).
 Shell shell(const std::string& cmd) {
   Shell r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
+  int fd[2];
+  if (pipe(fd) != 0) return r;
+  const pid_t pid = fork();
+  if (pid < 0) return r;
+  if (pid == 0) {
+    dup2(fd[1], 1);
+    dup2(fd[1], 2);
+    close(fd[0]);
+    close(fd[1]);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fd[1]);
   char buf[4096];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) r.out += buf;
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  for (ssize_t n; (n = read(fd[0], buf, sizeof buf)) > 0;) r.out.append(buf, static_cast<size_t>(n));
+  close(fd[0]);
+  int status = 0;
+  rusage ru{};
+  if (wait4(pid, &status, 0, &ru) == pid) {
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.peak_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;
+  }
   return r;
 }
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+// ---- 0. the bound -----------------------------------------------------------------------------
+
+// GFLOP/s of the projection engine `--gemm auto` picks for the precision, on all cores:
+// y [M, N] = x [M, K] W^T with M = N = K = 4096, median of 5 after a warm-up.
+struct Rate {
+  double gflops = 0;
+  std::string engine;
+};
+
+Rate gemm_rate(bool bf16) {
+  constexpr int64_t M = 4096, K = 4096, N = 4096;
+  const int threads = mla::cpu::resolve_threads(0);
+  std::string why;
+  const std::unique_ptr<mla::cpu::GemmEngine> engine = mla::cpu::make_gemm_engine(mla::Gemm::Auto, bf16, why);
+  mla::Rng rng(5, 1);
+  std::vector<float> w(static_cast<size_t>(N * K));
+  for (float& v : w) v = static_cast<float>(0.02 * rng.normal());
+  mla::cpu::MatrixRM x(M, K), y;
+  for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>(rng.normal());
+  if (bf16) mla::cpu::round_to_bf16_inplace(x.data(), x.size());
+  const auto linear = engine->prepare({"bound", w.data(), N, K, nullptr}, bf16, threads);
+  linear->run(x, threads, y);  // warm-up: primitives, page faults
+  std::vector<double> t;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    linear->run(x, threads, y);
+    t.push_back(seconds_since(t0));
+  }
+  return {2.0 * M * N * K / median(t) / 1e9, mla::gemm_label(engine->name(), linear->kernel()) + ", " +
+                                                 std::to_string(threads) + " threads"};
+}
 
 // ---- 1. attend only ------------------------------------------------------------------------
 
@@ -171,12 +247,24 @@ std::string kimi_checkpoint(const Flags& f) {
   return dir;
 }
 
-void layer_row(const Flags& f, const std::string& ckpt, int64_t S, const std::string& p) {
+struct LayerTable {
+  const Flags& f;
+  std::string ckpt;
+  Rate bf16, fp32;  // part 0 (0 GFLOP/s when not measured)
+};
+
+void layer_header() {
+  std::printf("  %-7s %-9s %8s %9s %9s %9s %9s %7s %9s %9s %6s\n", "S", "precision", "wall s", "forward s", "attend s",
+              "GFLOP", "bound s", "ratio", "plan GiB", "peak GiB", "plan/peak");
+}
+
+void layer_row(const LayerTable& t, int64_t S, const std::string& p) {
+  const Flags& f = t.f;
   const std::string out = f.work_dir + "/run-" + p + "-" + std::to_string(S);
   std::filesystem::remove_all(out);
   const auto t0 = Clock::now();
-  const Shell r = shell("'" + f.cli + "' run --checkpoint '" + ckpt + "' --seq-len " + std::to_string(S) + " --precision " +
-                        p + " --mask causal --quiet --out '" + out + "'");
+  const Shell r = shell("'" + f.cli + "' run --checkpoint '" + t.ckpt + "' --seq-len " + std::to_string(S) +
+                        " --precision " + p + " --mask causal --quiet --out '" + out + "'");
   const double wall = seconds_since(t0);
   if (r.code != 0) {
     std::printf("  %-7lld %-9s exit %d after %.3f s: %s\n", static_cast<long long>(S), p.c_str(), r.code, wall,
@@ -192,18 +280,84 @@ void layer_row(const Flags& f, const std::string& ckpt, int64_t S, const std::st
   }
   double attend = 0;
   for (simdjson::dom::element st : rep["timing_s"]["forward_stages"].get_array())
-    if (std::string_view(st["stage"]) == "attend") attend = double(st["seconds"]);
-  std::printf("  %-7lld %-9s %9.1f %9.1f %9.1f %11.2f %11.2f\n", static_cast<long long>(S), p.c_str(), wall,
-              double(rep["timing_s"]["forward"]), attend, gib(int64_t(rep["memory"]["planned_peak_bytes"])),
-              gib(int64_t(rep["memory"]["measured_peak_rss_bytes"])));
+    if (std::string_view(st["stage"]) == "attend") attend += double(st["seconds"]);
+  const double forward = double(rep["timing_s"]["forward"]);
+  const double flops = mla::cpu::forward_flops(mla::test::geometry("kimi"), S, true).total();
+  const double rate = (p == "bf16" ? t.bf16 : t.fp32).gflops * 1e9;
+  const double bound = rate > 0 ? flops / rate : 0.0;
+  const int64_t planned = int64_t(rep["memory"]["planned_peak_bytes"]), peak = r.peak_bytes;
+  std::printf("  %-7lld %-9s %8.1f %9.1f %9.1f %9.0f %9.1f %6.2fx %9.2f %9.2f %6.3f\n", static_cast<long long>(S), p.c_str(),
+              wall, forward, attend, flops / 1e9, bound, bound > 0 ? forward / bound : 0.0, gib(planned), gib(peak),
+              peak > 0 ? static_cast<double>(planned) / static_cast<double>(peak) : 0.0);
   std::fflush(stdout);
   std::filesystem::remove_all(out);
 }
 
-// ---- 4. the PyTorch peer ---------------------------------------------------------------------
+// ---- 4. decode at a long prompt ---------------------------------------------------------------
+
+// What `mla-h2o decode` must compute at least (multiply-add = 2): q_path and kv_path over all
+// T = P + N rows, the causal prefill attention over the P prompt rows, and per step the absorbed
+// attention (docs/decode.md §3) of the full cache over x + 1 tokens and of every other policy over
+// its cache (at most K + 1 tokens; snapkv grows to K + i + 1), each with its q~ = W_UK^T q_nope,
+// W_UV context and o_proj.
+double decode_flops(const mla::AttentionConfig& c, int64_t P, int64_t N, int64_t K, int policies) {
+  const double n = c.num_attention_heads, H = c.hidden_size, r_kv = c.kv_lora_rank, d_r = c.qk_rope_head_dim;
+  const double d_n = c.qk_nope_head_dim, d_v = c.v_head_dim;
+  const mla::cpu::ForwardFlops rows = mla::cpu::forward_flops(c, P + N, true);
+  const double o_proj = 2.0 * (P + N) * n * d_v * H;
+  double f = rows.projections - o_proj + mla::cpu::forward_flops(c, P, true).attention;
+  const double per_token = 2.0 * n * (2.0 * r_kv + d_r), per_query = 2.0 * n * (d_n * r_kv + r_kv * d_v) + 2.0 * n * d_v * H;
+  for (int64_t i = 0; i < N; ++i) {
+    f += per_token * static_cast<double>(P + i + 1) + per_query;                                // full
+    f += (policies - 1) * (per_token * static_cast<double>(std::min(K + 1, P + i + 1)) + per_query);  // the others
+  }
+  return f;
+}
+
+void decode_row(const LayerTable& t, int64_t P, int64_t N, int64_t K) {
+  const Flags& f = t.f;
+  const std::string out = f.work_dir + "/decode-" + std::to_string(P);
+  std::filesystem::remove_all(out);
+  const auto t0 = Clock::now();
+  const Shell r = shell("'" + f.cli + "' decode --checkpoint '" + t.ckpt + "' --seq-len " + std::to_string(P + N) +
+                        " --prompt-len " + std::to_string(P) + " --steps " + std::to_string(N) + " --cache-budget " +
+                        std::to_string(K) + " --precision bf16 --quiet --out '" + out + "'");
+  const double wall = seconds_since(t0);
+  if (r.code != 0) {
+    std::printf("  exit %d after %.1f s: %s\n", r.code, wall, first_line(r.out).c_str());
+    return;
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::element rep;
+  if (parser.load(out + "/report.json").get(rep) != simdjson::SUCCESS) {
+    std::printf("  ran, but report.json is unreadable\n");
+    return;
+  }
+  // the report's stages: "prefill + projections (cpu)" and "token features" are the prefill,
+  // "decode kernel prepare" and "decode steps" the decode (the load's stages are in neither)
+  double prefill = 0, decode = 0;
+  if (simdjson::dom::array stages; rep["timing_s"]["stages"].get(stages) == simdjson::SUCCESS)
+    for (simdjson::dom::element st : stages) {
+      const std::string_view name = st["stage"];
+      if (name.rfind("prefill", 0) == 0 || name == "token features") prefill += double(st["seconds"]);
+      if (name.rfind("decode", 0) == 0) decode += double(st["seconds"]);
+    }
+  int policies = 0;
+  if (simdjson::dom::array a; rep["policies"].get(a) == simdjson::SUCCESS) policies = static_cast<int>(a.size());
+  if (policies == 0) policies = static_cast<int>(mla::policy_preset_names().size());
+  const double flops = decode_flops(mla::test::geometry("kimi"), P, N, K, policies);
+  const double bound = t.bf16.gflops > 0 ? flops / (t.bf16.gflops * 1e9) : 0.0;
+  std::printf("  %-7lld %-5lld %-6lld %8d %8.1f %9.1f %8.1f %9.0f %9.1f %6.2fx %9.2f\n", static_cast<long long>(P),
+              static_cast<long long>(N), static_cast<long long>(K), policies, wall, prefill, decode, flops / 1e9, bound,
+              bound > 0 ? (prefill + decode) / bound : 0.0, gib(r.peak_bytes));
+  std::fflush(stdout);
+  std::filesystem::remove_all(out);
+}
+
+// ---- 5. the PyTorch peer ---------------------------------------------------------------------
 
 void torch_rows(const Flags& f) {
-  std::printf("\n4. PyTorch eager peer (bench_torch.py, transformers DeepseekV3Attention, 2 threads)\n");
+  std::printf("\n5. PyTorch eager peer (bench_torch.py, transformers DeepseekV3Attention, 2 threads)\n");
   if (f.torch_script.empty()) {
     std::printf("  not run (no --torch-script)\n");
     return;
@@ -237,19 +391,56 @@ int main(int argc, char** argv) {
   const Shell cpu = shell("echo \"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, "
                           "$(grep MemTotal /proc/meminfo | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg)\"");
   std::printf("bench_long_context — machine: %s", cpu.out.c_str());
-  attend_table(f);
+  std::printf("vector kernels (softmax rows, column sums): %s\n", mla::cpu::vector_kernels().name);
 
-  const std::string ckpt = kimi_checkpoint(f);
-  std::printf("\n2. Kimi layer 0 through `mla-h2o run` (causal, seeded input, all cores)\n");
-  std::printf("  %-7s %-9s %9s %9s %9s %11s %11s\n", "S", "precision", "wall s", "forward s", "attend s", "planned GiB",
-              "peak GiB");
-  for (const int64_t S : f.seq_lens)
-    for (const std::string& p : f.precisions) layer_row(f, ckpt, S, p);
+  LayerTable table{f, "", {}, {}};
+  if (f.has("bound")) {
+    std::printf("\n0. the bound: GEMM rate of the projection engine (--gemm auto), [4096, 4096] x [4096, 4096]^T, "
+                "median of 5\n");
+    table.bf16 = gemm_rate(true);
+    std::printf("  bf16: %7.1f GFLOP/s  (%s)\n", table.bf16.gflops, table.bf16.engine.c_str());
+    table.fp32 = gemm_rate(false);
+    std::printf("  fp32: %7.1f GFLOP/s  (%s)\n", table.fp32.gflops, table.fp32.engine.c_str());
+    std::fflush(stdout);
+  }
+  if (f.has("attend")) attend_table(f);
 
-  std::printf("\n3. S = %lld, bf16 (refused by the memory plan unless it fits)\n", static_cast<long long>(f.refuse_seq_len));
-  layer_row(f, ckpt, f.refuse_seq_len, "bf16");
+  if (f.has("layer") || f.has("long") || f.has("decode")) table.ckpt = kimi_checkpoint(f);
+  if (f.has("layer")) {
+    std::printf("\n2. Kimi layer 0 through `mla-h2o run` (causal, seeded input, all cores); bound = GFLOP / the "
+                "precision's rate (part 0), ratio = forward / bound\n");
+    layer_header();
+    for (const int64_t S : f.seq_lens)
+      for (const std::string& p : f.precisions) layer_row(table, S, p);
+  }
 
-  torch_rows(f);
+  if (f.has("long")) {
+    std::printf("\n3. S = %lld, bf16\n", static_cast<long long>(f.long_seq_len));
+    mla::MemoryRequest req;
+    req.backend = mla::BackendKind::Cpu;
+    req.seq_len = f.long_seq_len;
+    req.precision = mla::Precision::BF16;
+    req.threads = mla::cpu::resolve_threads(0);
+    const int64_t need = mla::estimate_memory(mla::test::geometry("kimi"), req).host_peak_bytes;
+    const mla::MemoryBudget budget = mla::host_memory_budget();
+    const int64_t spare = int64_t{2} << 30;
+    if (budget.host_bytes >= 0 && need + spare > budget.host_bytes) {
+      std::printf("  not run: the plan needs ~%.2f GiB, %.2f GiB is available (%s), and this shared machine keeps "
+                  "2 GiB to spare\n", gib(need), gib(budget.host_bytes), budget.host_source.c_str());
+    } else {
+      layer_header();
+      layer_row(table, f.long_seq_len, "bf16");
+    }
+  }
+
+  if (f.has("decode")) {
+    std::printf("\n4. `mla-h2o decode` at a long prompt (Kimi layer 0, bf16, every policy); bound = GFLOP (prefill + "
+                "steps, bench_long_context.cpp decode_flops) / the bf16 rate, ratio = (prefill + decode) / bound\n");
+    std::printf("  %-7s %-5s %-6s %8s %8s %9s %8s %9s %9s %7s %9s\n", "P", "N", "K", "policies", "wall s", "prefill s",
+                "decode s", "GFLOP", "bound s", "ratio", "peak GiB");
+    decode_row(table, f.decode_prompt_len, f.decode_steps, f.decode_budget);
+  }
+  if (f.has("torch")) torch_rows(f);
   const Shell load = shell("cat /proc/loadavg");
   std::printf("\nload average at the end: %s", load.out.c_str());
   return 0;

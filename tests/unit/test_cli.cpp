@@ -22,6 +22,7 @@
 #include "mla/memory_plan.hpp"
 #include "mla/safetensors.hpp"
 #include "mla_build_config.h"
+#include "src/cpu/vector_kernels.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -390,10 +391,10 @@ BOOST_AUTO_TEST_CASE(compare_usage_errors) {
 // small machine, so nothing here needs much memory.
 BOOST_AUTO_TEST_CASE(memory_plan_and_progress) {
   const std::string dir = scratch_dir("cli-memory");
-  ::setenv("MLA_MEMORY_AVAILABLE", "400M", 1);
+  ::setenv("MLA_MEMORY_AVAILABLE", "200M", 1);  // S = 65536 fp32 on tiny needs ~311 MiB
   expect_failure(run_args(dir + "/refused", "--seq-len 65536 --backend cpu --precision fp32 --quiet"), "run",
                  {"not enough memory for S = 65536 tokens, --backend cpu --precision fp32", "needs ~", "at its peak (estimated, ",
-                  "but 400 MiB is available (MLA_MEMORY_AVAILABLE)", "would fit: ", "--seq-len "},
+                  "but 200 MiB is available (MLA_MEMORY_AVAILABLE)", "would fit: ", "--seq-len "},
                  1);
   BOOST_TEST(!exists(dir + "/refused/report.json"));
   ::setenv("MLA_MEMORY_AVAILABLE", "lots", 1);
@@ -431,7 +432,8 @@ BOOST_AUTO_TEST_CASE(memory_plan_and_progress) {
   const RunResult quiet = run_cli(run_args(dir + "/p3", "--seq-len 200 --backend cpu --quiet"));
   ::unsetenv("MLA_PROGRESS_AFTER");
   BOOST_TEST(cpu.exit_code == 0, cpu.err);
-  BOOST_TEST(contains(cpu.err, "run: attention blocks 16/16 (100.0%), "), cpu.err);  // 4 heads x 4 blocks
+  BOOST_TEST(contains(cpu.err, "run: attention FLOP "), cpu.err);  // the two products' FLOP
+  BOOST_TEST(contains(cpu.err, " (100.0%), "), cpu.err);
   BOOST_TEST((!cpu.err.empty() && cpu.err.back() == '\n'));
   BOOST_TEST(ref.exit_code == 0, ref.err);
   BOOST_TEST(contains(ref.err, "mla-h2o run: reference backend: "), ref.err);
@@ -439,6 +441,32 @@ BOOST_AUTO_TEST_CASE(memory_plan_and_progress) {
   BOOST_TEST(contains(ref.err, "run: reference MFLOP "), ref.err);
   BOOST_TEST(quiet.exit_code == 0, quiet.err);
   BOOST_TEST(quiet.err.empty(), quiet.err);
+}
+
+// The softmax rows' instruction set (src/cpu/vector_kernels.hpp) is chosen at run time and named
+// in the report; MLA_VECTOR_ISA caps it. Every set gives the same bits, so the scores written
+// with each set this CPU has are byte-identical; a bad value is one error line.
+BOOST_AUTO_TEST_CASE(vector_isa_cap_changes_no_result) {
+  const std::string dir = scratch_dir("cli-vector-isa");
+  std::string reference;
+  for (const char* isa : {"avx512", "avx2", "baseline"}) {
+    const auto* k = mla::cpu::vector_kernels_for(std::string(isa) == "avx512"  ? mla::cpu::VectorIsa::Avx512
+                                                 : std::string(isa) == "avx2" ? mla::cpu::VectorIsa::Avx2
+                                                                              : mla::cpu::VectorIsa::Baseline);
+    if (k == nullptr) continue;  // this CPU lacks the set
+    ::setenv("MLA_VECTOR_ISA", isa, 1);
+    const std::string out = dir + "/" + isa;
+    const RunResult r = run_cli(run_args(out, "--seq-len 150 --backend cpu --precision bf16 --per-head --quiet"));
+    ::unsetenv("MLA_VECTOR_ISA");
+    BOOST_TEST_REQUIRE(r.exit_code == 0, isa << ": " << r.err);
+    BOOST_TEST(contains(read_text(out + "/report.txt"), std::string("softmax rows: ") + isa + " vector kernels"), isa);
+    const std::string scores = read_text(out + "/scores.csv") + read_text(out + "/heads_kept.csv");
+    if (reference.empty()) reference = scores;
+    BOOST_TEST((scores == reference), isa << ": scores differ from the first set's");
+  }
+  ::setenv("MLA_VECTOR_ISA", "sse9", 1);
+  expect_failure(run_args(dir + "/bad", "--seq-len 8 --backend cpu"), "run", {"MLA_VECTOR_ISA='sse9'", "baseline, avx2 or avx512"}, 2);
+  ::unsetenv("MLA_VECTOR_ISA");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -23,7 +23,7 @@
 // "onednn-streaming-vs-materialized" rows (only the summation order of the two products differs;
 // the H2O decisions are not compared, a near-tie may flip).
 // Also: the keys/values of a bf16 run take half the bytes of an fp32 run's; progress is
-// reported once per (head, block), in order, ending at the total.
+// reported once per (head, block) in query·key pairs, increasing, ending at the total.
 //
 // Shape legend: S = tokens, n = heads, d_n / d_r / d_v / d_qk = nope / rope / value / qk head dims.
 #include <boost/test/unit_test.hpp>
@@ -162,6 +162,50 @@ BOOST_AUTO_TEST_CASE(kimi_geometry_matches_materialized) {
   for (const Precision p : {Precision::FP32, Precision::BF16}) run_case("kimi", 70, Mask::Causal, p);
 }
 
+// S = 8525: the backend's forward runs its projections in three row chunks and its attention in
+// three query passes (eigen_backend.cpp: 4096 rows each), adding each head's mass across the
+// passes. The head scores must be those of one streamed call over all rows on the states the
+// forward exports (the materialized check needs [S, S] per head: too big for a unit test).
+BOOST_AUTO_TEST_CASE(query_passes_add_up_to_one_call) {
+  struct Case {
+    std::string geometry;
+    Mask mask;
+    Precision precision;
+    mla::Gemm gemm;
+  };
+  const mla::Gemm last = mla::test::gemm_engines().back();  // oneDNN when built with it
+  const std::vector<Case> cases = {{"odd", Mask::Causal, Precision::BF16, last},
+                                   {"odd", Mask::Causal, Precision::FP32, last},
+                                   {"odd", Mask::None, Precision::BF16, last},
+                                   {"odd", Mask::Causal, Precision::BF16, mla::Gemm::Eigen},
+                                   {"q_lora_null", Mask::Causal, Precision::FP32, mla::Gemm::Eigen}};
+  const int64_t S = 2 * 4096 + 333;
+  for (const Case& k : cases) {
+    const mla::AttentionConfig cfg = mla::test::geometry(k.geometry);
+    const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 99);
+    mla::ForwardOptions opt;
+    opt.mask = k.mask;
+    opt.precision = k.precision;
+    opt.keep_states = true;
+    opt.gemm = k.gemm;
+    opt.threads = 2;
+    auto cpu = mla::make_cpu_backend();
+    cpu->prepare(cfg, layer(k.geometry), opt);
+    const mla::ForwardResult r = cpu->forward(hidden, opt);
+    const bool onednn = cpu->gemm_info().engine.rfind("oneDNN", 0) == 0;
+    const Operands o = mla::test::operands_from_states(cfg, r);
+    const bool bf16 = k.precision == Precision::BF16;
+    const AttentionResult one =
+        mla::test::streamed_attention(o, k.mask == Mask::Causal, static_cast<float>(mla::softmax_scale(cfg)), bf16, 2, {},
+                                      onednn ? mla::Gemm::OneDnn : mla::Gemm::Eigen);
+    const std::string vars = k.geometry + " mask=" + mla::mask_name(k.mask) + " precision=" +
+                             mla::precision_name(k.precision) + " gemm=" + mla::gemm_name(k.gemm);
+    const auto& exact = mla::test::tolerance("head_scores", "backend-vs-rebuilt-streamed", mla::precision_name(k.precision));
+    const auto c = mla::test::compare("head_scores", r.head_scores, one.head_scores, exact);
+    BOOST_TEST(c.ok, vars << ": " << c.message);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(bf16_states_take_half_the_bytes) {
   const mla::cpu::KeyValueStates f32(100, 3, 12, 6, 10, false), b16(100, 3, 12, 6, 10, true);
   BOOST_TEST(f32.bytes() == (3 * (12 + 10) + 6) * 100 * 4);
@@ -185,10 +229,14 @@ BOOST_AUTO_TEST_CASE(progress_counts_every_block_in_order) {
     seen.push_back(done);
     total_seen = total;
   });
-  BOOST_TEST(mla::cpu::streaming_blocks(o.S, o.n) == 9);
-  BOOST_TEST(total_seen == 9);
-  BOOST_TEST_REQUIRE(seen.size() == 9u);
-  for (size_t i = 0; i < seen.size(); ++i) BOOST_TEST(seen[i] == static_cast<int64_t>(i + 1));
+  // per head: rows 0-63 see 64 keys, rows 64-127 see 128, rows 128-149 see 150
+  const int64_t pairs = 3 * (64 * 64 + 64 * 128 + 22 * 150);
+  BOOST_TEST(mla::cpu::streaming_pairs(o.S, o.n, true) == pairs);
+  BOOST_TEST(mla::cpu::streaming_pairs(o.S, o.n, false) == 3 * 150 * 150);
+  BOOST_TEST(total_seen == pairs);
+  BOOST_TEST_REQUIRE(seen.size() == 9u);  // one report per (head, block)
+  for (size_t i = 1; i < seen.size(); ++i) BOOST_TEST(seen[i] > seen[i - 1]);
+  BOOST_TEST(seen.back() == pairs);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
