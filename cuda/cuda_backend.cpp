@@ -1,17 +1,19 @@
 // cuda/cuda_backend.cpp — the "cuda" backend: one layer of HF DeepseekV3Attention (eager) on
-// one GPU, projections through cuBLAS, the elementwise steps in the hand-written kernels of
-// rms_norm.cu, rope.cu, softmax.cu, attention_mass.cu and layout.cu.
+// one GPU, projections through cuBLAS, the rest in the hand-written kernels of rms_norm.cu,
+// rope.cu, streamed_attention.cu (the attention and its H2O mass, never an [n, S, S] tensor)
+// and layout.cu.
 //
 // Shape legend: S = tokens (queries = keys, no cache), H = hidden_size, n = num_attention_heads,
 //   r_q = q_lora_rank, r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim,
 //   d_v = v_head_dim, d_qk = d_n + d_r. "T-storage" = fp32 in fp32 mode, bf16 in bf16 mode.
 //
 // Numerics (docs/math.md §7): activations are stored in T-storage between steps, so every HF
-// bf16 rounding point is a store. GEMMs: cublasGemmEx / cublasGemmStridedBatchedEx with
-// CUBLAS_COMPUTE_32F (fp32 accumulation; bf16 inputs and outputs in bf16 mode = one rounding
-// per output, as PyTorch), reduced-precision split-K reductions disallowed; TF32 only when
-// ForwardOptions::allow_tf32 in fp32 mode (CUBLAS_COMPUTE_32F_FAST_TF32). Kernels are built
-// with --fmad=false so no multiply-add is contracted behind the equations' back.
+// bf16 rounding point is a store. GEMMs (the projections): cublasGemmEx with CUBLAS_COMPUTE_32F
+// (fp32 accumulation; bf16 inputs and outputs in bf16 mode = one rounding per output, as
+// PyTorch), reduced-precision split-K reductions disallowed; TF32 only when
+// ForwardOptions::allow_tf32 in fp32 mode (CUBLAS_COMPUTE_32F_FAST_TF32). The attention's two
+// products run in streamed_attention.cu (fp32 accumulation, one rounding each, never TF32).
+// Kernels are built with --fmad=false so no multiply-add is contracted behind the equations' back.
 //
 // Flow of forward(): host builds the bf16/fp32 input and cos/sin tables (src/math
 // rope_tables, in fp32 as HF); then the stages, as in the reference and the cpu backend, each
@@ -19,10 +21,10 @@
 // kv_path, rope, attend, o_proj -> ONE cudaStreamSynchronize -> export (downloads; stage
 // times read from the events). No host synchronisation inside the enqueued part. The H2O
 // selection is not done here: it runs on the host from head_scores / token_scores, with the
-// same code as for the CPU.
+// same code as for the CPU. Device memory is O(S) (workspace_layout.hpp); the [n, S, S]
+// probabilities get a buffer of their own, for one forward, only when keep_attn_weights.
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -50,9 +52,6 @@ static_assert(static_cast<int>(cudaErrorNoDevice) == mla::cuda::kCudaErrorNoDevi
 namespace mla {
 namespace cuda {
 namespace {
-
-// HF eager masks hidden keys with finfo(dtype).min of the model dtype (docs/math.md §3.6, §8).
-constexpr float kFp32Min = -std::numeric_limits<float>::max();
 
 // ---- RAII wrappers: every device resource is released when its owner goes away ----------
 
@@ -248,8 +247,7 @@ struct RunSettings {
   int64_t S = 0;            // tokens
   float scaling = 1.0f;     // softmax scale (double, then fp32 as PyTorch's scalar multiply uses it)
   float eps = 1e-6f;        // q_a_layernorm / kv_a_layernorm eps
-  float mask_value = 0.0f;  // finfo(dtype).min of the storage dtype (docs/math.md §8)
-  bool causal = true;
+  bool causal = true;       // causal mask (HF adds finfo(dtype).min to hidden keys: p = 0 exactly)
   bool tf32 = false;
 };
 
@@ -325,13 +323,14 @@ class CudaBackend final : public Backend {
   void kv_path(const RunSettings& run);
   // rope (§3.4, §6): HF-layout query/key/value states with RoPE on the rope halves
   void rope(const RunSettings& run);
-  // attend (§3.6 steps 2-6): attn_weights = softmax(mask(scaling q k^T)), the H2O head sums,
-  //                          attn_context = merge_heads(attn_weights . value_states)
-  void attend(const RunSettings& run);
+  // attend (§3.6 steps 2-6): attn_context = merge_heads(softmax(mask(scaling q k^T)) . value_states)
+  //                          and the H2O head sums, streamed; the probabilities into
+  //                          attn_weights (an [n, S, S] buffer) only when it is given
+  void attend(const RunSettings& run, void* attn_weights);
   // o_proj (§3.6 step 7): attn_output = attn_context . W_o^T (+ b)
   void o_proj(const RunSettings& run);
   // export (after the stream is synchronised): downloads, widening, token scores
-  ForwardResult export_result(const RunSettings& run, const ForwardOptions& opt);
+  ForwardResult export_result(const RunSettings& run, const ForwardOptions& opt, const void* attn_weights);
 
   int64_t elem_bytes() const { return storage_ == Storage::BF16 ? 2 : 4; }
 
@@ -368,20 +367,12 @@ class CudaBackend final : public Backend {
     const cublasComputeType_t ct =
         (storage_ == Storage::F32 && allow_tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const float alpha = 1.0f;
-    cublasStatus_t st;
-    if (g.batch == 1) {
-      st = cublasGemmEx(blas_.get(), cublas_op(g.op_a), cublas_op(g.op_b), int(g.m), int(g.n), int(g.k), &alpha, A, dt,
-                        int(g.lda), B, dt, int(g.ldb), &beta, C, dt, int(g.ldc), ct, CUBLAS_GEMM_DEFAULT);
-    } else {
-      st = cublasGemmStridedBatchedEx(blas_.get(), cublas_op(g.op_a), cublas_op(g.op_b), int(g.m), int(g.n), int(g.k),
-                                      &alpha, A, dt, int(g.lda), g.stride_a, B, dt, int(g.ldb), g.stride_b, &beta, C,
-                                      dt, int(g.ldc), g.stride_c, int(g.batch), ct, CUBLAS_GEMM_DEFAULT);
-    }
+    const cublasStatus_t st =
+        cublasGemmEx(blas_.get(), cublas_op(g.op_a), cublas_op(g.op_b), int(g.m), int(g.n), int(g.k), &alpha, A, dt,
+                     int(g.lda), B, dt, int(g.ldb), &beta, C, dt, int(g.ldc), ct, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
-      fail(ErrorKind::Cuda, failure_message(std::string(g.batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx") +
-                                                " (" + g.what + ")",
-                                            __FILE__, __LINE__, static_cast<int>(st), cublasGetStatusName(st),
-                                            cublasGetStatusString(st)));
+      fail(ErrorKind::Cuda, failure_message("cublasGemmEx (" + g.what + ")", __FILE__, __LINE__, static_cast<int>(st),
+                                            cublasGetStatusName(st), cublasGetStatusString(st)));
   }
 
   // y = x·W^T (+ b): bias rows first, then the GEMM with beta = 1 (one rounding, as addmm).
@@ -415,8 +406,17 @@ ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& 
   const AttentionConfig& c = cfg_;
   const int64_t H = c.hidden_size, n = c.num_attention_heads, d_r = c.qk_rope_head_dim;
   const int64_t S = hidden.dim(0);
-  // A device limit, not an input error: one softmax row per block of the launch grid.
-  if (!row_launch_fits(n * S)) fail(ErrorKind::Unsupported, "cuda: n*S = " + std::to_string(n * S) + " softmax rows exceed the grid limit");
+  // Device limits, not input errors: the streamed attention's tiles must fit in a block's
+  // shared memory, and one block per (head, chunk) in the grid.
+  const AttentionTiles tiles = attention_tiles(c.qk_head_dim(), c.v_head_dim);
+  if (!tiles.fits)
+    fail(ErrorKind::Unsupported, "cuda: head dims qk " + std::to_string(c.qk_head_dim()) + ", v " +
+                                     std::to_string(c.v_head_dim) + " need " + std::to_string(tiles.shared_bytes) +
+                                     " bytes of shared memory per block, more than " +
+                                     std::to_string(kMaxDynamicShared));
+  if (n * attention_mass_chunks(n, attention_query_tiles(S, tiles)) > kMaxGridX)
+    fail(ErrorKind::Unsupported, "cuda: " + std::to_string(n) + " heads exceed the attention's grid limit");
+  if (!row_launch_fits(S)) fail(ErrorKind::Unsupported, "cuda: S = " + std::to_string(S) + " exceeds the grid limit");
 
   // Host side: input and cos/sin tables (fp32 as HF's rotary module) in T-storage.
   const RopeTables tables = rope_tables(c, position_ids(opt.position_offset, S));
@@ -427,13 +427,18 @@ ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& 
   run.S = S;
   run.scaling = static_cast<float>(softmax_scale(c));
   run.eps = static_cast<float>(opt.latent_norm_eps);
-  run.mask_value = storage_ == Storage::BF16 ? kBf16FinfoMin : kFp32Min;
   run.causal = opt.mask == Mask::Causal;
   run.tf32 = opt.allow_tf32;
   const std::vector<unsigned char> hidden_bytes = to_storage(hidden.ptr(), S * H, storage_);
   const std::vector<unsigned char> cos_bytes = to_storage(tables.cos.data(), S * d_r, storage_);
   const std::vector<unsigned char> sin_bytes = to_storage(tables.sin.data(), S * d_r, storage_);
   ensure_workspace(S);
+  // The [n, S, S] probabilities: only when asked for, for this forward only (freed on return).
+  DeviceBuffer attn_weights;
+  if (opt.keep_attn_weights)
+    attn_weights = DeviceBuffer(attn_weights_bytes(workspace_dims(c, S, elem_bytes())),
+                                "attn_weights [" + std::to_string(n) + ", " + std::to_string(S) + ", " +
+                                    std::to_string(S) + "]");
 
   // The stages, enqueued on one stream without a host synchronisation, each bracketed by events.
   StageEvents stage(stream_.get());
@@ -441,12 +446,12 @@ ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& 
   stage("q_path", [&] { q_path(run); });
   stage("kv_path", [&] { kv_path(run); });
   stage("rope", [&] { rope(run); });
-  stage("attend", [&] { attend(run); });
+  stage("attend", [&] { attend(run, attn_weights.get()); });
   stage("o_proj", [&] { o_proj(run); });
   // The one synchronisation of the forward.
   MLA_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   StageSeconds stages = stage.seconds();
-  ForwardResult r = StageRunner(stages)("export", [&] { return export_result(run, opt); });
+  ForwardResult r = StageRunner(stages)("export", [&] { return export_result(run, opt, attn_weights.get()); });
   r.stage_seconds = std::move(stages);
   return r;
 }
@@ -495,19 +500,25 @@ void CudaBackend::rope(const RunSettings& run) {
                                                c.v_head_dim, c.rope_interleave, stream_.get()));
 }
 
-void CudaBackend::attend(const RunSettings& run) {
+void CudaBackend::attend(const RunSettings& run, void* attn_weights) {
   const AttentionConfig& c = cfg_;
-  const int64_t S = run.S, n = c.num_attention_heads;
-  // scores = query_states . key_states^T (stored, i.e. rounded, in T)
-  gemm(scores_plan(n, S, S, c.qk_head_dim()), slot(kKeyStates), slot(kQueryStates), slot(kAttnWeights), 0.0f, run.tf32);
-  // attn_weights = softmax_fp32(round(round(scores*scaling) + mask)), in place
-  MLA_CUDA_CHECK(launch_scale_mask_softmax(storage_, slot(kAttnWeights), n, S, S, run.scaling, run.causal,
-                                           run.mask_value, stream_.get()));
-  // H2O statistic (attention_mass.cu): head_scores[h, t] = sum_s attn_weights[h, s, t]
-  MLA_CUDA_CHECK(launch_attention_mass(storage_, slot(kAttnWeights), static_cast<double*>(slot(kHeadScores)), n, S, S,
-                                       stream_.get()));
-  // attn_context [S, n*d_v] = merge_heads(attn_weights . value_states)
-  gemm(pv_plan(n, S, S, c.v_head_dim), slot(kValueStates), slot(kAttnWeights), slot(kAttnContext), 0.0f, run.tf32);
+  // streamed_attention.cu: attn_context [S, n*d_v], head_scores [n, S] (and attn_weights [n, S, S])
+  StreamedAttention in;
+  in.query_states = slot(kQueryStates);
+  in.key_states = slot(kKeyStates);
+  in.value_states = slot(kValueStates);
+  in.attn_context = slot(kAttnContext);
+  in.mass_partials = static_cast<double*>(slot(kMassPartials));
+  in.head_scores = static_cast<double*>(slot(kHeadScores));
+  in.attn_weights = attn_weights;
+  in.seq_len = run.S;
+  in.heads = c.num_attention_heads;
+  in.qk_head_dim = c.qk_head_dim();
+  in.v_head_dim = c.v_head_dim;
+  in.mass_chunks = mass_chunks(workspace_dims(c, run.S, elem_bytes()));  // the C kMassPartials is sized for
+  in.scaling = run.scaling;
+  in.causal = run.causal;
+  MLA_CUDA_CHECK(launch_streamed_attention(storage_, in, stream_.get()));
 }
 
 void CudaBackend::o_proj(const RunSettings& run) {
@@ -517,21 +528,26 @@ void CudaBackend::o_proj(const RunSettings& run) {
          c.hidden_size, slot(kAttnOutput), run.tf32);
 }
 
-ForwardResult CudaBackend::export_result(const RunSettings& run, const ForwardOptions& opt) {
+ForwardResult CudaBackend::export_result(const RunSettings& run, const ForwardOptions& opt, const void* attn_weights) {
   const AttentionConfig& c = cfg_;
   const int64_t S = run.S, H = c.hidden_size, n = c.num_attention_heads, d_v = c.v_head_dim, d_qk = c.qk_head_dim();
-  auto download = [&](Slot s, const std::string& name, std::vector<int64_t> shape) {
-    std::vector<unsigned char> bytes(static_cast<size_t>(layout_.slots[s].bytes()));
-    MLA_CUDA_CHECK(cudaMemcpy(bytes.data(), slot(s), bytes.size(), cudaMemcpyDeviceToHost));
+  auto download_from = [&](const void* src, int64_t byte_count, const std::string& name, std::vector<int64_t> shape) {
+    std::vector<unsigned char> bytes(static_cast<size_t>(byte_count));
+    MLA_CUDA_CHECK(cudaMemcpy(bytes.data(), src, bytes.size(), cudaMemcpyDeviceToHost));
     TensorD t(name, std::move(shape));
     t.data = storage_to_double(bytes, storage_);
     return t;
+  };
+  auto download = [&](Slot s, const std::string& name, std::vector<int64_t> shape) {
+    return download_from(slot(s), layout_.slots[s].bytes(), name, std::move(shape));
   };
   ForwardResult r;
   r.computed_in_double = false;
   r.attn_output = download(kAttnOutput, "attn_output", {S, H});
   check_attn_output_finite(r.attn_output, precision_);
-  if (opt.keep_attn_weights) r.attn_weights = download(kAttnWeights, "attn_weights", {n, S, S});
+  if (opt.keep_attn_weights)
+    r.attn_weights = download_from(attn_weights, attn_weights_bytes(workspace_dims(c, S, elem_bytes())), "attn_weights",
+                                   {n, S, S});
   if (opt.keep_states) {
     r.query_states = download(kQueryStates, "query_states", {n, S, d_qk});
     r.key_states = download(kKeyStates, "key_states", {n, S, d_qk});

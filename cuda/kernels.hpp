@@ -37,15 +37,29 @@ cudaError_t launch_build_key_value_states(Storage st, const void* kv, const void
                                           void* value_states, int64_t seq_len, int64_t heads, int64_t d_nope,
                                           int64_t d_rope, int64_t d_v, bool interleave, cudaStream_t stream);
 
-// softmax.cu — in place over scores [n, S, T]: p = softmax_fp32(round(round(s*scaling) + mask)),
-// rounded to the storage type. causal: key t is hidden from query s iff t > s, and hidden
-// entries get `mask_value` added (finfo(storage dtype).min, as HF's eager mask).
-cudaError_t launch_scale_mask_softmax(Storage st, void* scores, int64_t heads, int64_t queries, int64_t keys,
-                                      float scaling, bool causal, float mask_value, cudaStream_t stream);
-
-// attention_mass.cu — head_scores[h, t] = sum_s probs[h, s, t] in double, s ascending.
-cudaError_t launch_attention_mass(Storage st, const void* probs, double* head_scores, int64_t heads,
-                                  int64_t queries, int64_t keys, cudaStream_t stream);
+// streamed_attention.cu — the attention of every head without an [n, S, S] tensor (docs/math.md
+// §3.6, docs/backends.md §4): from query_states / key_states [n, S, d_qk] and value_states
+// [n, S, d_v] (T), attn_context [S, n*d_v] (T) = merge_heads(P · V) and head_scores [n, S]
+// (double) = the H2O mass each key receives per head, with P = softmax(mask(round(round(q k^T)
+// * scaling))) rounded to T; P itself is written to attn_weights [n, S, S] (T) only when that
+// pointer is not null. mass_partials: [n, C, S] doubles of scratch for C = mass_chunks >= 1
+// chunks of query tiles (the backend's C is attention_mass_chunks, launch_geometry.hpp; any C
+// gives a valid result, C fixes the mass's summation order). causal: key t is hidden from
+// query s iff t > s. Two launches.
+struct StreamedAttention {
+  const void* query_states = nullptr;
+  const void* key_states = nullptr;
+  const void* value_states = nullptr;
+  void* attn_context = nullptr;
+  double* mass_partials = nullptr;
+  double* head_scores = nullptr;
+  void* attn_weights = nullptr;  // null: the probabilities are not kept
+  int64_t seq_len = 0, heads = 0, qk_head_dim = 0, v_head_dim = 0;
+  int64_t mass_chunks = 1;  // C
+  float scaling = 1.0f;  // fp32(softmax_scale), as PyTorch's scalar multiply uses it
+  bool causal = true;
+};
+cudaError_t launch_streamed_attention(Storage st, const StreamedAttention& in, cudaStream_t stream);
 
 // layout.cu — out[r, c] = bias[c] (bias rows ahead of a beta = 1 GEMM: one rounding, as addmm).
 cudaError_t launch_broadcast_rows(Storage st, const void* bias, void* out, int64_t rows, int64_t cols,

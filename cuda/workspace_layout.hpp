@@ -1,6 +1,9 @@
 // cuda/workspace_layout.hpp — the device buffers one forward needs, carved out of ONE
 // cudaMalloc (offsets aligned to 256 bytes). Plain C++ so the suite cuda_host checks sizes,
-// alignment and non-overlap without a GPU, and so the benchmark can print the expected size.
+// alignment and non-overlap without a GPU, and so the memory plan and the benchmark can print
+// the expected size. Every slot is O(S): the attention is streamed (streamed_attention.cu), and
+// the [n, S, S] probabilities get a buffer of their own only when they are asked for
+// (attn_weights_bytes).
 //
 // Shape legend: S = tokens, H = hidden_size, n = num_attention_heads, r_q = q_lora_rank,
 //   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
@@ -11,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/launch_geometry.hpp"
 #include "mla/config.hpp"
 #include "mla/error.hpp"
 
@@ -33,10 +37,10 @@ enum Slot : int {
   kQueryStates,       // [n, S, d_qk]        elem   HF query_states (rope half de-interleaved)
   kKeyStates,         // [n, S, d_qk]        elem   HF key_states
   kValueStates,       // [n, S, d_v]         elem   HF value_states
-  kAttnWeights,       // [n, S, S]           elem   HF attn_weights: scores, then probabilities in place
   kAttnContext,       // [S, n*d_v]          elem   attn_context = P.V merged over heads (o_proj input)
   kAttnOutput,        // [S, H]              elem   attn_output = o_proj(attn_context)
   kHeadScores,        // [n, S]              double attention mass per head and key
+  kMassPartials,      // [n, C, S]           double the mass of each chunk of query tiles (C = attention_mass_chunks)
   kSlotCount
 };
 
@@ -82,6 +86,18 @@ inline int64_t checked_mul(int64_t a, int64_t b, const char* what) {
   return r;
 }
 
+// C of the streamed attention for these dims (launch_geometry.hpp).
+inline int64_t mass_chunks(const WorkspaceDims& d) {
+  const AttentionTiles tiles = attention_tiles(d.qk_nope_head_dim + d.qk_rope_head_dim, d.v_head_dim);
+  return attention_mass_chunks(d.heads, attention_query_tiles(d.seq_len, tiles));
+}
+
+// Bytes of the attn_weights [n, S, S] buffer (T), allocated only when the probabilities are kept.
+inline int64_t attn_weights_bytes(const WorkspaceDims& d) {
+  return checked_mul(checked_mul(d.heads, checked_mul(d.seq_len, d.seq_len, "attn_weights"), "attn_weights"),
+                     d.elem_bytes, "attn_weights");
+}
+
 inline WorkspaceLayout workspace_layout(const WorkspaceDims& d) {
   const int64_t S = d.seq_len, H = d.hidden_size, n = d.heads;
   const int64_t d_qk = d.qk_nope_head_dim + d.qk_rope_head_dim;
@@ -100,10 +116,10 @@ inline WorkspaceLayout workspace_layout(const WorkspaceDims& d) {
       {"query_states", checked_mul(n, checked_mul(S, d_qk, "query_states"), "query_states"), e},
       {"key_states", checked_mul(n, checked_mul(S, d_qk, "key_states"), "key_states"), e},
       {"value_states", checked_mul(n, checked_mul(S, d.v_head_dim, "value_states"), "value_states"), e},
-      {"attn_weights", checked_mul(n, checked_mul(S, S, "attn_weights"), "attn_weights"), e},
       {"attn_context", checked_mul(S, checked_mul(n, d.v_head_dim, "attn_context"), "attn_context"), e},
       {"attn_output", checked_mul(S, H, "attn_output"), e},
       {"head_scores", checked_mul(n, S, "head_scores"), 8},
+      {"mass_partials", checked_mul(checked_mul(n, mass_chunks(d), "mass_partials"), S, "mass_partials"), 8},
   };
   WorkspaceLayout L;
   int64_t offset = 0;

@@ -52,7 +52,7 @@ struct MemoryEstimate {
   int64_t host_peak_bytes = 0;     // largest phase + process allowance
   std::string peak_phase;          // its name
   std::vector<MemoryPhase> phases;
-  int64_t device_peak_bytes = 0;   // cuda: weights + workspace + cuBLAS workspace; else 0
+  int64_t device_peak_bytes = 0;   // cuda: weights + workspace (+ attn_weights when dumped) + cuBLAS; else 0
 };
 
 // Attention parameters of one layer from the geometry (101,124,096 for Kimi K2.6).

@@ -156,6 +156,18 @@ bool fits(const MemoryEstimate& e, const MemoryBudget& b) {
   return true;
 }
 
+// The budget an estimate exceeds, in words (the device's first: a GPU run is refused for it):
+// what is needed ("~23.0 GiB of GPU memory") and what is available, with where that comes from.
+struct Shortfall {
+  std::string need, available;
+};
+Shortfall shortfall(const MemoryEstimate& e, const MemoryBudget& b) {
+  if (b.device_bytes >= 0 && e.device_peak_bytes > b.device_bytes)
+    return {"~" + format_bytes(e.device_peak_bytes) + " of GPU memory",
+            format_bytes(b.device_bytes) + " is available (cudaMemGetInfo)"};
+  return {"~" + format_bytes(e.host_peak_bytes), format_bytes(b.host_bytes) + " is available (" + b.host_source + ")"};
+}
+
 std::string asked(const MemoryRequest& r) {
   std::string s = "S = " + std::to_string(r.seq_len) + " tokens, --backend " + backend_name(r.backend) +
                   " --precision " + precision_name(r.precision);
@@ -176,22 +188,19 @@ MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, con
     without.attn_weights = false;
     const MemoryEstimate e = estimate_memory(cfg, without);
     if (fits(e, budget)) {
+      const Shortfall with = shortfall(plan.estimate, budget);
       plan.note = "attn_weights [" + std::to_string(cfg.num_attention_heads) + ", " + std::to_string(req.seq_len) + ", " +
-                  std::to_string(req.seq_len) + "] not dumped: with it the run needs ~" +
-                  format_bytes(plan.estimate.host_peak_bytes) + " but " + format_bytes(budget.host_bytes) +
-                  " is available (" + budget.host_source + "); the other tensors are written";
+                  std::to_string(req.seq_len) + "] not dumped: with it the run needs " + with.need + " but " +
+                  with.available + "; the other tensors are written";
       plan.estimate = e;
       plan.attn_weights_dropped = true;
       return plan;
     }
   }
   plan.fits = false;
-  const bool device = budget.device_bytes >= 0 && plan.estimate.device_peak_bytes > budget.device_bytes;
-  std::string line = "not enough memory for " + asked(req) + ": needs ~" +
-                     format_bytes(device ? plan.estimate.device_peak_bytes : plan.estimate.host_peak_bytes) +
-                     (device ? " of GPU memory" : "") + " at its peak (estimated, " + plan.estimate.peak_phase +
-                     ") but " + format_bytes(device ? budget.device_bytes : budget.host_bytes) + " is available (" +
-                     (device ? std::string("cudaMemGetInfo") : budget.host_source) + ")";
+  const Shortfall as_asked = shortfall(plan.estimate, budget);
+  std::string line = "not enough memory for " + asked(req) + ": needs " + as_asked.need + " at its peak (estimated, " +
+                     plan.estimate.peak_phase + ") but " + as_asked.available;
   std::vector<std::string> alternatives;
   auto try_option = [&](MemoryRequest alt, const std::string& flag) {
     const MemoryEstimate e = estimate_memory(cfg, alt);

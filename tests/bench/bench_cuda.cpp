@@ -2,14 +2,23 @@
 //
 // Kimi K2.6 layer-0 attention geometry (H 7168, n 64, r_q 1536, r_kv 512, d_qk 192, d_v 128)
 // with synthetic weights (N(0, 0.02^2), seed 0) and hidden states (N(0, 1), seed 1), for
-// S = 256, 4096, 8192 in bf16 and fp32 (fp32 without TF32), causal mask:
+// S = 256, 4096, 8192 (default; scripts/gpu-check adds 32768 and 131072 with --seq) in bf16
+// and fp32 (fp32 without TF32), causal mask:
 //   * per-stage GPU time (cudaEvent pairs recorded by the backend), median over the runs;
 //   * forward wall time (host clock, includes the host-side input conversion, the uploads,
 //     the downloads and their widening to double), median;
-//   * device memory in use after prepare() and after the forwards (cudaMemGetInfo: total - free,
-//     minus what was in use before the backend existed). The backend keeps its one workspace
-//     allocated between forwards, so "after forward" is the high-water mark of the process.
-// Steady state: one warm-up forward per S (not timed), then kRuns timed forwards.
+//   * the attention's useful arithmetic rate: 2 (d_qk + d_v) FLOP per visible (head, query,
+//     key) of the causal mask, n S (S + 1) / 2 of them, plus the projections' 202,244,096 FLOP
+//     per token (the streamed kernel recomputes q.k in each of its three passes, which is
+//     not counted);
+//   * device memory: in use after prepare() and after the forwards (cudaMemGetInfo: total -
+//     free, minus what was in use before the backend existed), next to the memory plan's
+//     device estimate (estimate_memory). The backend keeps its one workspace allocated between
+//     forwards and no [n, S, S] buffer is made (attn_weights are not kept), so "after forward"
+//     is the process's high-water mark.
+// Steady state: one warm-up forward per S (not timed), then --runs timed forwards; from
+// S = 16384 on, no warm-up and one timed forward (each takes seconds to minutes; the stage times
+// are device events, which the workspace's cudaMalloc precedes).
 // Exits 77 (meson SKIP) without a usable CUDA device.
 // Usage: bench_cuda [--runs N] [--seq 256,4096] [--precision bf16|fp32|both]
 #include <algorithm>
@@ -23,6 +32,7 @@
 #include "mla/attention.hpp"
 #include "mla/config.hpp"
 #include "mla/error.hpp"
+#include "mla/memory_plan.hpp"
 #include "mla/random.hpp"
 #include "mla_build_config.h"
 
@@ -126,12 +136,12 @@ int main(int argc, char** argv) {
       std::printf("prepare: %.3f s, device memory after prepare: %.1f MiB\n", prepare_s, after_prepare / 1048576.0);
       for (const int64_t S : seqs) {
         const mla::TensorF hidden = random_tensor("hidden", {S, cfg.hidden_size}, 1.0, 1, 0);
-        backend->forward(hidden, opt);  // warm-up: workspace allocation, cuBLAS heuristics
-        const double after_forward = device_used_bytes() - base_used;
+        const bool long_run = S >= 16384;
+        if (!long_run) backend->forward(hidden, opt);  // warm-up: workspace allocation, cuBLAS heuristics
         std::vector<double> wall;
         std::map<std::string, std::vector<double>> stages;
         std::vector<std::string> order;
-        for (int r = 0; r < runs; ++r) {
+        for (int r = 0; r < (long_run ? 1 : runs); ++r) {
           const auto t0 = std::chrono::steady_clock::now();
           const mla::ForwardResult res = backend->forward(hidden, opt);
           wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -140,14 +150,23 @@ int main(int argc, char** argv) {
             stages[name].push_back(sec);
           }
         }
+        const double after_forward = device_used_bytes() - base_used;
+        mla::MemoryRequest req;
+        req.backend = mla::BackendKind::Cuda;
+        req.seq_len = S;
+        req.precision = p;
+        const double planned = static_cast<double>(mla::estimate_memory(cfg, req).device_peak_bytes);
         double gpu_total = 0;
         for (const auto& name : order)
-          if (name != "download") gpu_total += median(stages[name]);
-        const double flops = 202244096.0 * static_cast<double>(S) + 40960.0 * static_cast<double>(S) * static_cast<double>(S);
-        std::printf("S=%-5lld %s  wall median %.4f s  gpu stages %.4f s  (%.1f TFLOP/s on the GPU part)  "
-                    "device memory high-water %.1f MiB\n",
-                    static_cast<long long>(S), mla::precision_name(p), median(wall), gpu_total,
-                    gpu_total > 0 ? flops / gpu_total * 1e-12 : 0.0, after_forward / 1048576.0);
+          if (name != "export") gpu_total += median(stages[name]);
+        const double s = static_cast<double>(S), n = static_cast<double>(cfg.num_attention_heads);
+        const double pair_flops = 2.0 * static_cast<double>(cfg.qk_head_dim() + cfg.v_head_dim);
+        const double flops = 202244096.0 * s + pair_flops * n * s * (s + 1.0) / 2.0;
+        std::printf("S=%-6lld %s  wall %s %.4f s  gpu stages %.4f s  (%.1f TFLOP/s useful)  device memory "
+                    "high-water %.2f GiB, planned %.2f GiB\n",
+                    static_cast<long long>(S), mla::precision_name(p), long_run ? "(1 run)" : "median", median(wall),
+                    gpu_total, gpu_total > 0 ? flops / gpu_total * 1e-12 : 0.0, after_forward / 1073741824.0,
+                    planned / 1073741824.0);
         for (const auto& name : order)
           std::printf("    %-16s %10.3f ms\n", name.c_str(), median(stages[name]) * 1e3);
         std::fflush(stdout);

@@ -5,8 +5,10 @@
 //     (tests/unit/geometries.hpp), both masks, fp32 and bf16, S = 1, 7, 64, position offsets
 //     0 and 5000, comparing every output tensor: attn_output, attn_weights, query/key/value
 //     states, head_scores, token_scores;
-//   * the Eigen CPU backend (suite cuda_vs_cpu) on the full Kimi geometry at S = 2048 (the
-//     double reference is too slow there), causal, fp32 and bf16;
+//   * the Eigen CPU backend (suite cuda_vs_cpu) on every small geometry, both masks, fp32 and
+//     bf16, at S = 1, 17, 33, 50 (none a multiple of the streamed attention's 16-query x 32-key
+//     tiles but 1, so the last tile of queries and of keys is partial), and on the full Kimi
+//     geometry at S = 2048 (the double reference is too slow there), causal, fp32 and bf16;
 //   * itself (suite cuda_behaviour): bit-identical repeated forwards, the ForwardResult fields,
 //     and the errors of bad calls.
 // Bounds come from tests/unit/tolerances.hpp (rows "cuda-vs-reference", "cuda-vs-cpu").
@@ -131,6 +133,32 @@ constexpr int64_t kKimiSeqLen = 5;
 #else
 constexpr int64_t kKimiSeqLen = 2048;
 #endif
+
+BOOST_AUTO_TEST_CASE(small_geometries_partial_tiles) {
+  auto cpu = mla::make_cpu_backend();
+  auto gpu = mla::make_cuda_backend();
+  uint64_t seed = 200;
+  for (const mla::test::Geometry& g : mla::test::small_geometries()) {
+    const mla::LayerWeights w = mla::test::random_layer_weights(g.cfg, seed++);
+    for (const int64_t S : {int64_t(1), int64_t(17), int64_t(33), int64_t(50)}) {
+      const mla::TensorF hidden = mla::test::random_hidden(S, g.cfg.hidden_size, seed++);
+      for (const Precision p : {Precision::FP32, Precision::BF16})
+        for (const mla::Mask m : {mla::Mask::Causal, mla::Mask::None}) {
+          ForwardOptions o;
+          o.precision = p;
+          o.mask = m;
+          o.keep_attn_weights = true;
+          o.keep_states = true;
+          const std::string label = label_of(g.name, S, o);
+          BOOST_TEST_CONTEXT(label + " | " + mla::test::vars(g.cfg)) {
+            const ForwardResult want = run(*cpu, g.cfg, w, hidden, o);
+            const ForwardResult got = run(*gpu, g.cfg, w, hidden, o);
+            compare_results(label, want, got, "cuda-vs-cpu", p);
+          }
+        }
+    }
+  }
+}
 
 BOOST_AUTO_TEST_CASE(kimi_geometry_long_sequence) {
   const mla::AttentionConfig cfg = mla::test::geometry("kimi");

@@ -18,7 +18,7 @@ namespace mla::emulation {
 
 struct Counters {
   int64_t kernel_launches = 0;   // MLA_LAUNCH calls, rejected ones included
-  int64_t gemm_calls = 0;        // cublasGemmEx + cublasGemmStridedBatchedEx
+  int64_t gemm_calls = 0;        // cublasGemmEx
   int64_t host_syncs = 0;        // calls that block the host on the device: cudaStreamSynchronize,
                                  // cudaDeviceSynchronize, cudaMemcpy (synchronous copy)
   int64_t async_copies = 0;      // cudaMemcpyAsync

@@ -398,13 +398,12 @@ size_t span_bytes(int64_t rows, int64_t cols, int64_t ld, cudaDataType t) {
   return static_cast<size_t>((cols - 1) * ld + rows) * elem_size(t);
 }
 
-cublasStatus_t gemm_batched(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                            const void* alpha_p, const void* A, cudaDataType at, int lda, long long sa, const void* B,
-                            cudaDataType bt, int ldb, long long sb, const void* beta_p, void* C, cudaDataType ct,
-                            int ldc, long long sc, int batch, cublasComputeType_t compute) {
+cublasStatus_t gemm_ex(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                       const void* alpha_p, const void* A, cudaDataType at, int lda, const void* B, cudaDataType bt,
+                       int ldb, const void* beta_p, void* C, cudaDataType ct, int ldc, cublasComputeType_t compute) {
   auto& s = state();
   ++s.c.gemm_calls;
-  mla::simt::log_call(batch == 1 && sa == 0 ? "gemm cublasGemmEx" : "gemm cublasGemmStridedBatchedEx");
+  mla::simt::log_call("gemm cublasGemmEx");
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   mla::simt::note_stream_work(handle->stream, "a cuBLAS GEMM");
   if (mla::emulation::countdown_fires(s.gemm_countdown)) return CUBLAS_STATUS_EXECUTION_FAILED;
@@ -412,7 +411,7 @@ cublasStatus_t gemm_batched(cublasHandle_t handle, cublasOperation_t ta, cublasO
   // stored), same for B, ldc >= max(1, m); the types this project uses all agree.
   const bool a_t = ta == CUBLAS_OP_T, b_t = tb == CUBLAS_OP_T;
   if ((ta != CUBLAS_OP_N && !a_t) || (tb != CUBLAS_OP_N && !b_t)) return CUBLAS_STATUS_INVALID_VALUE;
-  if (m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
   const int a_rows = a_t ? k : m, a_cols = a_t ? m : k;
   const int b_rows = b_t ? n : k, b_cols = b_t ? k : n;
   if (lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) || ldc < std::max(1, m)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -422,43 +421,41 @@ cublasStatus_t gemm_batched(cublasHandle_t handle, cublasOperation_t ta, cublasO
   if (tf32 && at != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
   const float alpha = *static_cast<const float*>(alpha_p), beta = *static_cast<const float*>(beta_p);
   const size_t es = elem_size(at);
-  for (int b = 0; b < batch; ++b) {
-    const auto* a = static_cast<const unsigned char*>(A) + b * sa * static_cast<long long>(es);
-    const auto* bb = static_cast<const unsigned char*>(B) + b * sb * static_cast<long long>(es);
-    auto* c = static_cast<unsigned char*>(C) + b * sc * static_cast<long long>(es);
-    using mla::emulation::in_device_memory;
-    if ((k > 0 && m > 0 && !in_device_memory(a, span_bytes(a_rows, a_cols, lda, at))) ||
-        (k > 0 && n > 0 && !in_device_memory(bb, span_bytes(b_rows, b_cols, ldb, bt))) ||
-        (m > 0 && n > 0 && !in_device_memory(c, span_bytes(m, n, ldc, ct)))) {
-      std::fprintf(stderr, "emulated cuBLAS: batch %d of an %dx%dx%d GEMM reaches outside device memory\n", b, m, n, k);
-      return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    const Operand opa{a, at, lda, a_t}, opb{bb, bt, ldb, b_t};
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < m; ++i) {
-        float acc = 0.0f;  // fp32 accumulation, p ascending
-        for (int64_t p = 0; p < k; ++p) {
-          float x = opa.at(i, p), y = opb.at(p, j);
-          if (tf32) {
-            x = to_tf32(x);
-            y = to_tf32(y);
-          }
-          acc += x * y;
-        }
-        unsigned char* out = c + (i + j * int64_t(ldc)) * int64_t(es);
-        float v = alpha * acc;
-        if (beta != 0.0f) {  // beta == 0: C is not read (it may hold NaNs), as cuBLAS documents
-          Operand oc{c, ct, ldc, false};
-          v += beta * oc.at(i, j);
-        }
-        if (ct == CUDA_R_32F) {
-          std::memcpy(out, &v, 4);
-        } else {
-          const uint16_t h = mla::bf16::round_bits(v);
-          std::memcpy(out, &h, 2);
-        }
-      }
+  const auto* a = static_cast<const unsigned char*>(A);
+  const auto* bb = static_cast<const unsigned char*>(B);
+  auto* c = static_cast<unsigned char*>(C);
+  using mla::emulation::in_device_memory;
+  if ((k > 0 && m > 0 && !in_device_memory(a, span_bytes(a_rows, a_cols, lda, at))) ||
+      (k > 0 && n > 0 && !in_device_memory(bb, span_bytes(b_rows, b_cols, ldb, bt))) ||
+      (m > 0 && n > 0 && !in_device_memory(c, span_bytes(m, n, ldc, ct)))) {
+    std::fprintf(stderr, "emulated cuBLAS: an %dx%dx%d GEMM reaches outside device memory\n", m, n, k);
+    return CUBLAS_STATUS_INVALID_VALUE;
   }
+  const Operand opa{a, at, lda, a_t}, opb{bb, bt, ldb, b_t};
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      float acc = 0.0f;  // fp32 accumulation, p ascending
+      for (int64_t p = 0; p < k; ++p) {
+        float x = opa.at(i, p), y = opb.at(p, j);
+        if (tf32) {
+          x = to_tf32(x);
+          y = to_tf32(y);
+        }
+        acc += x * y;
+      }
+      unsigned char* out = c + (i + j * int64_t(ldc)) * int64_t(es);
+      float v = alpha * acc;
+      if (beta != 0.0f) {  // beta == 0: C is not read (it may hold NaNs), as cuBLAS documents
+        Operand oc{c, ct, ldc, false};
+        v += beta * oc.at(i, j);
+      }
+      if (ct == CUDA_R_32F) {
+        std::memcpy(out, &v, 4);
+      } else {
+        const uint16_t h = mla::bf16::round_bits(v);
+        std::memcpy(out, &h, 2);
+      }
+    }
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -468,14 +465,5 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasO
                             const void* alpha, const void* A, cudaDataType at, int lda, const void* B, cudaDataType bt,
                             int ldb, const void* beta, void* C, cudaDataType ct, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t) {
-  return gemm_batched(handle, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1, compute);
-}
-
-cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
-                                          int n, int k, const void* alpha, const void* A, cudaDataType at, int lda,
-                                          long long sa, const void* B, cudaDataType bt, int ldb, long long sb,
-                                          const void* beta, void* C, cudaDataType ct, int ldc, long long sc, int batch,
-                                          cublasComputeType_t compute, cublasGemmAlgo_t) {
-  return gemm_batched(handle, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc, batch,
-                      compute);
+  return gemm_ex(handle, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, compute);
 }

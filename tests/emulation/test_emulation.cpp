@@ -5,10 +5,15 @@
 //                       are launch errors, unwritten shared memory reads as NaN;
 //   cuda_launches       one forward is a fixed sequence of launches and GEMMs with no host
 //                       synchronisation before the single cudaStreamSynchronize (docs/backends.md §4);
+//   cuda_streamed       the streamed attention kernel gives exactly the numbers of its contract
+//                       (docs/long-context.md §2), recomputed here on the host from the same
+//                       inputs: probabilities, P.V and H2O mass bit for bit, at S that do not
+//                       divide the tiles, both masks and precisions, Kimi's head dims included;
 //   cuda_races          every kernel gives bit-identical results with the threads of each block
 //                       run in ascending and in descending order (no data race);
 //   cuda_memory         device memory high-water mark = weights + one workspace + the cuBLAS
-//                       workspace, everything freed when the backend goes away;
+//                       workspace (+ attn_weights only while a forward that keeps them runs),
+//                       everything freed when the backend goes away;
 //   cuda_faults         injected cudaMalloc / cuBLAS failures become Error(Cuda) naming the
 //                       call, leak nothing, and the backend keeps working afterwards;
 //   cuda_devices        --backend auto / cuda with no device, an old device, a good device;
@@ -21,19 +26,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "compare.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/launch_geometry.hpp"
 #include "cuda/workspace_layout.hpp"
 #include "emulation.hpp"
 #include "geometries.hpp"
 #include "invalid_inputs.hpp"
 #include "mla/attention.hpp"
+#include "mla/bf16.hpp"
 #include "mla/error.hpp"
 #include "mla/layer_tensors.hpp"
+#include "mla/random.hpp"
 #include "simt.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"
@@ -173,26 +183,30 @@ BOOST_AUTO_TEST_CASE(one_forward_is_a_fixed_sequence_with_one_sync) {
     const mla::TensorF hidden = mla::test::random_hidden(9, cfg.hidden_size, 12);
     auto gpu = mla::make_cuda_backend();
     ForwardOptions o;
-    o.keep_attn_weights = true;
     gpu->prepare(cfg, w, o);
     gpu->forward(hidden, o);  // first forward allocates the workspace
     for (int repeat = 0; repeat < 2; ++repeat) {
+      o.keep_attn_weights = repeat == 1;
       mla::simt::clear_call_log();
       emu::reset_counters();
       gpu->forward(hidden, o);
       const std::vector<std::string>& log = mla::simt::call_log();
       const emu::Counters c = emu::counters();
-      BOOST_TEST_CONTEXT(std::string(name) + " forward #" + std::to_string(repeat + 2)) {
-        // Launches: RMSNorm per latent (q only with q_lora), 2 rope/layout kernels, softmax,
-        // attention mass, and one bias broadcast per biased Linear (q_a with q_lora, kv_a, o).
+      BOOST_TEST_CONTEXT(std::string(name) + " forward #" + std::to_string(repeat + 2) +
+                         (o.keep_attn_weights ? " keeping attn_weights" : "")) {
+        // Launches: RMSNorm per latent (q only with q_lora), 2 rope/layout kernels, the streamed
+        // attention and its mass reduction, and one bias broadcast per biased Linear (q_a with
+        // q_lora, kv_a, o).
         const int64_t biases = cfg.attention_bias ? (cfg.has_q_lora() ? 3 : 2) : 0;
-        const int64_t want_launches = (cfg.has_q_lora() ? 2 : 1) + 2 + 1 + 1 + biases;
-        // GEMMs: q_a + q_b (or q_proj), kv_a, kv_b, scores, P.V, o_proj.
-        const int64_t want_gemms = (cfg.has_q_lora() ? 2 : 1) + 5;
+        const int64_t want_launches = (cfg.has_q_lora() ? 2 : 1) + 2 + 2 + biases;
+        // GEMMs: the projections only, q_a + q_b (or q_proj), kv_a, kv_b, o_proj.
+        const int64_t want_gemms = (cfg.has_q_lora() ? 2 : 1) + 3;
         BOOST_TEST(c.kernel_launches == want_launches);
         BOOST_TEST(c.gemm_calls == want_gemms);
-        BOOST_TEST(c.mallocs == 0);  // same S: the workspace is reused
-        BOOST_TEST(c.frees == 0);
+        // Same S: the workspace is reused; the [n, S, S] probabilities get a buffer of their
+        // own only when kept, freed at the end of the forward.
+        BOOST_TEST(c.mallocs == (o.keep_attn_weights ? 1 : 0));
+        BOOST_TEST(c.frees == c.mallocs);
         BOOST_TEST(c.async_copies == 3);  // hidden, cos, sin
         // Nothing blocks the host until every launch and GEMM has been enqueued; the first
         // blocking call is the stream synchronisation, then only downloads follow.
@@ -301,6 +315,238 @@ BOOST_AUTO_TEST_CASE(results_do_not_depend_on_thread_order) {
 BOOST_AUTO_TEST_SUITE_END()
 
 // -------------------------------------------------------------------------------------------------
+// The streamed attention (cuda/streamed_attention.cu) against its contract, recomputed here on
+// the host from the same T-storage inputs and written from the equations, not from the kernel:
+// one query row at a time over all its keys (no tiles): the fp32 dot product d ascending, the
+// bf16 roundings of docs/math.md §7, m = max, e = expf(x - m), z = sum of e in double t
+// ascending, p = fp32(e * (1 / z)) rounded to T; P.V in fp32 t ascending, rounded to T; the H2O
+// mass in the order the kernel documents: chunk c of the query tiles (tiles c, c + C, ...) adds
+// its rows' p in ascending rows from 0.0, then the C partial sums are added in c ascending.
+// The emulated device's expf is the host's, so everything is compared exactly (==): a
+// difference is a bug in the tiling, the passes, a rounding point or the mass order. (On a GPU
+// the device expf may differ in the last bit; test_cuda.cpp's tolerance rows cover that.)
+namespace {
+
+struct StreamedCase {
+  int64_t heads, S, d_qk, d_v;
+  int64_t chunks;  // C; 0 = the backend's (attention_mass_chunks)
+  double q_scale;  // standard deviation of the queries (keys and values: 1)
+};
+
+struct StreamedOut {
+  std::vector<float> attn_context;  // [S, n*d_v]
+  std::vector<float> attn_weights;  // [n, S, S]
+  std::vector<double> head_scores;  // [n, S]
+};
+
+float round_t(float v, bool bf16) { return bf16 ? mla::round_to_bf16(v) : v; }
+
+int64_t chunks_of(const StreamedCase& k) {
+  if (k.chunks > 0) return k.chunks;
+  const mla::cuda::AttentionTiles tiles = mla::cuda::attention_tiles(k.d_qk, k.d_v);
+  return mla::cuda::attention_mass_chunks(k.heads, mla::cuda::attention_query_tiles(k.S, tiles));
+}
+
+StreamedOut contract(const StreamedCase& k, bool causal, bool bf16, float scaling, const std::vector<float>& q,
+                     const std::vector<float>& key, const std::vector<float>& v) {
+  const int64_t n = k.heads, S = k.S;
+  StreamedOut out;
+  out.attn_context.assign(static_cast<size_t>(S * n * k.d_v), 0.0f);
+  out.attn_weights.assign(static_cast<size_t>(n * S * S), 0.0f);
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t visible = causal ? s + 1 : S;
+      std::vector<float> x(static_cast<size_t>(visible)), e(x.size());
+      for (int64_t t = 0; t < visible; ++t) {
+        float dot = 0.0f;
+        for (int64_t d = 0; d < k.d_qk; ++d)
+          dot += q[static_cast<size_t>((h * S + s) * k.d_qk + d)] * key[static_cast<size_t>((h * S + t) * k.d_qk + d)];
+        x[static_cast<size_t>(t)] = round_t(round_t(dot, bf16) * scaling, bf16);
+      }
+      const float m = *std::max_element(x.begin(), x.end());
+      double z = 0.0;
+      for (size_t t = 0; t < x.size(); ++t) {
+        e[t] = std::exp(x[t] - m);
+        z += static_cast<double>(e[t]);
+      }
+      const double inv = 1.0 / z;
+      float* p = out.attn_weights.data() + (h * S + s) * S;
+      for (size_t t = 0; t < x.size(); ++t) p[t] = round_t(static_cast<float>(static_cast<double>(e[t]) * inv), bf16);
+      for (int64_t j = 0; j < k.d_v; ++j) {
+        float o = 0.0f;
+        for (int64_t t = 0; t < visible; ++t) o += p[t] * v[static_cast<size_t>((h * S + t) * k.d_v + j)];
+        out.attn_context[static_cast<size_t>(s * n * k.d_v + h * k.d_v + j)] = round_t(o, bf16);
+      }
+    }
+  const int64_t bq = mla::cuda::attention_tiles(k.d_qk, k.d_v).query_rows, tiles = (S + bq - 1) / bq;
+  const int64_t chunks = chunks_of(k);
+  out.head_scores.assign(static_cast<size_t>(n * S), 0.0);
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t t = 0; t < S; ++t) {
+      double total = 0.0;
+      for (int64_t c = 0; c < chunks; ++c) {
+        double partial = 0.0;
+        for (int64_t tile = c; tile < tiles; tile += chunks)
+          for (int64_t s = tile * bq; s < std::min(S, (tile + 1) * bq); ++s)
+            if (!causal || t <= s) partial += static_cast<double>(out.attn_weights[static_cast<size_t>((h * S + s) * S + t)]);
+        total += partial;
+      }
+      out.head_scores[static_cast<size_t>(h * S + t)] = total;
+    }
+  return out;
+}
+
+// Device memory holding `values` in T-storage (values already representable in T).
+struct DeviceArray {
+  void* ptr = nullptr;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  explicit DeviceArray(size_t bytes) { BOOST_REQUIRE(cudaMalloc(&ptr, bytes) == cudaSuccess); }
+  DeviceArray(const std::vector<float>& values, bool bf16) : DeviceArray(values.size() * (bf16 ? 2 : 4)) {
+    std::vector<unsigned char> bytes(values.size() * (bf16 ? 2 : 4));
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (bf16) {
+        const uint16_t b = mla::bf16::round_bits(values[i]);
+        std::memcpy(bytes.data() + 2 * i, &b, 2);
+      } else {
+        std::memcpy(bytes.data() + 4 * i, &values[i], 4);
+      }
+    }
+    BOOST_REQUIRE(cudaMemcpy(ptr, bytes.data(), bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(ptr); }
+};
+
+std::vector<float> download_values(const void* src, size_t count, bool bf16) {
+  std::vector<unsigned char> bytes(count * (bf16 ? 2 : 4));
+  BOOST_REQUIRE(cudaMemcpy(bytes.data(), src, bytes.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  std::vector<float> out(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (bf16) {
+      uint16_t b;
+      std::memcpy(&b, bytes.data() + 2 * i, 2);
+      out[i] = mla::bf16::from_bits(b).to_float();
+    } else {
+      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+    }
+  }
+  return out;
+}
+
+// T-storage values: normal(0, scale) rounded to bf16 in a bf16 run.
+std::vector<float> random_values(int64_t count, double scale, bool bf16, uint64_t seed) {
+  mla::Rng rng(seed, 1);
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& x : v) x = round_t(static_cast<float>(scale * rng.normal()), bf16);
+  return v;
+}
+
+// The kernel on the emulated device (attn_weights kept or not).
+StreamedOut run_streamed(const StreamedCase& k, bool causal, bool bf16, float scaling, const std::vector<float>& q,
+                         const std::vector<float>& key, const std::vector<float>& v, bool keep_weights) {
+  const int64_t n = k.heads, S = k.S;
+  const DeviceArray dq(q, bf16), dk(key, bf16), dv(v, bf16);
+  BOOST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // the synchronous uploads have landed
+  const size_t eb = bf16 ? 2 : 4;
+  const DeviceArray context(static_cast<size_t>(S * n * k.d_v) * eb), partials(static_cast<size_t>(n * chunks_of(k) * S) * 8),
+      scores(static_cast<size_t>(n * S) * 8), weights(keep_weights ? static_cast<size_t>(n * S * S) * eb : 1);
+  mla::cuda::StreamedAttention in;
+  in.query_states = dq.ptr;
+  in.key_states = dk.ptr;
+  in.value_states = dv.ptr;
+  in.attn_context = context.ptr;
+  in.mass_partials = static_cast<double*>(partials.ptr);
+  in.head_scores = static_cast<double*>(scores.ptr);
+  in.attn_weights = keep_weights ? weights.ptr : nullptr;
+  in.seq_len = S;
+  in.heads = n;
+  in.qk_head_dim = k.d_qk;
+  in.v_head_dim = k.d_v;
+  in.mass_chunks = chunks_of(k);
+  in.scaling = scaling;
+  in.causal = causal;
+  BOOST_REQUIRE(mla::cuda::launch_streamed_attention(bf16 ? mla::cuda::Storage::BF16 : mla::cuda::Storage::F32, in,
+                                                     nullptr) == cudaSuccess);
+  StreamedOut out;
+  out.attn_context = download_values(context.ptr, static_cast<size_t>(S * n * k.d_v), bf16);
+  if (keep_weights) out.attn_weights = download_values(weights.ptr, static_cast<size_t>(n * S * S), bf16);
+  out.head_scores.resize(static_cast<size_t>(n * S));
+  BOOST_REQUIRE(cudaMemcpy(out.head_scores.data(), scores.ptr, out.head_scores.size() * 8, cudaMemcpyDeviceToHost) ==
+                cudaSuccess);
+  return out;
+}
+
+// Entries that differ (0 = identical, bit for bit: -0 and +0 count as different).
+template <class V>
+int64_t differences(const std::vector<V>& a, const std::vector<V>& b) {
+  if (a.size() != b.size()) return -1;
+  int64_t d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[i], sizeof(V)) != 0;
+  return d;
+}
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(cuda_streamed, DefaultDevice)
+
+BOOST_AUTO_TEST_CASE(kernel_equals_its_contract_at_every_tile_edge) {
+  // Bq x Bk = 16 x 32 for the small head dims and Kimi's (192, 128); 4 x 8 for 512-wide heads.
+  // S = 1 (one key), 15 / 16 / 17 (a query tile's edge), 31 / 33 (a key tile's edge), 50;
+  // C = 1 (one block walks all of a head's tiles: the CPU's mass order), 2 (tiles interleaved
+  // over chunks), the backend's, and one more chunk than tiles (an empty chunk). Queries of
+  // standard deviation 2 give logits of a few units; 8 gives probabilities down to ~1e-30,
+  // whose double sums depend on their order (so a mass summed in another order than the
+  // documented one shows).
+  const std::vector<StreamedCase> cases = {
+      {2, 1, 16, 8, 0, 2.0},   {2, 15, 16, 8, 0, 2.0},    {2, 16, 16, 8, 1, 8.0},  {2, 17, 16, 8, 0, 2.0},
+      {1, 31, 16, 8, 2, 8.0},  {2, 33, 16, 8, 0, 2.0},    {3, 50, 18, 10, 2, 8.0}, {2, 37, 192, 128, 0, 2.0},
+      {1, 21, 512, 512, 0, 2.0}, {2, 20, 16, 8, 3, 8.0},  {2, 64, 16, 8, 0, 8.0},
+  };
+  uint64_t seed = 500;
+  for (const StreamedCase& k : cases) {
+    BOOST_TEST_REQUIRE(mla::cuda::attention_tiles(k.d_qk, k.d_v).fits);
+    for (const bool bf16 : {false, true}) {
+      // |x| ~ a few units: softmax rows neither flat nor one-hot
+      const float scaling = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k.d_qk)));
+      const std::vector<float> q = random_values(k.heads * k.S * k.d_qk, k.q_scale, bf16, seed++);
+      const std::vector<float> key = random_values(k.heads * k.S * k.d_qk, 1.0, bf16, seed++);
+      const std::vector<float> v = random_values(k.heads * k.S * k.d_v, 1.0, bf16, seed++);
+      for (const bool causal : {true, false}) {
+        BOOST_TEST_CONTEXT("n " << k.heads << " S " << k.S << " d_qk " << k.d_qk << " d_v " << k.d_v << " C "
+                                << chunks_of(k) << (bf16 ? " bf16" : " fp32") << (causal ? " causal" : " none")) {
+          const StreamedOut want = contract(k, causal, bf16, scaling, q, key, v);
+          const StreamedOut got = run_streamed(k, causal, bf16, scaling, q, key, v, true);
+          BOOST_TEST(differences(got.attn_weights, want.attn_weights) == 0);
+          BOOST_TEST(differences(got.attn_context, want.attn_context) == 0);
+          BOOST_TEST(differences(got.head_scores, want.head_scores) == 0);
+          // Without attn_weights: the same numbers (the probabilities are only copied out).
+          const StreamedOut lean = run_streamed(k, causal, bf16, scaling, q, key, v, false);
+          BOOST_TEST(differences(lean.attn_context, got.attn_context) == 0);
+          BOOST_TEST(differences(lean.head_scores, got.head_scores) == 0);
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(kernel_has_no_race) {
+  // Blocks and their threads in descending order: the same bits (cuda_races does this for
+  // whole forwards; here with C = 2, where a block walks two query tiles).
+  const StreamedCase k{2, 45, 16, 8, 2, 2.0};
+  const std::vector<float> q = random_values(k.heads * k.S * k.d_qk, 2.0, true, 90);
+  const std::vector<float> key = random_values(k.heads * k.S * k.d_qk, 1.0, true, 91);
+  const std::vector<float> v = random_values(k.heads * k.S * k.d_v, 1.0, true, 92);
+  const StreamedOut a = run_streamed(k, true, true, 0.25f, q, key, v, true);
+  mla::simt::set_thread_order(mla::simt::ThreadOrder::Descending);
+  const StreamedOut b = run_streamed(k, true, true, 0.25f, q, key, v, true);
+  BOOST_TEST(differences(a.attn_weights, b.attn_weights) == 0);
+  BOOST_TEST(differences(a.attn_context, b.attn_context) == 0);
+  BOOST_TEST(differences(a.head_scores, b.head_scores) == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// -------------------------------------------------------------------------------------------------
 BOOST_FIXTURE_TEST_SUITE(cuda_memory, DefaultDevice)
 
 BOOST_AUTO_TEST_CASE(peak_is_weights_plus_one_workspace_and_all_is_freed) {
@@ -327,6 +573,14 @@ BOOST_AUTO_TEST_CASE(peak_is_weights_plus_one_workspace_and_all_is_freed) {
           BOOST_TEST(emu::counters().bytes_in_use == prepared + new_ws);
           old_ws = new_ws;
         }
+        // Keeping the probabilities adds their [n, S, S] buffer for the forward's duration only.
+        emu::reset_counters();
+        ForwardOptions keep = o;
+        keep.keep_attn_weights = true;
+        gpu->forward(mla::test::random_hidden(5, cfg.hidden_size, 22), keep);
+        const int64_t nss = int64_t(cfg.num_attention_heads) * 5 * 5 * eb;
+        BOOST_TEST(emu::counters().bytes_high_water == prepared + old_ws + nss);
+        BOOST_TEST(emu::counters().bytes_in_use == prepared + old_ws);
         // Preparing again frees the old weights before uploading the new ones.
         emu::reset_counters();
         const int64_t before = emu::counters().bytes_in_use;
@@ -375,7 +629,7 @@ BOOST_AUTO_TEST_CASE(injected_failures_are_typed_errors_naming_the_call) {
   BOOST_CHECK_EXCEPTION(gpu->forward(hidden, o), mla::Error, kind_is(mla::ErrorKind::InvalidArgument));  // no weights now
   BOOST_TEST(emu::counters().bytes_in_use <= with_backend);  // the failed upload kept nothing
 
-  // GEMM #3 of a forward is kv_a_proj_with_mqa; #5 is the batched QK^T.
+  // GEMM #3 of a forward is kv_a_proj_with_mqa; #5 is o_proj.
   gpu->prepare(cfg, w, o);
   emu::fail_nth_gemm(3);
   msg = error_text([&] { gpu->forward(hidden, o); });
@@ -383,7 +637,14 @@ BOOST_AUTO_TEST_CASE(injected_failures_are_typed_errors_naming_the_call) {
   BOOST_TEST(msg.find("CUBLAS_STATUS_EXECUTION_FAILED") != std::string::npos, msg);
   emu::fail_nth_gemm(5);
   msg = error_text([&] { gpu->forward(hidden, o); });
-  BOOST_TEST(msg.find("cublasGemmStridedBatchedEx") != std::string::npos, msg);
+  BOOST_TEST(msg.find("cublasGemmEx (o_proj)") != std::string::npos, msg);
+
+  // The attn_weights buffer of a forward that keeps them (the workspace exists already).
+  const int64_t before_forward = emu::counters().bytes_in_use;
+  emu::fail_nth_malloc(1);
+  msg = error_text([&] { gpu->forward(hidden, o); });
+  BOOST_TEST(msg.find("cudaMalloc(attn_weights [2, 6, 6], 288 bytes)") != std::string::npos, msg);
+  BOOST_TEST(emu::counters().bytes_in_use == before_forward);
 
   // The backend is still usable and gives the same result as before the faults.
   const ForwardResult again = gpu->forward(hidden, o);

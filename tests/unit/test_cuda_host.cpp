@@ -24,25 +24,19 @@ using namespace mla::cuda;
 namespace {
 
 // BLAS definition, column-major: C[i + j*ldc] = beta*C + sum_p opA(i, p) * opB(p, j), where
-//   opA(i, p) = A[i + p*lda] for N, A[p + i*lda] for T (likewise B), for each batch b with
-//   A += b*stride_a, B += b*stride_b, C += b*stride_c.
+//   opA(i, p) = A[i + p*lda] for N, A[p + i*lda] for T (likewise B).
 void interpret_gemm(const GemmPlan& g, const std::vector<double>& A, const std::vector<double>& B,
                     std::vector<double>& C) {
-  for (int64_t b = 0; b < g.batch; ++b) {
-    const double* a = A.data() + b * g.stride_a;
-    const double* bb = B.data() + b * g.stride_b;
-    double* c = C.data() + b * g.stride_c;
-    for (int64_t j = 0; j < g.n; ++j)
-      for (int64_t i = 0; i < g.m; ++i) {
-        double acc = 0;
-        for (int64_t p = 0; p < g.k; ++p) {
-          const double av = g.op_a == Op::N ? a[i + p * g.lda] : a[p + i * g.lda];
-          const double bv = g.op_b == Op::N ? bb[p + j * g.ldb] : bb[j + p * g.ldb];
-          acc += av * bv;
-        }
-        c[i + j * g.ldc] = acc;
+  for (int64_t j = 0; j < g.n; ++j)
+    for (int64_t i = 0; i < g.m; ++i) {
+      double acc = 0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        const double av = g.op_a == Op::N ? A[i + p * g.lda] : A[p + i * g.lda];
+        const double bv = g.op_b == Op::N ? B[p + j * g.ldb] : B[j + p * g.ldb];
+        acc += av * bv;
       }
-  }
+      C[i + j * g.ldc] = acc;
+    }
 }
 
 // Small distinct integers, so every product sum is exact in double.
@@ -92,13 +86,39 @@ BOOST_AUTO_TEST_CASE(row_launch_block_is_power_of_two_within_limits) {
     BOOST_TEST(b >= 32);
     BOOST_TEST(b <= 1024);
   }
-  const LaunchShape ls = row_launch(64 * 8192, 8192);
-  BOOST_TEST(ls.grid == 64 * 8192);
-  BOOST_TEST(row_launch_fits(64 * 8192));
+  const LaunchShape ls = row_launch(131072, 512);
+  BOOST_TEST(ls.grid == 131072);
+  BOOST_TEST(row_launch_fits(131072));
   BOOST_TEST(!row_launch_fits(int64_t(1) << 31));
-  BOOST_TEST(column_launch(64 * 8192).grid == 64 * 8192 / 256);
-  BOOST_TEST(column_launch(1).grid == 1);
-  BOOST_TEST(column_launch(0).grid == 0);
+}
+
+BOOST_AUTO_TEST_CASE(attention_tiles_fit_shared_memory) {
+  // Kimi: d_qk 192, d_v 128 -> Bq 16, Bk 32, kv rows of 193 floats (odd: no bank conflicts).
+  const AttentionTiles kimi = attention_tiles(192, 128);
+  BOOST_TEST(kimi.fits);
+  BOOST_TEST(kimi.query_rows == 16);
+  BOOST_TEST(kimi.keys == 32);
+  BOOST_TEST(kimi.kv_stride == 193);
+  BOOST_TEST(kimi.shared_bytes == 8 * 16 + 4 * (16 + 16 * 192 + 32 * 193 + 16 * 32 + 16 * 128));
+  BOOST_TEST(kimi.shared_bytes <= kMaxDynamicShared);
+  // Larger heads shrink the tiles until they fit; absurd ones do not fit at all.
+  for (const int64_t d : {int64_t(8), int64_t(192), int64_t(256), int64_t(512), int64_t(1024), int64_t(4000)}) {
+    const AttentionTiles t = attention_tiles(d, d);
+    BOOST_TEST(t.fits, d);
+    BOOST_TEST(t.shared_bytes <= kMaxDynamicShared, d);
+    BOOST_TEST(t.shared_bytes == attention_shared_bytes(t.query_rows, t.keys, d, d));
+    BOOST_TEST(t.query_rows <= kAttentionThreads);  // one thread per row of the row passes at least
+  }
+  BOOST_TEST(attention_tiles(192, 128).query_rows > attention_tiles(1024, 1024).query_rows);
+  BOOST_TEST(!attention_tiles(8000, 8000).fits);
+  // Chunks: n * C ~ 1024 blocks, never more chunks than query tiles.
+  BOOST_TEST(attention_query_tiles(131072, kimi) == 8192);
+  BOOST_TEST(attention_query_tiles(17, kimi) == 2);
+  BOOST_TEST(attention_mass_chunks(64, 8192) == 16);
+  BOOST_TEST(attention_mass_chunks(3, 8192) == 342);
+  BOOST_TEST(attention_mass_chunks(64, 5) == 5);
+  BOOST_TEST(attention_mass_chunks(2048, 100) == 1);
+  BOOST_TEST(attention_mass_chunks(1, 1) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(linear_plan_computes_x_times_w_transposed) {
@@ -126,47 +146,10 @@ BOOST_AUTO_TEST_CASE(linear_plan_computes_x_times_w_transposed) {
   BOOST_TEST(qa.ldc == 1536);
 }
 
-BOOST_AUTO_TEST_CASE(scores_plan_computes_q_times_k_transposed_per_head) {
-  const int64_t n = 3, S = 4, d_qk = 5;
-  const GemmPlan g = scores_plan(n, S, S, d_qk);
-  BOOST_TEST(g.batch == n);
-  const std::vector<double> Q = ramp(n * S * d_qk, 13, 2);  // [n, S, d_qk]
-  const std::vector<double> K = ramp(n * S * d_qk, 7, 5);   // [n, T, d_qk]
-  std::vector<double> scores(static_cast<size_t>(n * S * S), -999);
-  interpret_gemm(g, K, Q, scores);  // A = key_states, B = query_states
-  for (int64_t h = 0; h < n; ++h)
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t t = 0; t < S; ++t) {
-        double e = 0;
-        for (int64_t d = 0; d < d_qk; ++d) e += Q[(h * S + s) * d_qk + d] * K[(h * S + t) * d_qk + d];
-        BOOST_TEST(scores[(h * S + s) * S + t] == e);  // [n, S, T] row-major
-      }
-}
-
-BOOST_AUTO_TEST_CASE(pv_plan_writes_merged_heads_layout) {
-  const int64_t n = 3, S = 4, d_v = 2;
-  const GemmPlan g = pv_plan(n, S, S, d_v);
-  BOOST_TEST(g.ldc == n * d_v);
-  BOOST_TEST(g.stride_c == d_v);
-  const std::vector<double> P = ramp(n * S * S, 5, 1);    // [n, S, T]
-  const std::vector<double> V = ramp(n * S * d_v, 9, 3);  // [n, T, d_v]
-  std::vector<double> attn(static_cast<size_t>(S * n * d_v), -999);
-  interpret_gemm(g, V, P, attn);  // A = value_states, B = probs
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t h = 0; h < n; ++h)
-      for (int64_t e = 0; e < d_v; ++e) {
-        double want = 0;
-        for (int64_t t = 0; t < S; ++t) want += P[(h * S + s) * S + t] * V[(h * S + t) * d_v + e];
-        // HF: (P.V).transpose(1, 2).reshape(S, n*d_v): feature h*d_v + e of row s
-        BOOST_TEST(attn[s * n * d_v + h * d_v + e] == want);
-      }
-  BOOST_TEST(colmajor_offset(2, 1, 6) == 13);
-}
-
 BOOST_AUTO_TEST_CASE(gemm_dimensions_beyond_int_are_refused) {
   try {
-    scores_plan(64, int64_t(1) << 20, int64_t(1) << 20, 192);  // stride fine, ldc = 2^20 fine ...
-    linear_plan("o_proj", int64_t(3) << 30, 8192, 7168);       // ... n = 3*2^30 is not
+    linear_plan("o_proj", int64_t(1) << 20, 8192, 7168);  // 2^20 rows fine ...
+    linear_plan("o_proj", int64_t(3) << 30, 8192, 7168);  // ... n = 3*2^30 is not
     BOOST_FAIL("expected Error(Unsupported)");
   } catch (const mla::Error& e) {
     BOOST_TEST(static_cast<int>(e.kind()) == static_cast<int>(mla::ErrorKind::Unsupported));
@@ -195,7 +178,16 @@ BOOST_AUTO_TEST_CASE(workspace_slots_are_aligned_disjoint_and_sized) {
   }
   BOOST_TEST(L.total_bytes >= end);
   BOOST_TEST(L.total_bytes - end < kWorkspaceAlign);
-  BOOST_TEST(L.slots[kAttnWeights].bytes() == int64_t(64) * 8192 * 8192 * 2);    // 8 GiB of bf16 scores
+  // O(S): no [n, S, S] slot; the H2O mass partials are n * C * S doubles (C = 16 for Kimi).
+  BOOST_TEST(L.slots[kMassPartials].bytes() == int64_t(64) * 16 * 8192 * 8);
+  BOOST_TEST(mass_chunks(d) == 16);
+  BOOST_TEST(attn_weights_bytes(d) == int64_t(64) * 8192 * 8192 * 2);  // 8 GiB of bf16, only when kept
+  for (const WorkspaceSlot& s : L.slots) BOOST_TEST(s.bytes() < int64_t(8192) * 7168 * 8, s.name);
+  // The workspace grows linearly in S: twice the tokens, at most twice the bytes (+ alignment).
+  WorkspaceDims twice = d;
+  twice.seq_len = 2 * d.seq_len;
+  BOOST_TEST(workspace_layout(twice).total_bytes <= 2 * L.total_bytes);
+  BOOST_TEST(workspace_layout(twice).total_bytes >= 2 * L.total_bytes - int64_t(kSlotCount) * kWorkspaceAlign);
   BOOST_TEST(L.slots[kQ].bytes() == int64_t(8192) * 64 * 192 * 2);
   BOOST_TEST(L.slots[kCompressedKv].elements == int64_t(8192) * 576);
   BOOST_TEST(L.slots[kHeadScores].bytes() == int64_t(64) * 8192 * 8);     // doubles
@@ -205,6 +197,8 @@ BOOST_AUTO_TEST_CASE(workspace_slots_are_aligned_disjoint_and_sized) {
   BOOST_TEST(workspace_layout(d).slots[kQA].bytes() == 0);
   // S large enough that n*S*S overflows 64 bits -> a clear error, not a wrapped size.
   d.seq_len = int64_t(1) << 31;
+  BOOST_CHECK_THROW(attn_weights_bytes(d), mla::Error);
+  d.seq_len = int64_t(1) << 55;
   BOOST_CHECK_THROW(workspace_layout(d), mla::Error);
 }
 

@@ -15,6 +15,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "geometries.hpp"
@@ -74,8 +75,16 @@ BOOST_AUTO_TEST_CASE(estimate_scales_as_the_algorithms_do) {
   const int64_t nss = int64_t{64} * 4096 * 4096;
   BOOST_TEST(peak(kimi, request(BackendKind::Cpu, 4096, Precision::BF16, true)) > 8 * nss);
   BOOST_TEST(peak(kimi, request(BackendKind::Reference, 4096, Precision::BF16)) > 3 * 8 * nss);
-  // cuda: the device workspace holds [n, S, S] scores in the run's precision
-  BOOST_TEST(mla::estimate_memory(kimi, request(BackendKind::Cuda, 4096, Precision::BF16)).device_peak_bytes > 2 * nss);
+  // cuda: the device workspace is O(S) (streamed attention); only a dump of attn_weights adds
+  // its [n, S, S] buffer in the run's precision
+  auto device = [&](int64_t S, bool dump) {
+    return mla::estimate_memory(kimi, request(BackendKind::Cuda, S, Precision::BF16, dump)).device_peak_bytes;
+  };
+  BOOST_TEST(device(4096, false) < 2 * nss);  // less than one bf16 [n, S, S] tensor
+  // linear in S: f(4S) - f(2S) = 2 (f(2S) - f(S)), up to the workspace slots' 256-byte alignment
+  const int64_t step_2 = device(65536, false) - device(32768, false), step_4 = device(131072, false) - device(65536, false);
+  BOOST_TEST(std::abs(step_4 - 2 * step_2) < int64_t{1} << 20, step_4 << " vs 2 * " << step_2);
+  BOOST_TEST(device(4096, true) > device(4096, false) + 2 * nss - 1);
 }
 
 BOOST_AUTO_TEST_CASE(long_context_goals) {
@@ -142,10 +151,19 @@ BOOST_AUTO_TEST_CASE(decision_fits_drops_attn_weights_or_refuses) {
   // cuda: the device estimate against the device's free memory (cudaMemGetInfo)
   mla::MemoryBudget gpu = b;
   gpu.device_bytes = 8 * kGiB;
-  p = mla::plan_memory(kimi, request(BackendKind::Cuda, 16384, Precision::BF16), gpu);
+  p = mla::plan_memory(kimi, request(BackendKind::Cuda, 65536, Precision::BF16), gpu);
   BOOST_TEST(!p.fits);
   for (const char* w : {"of GPU memory at its peak", "but 8.0 GiB is available (cudaMemGetInfo)", "--backend cpu (~"})
     BOOST_TEST(contains(p.refusal, w), "missing '" << w << "' in: " << p.refusal);
+  // ... and when only the device lacks room for the [n, S, S] probabilities, they are dropped
+  // and the note names the device's figures, not the host's
+  gpu.host_bytes = 1024 * kGiB;
+  gpu.device_bytes = 2 * kGiB;
+  p = mla::plan_memory(kimi, request(BackendKind::Cuda, 4096, Precision::BF16, true), gpu);
+  BOOST_TEST(p.fits);
+  BOOST_TEST(p.attn_weights_dropped);
+  for (const char* w : {"attn_weights [64, 4096, 4096] not dumped", "of GPU memory but 2.0 GiB is available (cudaMemGetInfo)"})
+    BOOST_TEST(contains(p.note, w), "missing '" << w << "' in: " << p.note);
 
   // nothing fits: said so
   b.host_bytes = 1;

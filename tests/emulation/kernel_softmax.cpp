@@ -1,5 +1,0 @@
-// The unmodified cuda/softmax.cu compiled as C++ for the host SIMT emulator (simt.hpp supplies
-// MLA_LAUNCH, MLA_DYNAMIC_SHARED and the CUDA built-ins).
-#include "simt.hpp"
-
-#include "cuda/softmax.cu"
