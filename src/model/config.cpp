@@ -500,6 +500,34 @@ PackQuantization kimi_int4_quantization() {
   return q;
 }
 
+DecoderKeys kimi_k2_decoder_keys() {
+  DecoderKeys d;
+  d.intermediate_size = 18432;
+  d.moe_intermediate_size = 2048;
+  d.first_k_dense_replace = 1;
+  d.n_routed_experts = 384;
+  d.n_shared_experts = 1;
+  d.num_experts_per_tok = 8;
+  d.n_group = 1;
+  d.topk_group = 1;
+  d.norm_topk_prob = true;
+  d.routed_scaling_factor = 2.827;
+  return d;
+}
+
+DecoderKeys tiny_decoder_keys() {
+  // Widths distinct from tiny_config()'s 64 / 48 / 32 / 16 / 8 where INT4 allows: the experts'
+  // inputs (64 and 32) are multiples of Kimi's group size 32.
+  DecoderKeys d = kimi_k2_decoder_keys();
+  d.intermediate_size = 96;
+  d.moe_intermediate_size = 32;
+  d.n_routed_experts = 8;
+  d.num_experts_per_tok = 2;
+  d.n_group = 2;
+  d.topk_group = 1;
+  return d;
+}
+
 AttentionConfig tiny_config() {
   // Every dimension distinct where the math allows, so a transposed or mixed-up buffer
   // cannot pass: H 64, n 4, r_q 48, r_kv 32, d_n 16, d_r 8, d_v 16 (q_b 96x48, kv_b 128x32,
@@ -585,7 +613,28 @@ void append_quantization(std::ostringstream& os, const PackQuantization& q, cons
   os << ind << "},\n";
 }
 
-void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const std::string& ind) {
+// The whole model's keys beyond the attention, as Kimi K2's config.json has them.
+void append_decoder_keys(std::ostringstream& os, const DecoderKeys& d, const std::string& ind) {
+  os << ind << "\"intermediate_size\": " << d.intermediate_size << ",\n";
+  os << ind << "\"moe_intermediate_size\": " << d.moe_intermediate_size << ",\n";
+  os << ind << "\"first_k_dense_replace\": " << d.first_k_dense_replace << ",\n";
+  os << ind << "\"moe_layer_freq\": 1,\n";
+  os << ind << "\"n_routed_experts\": " << d.n_routed_experts << ",\n";
+  os << ind << "\"n_shared_experts\": " << d.n_shared_experts << ",\n";
+  os << ind << "\"num_experts_per_tok\": " << d.num_experts_per_tok << ",\n";
+  os << ind << "\"n_group\": " << d.n_group << ",\n";
+  os << ind << "\"topk_group\": " << d.topk_group << ",\n";
+  os << ind << "\"norm_topk_prob\": " << (d.norm_topk_prob ? "true" : "false") << ",\n";
+  os << ind << "\"routed_scaling_factor\": " << json_number(d.routed_scaling_factor) << ",\n";
+  os << ind << "\"scoring_func\": \"sigmoid\",\n";
+  os << ind << "\"topk_method\": \"noaux_tc\",\n";
+  os << ind << "\"hidden_act\": \"silu\",\n";
+  os << ind << "\"num_nextn_predict_layers\": 0,\n";
+  os << ind << "\"tie_word_embeddings\": false,\n";
+}
+
+void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const std::string& ind,
+                      const DecoderKeys* decoder) {
   os << ind << "\"hidden_size\": " << c.hidden_size << ",\n";
   os << ind << "\"num_attention_heads\": " << c.num_attention_heads << ",\n";
   os << ind << "\"num_key_value_heads\": " << c.num_key_value_heads << ",\n";
@@ -605,13 +654,14 @@ void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const st
   os << ind << "\"rope_interleave\": " << (c.rope_interleave ? "true" : "false") << ",\n";
   append_rope(os, c.rope, ind);
   os << ind << "\"rope_theta\": " << json_number(c.rope.rope_theta) << ",\n";
+  if (decoder) append_decoder_keys(os, *decoder, ind);
   if (c.quantization.present) append_quantization(os, c.quantization, ind);
   os << ind << "\"torch_dtype\": \"bfloat16\"";
 }
 
 }  // namespace
 
-std::string config_to_json(const AttentionConfig& cfg, bool nested) {
+std::string config_to_json(const AttentionConfig& cfg, bool nested, const DecoderKeys* decoder) {
   std::ostringstream os;
   os << "{\n";
   if (nested) {
@@ -621,13 +671,13 @@ std::string config_to_json(const AttentionConfig& cfg, bool nested) {
     os << "  \"text_config\": {\n";
     os << "    \"architectures\": [\"DeepseekV3ForCausalLM\"],\n";
     os << "    \"model_type\": \"kimi_k2\",\n";
-    append_text_keys(os, cfg, "    ");
+    append_text_keys(os, cfg, "    ", decoder);
     os << "\n  }\n";
   } else {
     const std::string type = cfg.model_type.empty() ? "deepseek_v3" : cfg.model_type;
     os << "  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n";
     os << "  \"model_type\": " << json_quote(type) << ",\n";
-    append_text_keys(os, cfg, "  ");
+    append_text_keys(os, cfg, "  ", decoder);
     os << "\n";
   }
   os << "}\n";

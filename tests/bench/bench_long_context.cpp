@@ -17,8 +17,8 @@
 //      forward_flops: the projections and the two attention products over the visible pairs),
 //      the bound (FLOPs / the precision's rate of part 0), forward / bound, the planned and the
 //      measured peak memory (ru_maxrss of the child, wait4: what /usr/bin/time -v reports) and
-//      their ratio, or the one-line
-//      refusal of the memory plan and how long it took;
+//      their ratio (the benchmark fails if the plan is below the measured peak or more than 10 %
+//      above it), or the one-line refusal of the memory plan and how long it took;
 //   3. `--long-seq-len` (131072) in bf16 as in part 2, when the memory plan says it fits with
 //      2 GiB to spare (the machine is shared), else why not;
 //   4. `mla-h2o decode` at P = `--decode-prompt-len` (32768), N = `--decode-steps` (256), K =
@@ -251,6 +251,7 @@ struct LayerTable {
   const Flags& f;
   std::string ckpt;
   Rate bf16, fp32;  // part 0 (0 GFLOP/s when not measured)
+  std::vector<std::string> plan_misses;  // rows whose plan is below the measured peak or > 10 % above it
 };
 
 void layer_header() {
@@ -258,7 +259,7 @@ void layer_header() {
               "GFLOP", "bound s", "ratio", "plan GiB", "peak GiB", "plan/peak");
 }
 
-void layer_row(const LayerTable& t, int64_t S, const std::string& p) {
+void layer_row(LayerTable& t, int64_t S, const std::string& p) {
   const Flags& f = t.f;
   const std::string out = f.work_dir + "/run-" + p + "-" + std::to_string(S);
   std::filesystem::remove_all(out);
@@ -289,6 +290,9 @@ void layer_row(const LayerTable& t, int64_t S, const std::string& p) {
   std::printf("  %-7lld %-9s %8.1f %9.1f %9.1f %9.0f %9.1f %6.2fx %9.2f %9.2f %6.3f\n", static_cast<long long>(S), p.c_str(),
               wall, forward, attend, flops / 1e9, bound, bound > 0 ? forward / bound : 0.0, gib(planned), gib(peak),
               peak > 0 ? static_cast<double>(planned) / static_cast<double>(peak) : 0.0);
+  // the plan must hold the run (planned >= peak) and stay within 10 % of it (docs/long-context.md §3)
+  if (peak > 0 && (planned < peak || static_cast<double>(planned) > 1.1 * static_cast<double>(peak)))
+    t.plan_misses.push_back("S = " + std::to_string(S) + " " + p);
   std::fflush(stdout);
   std::filesystem::remove_all(out);
 }
@@ -393,7 +397,7 @@ int main(int argc, char** argv) {
   std::printf("bench_long_context — machine: %s", cpu.out.c_str());
   std::printf("vector kernels (softmax rows, column sums): %s\n", mla::cpu::vector_kernels().name);
 
-  LayerTable table{f, "", {}, {}};
+  LayerTable table{f, "", {}, {}, {}};
   if (f.has("bound")) {
     std::printf("\n0. the bound: GEMM rate of the projection engine (--gemm auto), [4096, 4096] x [4096, 4096]^T, "
                 "median of 5\n");
@@ -443,5 +447,11 @@ int main(int argc, char** argv) {
   if (f.has("torch")) torch_rows(f);
   const Shell load = shell("cat /proc/loadavg");
   std::printf("\nload average at the end: %s", load.out.c_str());
+  if (!table.plan_misses.empty()) {  // a benchmark that can fail: the memory plan off its measured peak
+    std::string rows;
+    for (const std::string& m : table.plan_misses) rows += (rows.empty() ? "" : ", ") + m;
+    std::printf("FAIL: the memory plan is below the measured peak or more than 10 %% above it at %s\n", rows.c_str());
+    return 1;
+  }
   return 0;
 }
