@@ -56,17 +56,7 @@ void check_decode_flags(const DecodeOptions& opt) {
   auto bad = [](const std::string& what) { fail(ErrorKind::InvalidArgument, what); };
   if (opt.prompt_len < 1) bad("--prompt-len " + std::to_string(opt.prompt_len) + " must be >= 1");
   if (opt.steps < 0) bad("--steps " + std::to_string(opt.steps) + ": nothing to measure (need at least one decode step)");
-  if (opt.budgets.empty()) bad("--cache-budget: no budget given");
-  for (size_t i = 0; i < opt.budgets.size(); ++i) {
-    if (opt.budgets[i] < 1) bad("--cache-budget " + std::to_string(opt.budgets[i]) + " must be >= 1");
-    if (i > 0 && opt.budgets[i] <= opt.budgets[i - 1])
-      bad("--cache-budget: budgets must be strictly increasing (" + std::to_string(opt.budgets[i - 1]) + " then " +
-          std::to_string(opt.budgets[i]) + ")");
-  }
-  if (opt.policies.empty()) bad("--policy: no policy given");
-  for (size_t i = 0; i < opt.policies.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
-      if (opt.policies[i].label == opt.policies[j].label) bad("--policy: '" + opt.policies[i].label + "' given twice");
+  check_budgets_and_policies(opt.budgets, opt.policies);
   for (const PolicySettings& s : opt.policies) {
     int64_t sum = 0;
     for (int64_t K : opt.budgets)
