@@ -65,6 +65,8 @@ class Checkpoint {
 
   const AttentionConfig& config() const { return config_; }
   const std::string& path() const { return path_; }
+  // The config.json the checkpoint was opened with (mla/model.hpp reads the decoder's keys from it).
+  const std::string& config_path() const { return config_path_; }
   const std::vector<std::string>& shards() const { return shard_paths_; }
   // All tensors of all shards, in shard then offset order.
   std::vector<TensorLocation> list_tensors() const;
@@ -115,6 +117,7 @@ class Checkpoint {
   struct Impl;
   AttentionConfig config_;
   std::string path_;
+  std::string config_path_;
   std::string prefix_;
   std::vector<std::string> shard_paths_;
   std::unique_ptr<Impl> impl_;
