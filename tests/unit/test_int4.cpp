@@ -402,6 +402,22 @@ std::vector<float> rounded_bf16(std::vector<float> v) {
   return v;
 }
 
+// The weight a loader must see for a bf16 weight w [rows, cols] that synth stored in INT4 (group
+// size 32): compressed-tensors' quantization (int4::quantize, checked byte for byte above), then its
+// dequantization (int4::dequantize, checked bit for bit above).
+std::vector<float> intended_int4(const std::vector<float>& w, int64_t rows, int64_t cols) {
+  const mla::int4::Packed q = mla::int4::quantize(w, DType::BF16, rows, cols, 32);
+  std::vector<float> scale(q.scale.size() / 2);
+  for (size_t k = 0; k < scale.size(); ++k) {
+    uint16_t b = 0;
+    std::memcpy(&b, q.scale.data() + 2 * k, 2);
+    scale[k] = std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+  }
+  std::vector<float> out(w.size());
+  mla::int4::dequantize(q.packed, scale, DType::BF16, rows, cols, 32, out);
+  return out;
+}
+
 // Every tensor of the synthesized whole model reads back as synth intended: the routed experts
 // through the INT4 path (pack-quantized, dequantized to exactly int4::dequantize(int4::quantize(
 // the bf16 weight))), everything else as BF16 (the router bias F32), under the names and shapes
@@ -487,15 +503,7 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_reads_back_exactly) {
         BOOST_TEST(dims[1] == cols);
 
         const std::vector<float> w = rounded_bf16(mla::synthesized_values(o, tiny, stem + "weight", &keys));
-        const mla::int4::Packed q = mla::int4::quantize(w, DType::BF16, rows, cols, 32);
-        std::vector<float> qscale(q.scale.size() / 2);
-        for (size_t k = 0; k < qscale.size(); ++k) {
-          uint16_t b = 0;
-          std::memcpy(&b, q.scale.data() + 2 * k, 2);
-          qscale[k] = std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-        }
-        std::vector<float> want(w.size());
-        mla::int4::dequantize(q.packed, qscale, DType::BF16, rows, cols, 32, want);
+        const std::vector<float> want = intended_int4(w, rows, cols);
         const mla::TensorF got = ck.load_tensor(stem + "weight", {rows, cols}, "synth's shape");
         BOOST_TEST(differing(got.data, want) == 0u);
         // ... and those are the drawn weights to within the quantization error.
@@ -600,16 +608,7 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_forward) {
         {&m.gate_proj, "gate_proj"}, {&m.up_proj, "up_proj"}, {&m.down_proj, "down_proj"}};
     for (const auto& [t, proj] : projs) {
       const std::vector<float> w = rounded_bf16(mla::synthesized_values(o, tiny, stem + proj + ".weight", &keys));
-      const int64_t rows = t->shape[0], cols = t->shape[1];
-      const mla::int4::Packed q = mla::int4::quantize(w, DType::BF16, rows, cols, 32);
-      std::vector<float> qscale(q.scale.size() / 2);
-      for (size_t k = 0; k < qscale.size(); ++k) {
-        uint16_t b = 0;
-        std::memcpy(&b, q.scale.data() + 2 * k, 2);
-        qscale[k] = std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-      }
-      std::vector<float> want(w.size());
-      mla::int4::dequantize(q.packed, qscale, DType::BF16, rows, cols, 32, want);
+      const std::vector<float> want = intended_int4(w, t->shape[0], t->shape[1]);
       BOOST_TEST(differing(t->data, want) == 0u, stem << proj);
     }
   }
