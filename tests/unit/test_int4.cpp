@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,8 +25,11 @@
 #include "mla/config.hpp"
 #include "mla/error.hpp"
 #include "mla/int4.hpp"
+#include "mla/model.hpp"
+#include "mla/model_forward.hpp"
 #include "mla/safetensors.hpp"
 #include "compare.hpp"
+#include "reference/model_reference.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -398,6 +402,22 @@ std::vector<float> rounded_bf16(std::vector<float> v) {
   return v;
 }
 
+// The weight a loader must see for a bf16 weight w [rows, cols] that synth stored in INT4 (group
+// size 32): compressed-tensors' quantization (int4::quantize, checked byte for byte above), then its
+// dequantization (int4::dequantize, checked bit for bit above).
+std::vector<float> intended_int4(const std::vector<float>& w, int64_t rows, int64_t cols) {
+  const mla::int4::Packed q = mla::int4::quantize(w, DType::BF16, rows, cols, 32);
+  std::vector<float> scale(q.scale.size() / 2);
+  for (size_t k = 0; k < scale.size(); ++k) {
+    uint16_t b = 0;
+    std::memcpy(&b, q.scale.data() + 2 * k, 2);
+    scale[k] = std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+  }
+  std::vector<float> out(w.size());
+  mla::int4::dequantize(q.packed, scale, DType::BF16, rows, cols, 32, out);
+  return out;
+}
+
 // Every tensor of the synthesized whole model reads back as synth intended: the routed experts
 // through the INT4 path (pack-quantized, dequantized to exactly int4::dequantize(int4::quantize(
 // the bf16 weight))), everything else as BF16 (the router bias F32), under the names and shapes
@@ -483,15 +503,7 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_reads_back_exactly) {
         BOOST_TEST(dims[1] == cols);
 
         const std::vector<float> w = rounded_bf16(mla::synthesized_values(o, tiny, stem + "weight", &keys));
-        const mla::int4::Packed q = mla::int4::quantize(w, DType::BF16, rows, cols, 32);
-        std::vector<float> qscale(q.scale.size() / 2);
-        for (size_t k = 0; k < qscale.size(); ++k) {
-          uint16_t b = 0;
-          std::memcpy(&b, q.scale.data() + 2 * k, 2);
-          qscale[k] = std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-        }
-        std::vector<float> want(w.size());
-        mla::int4::dequantize(q.packed, qscale, DType::BF16, rows, cols, 32, want);
+        const std::vector<float> want = intended_int4(w, rows, cols);
         const mla::TensorF got = ck.load_tensor(stem + "weight", {rows, cols}, "synth's shape");
         BOOST_TEST(differing(got.data, want) == 0u);
         // ... and those are the drawn weights to within the quantization error.
@@ -564,6 +576,79 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_bad_requests) {
       BOOST_TEST(!fs::exists(dir));
     }
   }
+}
+
+// The whole-model forward (mla/model_forward.hpp) on the synthesized Kimi-layout model: its
+// config read with Kimi's decoder keys, every tensor found, each routed expert as the forward
+// loads it (load_expert) exactly the intended dequantization, and the forward's logits, hidden
+// states and routing against the double-loop reference on the same INT4 weights; experts read one
+// at a time give the resident run's logits bit for bit.
+BOOST_AUTO_TEST_CASE(synth_whole_model_forward) {
+  const std::string dir = mla::test::scratch_dir("int4-whole-forward") + "/ckpt";
+  const mla::SynthOptions o = tiny_whole_model_options(dir);
+  const mla::AttentionConfig tiny = mla::tiny_config();
+  const mla::DecoderKeys keys = mla::tiny_decoder_keys();
+  mla::synthesize_checkpoint(o, tiny, &keys);
+  const Checkpoint ck = Checkpoint::open(dir);
+  const mla::ModelConfig cfg = mla::load_model_config(ck.config_path());
+  BOOST_TEST(cfg.n_routed_experts == 4);
+  BOOST_TEST(cfg.num_experts_per_tok == 2);
+  BOOST_TEST(cfg.n_group == 2);
+  BOOST_TEST(cfg.topk_group == 1);
+  BOOST_TEST(cfg.first_k_dense_replace == 1);
+  BOOST_TEST(cfg.moe_intermediate_size == 32);
+  BOOST_TEST(cfg.routed_scaling_factor == 2.827);
+  BOOST_TEST(!cfg.tie_word_embeddings);
+  BOOST_CHECK_NO_THROW(mla::check_model_tensors(ck, cfg, "the test"));
+
+  for (int64_t e = 0; e < 4; ++e) {
+    const mla::MlpWeights m = mla::load_expert(ck, cfg, 1, e);
+    const std::string stem = "language_model.model.layers.1.mlp.experts." + std::to_string(e) + ".";
+    const std::pair<const mla::TensorF*, const char*> projs[] = {
+        {&m.gate_proj, "gate_proj"}, {&m.up_proj, "up_proj"}, {&m.down_proj, "down_proj"}};
+    for (const auto& [t, proj] : projs) {
+      const std::vector<float> w = rounded_bf16(mla::synthesized_values(o, tiny, stem + proj + ".weight", &keys));
+      const std::vector<float> want = intended_int4(w, t->shape[0], t->shape[1]);
+      BOOST_TEST(differing(t->data, want) == 0u, stem << proj);
+    }
+  }
+
+  const std::vector<int64_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+  mla::ModelForwardOptions opt;
+  opt.precision = mla::Precision::FP32;
+  opt.keep_hidden_states = true;
+  opt.keep_routing = true;
+  const mla::ModelForwardResult r = mla::model_forward(ck, cfg, tokens, opt);
+  BOOST_TEST((r.logits.shape == std::vector<int64_t>{16, 97}));
+  const mla::ref::ModelActivations ref = mla::ref::model_forward(ck, cfg, tokens, mla::Precision::FP32, 1e-6);
+  const mla::test::Tolerance& tol = mla::test::tolerance("logits", "model-cpu-vs-reference", "fp32");
+  std::vector<double> got(r.logits.data.begin(), r.logits.data.end());
+  const mla::test::CompareResult c = mla::test::compare("logits", r.logits.shape, ref.logits.data, got, tol);
+  BOOST_TEST(c.ok, c.message);
+  // Routing: layer 1 only, 2 experts per token, both in one group (topk_group 1), as the reference.
+  BOOST_TEST_REQUIRE(r.routing.size() == 1u);
+  BOOST_TEST(r.routing[0].layer == 1);
+  BOOST_TEST(r.routing[0].experts == ref.routing[0].experts);
+  std::set<int32_t> used;
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    const int32_t a = r.routing[0].experts[2 * s], b = r.routing[0].experts[2 * s + 1];
+    BOOST_TEST(a / 2 == b / 2);
+    used.insert(a);
+    used.insert(b);
+  }
+  BOOST_TEST(used.size() > 2u);  // the router's bias and weights spread the tokens
+  opt.resident_experts = false;
+  opt.threads = 1;
+  const mla::ModelForwardResult streamed = mla::model_forward(ck, cfg, tokens, opt);
+  BOOST_TEST(std::memcmp(streamed.logits.data.data(), r.logits.data.data(), r.logits.data.size() * 4) == 0);
+
+  // `mla-h2o eval` runs on it, every layer's cache evicted, and says the weights are synthetic.
+  const std::string out = mla::test::scratch_dir("int4-whole-eval") + "/eval";
+  const auto e = mla::test::run_cli("eval --checkpoint '" + dir +
+                                    "' --tokens 3,1,4,1,5,9,2,6,5,3,5,8,9,7,9,3,2,3,8,4 --prompt-len 8 --steps 8 "
+                                    "--cache-budget 6,10 --sinks 1 --recent 2 --policy h2o,streaming --quiet --out '" + out + "'");
+  BOOST_TEST_REQUIRE(e.exit_code == 0, e.err);
+  BOOST_TEST(mla::test::read_text(out + "/report.json").find("synthetic") != std::string::npos);
 }
 
 // Kimi K2.6's config.json as synth writes it for the whole model reads back with Kimi's values.
