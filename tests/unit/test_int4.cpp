@@ -405,16 +405,21 @@ std::vector<float> rounded_bf16(std::vector<float> v) {
 // The weight a loader must see for a bf16 weight w [rows, cols] that synth stored in INT4 (group
 // size 32): compressed-tensors' quantization (int4::quantize, checked byte for byte above), then its
 // dequantization (int4::dequantize, checked bit for bit above).
-std::vector<float> intended_int4(const std::vector<float>& w, int64_t rows, int64_t cols) {
-  const mla::int4::Packed q = mla::int4::quantize(w, DType::BF16, rows, cols, 32);
-  std::vector<float> scale(q.scale.size() / 2);
+// With dtype F32 (synth --dtype f32) the weight and its scales are F32.
+std::vector<float> intended_int4(const std::vector<float>& w, int64_t rows, int64_t cols, DType dtype = DType::BF16) {
+  const mla::int4::Packed q = mla::int4::quantize(w, dtype, rows, cols, 32);
+  std::vector<float> scale(q.scale.size() / (dtype == DType::F32 ? 4 : 2));
   for (size_t k = 0; k < scale.size(); ++k) {
+    if (dtype == DType::F32) {
+      std::memcpy(&scale[k], q.scale.data() + 4 * k, 4);
+      continue;
+    }
     uint16_t b = 0;
     std::memcpy(&b, q.scale.data() + 2 * k, 2);
     scale[k] = std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
   }
   std::vector<float> out(w.size());
-  mla::int4::dequantize(q.packed, scale, DType::BF16, rows, cols, 32, out);
+  mla::int4::dequantize(q.packed, scale, dtype, rows, cols, 32, out);
   return out;
 }
 
@@ -518,6 +523,38 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_reads_back_exactly) {
                                                         mla::test::tolerance("expert_weight", "int4-vs-drawn", "bf16"));
   BOOST_TEST(c.ok, c.message);
   BOOST_TEST_MESSAGE("INT4 experts against the drawn bf16 weights: norm error " << c.norm_error << ", cosine " << c.cosine);
+}
+
+// --dtype f32: the experts are quantized from f32 weights with F32 scales (compressed-tensors keeps
+// the weight's dtype for the scale), everything else F32; all read back exactly.
+BOOST_AUTO_TEST_CASE(synth_whole_model_f32) {
+  const std::string dir = mla::test::scratch_dir("int4-whole-f32") + "/ckpt";
+  mla::SynthOptions o = tiny_whole_model_options(dir);
+  o.dtype = "f32";
+  const mla::AttentionConfig tiny = mla::tiny_config();
+  const mla::DecoderKeys keys = mla::tiny_decoder_keys();
+  mla::synthesize_checkpoint(o, tiny, &keys);
+  const Checkpoint ck = Checkpoint::open(dir);
+  const int64_t H = tiny.hidden_size, I_m = keys.moe_intermediate_size;
+  const std::string p = "language_model.model.layers.1.mlp.";
+  for (const std::string& name : {p + "shared_experts.down_proj.weight", std::string("language_model.lm_head.weight")}) {
+    BOOST_TEST(ck.stored_dtype(name) == "F32");
+    const std::vector<int64_t> shape = name.find("lm_head") != std::string::npos ? std::vector<int64_t>{97, H}
+                                                                                  : std::vector<int64_t>{H, I_m};
+    BOOST_TEST(differing(ck.load_tensor(name, shape, "synth's shape").data,
+                         mla::synthesized_values(o, tiny, name, &keys)) == 0u, name);
+  }
+  std::map<std::string, std::string> shard_of;
+  for (const mla::TensorLocation& t : ck.list_tensors()) shard_of[t.name] = t.shard;
+  for (int e = 0; e < 4; ++e) {
+    const std::string stem = p + "experts." + std::to_string(e) + ".down_proj.";
+    BOOST_TEST_REQUIRE(ck.stored_dtype(stem + "weight") == "INT4");
+    const mla::SafetensorsFile f = mla::SafetensorsFile::open(shard_of.at(stem + "weight_scale"));
+    BOOST_TEST((f.at(stem + "weight_scale").dtype == DType::F32));
+    const std::vector<float> w = mla::synthesized_values(o, tiny, stem + "weight", &keys);
+    BOOST_TEST(differing(ck.load_tensor(stem + "weight", {H, I_m}, "synth's shape").data,
+                         intended_int4(w, H, I_m, DType::F32)) == 0u, stem);
+  }
 }
 
 // The same model through the CLI: inspect reads it, run and sweep run on its attention layers.
