@@ -65,6 +65,8 @@ class Checkpoint {
 
   const AttentionConfig& config() const { return config_; }
   const std::string& path() const { return path_; }
+  // The config.json the checkpoint was opened with (mla/model.hpp reads the decoder's keys from it).
+  const std::string& config_path() const { return config_path_; }
   const std::vector<std::string>& shards() const { return shard_paths_; }
   // All tensors of all shards, in shard then offset order.
   std::vector<TensorLocation> list_tensors() const;
@@ -115,6 +117,7 @@ class Checkpoint {
   struct Impl;
   AttentionConfig config_;
   std::string path_;
+  std::string config_path_;
   std::string prefix_;
   std::vector<std::string> shard_paths_;
   std::unique_ptr<Impl> impl_;
@@ -131,10 +134,25 @@ struct SynthOptions {
   int64_t vocab = 0;             // rows of embed_tokens; 0 = preset default
   uint64_t seed = 0;
   int64_t shards = 2;            // at least 2 (index + shards, real layout)
+  // > 0: the whole model in Kimi K2-Thinking / K2.5 / K2.6's published layout, with this many
+  // routed experts per MoE layer: every layer's attention, norms and MLP (dense below
+  // first_k_dense_replace, else router + shared expert + routed experts), the final norm and
+  // lm_head. The routed experts are stored compressed-tensors pack-quantized INT4 (group size
+  // `group_size`), everything else in `dtype` (bf16 or f32). `layers` must then be 0 .. L-1,
+  // and config.json says num_hidden_layers L.
+  int64_t experts = 0;
+  int64_t group_size = 32;       // INT4 group size (Kimi: 32)
 };
 // Writes config.json, model.safetensors.index.json and the shards; returns the config used.
 AttentionConfig synthesize_checkpoint(const SynthOptions& opts);
-// Same, for an explicit config (tests use it for odd geometries).
-void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg);
+// Same, for an explicit config (tests use it for odd geometries); `decoder` gives the whole
+// model's keys when opts.experts > 0 (its n_routed_experts is replaced by opts.experts).
+void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg, const DecoderKeys* decoder = nullptr);
+// The f32 values synth draws for tensor `name` (its plain name, e.g. "...mlp.experts.3.up_proj.weight")
+// of the checkpoint these arguments write, before they are rounded to the stored dtype or
+// quantized to INT4: what a test compares a loaded tensor with. Error(TensorNotFound) for a
+// name synth does not write.
+std::vector<float> synthesized_values(const SynthOptions& opts, const AttentionConfig& cfg, const std::string& name,
+                                      const DecoderKeys* decoder = nullptr);
 
 }  // namespace mla

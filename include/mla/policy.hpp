@@ -88,6 +88,10 @@ void apply_policy_setting(PolicySettings& s, std::string_view key, std::string_v
 // previous one. "all" = every preset. Two identical labels are an error.
 std::vector<PolicySettings> parse_policy_list(std::string_view list);
 
+// Error(InvalidArgument) for the runs' lists of decode and eval: no budget, a budget < 1,
+// budgets not strictly increasing, no policy, two policies with the same label.
+void check_budgets_and_policies(const std::vector<int64_t>& budgets, const std::vector<PolicySettings>& policies);
+
 // The tokens a policy protects at budget K: sinks + recent (recent_tokens), or sinks + window.
 int64_t recent_tokens(const PolicySettings& s, int64_t budget);
 int64_t protected_tokens(const PolicySettings& s, int64_t budget);

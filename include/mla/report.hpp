@@ -114,6 +114,9 @@ std::string scores_svg(std::span<const double> scores, const H2ODecision& d, con
 
 // "%.17g": the shortest printf form that always round-trips a double.
 std::string format_double(double v);
+// A CSV field: quoted (RFC 4180) when it holds a comma, a quote or a newline, as a policy label
+// ("snapkv:window=64,pool=avg5") can.
+std::string csv_field(const std::string& v);
 // json_quote (JSON string literals) lives in mla/json_text.hpp, included above.
 
 // A small streaming JSON writer (pretty-printed, 2-space indent). Commas and nesting are

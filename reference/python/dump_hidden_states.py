@@ -10,13 +10,18 @@ Purpose
   writes, per decoder layer L:
 
     hidden_states.L         [S, H]     the residual stream entering layer L, i.e. transformers'
-                                       output_hidden_states[L] (layer 0: the embeddings)
+                                       output_hidden_states[L] (layer 0: the embeddings);
+                                       hidden_states.<num_hidden_layers> is the last layer's
+                                       output (the final norm's input)
     normed_hidden_states.L  [S, H]     input_layernorm(hidden_states.L): what layer L's
                                        self_attn receives
     attn_weights.L          [n, S, S]  layer L's post-softmax attention probabilities
                                        (output_attentions; omitted with --no-attentions)
     token_scores.L          [S]  F64   attn_weights.L summed over heads and queries (the H2O score)
-  and input_ids [S] (I64). Batch dimension dropped; float tensors are F32 (a bf16 run's
+    routed_experts.L        [S, k] I64 MoE layers: the experts each token is routed to, ascending
+    routing_weights.L       [S, k]     their weights (normalised, times routed_scaling_factor), same order
+    router_logits.L         [S, E]     the router's logits (fp32)
+  and input_ids [S] (I64), logits [S, V] (the model's output, as computed: bf16 values in a bf16 run). Batch dimension dropped; float tensors are F32 (a bf16 run's
   values are exact in F32). Metadata: producer, versions, dtype, mask "causal", seq_len,
   num_hidden_layers, layers written, the checkpoint path and its config.json text.
 
@@ -60,11 +65,14 @@ def parse_tokens(arg: str) -> list[int]:
     return ids
 
 
-def load_model(torch, checkpoint: str, dtype, device_map: str | None):
-    """DeepseekV3ForCausalLM in `dtype`, eager attention, eval mode."""
+def load_model(torch, checkpoint: str, dtype, device_map: str | None, experts: str | None = None):
+    """DeepseekV3ForCausalLM in `dtype`, eager attention, eval mode (experts: transformers'
+    experts_implementation, None = its default, grouped_mm)."""
     from transformers import DeepseekV3ForCausalLM
 
     kwargs = {"dtype": dtype, "attn_implementation": "eager"}
+    if experts:
+        kwargs["experts_implementation"] = experts
     if device_map:
         kwargs["device_map"] = device_map
     with open(os.path.join(checkpoint, "config.json"), encoding="utf-8") as f:
@@ -95,10 +103,26 @@ def run_model(torch, model, ids: list[int], with_attentions: bool) -> dict:
             normed[idx] = (args[0] if args else kwargs["hidden_states"]).detach()
         return hook
 
+    routed = {}
+
+    def router_hook(idx):
+        def hook(module, args, output):
+            routed[idx] = output  # (router_logits, topk_weights, topk_indices)
+        return hook
+
+    final = {}
+
+    def norm_hook(module, args, kwargs):
+        final["h"] = (args[0] if args else kwargs["hidden_states"]).detach()
+
     handles = []
     for idx, layer in enumerate(layers):
         handles.append(layer.register_forward_pre_hook(layer_hook(idx), with_kwargs=True))
         handles.append(layer.self_attn.register_forward_pre_hook(attn_hook(idx), with_kwargs=True))
+        gate = getattr(layer.mlp, "gate", None)
+        if gate is not None and hasattr(gate, "e_score_correction_bias"):
+            handles.append(gate.register_forward_hook(router_hook(idx)))
+    handles.append(model.model.norm.register_forward_pre_hook(norm_hook, with_kwargs=True))
     device = model.model.embed_tokens.weight.device
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     try:
@@ -130,6 +154,16 @@ def run_model(torch, model, ids: list[int], with_attentions: bool) -> dict:
                 sys.exit(f"dump_hidden_states: layer {L} returned no attention weights (not eager?)")
             tensors[f"attn_weights.{L}"] = f32(w)
             tensors[f"token_scores.{L}"] = w[0].to("cpu", torch.float64).sum(dim=(0, 1)).contiguous()
+        if L in routed:
+            # the k experts of each token ascending, their weights in the same order
+            logits, weights, indices = routed[L]
+            order = indices.argsort(dim=-1)
+            tensors[f"routed_experts.{L}"] = indices.gather(-1, order).to("cpu", torch.int64).contiguous()
+            tensors[f"routing_weights.{L}"] = weights.gather(-1, order).to("cpu", torch.float32).contiguous()
+            tensors[f"router_logits.{L}"] = logits.to("cpu", torch.float32).contiguous()
+    # the last layer's output (the final norm's input) and the logits
+    tensors[f"hidden_states.{n_layers}"] = f32(final["h"])
+    tensors["logits"] = f32(out.logits)
     return tensors
 
 
@@ -145,6 +179,8 @@ def main(argv=None) -> int:
                    help="skip attn_weights/token_scores (they are [n, S, S] per layer: large for long inputs)")
     p.add_argument("--device-map", default=None, help="passed to from_pretrained (e.g. auto, cuda:0); default CPU")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads on the CPU (1 = fixed order)")
+    p.add_argument("--experts-implementation", default=None,
+                   help="transformers' experts_implementation (default: its own, grouped_mm; eager sums in bf16)")
     args = p.parse_args(argv)
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # make_golden.build_hf_config
@@ -156,7 +192,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     dtype = torch.float32 if args.dtype == "float32" else torch.bfloat16
     ids = parse_tokens(args.tokens)
-    model = load_model(torch, args.checkpoint, dtype, args.device_map)
+    model = load_model(torch, args.checkpoint, dtype, args.device_map, args.experts_implementation)
     vocab = model.model.embed_tokens.weight.shape[0]
     if max(ids) >= vocab:
         sys.exit(f"dump_hidden_states: token id {max(ids)} is out of range: embed_tokens has {vocab} rows")
@@ -179,6 +215,7 @@ def main(argv=None) -> int:
         "checkpoint": args.checkpoint,
         "config_json": config_text,
         "torch_threads": str(args.threads),
+        "experts_implementation": str(model.config._experts_implementation),
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     save_file(tensors, args.out, metadata=meta)

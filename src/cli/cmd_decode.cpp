@@ -88,20 +88,6 @@ CommandSpec decode_spec() {
 
 namespace {
 
-// --policy, then --sinks / --recent / --policy-seed for every policy that has the setting.
-std::vector<PolicySettings> read_policies(const Args& a) {
-  std::vector<PolicySettings> out = parse_policy_list(a.has("policy") ? a.str("policy") : "all");
-  for (PolicySettings& s : out) {
-    const std::vector<std::string> keys = policy_setting_keys(s.kind);
-    for (const std::string key : {"sinks", "recent", "seed"}) {
-      const std::string flag = key == "seed" ? "policy-seed" : key;
-      if (a.has(flag) && std::find(keys.begin(), keys.end(), key) != keys.end())
-        apply_policy_setting(s, key, std::to_string(a.integer(flag, 0, key == "recent" ? 1 : 0)));
-    }
-  }
-  return out;
-}
-
 void write_decode_tensors(const std::string& path, const DecodeInputs& in, int64_t n, const DecodeResult& r,
                           const std::map<std::string, std::string>& meta) {
   std::vector<std::vector<std::byte>> payloads;

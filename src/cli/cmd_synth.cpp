@@ -20,7 +20,7 @@ namespace {
 const CommandSpec kSpec = {
     "synth",
     "write a synthetic checkpoint with the real Kimi K2.6 layout (deterministic for a seed)",
-    "mla-h2o synth --out DIR [--preset kimi-k2.6|tiny] [--dtype bf16|f32|f8_e4m3] [--layers 0,1] [options]",
+    "mla-h2o synth --out DIR [--preset kimi-k2.6|tiny] [--dtype bf16|f32|f8_e4m3] [--layers 0,1] [--experts N] [options]",
     {
         {"out", "DIR", "output directory (created if missing; existing files of the same names are replaced)", ""},
         {"preset", "NAME", "geometry: kimi-k2.6 (hidden 7168, 64 heads, ~200 MB per bf16 layer) or tiny (hidden 64, 4 heads)",
@@ -30,7 +30,14 @@ const CommandSpec kSpec = {
         {"layers", "LIST", "layers to write, e.g. 0,1,5 (config.json still says num_hidden_layers of the preset)", "0"},
         {"vocab", "N", "rows of embed_tokens written; config.json's vocab_size is set to it", "1024 (kimi-k2.6), 97 (tiny)"},
         {"seed", "N", "random seed (mla::Rng, one documented stream per tensor)", "0"},
-        {"shards", "N", "number of shards, >= 2: layers spread over 1..N-1, embed_tokens in the last", "2"},
+        {"shards", "N", "number of shards, >= 2: layers spread over 1..N-1, embed_tokens (and norm, lm_head) in the last", "2"},
+    {"experts", "N",
+     "write the whole model in Kimi K2.6's published layout with N routed experts per MoE layer: attention, norms, "
+     "dense MLP, router, shared expert, embed_tokens, lm_head in --dtype, routed experts compressed-tensors "
+     "pack-quantized INT4; --layers must then be 0..L-1 (config.json says num_hidden_layers L)",
+     "off (attention only)"},
+    {"group-size", "G", "INT4 group size of the routed experts (with --experts); must divide hidden_size and "
+                        "moe_intermediate_size", "32 (Kimi's)"},
     },
     0,
     "",
@@ -46,7 +53,12 @@ int cmd_synth(const std::vector<std::string>& argv) {
   if (opts.out_dir.empty()) fail(ErrorKind::InvalidArgument, "synth: --out DIR is required");
   opts.preset = args.choice("preset", {"kimi-k2.6", "tiny"}, "tiny");
   opts.dtype = args.choice("dtype", {"bf16", "f32", "f8_e4m3"}, "bf16");
-  opts.layers = args.int_list("layers", {0});
+  opts.experts = args.integer("experts", 0, 1, int64_t{1} << 16);
+  opts.group_size = args.integer("group-size", 32, 1, int64_t{1} << 20);
+  if (args.has("group-size") && opts.experts == 0)
+    fail(ErrorKind::InvalidArgument, "synth: --group-size applies to the INT4 experts of --experts N; give --experts");
+  // A whole model needs a MoE layer: layers 0 (dense in both presets) and 1 unless listed.
+  opts.layers = args.int_list("layers", opts.experts > 0 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0});
   opts.vocab = args.integer("vocab", 0, 1, int64_t{1} << 31);
   opts.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
   opts.shards = args.integer("shards", 2, 2, 99999);
@@ -61,8 +73,12 @@ int cmd_synth(const std::vector<std::string>& argv) {
     if (entry.is_regular_file(ec) && entry.path().extension() == ".safetensors") bytes += entry.file_size(ec);
   std::string layers;
   for (int64_t L : opts.layers) layers += (layers.empty() ? "" : ",") + std::to_string(L);
-  std::printf("wrote %s: preset %s, dtype %s, layers %s, vocab %lld, seed %llu, %lld shards, %.1f MB in %.2f s\n",
-              opts.out_dir.c_str(), opts.preset.c_str(), opts.dtype.c_str(), layers.c_str(),
+  std::string experts;
+  if (opts.experts > 0)
+    experts = ", whole model: " + std::to_string(opts.experts) + " routed experts per MoE layer in INT4 (group size " +
+              std::to_string(opts.group_size) + ")";
+  std::printf("wrote %s: preset %s, dtype %s, layers %s%s, vocab %lld, seed %llu, %lld shards, %.1f MB in %.2f s\n",
+              opts.out_dir.c_str(), opts.preset.c_str(), opts.dtype.c_str(), layers.c_str(), experts.c_str(),
               static_cast<long long>(cfg.vocab_size), static_cast<unsigned long long>(opts.seed),
               static_cast<long long>(opts.shards), static_cast<double>(bytes) / 1e6, secs);
   return 0;

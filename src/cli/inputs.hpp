@@ -26,6 +26,7 @@
 #include "args.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/policy.hpp"
 #include "mla/safetensors.hpp"
 #include "mla/tensor.hpp"
 
@@ -132,5 +133,9 @@ std::vector<int64_t> parse_token_ids(const std::string& arg);
 //   FP32: y = fp32(w * fp32(x * r))
 //   BF16: x and w are bf16 values; y = bf16(fp32(w) * bf16(fp32(x * r)))  (two roundings)
 void input_rms_norm(TensorF& x, const TensorF& weight, double eps, Precision precision);
+
+// The policies of decode and eval: --policy (default all), then --sinks / --recent /
+// --policy-seed applied to every policy that has the setting (overriding the presets).
+std::vector<PolicySettings> read_policies(const Args& a);
 
 }  // namespace mla::cli

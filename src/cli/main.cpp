@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"demo", mla::cli::cmd_demo, "synthesize a Kimi K2.6-shaped layer 0 and run the published Kimi K2.6 layer-0 H2O demo's configuration on it"},
     {"run", mla::cli::cmd_run, "one layer's attention + H2O selection on a checkpoint"},
     {"decode", mla::cli::cmd_decode, "decode-time eviction on the latent cache: policies compared step by step"},
+    {"eval", mla::cli::cmd_eval, "a whole model's next-token predictions with every layer's cache evicted by each policy"},
     {"sweep", mla::cli::cmd_sweep, "run + H2O on every listed layer, one layer in memory at a time; per-layer report"},
     {"select", mla::cli::cmd_select, "H2O selection on scores from any implementation (CSV or safetensors)"},
     {"compare", mla::cli::cmd_compare, "tensor-by-tensor comparison of two safetensors dumps"},

@@ -77,23 +77,28 @@ std::vector<float> prepare_vector(const TensorF& t, bool bf16) {
 
 // ---- the stages (cpu_stages.hpp) ------------------------------------------------------------
 
-PreparedWeights prepare_weights(const AttentionConfig& /*cfg: validated against*/, const LayerWeights& w, bool bf16,
-                                int threads, Gemm gemm) {
+PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads, Gemm gemm) {
   std::string reason;
   const std::unique_ptr<GemmEngine> engine = make_gemm_engine(gemm, bf16, reason);
+  return prepare_weights_on(*engine, gemm_name(gemm), reason, cfg, w, bf16, threads);
+}
+
+PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& requested, const std::string& reason,
+                                   const AttentionConfig& /*cfg: validated against*/, const LayerWeights& w, bool bf16,
+                                   int threads) {
   const TensorF none;  // q_b_proj, q_proj and kv_b_proj have no bias (HF)
   PreparedWeights p;
-  p.q_a_proj = prepare_linear(*engine, w.q_a_proj, "q_a_proj", w.q_a_proj_bias, bf16, threads);
+  p.q_a_proj = prepare_linear(engine, w.q_a_proj, "q_a_proj", w.q_a_proj_bias, bf16, threads);
   p.q_a_layernorm = prepare_vector(w.q_a_layernorm, bf16);
-  p.q_b_proj = prepare_linear(*engine, w.q_b_proj, "q_b_proj", none, bf16, threads);
-  p.q_proj = prepare_linear(*engine, w.q_proj, "q_proj", none, bf16, threads);
+  p.q_b_proj = prepare_linear(engine, w.q_b_proj, "q_b_proj", none, bf16, threads);
+  p.q_proj = prepare_linear(engine, w.q_proj, "q_proj", none, bf16, threads);
   p.kv_a_proj_with_mqa =
-      prepare_linear(*engine, w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", w.kv_a_proj_with_mqa_bias, bf16, threads);
+      prepare_linear(engine, w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", w.kv_a_proj_with_mqa_bias, bf16, threads);
   p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, bf16);
-  p.kv_b_proj = prepare_linear(*engine, w.kv_b_proj, "kv_b_proj", none, bf16, threads);
-  p.o_proj = prepare_linear(*engine, w.o_proj, "o_proj", w.o_proj_bias, bf16, threads);
-  p.gemm = {gemm_name(gemm), engine->name(), p.kv_b_proj->kernel(), reason};
-  if (engine->kind() == Gemm::OneDnn) {
+  p.kv_b_proj = prepare_linear(engine, w.kv_b_proj, "kv_b_proj", none, bf16, threads);
+  p.o_proj = prepare_linear(engine, w.o_proj, "o_proj", w.o_proj_bias, bf16, threads);
+  p.gemm = {requested, engine.name(), p.kv_b_proj->kernel(), reason};
+  if (engine.kind() == Gemm::OneDnn) {
     p.attention_products = Gemm::OneDnn;
     p.attention_kernel = onednn_attention_kernel(bf16);
   }

@@ -69,6 +69,10 @@ struct Layer {
 // engine (oneDNN: onednn_attention.hpp).
 PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads,
                                 Gemm gemm = Gemm::Eigen);
+// The same on a given engine (the whole-model forward passes the fixed-order engine,
+// fixed_order.hpp); `requested` and `reason` are reported in PreparedWeights::gemm.
+PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& requested, const std::string& reason,
+                                   const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads);
 
 // hidden [S, H] fp32, validated (mla/validate.hpp: validate_hidden) -> x [S, H]; bf16 mode
 // rounds it (HF's input is a bf16 tensor). The second form: rows [row_begin, row_begin+rows).

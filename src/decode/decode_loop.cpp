@@ -62,17 +62,7 @@ void check_decode_options(const DecodeOptions& opt, int64_t T) {
   if (opt.prompt_len + opt.steps > T)
     bad("--prompt-len " + std::to_string(opt.prompt_len) + " + --steps " + std::to_string(opt.steps) + " = " +
         std::to_string(opt.prompt_len + opt.steps) + " rows, but the input has " + std::to_string(T));
-  if (opt.budgets.empty()) bad("--cache-budget: no budget given");
-  for (size_t i = 0; i < opt.budgets.size(); ++i) {
-    if (opt.budgets[i] < 1) bad("--cache-budget " + std::to_string(opt.budgets[i]) + " must be >= 1");
-    if (i > 0 && opt.budgets[i] <= opt.budgets[i - 1])
-      bad("--cache-budget: budgets must be strictly increasing (" + std::to_string(opt.budgets[i - 1]) + " then " +
-          std::to_string(opt.budgets[i]) + ")");
-  }
-  if (opt.policies.empty()) bad("--policy: no policy given");
-  for (size_t i = 0; i < opt.policies.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
-      if (opt.policies[i].label == opt.policies[j].label) bad("--policy: '" + opt.policies[i].label + "' given twice");
+  check_budgets_and_policies(opt.budgets, opt.policies);
   if (opt.layer < 0 || opt.layer >= opt.num_layers)
     bad("decode: layer " + std::to_string(opt.layer) + " of " + std::to_string(opt.num_layers));
   for (const PolicySettings& s : opt.policies)

@@ -19,93 +19,9 @@
 #include "src/report/svg_util.hpp"
 
 namespace mla {
-namespace {
 
-using svg::nice_step;
-using svg::num;
-using svg::tick_label;
-using svg::xml_escape;
-
-// Colours in the order the series come (the presets' order for `--policy all`).
-const char* series_colour(size_t k) {
-  static const char* colours[] = {"#000000", "#e66101", "#fdb863", "#5e3c99", "#1f78b4", "#33a02c", "#b2df8a",
-                                  "#a6cee3", "#b15928", "#6a3d9a", "#ff7f00", "#cab2d6", "#999999", "#e31a1c"};
-  return colours[k % (sizeof colours / sizeof colours[0])];
-}
-
-struct Series {
-  std::string label;
-  std::vector<std::pair<double, double>> points;  // (x, y)
-};
-
-// A line chart: 960 x 480, plot area x in [70, 780], y in [50, 420], legend on the right.
-// y from 0 to a nice tick above the largest value; x from the smallest to the largest x.
-std::string line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
-                       const std::vector<Series>& series) {
-  constexpr double left = 70, right = 780, top = 50, bottom = 420;
-  double x_min = INFINITY, x_max = -INFINITY, y_max = 0;
-  for (const Series& s : series)
-    for (const auto& [x, y] : s.points) {
-      x_min = std::min(x_min, x);
-      x_max = std::max(x_max, x);
-      if (std::isfinite(y)) y_max = std::max(y_max, y);
-    }
-  if (!(x_max > x_min)) {
-    x_min = std::isfinite(x_min) ? x_min - 1 : 0;
-    x_max = x_min + 2;
-  }
-  const double y_step = nice_step(y_max > 0 ? y_max : 1.0, 6);
-  const double y_top = std::max(y_step, std::ceil((y_max > 0 ? y_max : 1.0) / y_step) * y_step);
-  const double x_step = nice_step(x_max - x_min, 8);
-  auto X = [&](double x) { return left + (x - x_min) * (right - left) / (x_max - x_min); };
-  auto Y = [&](double y) { return bottom - std::min(y, y_top) * (bottom - top) / y_top; };
-
-  std::string s =
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"960\" height=\"480\" viewBox=\"0 0 960 480\" "
-      "font-family=\"sans-serif\" font-size=\"12\">\n";
-  s += "<title>" + xml_escape(title) + "</title>\n<rect x=\"0\" y=\"0\" width=\"960\" height=\"480\" fill=\"#ffffff\"/>\n";
-  s += "<text x=\"480\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">" + xml_escape(title) + "</text>\n";
-  // grid, ticks and axes
-  s += "<g stroke=\"#e8e8e8\">\n";
-  for (double v = y_step; v <= y_top * (1 + 1e-12); v += y_step)
-    s += "<line x1=\"" + num(left) + "\" y1=\"" + num(Y(v)) + "\" x2=\"" + num(right) + "\" y2=\"" + num(Y(v)) + "\"/>\n";
-  s += "</g>\n<g stroke=\"#000000\">\n";
-  s += "<line x1=\"" + num(left) + "\" y1=\"" + num(bottom) + "\" x2=\"" + num(right) + "\" y2=\"" + num(bottom) + "\"/>\n";
-  s += "<line x1=\"" + num(left) + "\" y1=\"" + num(top) + "\" x2=\"" + num(left) + "\" y2=\"" + num(bottom) + "\"/>\n";
-  s += "</g>\n<g font-size=\"11\">\n";
-  for (double v = 0; v <= y_top * (1 + 1e-12); v += y_step)
-    s += "<text x=\"" + num(left - 6) + "\" y=\"" + num(Y(v) + 4) + "\" text-anchor=\"end\">" + tick_label(v) + "</text>\n";
-  for (double v = std::ceil(x_min / x_step) * x_step; v <= x_max * (1 + 1e-12); v += x_step)
-    s += "<text x=\"" + num(X(v)) + "\" y=\"" + num(bottom + 16) + "\" text-anchor=\"middle\">" + tick_label(v) + "</text>\n";
-  s += "</g>\n";
-  s += "<text x=\"" + num((left + right) / 2) + "\" y=\"460\" text-anchor=\"middle\">" + xml_escape(x_label) + "</text>\n";
-  s += "<text x=\"18\" y=\"" + num((top + bottom) / 2) + "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " +
-       num((top + bottom) / 2) + ")\">" + xml_escape(y_label) + "</text>\n";
-  // one polyline per series, and the legend
-  for (size_t k = 0; k < series.size(); ++k) {
-    const Series& sr = series[k];
-    std::string pts;
-    for (const auto& [x, y] : sr.points)
-      if (std::isfinite(y)) pts += num(X(x)) + "," + num(Y(y)) + " ";
-    s += "<polyline id=\"" + xml_escape(sr.label) + "\" fill=\"none\" stroke=\"" + series_colour(k) +
-         "\" stroke-width=\"1.5\" points=\"" + pts + "\"/>\n";
-    const double ly = top + 10 + 20 * static_cast<double>(k);
-    s += "<line x1=\"795\" y1=\"" + num(ly) + "\" x2=\"815\" y2=\"" + num(ly) + "\" stroke=\"" + series_colour(k) +
-         "\" stroke-width=\"3\"/><text x=\"822\" y=\"" + num(ly + 4) + "\">" + xml_escape(sr.label) + "</text>\n";
-  }
-  s += "</svg>\n";
-  return s;
-}
-
-// A CSV field: quoted (RFC 4180) when it holds a comma or a quote, as a policy label can.
-std::string csv_field(const std::string& v) {
-  if (v.find_first_of(",\"\n") == std::string::npos) return v;
-  std::string out = "\"";
-  for (char c : v) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-}  // namespace
+using svg::line_chart;
+using svg::Series;
 
 std::string decode_csv(const DecodeResult& r) {
   std::string out =
@@ -159,7 +75,7 @@ std::string decode_svg(const DecodeResult& r, int64_t budget, const std::string&
   std::vector<Series> series;
   for (const PolicyTrace& t : r.traces) {
     if (t.budget != budget) continue;
-    Series s{t.policy.label, {}};
+    Series s{t.policy.label, "", {}};
     for (const DecodeStep& st : t.steps) s.points.emplace_back(static_cast<double>(st.step), st.rel_error);
     series.push_back(std::move(s));
   }
@@ -171,7 +87,7 @@ std::string budget_svg(const std::vector<DecodeSummary>& sum, const std::string&
   for (const DecodeSummary& s : sum) {
     auto it = std::find_if(series.begin(), series.end(), [&](const Series& x) { return x.label == s.policy; });
     if (it == series.end()) {
-      series.push_back(Series{s.policy, {}});
+      series.push_back(Series{s.policy, "", {}});
       it = series.end() - 1;
     }
     it->points.emplace_back(s.mean_held, s.mean_rel_error);  // what the cache measured held, not K

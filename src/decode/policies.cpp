@@ -257,6 +257,20 @@ int64_t recent_tokens(const PolicySettings& s, int64_t K) {
   return s.recent;
 }
 
+void check_budgets_and_policies(const std::vector<int64_t>& budgets, const std::vector<PolicySettings>& policies) {
+  if (budgets.empty()) bad("--cache-budget: no budget given");
+  for (size_t i = 0; i < budgets.size(); ++i) {
+    if (budgets[i] < 1) bad("--cache-budget " + std::to_string(budgets[i]) + " must be >= 1");
+    if (i > 0 && budgets[i] <= budgets[i - 1])
+      bad("--cache-budget: budgets must be strictly increasing (" + std::to_string(budgets[i - 1]) + " then " +
+          std::to_string(budgets[i]) + ")");
+  }
+  if (policies.empty()) bad("--policy: no policy given");
+  for (size_t i = 0; i < policies.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (policies[i].label == policies[j].label) bad("--policy: '" + policies[i].label + "' given twice");
+}
+
 int64_t protected_tokens(const PolicySettings& s, int64_t K) {
   if (s.kind == PolicyKind::Full || s.kind == PolicyKind::Oracle) return 0;
   return s.sinks + recent_tokens(s, K);
@@ -488,21 +502,20 @@ class StreamingCache final : public CacheManager {
 };
 
 // ---- static per-token scores: knorm, expected-attention ---------------------------------------
-// knorm: heads(-key_norm); expected-attention: heads(expected_attention [* value_norm]).
+// knorm: heads(-key_norm); expected-attention: heads(expected_attention [* value_norm]). The
+// features are read when scored, only at the tokens the cache holds: a caller may write a token's
+// features when it arrives (eval's token-by-token check does).
 class StaticCache final : public CacheManager {
  public:
   StaticCache(PolicySettings s, int64_t K, const PolicyContext& c) : CacheManager(std::move(s), K, c) {
     const TokenFeatures* f = ctx_.features;
     const size_t size = idx(ctx_.heads * ctx_.positions);
-    per_head_.assign(size, 0.0);
     if (settings_.kind == PolicyKind::Knorm) {
       if (!f || f->key_norm.size() != size) bad("cache manager: knorm needs the key norms of " + std::to_string(ctx_.positions) + " tokens");
-      for (size_t i = 0; i < size; ++i) per_head_[i] = -f->key_norm[i];
     } else {
       if (!f || f->expected_attention.size() != size || (settings_.vnorm && f->value_norm.size() != size))
         bad("cache manager: expected-attention needs its scores" + std::string(settings_.vnorm ? " and the value norms" : "") +
             " of " + std::to_string(ctx_.positions) + " tokens");
-      for (size_t i = 0; i < size; ++i) per_head_[i] = f->expected_attention[i] * (settings_.vnorm ? f->value_norm[i] : 1.0);
     }
   }
 
@@ -511,8 +524,20 @@ class StaticCache final : public CacheManager {
   void scores(std::vector<double>& primary, std::vector<double>&) override { score(primary); }
 
  private:
-  void score(std::vector<double>& primary) const { primary = aggregate(at_cache(per_head_), static_cast<int64_t>(cache_.size())); }
-  std::vector<double> per_head_;  // [n, T]
+  // per head [n, m] at the cache's positions, then aggregated over heads
+  void score(std::vector<double>& primary) const {
+    const TokenFeatures& f = *ctx_.features;
+    const size_t m = cache_.size();
+    std::vector<double> per_head(idx(ctx_.heads) * m);
+    for (int64_t h = 0; h < ctx_.heads; ++h)
+      for (size_t j = 0; j < m; ++j) {
+        const size_t i = idx(h * ctx_.positions + cache_[j]);
+        per_head[idx(h) * m + j] = settings_.kind == PolicyKind::Knorm
+                                       ? -f.key_norm[i]
+                                       : f.expected_attention[i] * (settings_.vnorm ? f.value_norm[i] : 1.0);
+      }
+    primary = aggregate(per_head, static_cast<int64_t>(m));
+  }
 };
 
 // ---- the last w queries' attention: snapkv, pyramidkv, scissorhands ------------------------------

@@ -245,6 +245,7 @@ Checkpoint Checkpoint::open(const std::string& path, const std::string& config_p
     for (const TensorInfo& t : f.tensors()) ck.impl_->weight_map.emplace(t.name, ck.shard_paths_[0]);
   }
   ck.config_ = load_config(config_file);
+  ck.config_path_ = config_file;
   ck.impl_->config_file = config_file;
   ck.impl_->quantization = ck.config_.quantization;
 

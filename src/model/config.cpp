@@ -39,6 +39,7 @@
 #include "mla/config.hpp"
 #include "mla/error.hpp"
 #include "mla/json_text.hpp"
+#include "mla/model.hpp"
 
 namespace mla {
 namespace {
@@ -344,6 +345,110 @@ AttentionConfig parse_config(std::string_view json, const std::string& source_na
   return cfg;
 }
 
+namespace {
+
+// A token id key: an integer, null (-1), or a list of integers (its first; transformers allows
+// several eos ids).
+int64_t token_id(const Section& text, const std::string& key) {
+  if (!text.has_value(key)) return -1;
+  element e = text.get(key);
+  if (e.type() == element_type::ARRAY) {
+    simdjson::dom::array items;
+    if (e.get(items)) text.bad(key, "is not a list");
+    for (element item : items) {
+      if (item.type() != element_type::INT64 || int64_t(item) < 0)
+        text.bad(key, "must hold non-negative integers, got " + describe(item));
+      return int64_t(item);
+    }
+    return -1;
+  }
+  const int64_t v = text.integer(key);
+  if (v < 0) text.bad(key, "must be >= 0 or null, got " + std::to_string(v));
+  return v;
+}
+
+// An optional count with transformers' default; must lie in [lo, hi].
+int64_t count_or(const Section& text, const std::string& key, int64_t fallback, int64_t lo, int64_t hi) {
+  if (!text.has_value(key)) return fallback;
+  const int64_t v = text.integer(key);
+  if (v < lo || v > hi)
+    text.bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
+  return v;
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(std::string_view json, const std::string& source_name) {
+  ModelConfig m;
+  m.attention = parse_config(json, source_name);  // validates the JSON and the attention keys
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(json);
+  element root;
+  if (parser.parse(padded).get(root)) fail(ErrorKind::Config, source_name + ": not valid JSON");  // parsed above
+  Section top{object(root), source_name, ""};
+  const Section text = top.has_value("text_config") ? top.child("text_config") : top;
+
+  // Sizes: generous bounds (Kimi K2: 18432 / 2048 / 384 experts), so that an absurd value is one
+  // clear line instead of a huge allocation.
+  constexpr int64_t kMaxWidth = int64_t{1} << 20, kMaxExperts = 65536;
+  m.intermediate_size = count_or(text, "intermediate_size", m.intermediate_size, 1, kMaxWidth);
+  m.moe_intermediate_size = count_or(text, "moe_intermediate_size", m.moe_intermediate_size, 1, kMaxWidth);
+  m.first_k_dense_replace = count_or(text, "first_k_dense_replace", m.first_k_dense_replace, 0, int64_t{1} << 30);
+  m.n_routed_experts = count_or(text, "n_routed_experts", m.n_routed_experts, 1, kMaxExperts);
+  m.n_shared_experts = count_or(text, "n_shared_experts", m.n_shared_experts, 0, 64);
+  m.num_experts_per_tok = count_or(text, "num_experts_per_tok", m.num_experts_per_tok, 1, kMaxExperts);
+  m.n_group = count_or(text, "n_group", m.n_group, 1, kMaxExperts);
+  m.topk_group = count_or(text, "topk_group", m.topk_group, 1, kMaxExperts);
+  if (text.has_value("norm_topk_prob")) m.norm_topk_prob = text.boolean("norm_topk_prob");
+  if (text.has_value("routed_scaling_factor")) {
+    m.routed_scaling_factor = text.finite_number("routed_scaling_factor");
+    if (m.routed_scaling_factor <= 0) text.bad("routed_scaling_factor", "must be > 0");
+  }
+  if (text.has_value("tie_word_embeddings")) m.tie_word_embeddings = text.boolean("tie_word_embeddings");
+  if (text.has_value("byte_level_vocab")) m.byte_level_vocab = text.boolean("byte_level_vocab");
+  m.bos_token_id = token_id(text, "bos_token_id");
+  m.eos_token_id = token_id(text, "eos_token_id");
+
+  // What the forward implements (transformers' DeepseekV3 code), refused otherwise.
+  if (text.has_value("hidden_act")) m.hidden_act = text.string("hidden_act");
+  if (m.hidden_act != "silu")
+    text.bad("hidden_act", "is \"" + m.hidden_act + "\"; only \"silu\" (the SwiGLU of DeepSeek-V3 / Kimi) is implemented");
+  if (text.has_value("scoring_func")) m.scoring_func = text.string("scoring_func");
+  if (m.scoring_func != "sigmoid")
+    text.bad("scoring_func", "is \"" + m.scoring_func + "\"; only \"sigmoid\" (DeepSeek-V3 / Kimi routing) is implemented");
+  if (text.has_value("topk_method")) m.topk_method = text.string("topk_method");
+  if (m.topk_method != "noaux_tc")
+    text.bad("topk_method", "is \"" + m.topk_method +
+                                "\"; only \"noaux_tc\" (group-limited top-k on bias-corrected scores) is implemented");
+  if (text.has_value("moe_layer_freq") && text.integer("moe_layer_freq") != 1)
+    text.bad("moe_layer_freq", "must be 1 (every layer from first_k_dense_replace on is MoE, as transformers builds it)");
+
+  // Group-limited routing must be able to pick k experts (transformers' topk would fail or pick
+  // masked experts otherwise).
+  if (m.n_routed_experts % m.n_group != 0)
+    text.bad("n_group", "(" + std::to_string(m.n_group) + ") must divide n_routed_experts (" +
+                            std::to_string(m.n_routed_experts) + ")");
+  if (m.experts_per_group() < 2)
+    text.bad("n_group", "leaves " + std::to_string(m.experts_per_group()) +
+                            " expert per group; a group's score is the sum of its top 2, so it needs at least 2");
+  if (m.topk_group > m.n_group)
+    text.bad("topk_group", "(" + std::to_string(m.topk_group) + ") must be <= n_group (" + std::to_string(m.n_group) + ")");
+  if (m.num_experts_per_tok > m.topk_group * m.experts_per_group())
+    text.bad("num_experts_per_tok", "(" + std::to_string(m.num_experts_per_tok) + ") exceeds the " +
+                                        std::to_string(m.topk_group * m.experts_per_group()) +
+                                        " experts of the topk_group groups a token may use");
+  return m;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(ErrorKind::Config, path + ": cannot open the config file");
+  std::ostringstream os;
+  os << f.rdbuf();
+  if (f.bad()) fail(ErrorKind::Config, path + ": read error");
+  return parse_model_config(os.str(), path);
+}
+
 AttentionConfig load_config(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(ErrorKind::Config, path + ": cannot open the config file");
@@ -393,6 +498,34 @@ PackQuantization kimi_int4_quantization() {
   q.ignore = {"re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
               "re:.*lm_head.*", "re:vision_tower.*", "re:mm_projector.*"};
   return q;
+}
+
+DecoderKeys kimi_k2_decoder_keys() {
+  DecoderKeys d;
+  d.intermediate_size = 18432;
+  d.moe_intermediate_size = 2048;
+  d.first_k_dense_replace = 1;
+  d.n_routed_experts = 384;
+  d.n_shared_experts = 1;
+  d.num_experts_per_tok = 8;
+  d.n_group = 1;
+  d.topk_group = 1;
+  d.norm_topk_prob = true;
+  d.routed_scaling_factor = 2.827;
+  return d;
+}
+
+DecoderKeys tiny_decoder_keys() {
+  // Widths distinct from tiny_config()'s 64 / 48 / 32 / 16 / 8 where INT4 allows: the experts'
+  // inputs (64 and 32) are multiples of Kimi's group size 32.
+  DecoderKeys d = kimi_k2_decoder_keys();
+  d.intermediate_size = 96;
+  d.moe_intermediate_size = 32;
+  d.n_routed_experts = 8;
+  d.num_experts_per_tok = 2;
+  d.n_group = 2;
+  d.topk_group = 1;
+  return d;
 }
 
 AttentionConfig tiny_config() {
@@ -480,7 +613,28 @@ void append_quantization(std::ostringstream& os, const PackQuantization& q, cons
   os << ind << "},\n";
 }
 
-void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const std::string& ind) {
+// The whole model's keys beyond the attention, as Kimi K2's config.json has them.
+void append_decoder_keys(std::ostringstream& os, const DecoderKeys& d, const std::string& ind) {
+  os << ind << "\"intermediate_size\": " << d.intermediate_size << ",\n";
+  os << ind << "\"moe_intermediate_size\": " << d.moe_intermediate_size << ",\n";
+  os << ind << "\"first_k_dense_replace\": " << d.first_k_dense_replace << ",\n";
+  os << ind << "\"moe_layer_freq\": 1,\n";
+  os << ind << "\"n_routed_experts\": " << d.n_routed_experts << ",\n";
+  os << ind << "\"n_shared_experts\": " << d.n_shared_experts << ",\n";
+  os << ind << "\"num_experts_per_tok\": " << d.num_experts_per_tok << ",\n";
+  os << ind << "\"n_group\": " << d.n_group << ",\n";
+  os << ind << "\"topk_group\": " << d.topk_group << ",\n";
+  os << ind << "\"norm_topk_prob\": " << (d.norm_topk_prob ? "true" : "false") << ",\n";
+  os << ind << "\"routed_scaling_factor\": " << json_number(d.routed_scaling_factor) << ",\n";
+  os << ind << "\"scoring_func\": \"sigmoid\",\n";
+  os << ind << "\"topk_method\": \"noaux_tc\",\n";
+  os << ind << "\"hidden_act\": \"silu\",\n";
+  os << ind << "\"num_nextn_predict_layers\": 0,\n";
+  os << ind << "\"tie_word_embeddings\": false,\n";
+}
+
+void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const std::string& ind,
+                      const DecoderKeys* decoder) {
   os << ind << "\"hidden_size\": " << c.hidden_size << ",\n";
   os << ind << "\"num_attention_heads\": " << c.num_attention_heads << ",\n";
   os << ind << "\"num_key_value_heads\": " << c.num_key_value_heads << ",\n";
@@ -500,13 +654,14 @@ void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const st
   os << ind << "\"rope_interleave\": " << (c.rope_interleave ? "true" : "false") << ",\n";
   append_rope(os, c.rope, ind);
   os << ind << "\"rope_theta\": " << json_number(c.rope.rope_theta) << ",\n";
+  if (decoder) append_decoder_keys(os, *decoder, ind);
   if (c.quantization.present) append_quantization(os, c.quantization, ind);
   os << ind << "\"torch_dtype\": \"bfloat16\"";
 }
 
 }  // namespace
 
-std::string config_to_json(const AttentionConfig& cfg, bool nested) {
+std::string config_to_json(const AttentionConfig& cfg, bool nested, const DecoderKeys* decoder) {
   std::ostringstream os;
   os << "{\n";
   if (nested) {
@@ -516,13 +671,13 @@ std::string config_to_json(const AttentionConfig& cfg, bool nested) {
     os << "  \"text_config\": {\n";
     os << "    \"architectures\": [\"DeepseekV3ForCausalLM\"],\n";
     os << "    \"model_type\": \"kimi_k2\",\n";
-    append_text_keys(os, cfg, "    ");
+    append_text_keys(os, cfg, "    ", decoder);
     os << "\n  }\n";
   } else {
     const std::string type = cfg.model_type.empty() ? "deepseek_v3" : cfg.model_type;
     os << "  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n";
     os << "  \"model_type\": " << json_quote(type) << ",\n";
-    append_text_keys(os, cfg, "  ");
+    append_text_keys(os, cfg, "  ", decoder);
     os << "\n";
   }
   os << "}\n";

@@ -58,16 +58,39 @@
 //   (RNE, saturating), `<name>_scale_inv` F32 [ceil(out/128), ceil(in/128)] written right
 //   after the weight; norms and embed_tokens stay BF16 (as in DeepSeek-V3's FP8 release).
 //
+// The whole model (--experts E, Kimi K2-Thinking / K2.5 / K2.6's published layout): beside each
+// layer's attention, <prefix>layers.{L}.
+//   post_attention_layernorm.weight              [H]          norm recipe
+//   mlp.{gate,up}_proj.weight / mlp.down_proj    [I, H] / [H, I]      L < first_k_dense_replace
+//   mlp.gate.weight                              [E, H]       router, linear recipe
+//   mlp.gate.e_score_correction_bias             [E]          F32, N(0, kRouterBiasStd^2)
+//   mlp.shared_experts.{gate,up,down}_proj       [I_s, H] / [H, I_s], I_s = I_m * n_shared_experts
+//   mlp.experts.{e}.{gate,up,down}_proj          [I_m, H] / [H, I_m]  INT4, below
+// and <prefix>norm.weight [H] (norm recipe), lm_head.weight [V, H] beside the "model." part of the
+// prefix (linear recipe); the model-level tensors go to the last shard with embed_tokens.
+// Routed experts are drawn with the linear recipe, rounded to the dtype (bf16 as Kimi's were
+// before quantization), then quantized as compressed-tensors does (int4::quantize: pack-quantized,
+// symmetric, one scale per row and group of G inputs) and stored as
+//   <stem>.weight_packed I32 [rows, ceil(cols/8)], <stem>.weight_scale <dtype> [rows, cols/G],
+//   <stem>.weight_shape I32 [2]  (I32 as in Kimi's shards)
+// so the weight the model sees is int4::dequantize of those (docs/checkpoints.md §6).
+// Extra streams: 2 norm.weight, 3 lm_head; 1000*(L+1) + 30 post_attention_layernorm, + 31..33
+// dense gate/up/down, + 34 router weight, + 35 router bias, + 36..38 shared gate/up/down;
+// routed expert e of layer L, projection p (0 gate, 1 up, 2 down): 2^40 + 2^20*L + 4*e + p.
+//
 // Shape legend: H = hidden_size, n = num_attention_heads, r_q = q_lora_rank,
 //   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
-//   d_qk = d_n + d_r, V = vocab rows written.
+//   d_qk = d_n + d_r, V = vocab rows written, I = intermediate_size, I_m = moe_intermediate_size,
+//   E = routed experts written, G = INT4 group size.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -77,6 +100,7 @@
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/fp8.hpp"
+#include "mla/int4.hpp"
 #include "mla/random.hpp"
 #include "mla/safetensors.hpp"
 
@@ -95,19 +119,34 @@ constexpr double kRopeSinkGainK = 3.0;   // k_pe rows of the same pairs
 constexpr double kNormSigma = 0.2;       // norm weights exp(N(0, 0.2^2))
 constexpr double kBiasStd = 0.02;
 constexpr double kEmbedStd = 0.05;
+constexpr double kRouterBiasStd = 0.05;  // e_score_correction_bias: N(0, 0.05^2), so routing is biased
 constexpr int64_t kFp8Block = 128;
 
 constexpr uint64_t kEmbedStream = 0;
+constexpr uint64_t kNormStream = 2;
+constexpr uint64_t kLmHeadStream = 3;
 constexpr uint64_t kStructureStream = 20;
 
 enum TensorKind : uint64_t {
   kInputLayernorm = 0, kQAProj = 1, kQALayernorm = 2, kQBProj = 3, kQProj = 4, kKvAProj = 5,
   kKvALayernorm = 6, kKvBProj = 7, kOProj = 8, kQABias = 9, kKvABias = 10, kOBias = 11,
+  // whole model (--experts)
+  kPostAttentionLayernorm = 30, kMlpGate = 31, kMlpUp = 32, kMlpDown = 33, kRouter = 34, kRouterBias = 35,
+  kSharedGate = 36, kSharedUp = 37, kSharedDown = 38,
 };
 
 uint64_t tensor_stream(int64_t layer, uint64_t kind) {
   return 1000u * static_cast<uint64_t>(layer + 1) + kind;
 }
+
+// Routed expert e of layer L, projection p (0 gate_proj, 1 up_proj, 2 down_proj).
+uint64_t expert_stream(int64_t layer, int64_t expert, int64_t proj) {
+  return (uint64_t{1} << 40) + (static_cast<uint64_t>(layer) << 20) + 4u * static_cast<uint64_t>(expert) +
+         static_cast<uint64_t>(proj);
+}
+
+// How a tensor's values are drawn (see the header).
+enum class Recipe { kEmbed, kLinear, kNorm, kBias, kRouterBias };
 
 // Per-layer structure shared by several tensors.
 struct LayerStructure {
@@ -131,10 +170,13 @@ LayerStructure layer_structure(const AttentionConfig& c, int64_t layer, uint64_t
 // One tensor to synthesize: name, kind, shape and the per-row structural gain.
 struct PlannedTensor {
   std::string name;
-  int64_t layer = -1;        // -1 for embed_tokens
-  TensorKind kind = kInputLayernorm;
+  int64_t layer = -1;        // -1 for the model-level tensors (embed_tokens, norm, lm_head)
+  uint64_t stream = 0;       // its Rng stream
+  Recipe recipe = Recipe::kNorm;
   std::vector<int64_t> shape;
-  bool is_linear = false;    // 2-D weight (quantized in f8 mode)
+  bool is_linear = false;    // 2-D weight of a layer (quantized in f8 mode)
+  bool int4 = false;         // routed expert: pack-quantized INT4 whatever the dtype
+  bool f32 = false;          // stored F32 whatever the dtype (e_score_correction_bias)
   std::vector<double> row_structure;  // [out] (linears only)
   uint64_t stored_bytes = 0;          // in the output dtype (weight + scale_inv)
   size_t shard = 0;                   // 1-based
@@ -172,13 +214,12 @@ std::vector<double> row_structure(const AttentionConfig& c, const LayerStructure
 
 // f32 values of one tensor, from its stream (see header).
 std::vector<float> generate_values(const PlannedTensor& t, uint64_t seed) {
-  const uint64_t stream = t.layer < 0 ? kEmbedStream : tensor_stream(t.layer, t.kind);
-  Rng rng(seed, stream);
+  Rng rng(seed, t.stream);
   const int64_t numel = Tensor<float>::count(t.shape);
   std::vector<float> v(static_cast<size_t>(numel));
-  if (t.layer < 0) {  // embed_tokens
+  if (t.recipe == Recipe::kEmbed) {
     for (auto& x : v) x = static_cast<float>(kEmbedStd * rng.normal());
-  } else if (t.is_linear) {
+  } else if (t.recipe == Recipe::kLinear) {
     const int64_t out = t.shape[0], in = t.shape[1];
     std::vector<double> gain(static_cast<size_t>(out));
     for (int64_t o = 0; o < out; ++o) {
@@ -190,8 +231,10 @@ std::vector<float> generate_values(const PlannedTensor& t, uint64_t seed) {
       float* row = v.data() + o * in;
       for (int64_t i = 0; i < in; ++i) row[i] = static_cast<float>(g * rng.normal());
     }
-  } else if (t.kind == kQABias || t.kind == kKvABias || t.kind == kOBias) {
+  } else if (t.recipe == Recipe::kBias) {
     for (auto& x : v) x = static_cast<float>(kBiasStd * rng.normal());
+  } else if (t.recipe == Recipe::kRouterBias) {
+    for (auto& x : v) x = static_cast<float>(kRouterBiasStd * rng.normal());
   } else {  // norm weights
     for (auto& x : v) x = static_cast<float>(std::exp(kNormSigma * rng.normal()));
   }
@@ -204,11 +247,43 @@ struct Encoded {
   std::vector<std::vector<std::byte>> buffers;
 };
 
-void encode_tensor(const PlannedTensor& t, const std::string& dtype, uint64_t seed, Encoded& out) {
-  const std::vector<float> v = generate_values(t, seed);
+// "<stem>weight" -> "<stem>" (the names compressed-tensors derives the packed tensors' from).
+std::string weight_stem(const std::string& name) { return name.substr(0, name.size() - std::string("weight").size()); }
+
+// The names a planned tensor is stored under (what the index maps to its shard).
+std::vector<std::string> stored_names(const PlannedTensor& t, const std::string& dtype) {
+  if (t.int4) {
+    const std::string stem = weight_stem(t.name);
+    return {stem + "weight_packed", stem + "weight_scale", stem + "weight_shape"};
+  }
+  if (dtype == "f8_e4m3" && t.is_linear) return {t.name, t.name + "_scale_inv"};
+  return {t.name};
+}
+
+void encode_tensor(const PlannedTensor& t, const std::string& dtype, uint64_t seed, int64_t group_size, Encoded& out) {
+  std::vector<float> v = generate_values(t, seed);
   const std::vector<uint64_t> shape(t.shape.begin(), t.shape.end());
   out.buffers.clear();
   out.entries.clear();
+  if (t.int4) {
+    // The weight in the dtype it had before quantization, then compressed-tensors' quantizer.
+    const DType wdtype = dtype == "f32" ? DType::F32 : DType::BF16;
+    for (float& x : v) x = int4::round_to(wdtype, x);
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    int4::Packed p = int4::quantize(v, wdtype, rows, cols, group_size);
+    const std::vector<int64_t> ps = int4::packed_shape(rows, cols), ss = int4::scale_shape(rows, cols, group_size);
+    const int32_t dims[2] = {static_cast<int32_t>(rows), static_cast<int32_t>(cols)};
+    std::vector<std::byte> shape_bytes(sizeof dims);
+    std::memcpy(shape_bytes.data(), dims, sizeof dims);  // little-endian hosts only (as the reader)
+    out.buffers.push_back(std::move(p.packed));
+    out.buffers.push_back(std::move(p.scale));
+    out.buffers.push_back(std::move(shape_bytes));
+    const std::vector<std::string> names = stored_names(t, dtype);
+    out.entries.push_back({names[0], DType::I32, {static_cast<uint64_t>(ps[0]), static_cast<uint64_t>(ps[1])}, out.buffers[0]});
+    out.entries.push_back({names[1], wdtype, {static_cast<uint64_t>(ss[0]), static_cast<uint64_t>(ss[1])}, out.buffers[1]});
+    out.entries.push_back({names[2], DType::I32, {2}, out.buffers[2]});
+    return;
+  }
   if (dtype == "f8_e4m3" && t.is_linear) {
     // Per 128x128 block: scale_inv = amax / 448, code = e4m3(W / scale_inv).
     const int64_t rows = t.shape[0], cols = t.shape[1];
@@ -234,7 +309,7 @@ void encode_tensor(const PlannedTensor& t, const std::string& dtype, uint64_t se
                            {static_cast<uint64_t>(brows), static_cast<uint64_t>(bcols)}, out.buffers[1]});
     return;
   }
-  if (dtype == "f32") {
+  if (dtype == "f32" || t.f32) {
     out.buffers.push_back(encode_f32(v));
     out.entries.push_back({t.name, DType::F32, shape, out.buffers[0]});
   } else {  // bf16, and the norms / embeddings of f8_e4m3
@@ -243,8 +318,13 @@ void encode_tensor(const PlannedTensor& t, const std::string& dtype, uint64_t se
   }
 }
 
-uint64_t stored_bytes(const PlannedTensor& t, const std::string& dtype) {
+uint64_t stored_bytes(const PlannedTensor& t, const std::string& dtype, int64_t group_size) {
   const auto numel = static_cast<uint64_t>(Tensor<float>::count(t.shape));
+  if (t.int4) {
+    const auto rows = static_cast<uint64_t>(t.shape[0]), cols = static_cast<uint64_t>(t.shape[1]);
+    return 4 * rows * ((cols + 7) / 8) + (dtype == "f32" ? 4 : 2) * rows * (cols / static_cast<uint64_t>(group_size)) + 8;
+  }
+  if (t.f32) return 4 * numel;
   if (dtype == "f8_e4m3" && t.is_linear) {
     const uint64_t brows = (static_cast<uint64_t>(t.shape[0]) + 127) / 128;
     const uint64_t bcols = (static_cast<uint64_t>(t.shape[1]) + 127) / 128;
@@ -254,7 +334,8 @@ uint64_t stored_bytes(const PlannedTensor& t, const std::string& dtype) {
   return 2 * numel;
 }
 
-std::vector<PlannedTensor> plan_layer(const AttentionConfig& c, int64_t L, uint64_t seed, const std::string& prefix) {
+std::vector<PlannedTensor> plan_layer(const AttentionConfig& c, int64_t L, uint64_t seed, const std::string& prefix,
+                                      const DecoderKeys* d) {
   const int64_t H = c.hidden_size, n = c.num_attention_heads, r_q = c.q_lora_rank, r_kv = c.kv_lora_rank;
   const int64_t d_qk = c.qk_head_dim(), d_n = c.qk_nope_head_dim, d_r = c.qk_rope_head_dim, d_v = c.v_head_dim;
   const LayerStructure s = layer_structure(c, L, seed);
@@ -264,8 +345,13 @@ std::vector<PlannedTensor> plan_layer(const AttentionConfig& c, int64_t L, uint6
     PlannedTensor t;
     t.name = base + suffix;
     t.layer = L;
-    t.kind = kind;
+    t.stream = tensor_stream(L, kind);
     t.is_linear = shape.size() == 2;
+    t.recipe = t.is_linear ? Recipe::kLinear
+               : (kind == kQABias || kind == kKvABias || kind == kOBias) ? Recipe::kBias
+               : kind == kRouterBias ? Recipe::kRouterBias
+                                     : Recipe::kNorm;
+    t.f32 = kind == kRouterBias;
     t.shape = std::move(shape);
     if (t.is_linear) t.row_structure = row_structure(c, s, kind);
     p.push_back(std::move(t));
@@ -285,6 +371,37 @@ std::vector<PlannedTensor> plan_layer(const AttentionConfig& c, int64_t L, uint6
   add("self_attn.kv_b_proj.weight", kKvBProj, {n * (d_n + d_v), r_kv});
   add("self_attn.o_proj.weight", kOProj, {H, n * d_v});
   if (c.attention_bias) add("self_attn.o_proj.bias", kOBias, {H});
+  if (!d) return p;
+  // The whole model: the layer's MLP (dense, or router + shared expert + routed experts).
+  add("post_attention_layernorm.weight", kPostAttentionLayernorm, {H});
+  if (L < d->first_k_dense_replace) {
+    const int64_t I = d->intermediate_size;
+    add("mlp.gate_proj.weight", kMlpGate, {I, H});
+    add("mlp.up_proj.weight", kMlpUp, {I, H});
+    add("mlp.down_proj.weight", kMlpDown, {H, I});
+    return p;
+  }
+  const int64_t E = d->n_routed_experts, I_m = d->moe_intermediate_size, I_s = I_m * d->n_shared_experts;
+  add("mlp.gate.weight", kRouter, {E, H});
+  add("mlp.gate.e_score_correction_bias", kRouterBias, {E});
+  if (I_s > 0) {
+    add("mlp.shared_experts.gate_proj.weight", kSharedGate, {I_s, H});
+    add("mlp.shared_experts.up_proj.weight", kSharedUp, {I_s, H});
+    add("mlp.shared_experts.down_proj.weight", kSharedDown, {H, I_s});
+  }
+  static const char* const kProj[3] = {"gate_proj", "up_proj", "down_proj"};
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t k = 0; k < 3; ++k) {
+      PlannedTensor t;
+      t.name = base + "mlp.experts." + std::to_string(e) + "." + kProj[k] + ".weight";
+      t.layer = L;
+      t.stream = expert_stream(L, e, k);
+      t.recipe = Recipe::kLinear;
+      t.is_linear = true;
+      t.int4 = true;
+      t.shape = k == 2 ? std::vector<int64_t>{H, I_m} : std::vector<int64_t>{I_m, H};
+      p.push_back(std::move(t));
+    }
   return p;
 }
 
@@ -305,11 +422,11 @@ void write_text_file(const fs::path& path, const std::string& text) {
 // Encodes the shard's tensors (in parallel; each has its own stream, so the bytes do not
 // depend on the thread count) and writes the shard.
 void write_shard(const fs::path& path, const std::vector<const PlannedTensor*>& tensors, const std::string& dtype,
-                 uint64_t seed, const std::string& origin) {
+                 uint64_t seed, int64_t group_size, const std::string& origin) {
   std::vector<Encoded> encoded(tensors.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t k = next++; k < tensors.size(); k = next++) encode_tensor(*tensors[k], dtype, seed, encoded[k]);
+    for (size_t k = next++; k < tensors.size(); k = next++) encode_tensor(*tensors[k], dtype, seed, group_size, encoded[k]);
   };
   const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, std::max<size_t>(1, tensors.size()));
   std::vector<std::thread> pool;
@@ -321,52 +438,130 @@ void write_shard(const fs::path& path, const std::vector<const PlannedTensor*>& 
   write_safetensors(path.string(), entries, {{"format", "pt"}, {kSynthMetadataKey, origin}});
 }
 
-}  // namespace
+// "0,1,...,L-1"
+std::string layer_range_text(int64_t L) {
+  std::string t;
+  for (int64_t i = 0; i < L; ++i) t += (i ? "," : "") + std::to_string(i);
+  return t;
+}
 
-void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_in) {
-  if (opts.out_dir.empty()) fail(ErrorKind::InvalidArgument, "synth: no output directory given (--out DIR)");
+// What synth writes for a set of options: the config (vocabulary and, for the whole model,
+// layer count and quantization set), the decoder keys (whole model only) and every tensor.
+struct CheckpointPlan {
+  AttentionConfig cfg;
+  std::optional<DecoderKeys> decoder;
+  std::vector<PlannedTensor> tensors;
+  uint64_t total_bytes = 0;
+};
+
+// Checks the options against the config (one error line each, before anything is written) and
+// plans every tensor with its shard.
+CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_in, const DecoderKeys* decoder_in) {
   if (opts.dtype != "bf16" && opts.dtype != "f32" && opts.dtype != "f8_e4m3")
     fail(ErrorKind::InvalidArgument, "synth: dtype '" + opts.dtype + "' is not one of bf16, f32, f8_e4m3");
   if (opts.shards < 2) fail(ErrorKind::InvalidArgument, "synth: --shards must be >= 2 (index + shards layout), got " +
                                                             std::to_string(opts.shards));
   if (opts.shards > 99999) fail(ErrorKind::InvalidArgument, "synth: --shards must be <= 99999");
   if (opts.layers.empty()) fail(ErrorKind::InvalidArgument, "synth: no layers requested (--layers)");
-  AttentionConfig cfg = cfg_in;
+  CheckpointPlan plan;
+  AttentionConfig& cfg = plan.cfg;
+  cfg = cfg_in;
   if (opts.vocab < 0) fail(ErrorKind::InvalidArgument, "synth: --vocab must be > 0");
   if (opts.vocab > 0) cfg.vocab_size = opts.vocab;
   if (cfg.vocab_size <= 0 || cfg.hidden_size <= 0 || cfg.num_attention_heads <= 0 || cfg.kv_lora_rank <= 0 ||
       cfg.qk_rope_head_dim < 2 || cfg.qk_rope_head_dim % 2 != 0 || cfg.qk_nope_head_dim <= 0 || cfg.v_head_dim <= 0)
     fail(ErrorKind::InvalidArgument, "synth: the config's geometry is invalid (sizes must be > 0, qk_rope_head_dim even)");
+  if (opts.experts < 0) fail(ErrorKind::InvalidArgument, "synth: --experts must be > 0");
+  const bool whole = opts.experts > 0;
   std::set<int64_t> seen;
   for (int64_t L : opts.layers) {
-    if (L < 0 || L >= cfg.num_hidden_layers)
+    if (L < 0 || (!whole && L >= cfg.num_hidden_layers))
       fail(ErrorKind::InvalidArgument, "synth: layer " + std::to_string(L) + " is out of range [0, " +
                                            std::to_string(cfg.num_hidden_layers) + ")");
     if (!seen.insert(L).second) fail(ErrorKind::InvalidArgument, "synth: layer " + std::to_string(L) + " listed twice");
   }
+  if (whole) {
+    if (!decoder_in) fail(ErrorKind::InvalidArgument, "synth: --experts needs the decoder keys of a preset");
+    DecoderKeys d = *decoder_in;
+    const std::string E = std::to_string(opts.experts), G = std::to_string(opts.group_size);
+    if (opts.dtype == "f8_e4m3")
+      fail(ErrorKind::InvalidArgument, "synth: --experts writes Kimi's layout (INT4 routed experts, the rest bf16 or f32); "
+                                       "--dtype f8_e4m3 is not part of it");
+    // The layers of a whole model are 0 .. L-1 (the forward reads them all).
+    const auto L = static_cast<int64_t>(seen.size());
+    if (*seen.rbegin() != L - 1) {
+      int64_t missing = 0;
+      while (seen.count(missing)) ++missing;
+      fail(ErrorKind::InvalidArgument, "synth: --experts writes a whole model, whose layers are 0 .. L-1; --layers lacks layer " +
+                                           std::to_string(missing));
+    }
+    if (L <= d.first_k_dense_replace)
+      fail(ErrorKind::InvalidArgument, "synth: --layers writes only the dense layers 0 .. " + std::to_string(L - 1) +
+                                           " (first_k_dense_replace " + std::to_string(d.first_k_dense_replace) +
+                                           "), so no routed expert; list more layers, e.g. --layers " + layer_range_text(L + 1));
+    if (opts.experts % d.n_group != 0)
+      fail(ErrorKind::InvalidArgument, "synth: --experts " + E + " is not divisible by n_group " + std::to_string(d.n_group) +
+                                           " (experts are routed in n_group equal groups)");
+    if (opts.experts / d.n_group < 2)
+      fail(ErrorKind::InvalidArgument, "synth: --experts " + E + " leaves " + std::to_string(opts.experts / d.n_group) +
+                                           " expert per group of n_group " + std::to_string(d.n_group) +
+                                           "; a group's score is the sum of its top 2, so it needs at least 2");
+    if (opts.group_size <= 0) fail(ErrorKind::InvalidArgument, "synth: --group-size must be > 0, got " + G);
+    if (cfg.hidden_size % opts.group_size != 0)
+      fail(ErrorKind::InvalidArgument, "synth: --group-size " + G + " does not divide hidden_size " +
+                                           std::to_string(cfg.hidden_size) + " (the input width of gate_proj and up_proj)");
+    if (d.moe_intermediate_size % opts.group_size != 0)
+      fail(ErrorKind::InvalidArgument, "synth: --group-size " + G + " does not divide moe_intermediate_size " +
+                                           std::to_string(d.moe_intermediate_size) + " (the input width of down_proj)");
+    d.n_routed_experts = opts.experts;
+    // A token picks k among the experts of its topk_group groups; fewer experts than the
+    // preset's k leave k at what they allow.
+    d.num_experts_per_tok = std::min(d.num_experts_per_tok, d.topk_group * (opts.experts / d.n_group));
+    cfg.num_hidden_layers = L;
+    cfg.quantization = kimi_int4_quantization();
+    cfg.quantization.scheme.group_size = opts.group_size;
+    plan.decoder = d;
+  }
 
   const std::string prefix = cfg.nested_text_config ? "language_model.model." : "model.";
-  std::vector<PlannedTensor> plan;
+  const DecoderKeys* d = plan.decoder ? &*plan.decoder : nullptr;
   for (int64_t L : seen) {
-    auto p = plan_layer(cfg, L, opts.seed, prefix);
-    plan.insert(plan.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
+    auto p = plan_layer(cfg, L, opts.seed, prefix, d);
+    plan.tensors.insert(plan.tensors.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
   }
   PlannedTensor embed;
   embed.name = prefix + "embed_tokens.weight";
+  embed.stream = kEmbedStream;
+  embed.recipe = Recipe::kEmbed;
   embed.shape = {cfg.vocab_size, cfg.hidden_size};
-  plan.push_back(embed);
+  plan.tensors.push_back(embed);
+  if (d) {
+    PlannedTensor norm;
+    norm.name = prefix + "norm.weight";
+    norm.stream = kNormStream;
+    norm.recipe = Recipe::kNorm;
+    norm.shape = {cfg.hidden_size};
+    plan.tensors.push_back(norm);
+    // lm_head sits beside the "model." part of the prefix (transformers' DeepseekV3ForCausalLM).
+    PlannedTensor head;
+    head.name = prefix.substr(0, prefix.size() - std::string("model.").size()) + "lm_head.weight";
+    head.stream = kLmHeadStream;
+    head.recipe = Recipe::kLinear;
+    head.shape = {cfg.vocab_size, cfg.hidden_size};
+    plan.tensors.push_back(head);
+  }
 
-  // Shard assignment: layers over 1..N-1 by cumulative bytes, embed_tokens in N.
+  // Shard assignment: layers over 1..N-1 by cumulative bytes, the model-level tensors in N.
   const auto N = static_cast<size_t>(opts.shards);
-  uint64_t layer_bytes = 0, total_bytes = 0;
-  for (auto& t : plan) {
-    // embed_tokens and norms stay BF16 in f8 mode (is_linear is false for the embedding).
-    t.stored_bytes = stored_bytes(t, opts.dtype);
-    total_bytes += t.stored_bytes;
+  uint64_t layer_bytes = 0;
+  for (auto& t : plan.tensors) {
+    // The model-level tensors and the norms stay BF16 in f8 mode (is_linear is false for them).
+    t.stored_bytes = stored_bytes(t, opts.dtype, opts.group_size);
+    plan.total_bytes += t.stored_bytes;
     if (t.layer >= 0) layer_bytes += t.stored_bytes;
   }
   uint64_t before = 0;
-  for (auto& t : plan) {
+  for (auto& t : plan.tensors) {
     if (t.layer < 0) {
       t.shard = N;
       continue;
@@ -374,6 +569,24 @@ void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_
     t.shard = 1 + static_cast<size_t>(before * (N - 1) / layer_bytes);  // < 2^64: bytes < 2^47, N < 2^17
     before += t.stored_bytes;
   }
+  return plan;
+}
+
+}  // namespace
+
+std::vector<float> synthesized_values(const SynthOptions& opts, const AttentionConfig& cfg, const std::string& name,
+                                      const DecoderKeys* decoder) {
+  const CheckpointPlan plan = plan_checkpoint(opts, cfg, decoder);
+  for (const PlannedTensor& t : plan.tensors)
+    if (t.name == name) return generate_values(t, opts.seed);
+  fail(ErrorKind::TensorNotFound, "synth: writes no tensor '" + name + "'");
+}
+
+void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_in, const DecoderKeys* decoder) {
+  if (opts.out_dir.empty()) fail(ErrorKind::InvalidArgument, "synth: no output directory given (--out DIR)");
+  const CheckpointPlan plan = plan_checkpoint(opts, cfg_in, decoder);
+  const AttentionConfig& cfg = plan.cfg;
+  const auto N = static_cast<size_t>(opts.shards);
 
   const fs::path dir(opts.out_dir);
   std::error_code ec;
@@ -385,34 +598,37 @@ void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_
   std::map<std::string, std::string> weight_map;
   for (size_t s = 1; s <= N; ++s) {
     std::vector<const PlannedTensor*> in_shard;
-    for (const auto& t : plan)
+    for (const auto& t : plan.tensors)
       if (t.shard == s) in_shard.push_back(&t);
     const std::string file = shard_file_name(s, N);
-    write_shard(dir / file, in_shard, opts.dtype, opts.seed,
-                "mla-h2o synth: model_type " + cfg.model_type + ", dtype " + opts.dtype + ", seed " + std::to_string(opts.seed));
-    for (const auto* t : in_shard) {
-      weight_map[t->name] = file;
-      if (opts.dtype == "f8_e4m3" && t->is_linear) weight_map[t->name + "_scale_inv"] = file;
-    }
+    std::string origin = "mla-h2o synth: model_type " + cfg.model_type + ", dtype " + opts.dtype;
+    if (plan.decoder) origin += ", " + std::to_string(opts.experts) + " routed experts INT4 group size " + std::to_string(opts.group_size);
+    write_shard(dir / file, in_shard, opts.dtype, opts.seed, opts.group_size, origin + ", seed " + std::to_string(opts.seed));
+    for (const auto* t : in_shard)
+      for (const std::string& name : stored_names(*t, opts.dtype)) weight_map[name] = file;
   }
-  std::string index = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(total_bytes) +
+  std::string index = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(plan.total_bytes) +
                       "\n  },\n  \"weight_map\": {\n";
   size_t k = 0;
   for (const auto& [name, file] : weight_map)
     index += "    \"" + name + "\": \"" + file + "\"" + (++k < weight_map.size() ? ",\n" : "\n");
   index += "  }\n}\n";
   write_text_file(dir / "model.safetensors.index.json", index);
-  write_text_file(dir / "config.json", config_to_json(cfg, cfg.nested_text_config));
+  write_text_file(dir / "config.json",
+                  config_to_json(cfg, cfg.nested_text_config, plan.decoder ? &*plan.decoder : nullptr));
 }
 
 AttentionConfig synthesize_checkpoint(const SynthOptions& opts) {
   AttentionConfig cfg;
   int64_t default_vocab = 0;
+  DecoderKeys decoder;
   if (opts.preset == "kimi-k2.6") {
     cfg = kimi_k26_config();
+    decoder = kimi_k2_decoder_keys();
     default_vocab = 1024;
   } else if (opts.preset == "tiny") {
     cfg = tiny_config();
+    decoder = tiny_decoder_keys();
     default_vocab = 97;
   } else {
     fail(ErrorKind::InvalidArgument, "synth: preset '" + opts.preset + "' is not one of kimi-k2.6, tiny");
@@ -420,8 +636,8 @@ AttentionConfig synthesize_checkpoint(const SynthOptions& opts) {
   cfg.vocab_size = opts.vocab > 0 ? opts.vocab : default_vocab;
   SynthOptions o = opts;
   o.vocab = cfg.vocab_size;
-  synthesize_checkpoint(o, cfg);
-  return cfg;
+  synthesize_checkpoint(o, cfg, &decoder);
+  return plan_checkpoint(o, cfg, &decoder).cfg;
 }
 
 }  // namespace mla

@@ -16,6 +16,13 @@ std::string format_double(double v) {
   return buf;
 }
 
+std::string csv_field(const std::string& v) {
+  if (v.find_first_of(",\"\n") == std::string::npos) return v;
+  std::string out = "\"";
+  for (char c : v) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
 // mean = sum / S;  std = sqrt(sum((x - mean)^2) / S)  (population, numpy ddof=0).
 // Two passes in double so the std does not suffer from cancellation.
 ScoreStats score_stats(std::span<const double> scores) {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mla::svg {
 
@@ -45,5 +47,17 @@ inline double nice_step(double span, double target) {
   const double norm = raw / mag;
   return (norm < 1.5 ? 1.0 : norm < 3.0 ? 2.0 : norm < 7.0 ? 5.0 : 10.0) * mag;
 }
+
+// One line of a line chart: its legend label, its colour ("" = series_colour of its index) and
+// its (x, y) points (a non-finite y is skipped).
+struct Series {
+  std::string label;
+  std::string colour;
+  std::vector<std::pair<double, double>> points;
+};
+const char* series_colour(size_t k);
+// 960 x 480 SVG, one polyline (with dots) per series, legend on the right (line_chart.cpp).
+std::string line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
+                       const std::vector<Series>& series);
 
 }  // namespace mla::svg

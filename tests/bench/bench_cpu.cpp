@@ -55,6 +55,8 @@ using mla::bench::Clock;
 using mla::bench::cpu_model;
 using mla::bench::load_average;
 using mla::bench::median;
+using mla::bench::PeerOutput;
+using mla::bench::run_peer;
 using mla::bench::seconds_since;
 
 struct Flags {
@@ -217,20 +219,13 @@ TorchResult run_torch(const Flags& f, int64_t seq_len, int threads) {
                           " --threads " + std::to_string(threads);
   std::printf("\nPyTorch peer: %s\n", cmd.c_str());
   std::fflush(stdout);
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) {
+  const PeerOutput peer = run_peer(cmd, "BENCH_TORCH_JSON ");
+  const std::string& json = peer.json;
+  const int code = peer.exit_code;
+  if (code < 0 && json.empty()) {
     t.status = "could not start " + python;
     return t;
   }
-  std::string json;
-  char buf[4096];
-  const std::string tag = "BENCH_TORCH_JSON ";
-  while (std::fgets(buf, sizeof buf, pipe) != nullptr) {
-    const std::string line = buf;
-    if (line.rfind(tag, 0) == 0) json = line.substr(tag.size());
-  }
-  const int status = pclose(pipe);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (code == 77) {
     t.status = "skipped: torch is not importable by " + python;
     return t;

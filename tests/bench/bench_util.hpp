@@ -1,8 +1,11 @@
 // tests/bench/bench_util.hpp — what every benchmark prints about the machine, and medians.
 #pragma once
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -38,5 +41,29 @@ inline double median(std::vector<double> v) {
 }
 
 inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A peer script's result: its exit status (77 = the peer's library is missing: SKIP) and the one
+// stdout line that starts with `tag` (without the tag), "" when there was none.
+struct PeerOutput {
+  int exit_code = -1;  // -1: could not start or was killed
+  std::string json;
+};
+// Runs `command` through the shell; its stderr passes through, stdout is read for `tag`.
+inline PeerOutput run_peer(const std::string& command, const std::string& tag) {
+  PeerOutput out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buf[4096];
+  std::string line;
+  while (std::fgets(buf, sizeof buf, pipe) != nullptr) {
+    line += buf;
+    if (line.empty() || line.back() != '\n') continue;  // a long line arrives in pieces
+    if (line.rfind(tag, 0) == 0) out.json = line.substr(tag.size());
+    line.clear();
+  }
+  const int status = pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
 
 }  // namespace mla::bench

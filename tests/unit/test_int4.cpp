@@ -9,12 +9,14 @@
 // worked by hand. Every malformed packed weight or scheme is one error naming the tensor.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,7 +25,11 @@
 #include "mla/config.hpp"
 #include "mla/error.hpp"
 #include "mla/int4.hpp"
+#include "mla/model.hpp"
+#include "mla/model_forward.hpp"
 #include "mla/safetensors.hpp"
+#include "compare.hpp"
+#include "reference/model_reference.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -365,6 +371,298 @@ BOOST_AUTO_TEST_CASE(inspect_shows_the_scheme) {
   BOOST_TEST_REQUIRE(j.exit_code == 0, j.err);
   BOOST_TEST(j.out.find("\"num_bits\": 4, \"symmetric\": true, \"strategy\": \"group\", \"group_size\": 32") !=
              std::string::npos);
+}
+
+
+// ---- `mla-h2o synth --experts`: a whole model in Kimi K2.6's published layout -------------------
+
+// The tiny whole model of the cases below: tiny_config() geometry nested as Kimi K2.6, layer 0
+// dense, layer 1 MoE with 4 routed experts (2 groups of 2) in INT4, vocab 97.
+mla::SynthOptions tiny_whole_model_options(const std::string& out) {
+  mla::SynthOptions o;
+  o.preset = "tiny";
+  o.out_dir = out;
+  o.layers = {0, 1};
+  o.experts = 4;
+  o.seed = 5;
+  o.vocab = 97;
+  return o;
+}
+
+// Bits of a loaded tensor against the values expected, exactly.
+size_t differing(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return std::max(got.size(), want.size());
+  size_t d = 0;
+  for (size_t k = 0; k < want.size(); ++k) d += bits(got[k]) != bits(want[k]);
+  return d;
+}
+
+std::vector<float> rounded_bf16(std::vector<float> v) {
+  for (float& x : v) x = mla::round_to_bf16(x);
+  return v;
+}
+
+// The weight a loader must see for a bf16 weight w [rows, cols] that synth stored in INT4 (group
+// size 32): compressed-tensors' quantization (int4::quantize, checked byte for byte above), then its
+// dequantization (int4::dequantize, checked bit for bit above).
+std::vector<float> intended_int4(const std::vector<float>& w, int64_t rows, int64_t cols) {
+  const mla::int4::Packed q = mla::int4::quantize(w, DType::BF16, rows, cols, 32);
+  std::vector<float> scale(q.scale.size() / 2);
+  for (size_t k = 0; k < scale.size(); ++k) {
+    uint16_t b = 0;
+    std::memcpy(&b, q.scale.data() + 2 * k, 2);
+    scale[k] = std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+  }
+  std::vector<float> out(w.size());
+  mla::int4::dequantize(q.packed, scale, DType::BF16, rows, cols, 32, out);
+  return out;
+}
+
+// Every tensor of the synthesized whole model reads back as synth intended: the routed experts
+// through the INT4 path (pack-quantized, dequantized to exactly int4::dequantize(int4::quantize(
+// the bf16 weight))), everything else as BF16 (the router bias F32), under the names and shapes
+// transformers' DeepseekV3ForCausalLM reads (mla/model.hpp of the whole-model forward).
+BOOST_AUTO_TEST_CASE(synth_whole_model_reads_back_exactly) {
+  const std::string dir = mla::test::scratch_dir("int4-whole") + "/ckpt";
+  const mla::SynthOptions o = tiny_whole_model_options(dir);
+  const mla::AttentionConfig tiny = mla::tiny_config();
+  const mla::DecoderKeys keys = mla::tiny_decoder_keys();
+  mla::synthesize_checkpoint(o, tiny, &keys);
+
+  // config.json: Kimi's nesting, the decoder keys with the reduced expert count, Kimi's scheme.
+  const std::string json = mla::test::read_text(dir + "/config.json");
+  for (const char* key : {"\"text_config\": {", "\"n_routed_experts\": 4,", "\"num_experts_per_tok\": 2,",
+                          "\"n_group\": 2,", "\"topk_group\": 1,", "\"first_k_dense_replace\": 1,",
+                          "\"moe_intermediate_size\": 32,", "\"intermediate_size\": 96,", "\"n_shared_experts\": 1,",
+                          "\"routed_scaling_factor\": 2.827,", "\"scoring_func\": \"sigmoid\",",
+                          "\"topk_method\": \"noaux_tc\",", "\"num_hidden_layers\": 2,", "\"tie_word_embeddings\": false,",
+                          "\"quant_method\": \"compressed-tensors\","})
+    BOOST_TEST(json.find(key) != std::string::npos, key);
+  const Checkpoint ck = Checkpoint::open(dir);
+  BOOST_TEST((ck.config().quantization == mla::kimi_int4_quantization()));
+  BOOST_TEST(ck.config().num_hidden_layers == 2);
+  BOOST_TEST(ck.config().nested_text_config);
+  BOOST_TEST(ck.synthetic_origin().find("4 routed experts INT4 group size 32") != std::string::npos, ck.synthetic_origin());
+
+  const int64_t H = tiny.hidden_size, I = keys.intermediate_size, I_m = keys.moe_intermediate_size, V = 97;
+  const std::string p = "language_model.model.layers.";
+  auto check_plain = [&](const std::string& name, const std::vector<int64_t>& shape, const std::string& dtype) {
+    BOOST_TEST_CONTEXT(name) {
+      BOOST_TEST(ck.stored_dtype(name) == dtype);
+      const std::vector<float> v = mla::synthesized_values(o, tiny, name, &keys);
+      const std::vector<float> want = dtype == "F32" ? v : rounded_bf16(v);
+      BOOST_TEST(differing(ck.load_tensor(name, shape, "synth's shape").data, want) == 0u);
+    }
+  };
+  check_plain(p + "0.post_attention_layernorm.weight", {H}, "BF16");
+  check_plain(p + "0.mlp.gate_proj.weight", {I, H}, "BF16");
+  check_plain(p + "0.mlp.up_proj.weight", {I, H}, "BF16");
+  check_plain(p + "0.mlp.down_proj.weight", {H, I}, "BF16");
+  check_plain(p + "1.self_attn.kv_b_proj.weight",
+              {tiny.num_attention_heads * (tiny.qk_nope_head_dim + tiny.v_head_dim), tiny.kv_lora_rank}, "BF16");
+  check_plain(p + "1.post_attention_layernorm.weight", {H}, "BF16");
+  check_plain(p + "1.mlp.gate.weight", {4, H}, "BF16");
+  check_plain(p + "1.mlp.gate.e_score_correction_bias", {4}, "F32");
+  check_plain(p + "1.mlp.shared_experts.gate_proj.weight", {I_m, H}, "BF16");
+  check_plain(p + "1.mlp.shared_experts.up_proj.weight", {I_m, H}, "BF16");
+  check_plain(p + "1.mlp.shared_experts.down_proj.weight", {H, I_m}, "BF16");
+  check_plain("language_model.model.embed_tokens.weight", {V, H}, "BF16");
+  check_plain("language_model.model.norm.weight", {H}, "BF16");
+  check_plain("language_model.lm_head.weight", {V, H}, "BF16");
+  // The dense layer has no router or experts, the MoE layer no dense MLP.
+  BOOST_TEST(!ck.has_tensor(p + "0.mlp.gate.weight"));
+  BOOST_TEST(!ck.has_tensor(p + "0.mlp.experts.0.up_proj.weight"));
+  BOOST_TEST(!ck.has_tensor(p + "1.mlp.gate_proj.weight"));
+  BOOST_TEST(!ck.has_tensor(p + "1.mlp.experts.4.up_proj.weight"));
+
+  // The routed experts: stored as Kimi stores them, dequantized exactly as intended.
+  std::map<std::string, std::string> shard_of;
+  for (const mla::TensorLocation& t : ck.list_tensors()) shard_of[t.name] = t.shard;
+  size_t moved = 0, elements = 0;  // elements the quantization changed: the INT4 path really ran
+  std::vector<double> drawn, loaded;
+  for (int e = 0; e < 4; ++e)
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      const std::string stem = p + "1.mlp.experts." + std::to_string(e) + "." + proj + ".";
+      const bool down = std::string(proj) == "down_proj";
+      const int64_t rows = down ? H : I_m, cols = down ? I_m : H;
+      BOOST_TEST_CONTEXT(stem) {
+        BOOST_TEST_REQUIRE(ck.stored_dtype(stem + "weight") == "INT4");
+        BOOST_TEST(shard_of.count(stem + "weight") == 0u);  // only the packed triple is stored
+        const mla::SafetensorsFile f = mla::SafetensorsFile::open(shard_of.at(stem + "weight_packed"));
+        const mla::TensorInfo& packed = f.at(stem + "weight_packed");
+        const mla::TensorInfo& scale = f.at(stem + "weight_scale");
+        const mla::TensorInfo& shape = f.at(stem + "weight_shape");
+        BOOST_TEST((packed.dtype == DType::I32));
+        BOOST_TEST((shape_of(packed) == std::vector<int64_t>{rows, cols / 8}));
+        BOOST_TEST((scale.dtype == DType::BF16));
+        BOOST_TEST((shape_of(scale) == std::vector<int64_t>{rows, cols / 32}));
+        BOOST_TEST((shape.dtype == DType::I32));
+        int32_t dims[2] = {0, 0};
+        std::memcpy(dims, f.bytes(shape).data(), sizeof dims);
+        BOOST_TEST(dims[0] == rows);
+        BOOST_TEST(dims[1] == cols);
+
+        const std::vector<float> w = rounded_bf16(mla::synthesized_values(o, tiny, stem + "weight", &keys));
+        const std::vector<float> want = intended_int4(w, rows, cols);
+        const mla::TensorF got = ck.load_tensor(stem + "weight", {rows, cols}, "synth's shape");
+        BOOST_TEST(differing(got.data, want) == 0u);
+        // ... and those are the drawn weights to within the quantization error.
+        drawn.insert(drawn.end(), w.begin(), w.end());
+        loaded.insert(loaded.end(), got.data.begin(), got.data.end());
+        for (size_t k = 0; k < w.size(); ++k) moved += got.data[k] != w[k];
+        elements += w.size();
+      }
+    }
+  BOOST_TEST(moved > elements / 2, moved << " of " << elements);
+  const mla::test::CompareResult c = mla::test::compare("expert_weight", drawn, loaded,
+                                                        mla::test::tolerance("expert_weight", "int4-vs-drawn", "bf16"));
+  BOOST_TEST(c.ok, c.message);
+  BOOST_TEST_MESSAGE("INT4 experts against the drawn bf16 weights: norm error " << c.norm_error << ", cosine " << c.cosine);
+}
+
+// The same model through the CLI: inspect reads it, run and sweep run on its attention layers.
+BOOST_AUTO_TEST_CASE(synth_whole_model_cli) {
+  const std::string dir = mla::test::scratch_dir("int4-whole-cli") + "/ckpt";
+  const auto s = mla::test::run_cli("synth --preset tiny --experts 4 --out '" + dir + "'");
+  BOOST_TEST_REQUIRE(s.exit_code == 0, s.err);
+  BOOST_TEST(s.out.find("layers 0,1, whole model: 4 routed experts per MoE layer in INT4 (group size 32)") !=
+             std::string::npos, s.out);
+  const auto i = mla::test::run_cli("inspect '" + dir + "'");
+  BOOST_TEST_REQUIRE(i.exit_code == 0, i.err);
+  BOOST_TEST(i.out.find("  pack_quantized_weights             12\n") != std::string::npos, i.out);
+  BOOST_TEST(i.out.find("  supported                          true\n") != std::string::npos, i.out);
+  BOOST_TEST(i.out.find("language_model.model.layers.1.mlp.experts.3.down_proj.weight_packed") != std::string::npos);
+  BOOST_TEST(i.out.find("language_model.lm_head.weight") != std::string::npos);
+  const std::string out = mla::test::scratch_dir("int4-whole-cli-run");
+  const auto r = mla::test::run_cli("run --checkpoint '" + dir + "' --layer 1 --seq-len 12 --quiet --out '" + out + "/run'");
+  BOOST_TEST(r.exit_code == 0, r.err);
+  const auto t = mla::test::run_cli("run --checkpoint '" + dir + "' --layer 0 --tokens 3,1,4,1,5,9 --quiet --out '" + out +
+                                    "/tokens'");
+  BOOST_TEST(t.exit_code == 0, t.err);
+  const auto w = mla::test::run_cli("sweep --checkpoint '" + dir + "' --layers all --seq-len 12 --quiet --out '" + out +
+                                    "/sweep'");
+  BOOST_TEST(w.exit_code == 0, w.err);
+  const bool both = mla::test::read_text(out + "/sweep/report.json").find("layers run: 0, 1") != std::string::npos;
+  BOOST_TEST(both);
+}
+
+// Every bad request is one error line, and nothing is written.
+BOOST_AUTO_TEST_CASE(synth_whole_model_bad_requests) {
+  const std::string base = mla::test::scratch_dir("int4-whole-bad");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--preset tiny --experts 3", "--experts 3 is not divisible by n_group 2"},
+      {"--preset tiny --experts 2", "--experts 2 leaves 1 expert per group of n_group 2"},
+      {"--preset tiny --experts 4 --group-size 48", "--group-size 48 does not divide hidden_size 64"},
+      {"--preset tiny --experts 4 --group-size 64", "--group-size 64 does not divide moe_intermediate_size 32"},
+      {"--preset kimi-k2.6 --experts 8 --group-size 48", "--group-size 48 does not divide hidden_size 7168"},
+      {"--preset kimi-k2.6 --experts 8 --group-size 3584", "--group-size 3584 does not divide moe_intermediate_size 2048"},
+      {"--preset tiny --experts 4 --layers 0,2", "--layers lacks layer 1"},
+      {"--preset tiny --experts 4 --layers 1", "--layers lacks layer 0"},
+      {"--preset tiny --experts 4 --layers 0", "so no routed expert; list more layers, e.g. --layers 0,1"},
+      {"--preset tiny --experts 4 --dtype f8_e4m3", "--dtype f8_e4m3 is not part of it"},
+      {"--preset tiny --group-size 16", "--group-size applies to the INT4 experts of --experts N"},
+      {"--preset tiny --experts 0", "--experts"},
+      {"--preset tiny --experts 4 --group-size 0", "--group-size"},
+  };
+  int k = 0;
+  for (const auto& [args, what] : cases) {
+    const std::string dir = base + "/c" + std::to_string(k++);
+    const auto r = mla::test::run_cli("synth " + args + " --out '" + dir + "'");
+    BOOST_TEST_CONTEXT(args) {
+      BOOST_TEST(r.exit_code != 0);
+      BOOST_TEST(r.err.find("mla-h2o synth: error: ") == 0u, r.err);
+      BOOST_TEST(r.err.find(what) != std::string::npos, r.err);
+      BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      BOOST_TEST(!fs::exists(dir));
+    }
+  }
+}
+
+// The whole-model forward (mla/model_forward.hpp) on the synthesized Kimi-layout model: its
+// config read with Kimi's decoder keys, every tensor found, each routed expert as the forward
+// loads it (load_expert) exactly the intended dequantization, and the forward's logits, hidden
+// states and routing against the double-loop reference on the same INT4 weights; experts read one
+// at a time give the resident run's logits bit for bit.
+BOOST_AUTO_TEST_CASE(synth_whole_model_forward) {
+  const std::string dir = mla::test::scratch_dir("int4-whole-forward") + "/ckpt";
+  const mla::SynthOptions o = tiny_whole_model_options(dir);
+  const mla::AttentionConfig tiny = mla::tiny_config();
+  const mla::DecoderKeys keys = mla::tiny_decoder_keys();
+  mla::synthesize_checkpoint(o, tiny, &keys);
+  const Checkpoint ck = Checkpoint::open(dir);
+  const mla::ModelConfig cfg = mla::load_model_config(ck.config_path());
+  BOOST_TEST(cfg.n_routed_experts == 4);
+  BOOST_TEST(cfg.num_experts_per_tok == 2);
+  BOOST_TEST(cfg.n_group == 2);
+  BOOST_TEST(cfg.topk_group == 1);
+  BOOST_TEST(cfg.first_k_dense_replace == 1);
+  BOOST_TEST(cfg.moe_intermediate_size == 32);
+  BOOST_TEST(cfg.routed_scaling_factor == 2.827);
+  BOOST_TEST(!cfg.tie_word_embeddings);
+  BOOST_CHECK_NO_THROW(mla::check_model_tensors(ck, cfg, "the test"));
+
+  for (int64_t e = 0; e < 4; ++e) {
+    const mla::MlpWeights m = mla::load_expert(ck, cfg, 1, e);
+    const std::string stem = "language_model.model.layers.1.mlp.experts." + std::to_string(e) + ".";
+    const std::pair<const mla::TensorF*, const char*> projs[] = {
+        {&m.gate_proj, "gate_proj"}, {&m.up_proj, "up_proj"}, {&m.down_proj, "down_proj"}};
+    for (const auto& [t, proj] : projs) {
+      const std::vector<float> w = rounded_bf16(mla::synthesized_values(o, tiny, stem + proj + ".weight", &keys));
+      const std::vector<float> want = intended_int4(w, t->shape[0], t->shape[1]);
+      BOOST_TEST(differing(t->data, want) == 0u, stem << proj);
+    }
+  }
+
+  const std::vector<int64_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+  mla::ModelForwardOptions opt;
+  opt.precision = mla::Precision::FP32;
+  opt.keep_hidden_states = true;
+  opt.keep_routing = true;
+  const mla::ModelForwardResult r = mla::model_forward(ck, cfg, tokens, opt);
+  BOOST_TEST((r.logits.shape == std::vector<int64_t>{16, 97}));
+  const mla::ref::ModelActivations ref = mla::ref::model_forward(ck, cfg, tokens, mla::Precision::FP32, 1e-6);
+  const mla::test::Tolerance& tol = mla::test::tolerance("logits", "model-cpu-vs-reference", "fp32");
+  std::vector<double> got(r.logits.data.begin(), r.logits.data.end());
+  const mla::test::CompareResult c = mla::test::compare("logits", r.logits.shape, ref.logits.data, got, tol);
+  BOOST_TEST(c.ok, c.message);
+  // Routing: layer 1 only, 2 experts per token, both in one group (topk_group 1), as the reference.
+  BOOST_TEST_REQUIRE(r.routing.size() == 1u);
+  BOOST_TEST(r.routing[0].layer == 1);
+  BOOST_TEST(r.routing[0].experts == ref.routing[0].experts);
+  std::set<int32_t> used;
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    const int32_t a = r.routing[0].experts[2 * s], b = r.routing[0].experts[2 * s + 1];
+    BOOST_TEST(a / 2 == b / 2);
+    used.insert(a);
+    used.insert(b);
+  }
+  BOOST_TEST(used.size() > 2u);  // the router's bias and weights spread the tokens
+  opt.resident_experts = false;
+  opt.threads = 1;
+  const mla::ModelForwardResult streamed = mla::model_forward(ck, cfg, tokens, opt);
+  BOOST_TEST(std::memcmp(streamed.logits.data.data(), r.logits.data.data(), r.logits.data.size() * 4) == 0);
+
+  // `mla-h2o eval` runs on it, every layer's cache evicted, and says the weights are synthetic.
+  const std::string out = mla::test::scratch_dir("int4-whole-eval") + "/eval";
+  const auto e = mla::test::run_cli("eval --checkpoint '" + dir +
+                                    "' --tokens 3,1,4,1,5,9,2,6,5,3,5,8,9,7,9,3,2,3,8,4 --prompt-len 8 --steps 8 "
+                                    "--cache-budget 6,10 --sinks 1 --recent 2 --policy h2o,streaming --quiet --out '" + out + "'");
+  BOOST_TEST_REQUIRE(e.exit_code == 0, e.err);
+  BOOST_TEST(mla::test::read_text(out + "/report.json").find("synthetic") != std::string::npos);
+}
+
+// Kimi K2.6's config.json as synth writes it for the whole model reads back with Kimi's values.
+BOOST_AUTO_TEST_CASE(kimi_whole_model_config) {
+  mla::AttentionConfig kimi = mla::kimi_k26_config();
+  kimi.quantization = mla::kimi_int4_quantization();
+  const mla::DecoderKeys keys = mla::kimi_k2_decoder_keys();
+  const std::string json = mla::config_to_json(kimi, true, &keys);
+  BOOST_TEST((mla::parse_config(json) == kimi));
+  for (const char* key : {"\"n_routed_experts\": 384,", "\"num_experts_per_tok\": 8,", "\"n_group\": 1,",
+                          "\"moe_intermediate_size\": 2048,", "\"intermediate_size\": 18432,",
+                          "\"routed_scaling_factor\": 2.827,", "\"moe_layer_freq\": 1,"})
+    BOOST_TEST(json.find(key) != std::string::npos, key);
+  BOOST_TEST(json.find("\"text_config\"") < json.find("\"n_routed_experts\""));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,148 @@
+// mla/eval.hpp — what KV-cache eviction does to a whole model's next-token predictions
+// (`mla-h2o eval`, docs/eval.md).
+//
+// Teacher forcing on tokens x_0 .. x_{T-1}: positions [0, P) are a causal prefill with the full
+// cache; positions P .. P+N-1 decode with EVERY layer's latent cache managed by a policy at budget
+// K (mla/policy.hpp: one CacheManager per layer, each with its own cache and scores), so an
+// eviction's error flows through the residual stream into later layers and the logits. The
+// logits at position x predict x_{x+1}, so T >= P + N + 1.
+//
+// Computed layer by layer over all positions: position x of layer L depends only on positions
+// <= x of layer L and on layer L-1, so for each layer L the prompt rows run once (shared by every
+// run), then every run's N decode rows: their projections at once, the attention row by row in
+// position order (the policy evicting after each step), o_proj and the MLP at once. Every sum is
+// a fixed-order fma chain (src/cpu/fixed_order.hpp), so the order of computation changes no bit:
+// a cache that evicted nothing gives logits bit-identical to the plain forward
+// (mla/model_forward.hpp), and the suite `eval` proves the layer-by-layer order against a
+// token-by-token loop through all layers.
+//
+// Per (policy, budget) run and position: NLL of the true next token, KL(full || policy) of the
+// next-token distributions, top-1 agreement with full; per layer: the attention output's error
+// against full's at the same position, the full run's attention mass the cache holds, the cache
+// size. Summaries: mean NLL, ΔNLL and perplexity ratio against full, mean KL, top-1 agreement,
+// passkey accuracy on passkey inputs.
+//
+// Shape legend: T = tokens, P = prompt_len, N = steps, V = vocab_size, H = hidden_size,
+//   L = num_hidden_layers, n = heads, K = budget.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mla/attention.hpp"
+#include "mla/checkpoint.hpp"
+#include "mla/model.hpp"
+#include "mla/policy.hpp"
+#include "mla/stage_timer.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla {
+
+struct EvalOptions {
+  int64_t prompt_len = 0;                // P >= 1
+  int64_t steps = 0;                     // N >= 1; P + N + 1 <= T
+  std::vector<int64_t> budgets;          // K, strictly increasing
+  std::vector<PolicySettings> policies;  // full is always computed (the reference of every metric)
+  Precision precision = Precision::BF16;
+  int threads = 0;                       // 0 = all cores
+  double latent_norm_eps = 1e-6;
+  bool keep_logits = false;              // every run's logits [N, V] in EvalRun::logits
+  bool keep_full_states = false;         // the full run's logits [T, V] and hidden states [L+1][T, H]
+  // (stage, done, total): ("layers", L+1, num_hidden_layers) and ("decode steps", i, N) within a layer
+  std::function<void(const char* stage, int64_t done, int64_t total)> progress;
+};
+
+// Error(InvalidArgument) with one line for every bad option: P < 1, N < 1, P + N + 1 > T, no
+// budget, budgets not increasing, a budget too small for what a policy protects, no policy, two
+// policies with the same label.
+void check_eval_options(const EvalOptions& opt, int64_t tokens, int64_t num_layers);
+
+// A passkey input (models/tiny-mla/eval/passkey-*.txt) ends with the line
+// "What is the pass key? The pass key is NNNNN." (then a newline): the key's digits are the
+// tokens at `digits`. Found on byte-level token ids only; empty when the input is not one.
+struct Passkey {
+  std::string key;              // "70969"
+  std::vector<int64_t> digits;  // positions of the key's digits in the token ids, ascending
+};
+Passkey find_passkey(const std::vector<int64_t>& tokens, const ModelConfig& cfg);
+
+struct EvalPosition {
+  int64_t position = 0;   // x (the logits at x predict tokens[x + 1])
+  int64_t token = 0;      // tokens[x + 1], the true next token
+  double nll = 0;         // -log p(token)
+  double kl = 0;          // KL(full || this run) of the next-token distributions (0 for full)
+  bool top1_agree = true; // argmax equals full's (the lower id on ties)
+  bool top1_correct = false;  // argmax equals the true next token
+};
+
+struct EvalLayer {
+  int64_t layer = 0;
+  int64_t budget = 0;            // what the layer's cache may hold (pyramidkv: its own)
+  double mean_cache_len = 0;     // tokens attended per step (the new token included)
+  double mean_held = 0;          // tokens held after each step's eviction
+  double mean_mass_recall = 1;   // full run's attention mass (this layer, this position, mean over heads) on the cache
+  double min_mass_recall = 1;    // the worst step's
+  double mean_attn_rel_error = 0;  // ||a - a_full|| / ||a_full|| of the layer's attention output
+  double max_attn_rel_error = 0;
+  double mean_hidden_rel_error = 0;  // ||h - h_full|| / ||h_full|| of the layer's output (the residual stream)
+};
+
+struct EvalRun {
+  PolicySettings policy;
+  int64_t budget = 0;                 // K (also for full, reported at every budget)
+  std::vector<EvalPosition> positions;  // [N]
+  std::vector<EvalLayer> layers;        // [L]
+  TensorF logits;                       // [N, V] with keep_logits
+};
+
+struct EvalSummary {
+  std::string policy;          // the policy's label
+  int64_t budget = 0;
+  double mean_nll = 0;
+  double delta_nll = 0;        // mean_nll - full's (exactly 0 for full)
+  double ppl_ratio = 1;        // exp(delta_nll)
+  double mean_kl = 0;
+  double top1_agreement = 1;   // share of positions whose argmax equals full's
+  double top1_accuracy = 0;    // share whose argmax is the true next token
+  double passkey_accuracy = -1;  // share of the key's digits predicted top-1; -1 when not a passkey input
+  int64_t passkey_digits = 0;    // digits scored (those whose predicting position was decoded)
+  double mean_cache_len = 0;     // over layers and steps
+  double mean_mass_recall = 1;   // over layers and steps
+};
+
+struct EvalResult {
+  EvalRun full;                  // the full cache (budget 0 here)
+  std::vector<EvalRun> runs;     // per budget (ascending), per policy other than full (options order)
+  Passkey passkey;
+  TensorF full_logits;                 // keep_full_states: [T, V]
+  std::vector<TensorF> hidden_states;  // keep_full_states: [L+1] of [T, H] (as ModelForwardResult)
+  StageSeconds stage_seconds;
+  std::string engine;            // the kernels that ran
+};
+
+// The whole evaluation; layers stream one at a time. Checks first (check_model_tensors,
+// check_eval_options, token ids within embed_tokens).
+EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::vector<int64_t>& tokens,
+                    const EvalOptions& opt);
+
+// One row per (policy, budget): full first at each budget, then the runs in options order.
+std::vector<EvalSummary> summarize(const EvalResult& r, const std::vector<int64_t>& budgets);
+
+// ---- outputs (src/eval/eval_report.cpp) -------------------------------------------------------
+// eval.csv:    policy,budget,position,token,nll,kl,top1_agree
+std::string eval_csv(const EvalResult& r, const std::vector<int64_t>& budgets);
+// layers.csv:  policy,budget,layer,layer_budget,mean_cache_len,mean_held,mean_mass_recall,min_mass_recall,
+//              mean_attn_rel_error,max_attn_rel_error,mean_hidden_rel_error
+std::string eval_layers_csv(const EvalResult& r, const std::vector<int64_t>& budgets);
+// summary.csv: policy,budget,mean_nll,delta_nll,ppl_ratio,mean_kl,top1_agreement,top1_accuracy,
+//              passkey_accuracy,mean_cache_len,mean_mass_recall
+std::string eval_summary_csv(const std::vector<EvalSummary>& s);
+std::string eval_summary_table(const std::vector<EvalSummary>& s);
+// ΔNLL against K, one line per policy (needs >= 2 budgets for a line; points otherwise).
+std::string eval_budget_svg(const std::vector<EvalSummary>& s, const std::string& title);
+// mean mass recall per layer, one line per policy, at budget `budget`.
+std::string eval_layers_svg(const EvalResult& r, int64_t budget, const std::string& title);
+
+}  // namespace mla

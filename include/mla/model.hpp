@@ -1,0 +1,155 @@
+// mla/model.hpp — the whole transformers `DeepseekV3ForCausalLM` (the model class of DeepSeek-V3
+// and the Kimi K2 family) beyond one attention layer: its config.json keys, the tensors of a
+// decoder layer and of the model head, and how they are loaded (docs/math.md §15).
+//
+//   embed_tokens -> for each layer L:
+//       h = h + self_attn(input_layernorm(h))
+//       h = h + mlp(post_attention_layernorm(h))   mlp: dense SwiGLU for L < first_k_dense_replace,
+//                                                     else DeepseekV3MoE (router + routed + shared experts)
+//   -> norm -> lm_head (embed_tokens when tie_word_embeddings)
+//
+// Tensor names under <prefix>layers.L. (prefix "model." or "language_model.model."):
+//   input_layernorm.weight                 [H]
+//   post_attention_layernorm.weight        [H]
+//   mlp.gate_proj.weight / up_proj         [I, H]          dense layers (I = intermediate_size)
+//   mlp.down_proj.weight                   [H, I]
+//   mlp.gate.weight                        [E, H]          MoE layers: router (fp32 in transformers)
+//   mlp.gate.e_score_correction_bias       [E]             router bias (fp32)
+//   mlp.experts.{e}.{gate,up}_proj.weight  [I_m, H]        routed expert e (I_m = moe_intermediate_size)
+//   mlp.experts.{e}.down_proj.weight       [H, I_m]
+//   mlp.shared_experts.{gate,up}_proj      [I_m * n_shared_experts, H]
+//   mlp.shared_experts.down_proj           [H, I_m * n_shared_experts]
+// Model level: <prefix>embed_tokens.weight [V, H], <prefix>norm.weight [H], lm_head.weight [V, H]
+// (beside the "model." part of the prefix: "lm_head.weight", "language_model.lm_head.weight").
+// Every tensor is read through Checkpoint::load_tensor by its plain name, so a storage format the
+// checkpoint reader understands (BF16, F16, F32, FP8 with block scales) needs nothing here.
+//
+// Shape legend: H = hidden_size, V = vocab_size, E = n_routed_experts, k = num_experts_per_tok.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mla/checkpoint.hpp"
+#include "mla/config.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla {
+
+// config.json keys of the decoder beyond the attention. Defaults are DeepseekV3Config's (what
+// transformers uses for a key that is absent). scoring_func / topk_method are not read by
+// transformers' DeepseekV3 code, which always runs sigmoid scores with group-limited,
+// bias-corrected selection ("noaux_tc"); a config that asks for anything else is refused.
+struct ModelConfig {
+  AttentionConfig attention;             // the keys of mla/config.hpp
+  int64_t intermediate_size = 18432;     // dense MLP width
+  int64_t moe_intermediate_size = 2048;  // width of each routed expert
+  int64_t first_k_dense_replace = 3;     // layers [0, first_k_dense_replace) are dense
+  int64_t n_routed_experts = 256;        // E
+  int64_t n_shared_experts = 1;          // the shared expert is one MLP of width I_m * n_shared_experts
+  int64_t num_experts_per_tok = 8;       // k
+  int64_t n_group = 8;                   // expert groups (E / n_group experts each)
+  int64_t topk_group = 4;                // groups a token may route into
+  bool norm_topk_prob = true;            // divide the k weights by their sum (+ 1e-20)
+  double routed_scaling_factor = 2.5;    // multiplies the k weights
+  std::string hidden_act = "silu";
+  std::string scoring_func = "sigmoid";
+  std::string topk_method = "noaux_tc";
+  bool tie_word_embeddings = false;      // lm_head = embed_tokens
+  // Not a transformers key: set by this project's byte-level models (models/tiny-mla): ids are
+  // bytes 0..255 plus special tokens, so `--text FILE` can be tokenized as BOS + the file's bytes.
+  bool byte_level_vocab = false;
+  int64_t bos_token_id = -1;             // -1: absent or null
+  int64_t eos_token_id = -1;
+
+  bool is_moe_layer(int64_t layer) const { return layer >= first_k_dense_replace; }
+  int64_t experts_per_group() const { return n_group > 0 ? n_routed_experts / n_group : 0; }
+  int64_t shared_intermediate_size() const { return moe_intermediate_size * n_shared_experts; }
+};
+
+// Parses config.json text (flat or nested under text_config, as parse_config). Error(Config)
+// naming the file and key for a missing or inconsistent key, and for what the forward cannot
+// honour (hidden_act other than silu, scoring_func other than sigmoid, topk_method other than
+// noaux_tc, a routing that cannot pick k experts).
+ModelConfig parse_model_config(std::string_view json, const std::string& source_name = "config.json");
+ModelConfig load_model_config(const std::string& path);
+
+// The ids of a text for a byte-level model (byte_level_vocab): bos_token_id (when the config has
+// one), then one id per byte. Error(InvalidArgument) naming `what` (e.g. "--text notes.txt") for a
+// model that is not byte-level.
+std::vector<int64_t> byte_level_token_ids(const ModelConfig& cfg, std::string_view bytes, const std::string& what);
+
+// ---- routing ---------------------------------------------------------------------------------
+
+// The group-limited top-k of transformers' DeepseekV3TopkRouter for one token, on its
+// bias-corrected scores choice [E] (sigmoid(logits) + e_score_correction_bias):
+//   group score = the sum of the group's two largest values (an add in T: fp32 or double);
+//   keep the topk_group groups with the largest scores; then the num_experts_per_tok largest
+//   values among their experts. Ties go to the lower index (torch.topk leaves them unspecified).
+// Returns the chosen experts ascending. T = float or double.
+template <class T>
+std::vector<int32_t> select_experts(const T* choice, const ModelConfig& cfg);
+
+// ---- weights ------------------------------------------------------------------------------
+
+// One SwiGLU MLP: down_proj(silu(gate_proj(x)) * up_proj(x)). fp32 values as stored
+// (BF16/F16/F32 widened exactly, FP8 dequantized).
+struct MlpWeights {
+  TensorF gate_proj;  // [I, H]
+  TensorF up_proj;    // [I, H]
+  TensorF down_proj;  // [H, I]
+  int64_t parameter_count() const { return gate_proj.numel() + up_proj.numel() + down_proj.numel(); }
+};
+
+// DeepseekV3TopkRouter's parameters (transformers keeps both in fp32 whatever the model dtype).
+struct RouterWeights {
+  TensorF weight;                   // [E, H]
+  TensorF e_score_correction_bias;  // [E]
+};
+
+// Everything of decoder layer L except its routed experts' weights, which a caller loads all
+// at once (load_decoder_layer with experts = true) or one at a time (load_expert).
+struct DecoderLayerWeights {
+  int64_t layer = 0;
+  bool moe = false;
+  LayerWeights self_attn;            // the attention tensors + input_layernorm (mla/checkpoint.hpp)
+  TensorF post_attention_layernorm;  // [H]
+  MlpWeights mlp;                    // dense layers only
+  RouterWeights gate;                // MoE layers only
+  MlpWeights shared_experts;         // MoE layers with n_shared_experts > 0
+  std::vector<MlpWeights> experts;   // MoE layers: [E] when loaded with experts, else empty
+  std::map<std::string, std::string> source_dtype;  // checkpoint dtype by name ("mlp.gate.weight": "F32")
+};
+
+// The model's first and last tensors.
+struct ModelHeadWeights {
+  TensorF norm;     // [H]
+  TensorF lm_head;  // [V, H] (embed_tokens' values when tie_word_embeddings)
+  std::map<std::string, std::string> source_dtype;
+};
+
+// Layer L's tensors, shapes checked against cfg; experts = false leaves `experts` empty.
+DecoderLayerWeights load_decoder_layer(const Checkpoint& ckpt, const ModelConfig& cfg, int64_t layer, bool experts);
+// Routed expert e of MoE layer L.
+MlpWeights load_expert(const Checkpoint& ckpt, const ModelConfig& cfg, int64_t layer, int64_t expert);
+ModelHeadWeights load_model_head(const Checkpoint& ckpt, const ModelConfig& cfg);
+
+// The full names of the tensors above, so that a check before any work (every layer present,
+// every expert) and the loaders agree. "" for a tensor the config does not have.
+std::string decoder_tensor_name(const Checkpoint& ckpt, int64_t layer, const std::string& suffix);
+std::string lm_head_tensor_name(const Checkpoint& ckpt);
+
+// Every tensor the whole-model forward will read, in load order (embed_tokens, each layer's
+// attention, norms, MLP or router + shared + experts, norm, lm_head): Error(TensorNotFound)
+// naming the first missing one (`what` says for which command), before any work is done.
+void check_model_tensors(const Checkpoint& ckpt, const ModelConfig& cfg, const std::string& what);
+
+// Parameters of the whole model from the geometry (routed experts all counted) and those a
+// token uses (k routed experts).
+int64_t model_parameter_count(const ModelConfig& cfg);
+int64_t model_active_parameter_count(const ModelConfig& cfg);
+
+}  // namespace mla

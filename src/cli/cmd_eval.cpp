@@ -1,0 +1,333 @@
+// src/cli/cmd_eval.cpp — `mla-h2o eval`: what KV-cache eviction does to a whole model's
+// next-token predictions, every layer's cache managed by the policy (mla/eval.hpp, docs/eval.md).
+//
+// Pipeline (execute_eval), the shape of `run`'s, each stage timed:
+//   load      output directory, checkpoint, model config, token ids (--tokens / --text), every check
+//             before any work (tensors present, options, ids within the vocabulary), the memory plan
+//   eval      run_eval: layers streamed one at a time, every run's decode rows (progress on stderr)
+//   outputs   eval.csv, layers.csv, summary.csv, budget.svg, layers.svg, tensors.safetensors
+//             (--dump-tensors), report.json; the summary table on stdout
+//
+// Shape legend: T tokens, P prompt rows, N steps, V vocab_size, H hidden_size.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "args.hpp"
+#include "commands.hpp"
+#include "inputs.hpp"
+#include "progress.hpp"
+#include "run_pipeline.hpp"
+#include "mla/error.hpp"
+#include "mla/eval.hpp"
+#include "mla/memory_plan.hpp"
+#include "mla/model.hpp"
+#include "mla/model_forward.hpp"
+#include "mla/policy.hpp"
+#include "mla/report.hpp"
+#include "mla/safetensors.hpp"
+#include "mla/stage_timer.hpp"
+#include "mla_build_config.h"
+#include "src/cpu/fixed_order.hpp"
+
+namespace mla::cli {
+namespace {
+
+CommandSpec eval_spec() {
+  CommandSpec spec;
+  spec.name = "eval";
+  spec.synopsis =
+      "mla-h2o eval: what KV-cache eviction does to a whole DeepseekV3ForCausalLM's next-token predictions.\n"
+      "Teacher forcing: positions 0..P-1 are a causal prefill, positions P..P+N-1 decode with every layer's latent\n"
+      "cache managed by the policy at budget K; NLL, KL and top-1 agreement against the full cache, per layer the\n"
+      "attention error and mass recall (docs/eval.md).";
+  spec.usage =
+      "mla-h2o eval --checkpoint DIR (--tokens IDS|FILE | --text FILE) --prompt-len P --steps N --cache-budget K[,K2,...] "
+      "[options]";
+  spec.flags = {
+      {"checkpoint", "DIR", "checkpoint directory or .safetensors file of a whole model (required)", ""},
+      {"config", "FILE", "config.json to use instead of the one beside the checkpoint", ""},
+      {"tokens", "IDS|FILE", "token ids: 3,17,250 or a file of ids", ""},
+      {"text", "FILE", "a text file, for byte-level models (config.json \"byte_level_vocab\": true): BOS, then its bytes", ""},
+      {"prompt-len", "P", "prompt positions (causal prefill with the full cache) (required)", ""},
+      {"steps", "N", "decoded positions after the prompt; the input needs P + N + 1 tokens (required)", ""},
+      {"cache-budget", "K[,K2,...]", "per-layer cache budgets, strictly increasing (required)", ""},
+      {"policy", "a,b:key=v,...",
+       "as decode: presets with each paper's settings (full, h2o, h2o-normalized, tova, streaming, snapkv, snapkv-maxpool, "
+       "pyramidkv, knorm, expected-attention, scissorhands, value-aware, random, oracle) or all; name:key=value changes a "
+       "setting; full is always computed",
+       "all"},
+      {"sinks", "N", "first N positions never evicted, for every policy that has sinks (overrides the presets)", ""},
+      {"recent", "N", "the N newest positions never evicted, for every policy that has a recent window (overrides the presets)", ""},
+      {"policy-seed", "N", "seed of the random policy", "0"},
+      {"precision", "bf16|fp32", "bf16 = the model's own numerics (transformers' bf16 run, docs/math.md §7, §15.3)", "bf16"},
+      {"latent-norm-eps", "hf|config|VALUE",
+       "eps of q_a_layernorm/kv_a_layernorm: hf = 1e-6 (transformers), config = rms_norm_eps (vLLM/SGLang)", "hf"},
+      {"threads", "N", "threads (0 = all cores)", "0"},
+      {"out", "DIR", "output directory (created)", "./mla-h2o-eval"},
+      {"dump-tensors", "", "write tensors.safetensors: the full cache's logits [P+N, V] and hidden_states.L [P+N, H]", ""},
+      {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
+  };
+  return spec;
+}
+
+struct EvalPlan {
+  std::string checkpoint, config_path, tokens, text, out_dir = "mla-h2o-eval", latent_eps_arg = "hf";
+  EvalOptions eval;
+  bool dump_tensors = false, quiet = false;
+};
+
+
+EvalPlan read_eval_plan(const Args& a) {
+  EvalPlan plan;
+  plan.checkpoint = a.str("checkpoint");
+  const auto required = [&](const char* flag, const char* what) {
+    if (!a.has(flag)) fail(ErrorKind::InvalidArgument, std::string("--") + flag + " " + what + " is required (see mla-h2o eval --help)");
+  };
+  required("checkpoint", "DIR");
+  required("prompt-len", "P");
+  required("steps", "N");
+  required("cache-budget", "K");
+  if (a.has("tokens") == a.has("text"))
+    fail(ErrorKind::InvalidArgument, a.has("tokens") ? "--tokens and --text are two input sources: give one"
+                                                     : "no input: give --tokens IDS|FILE or --text FILE");
+  plan.config_path = a.str("config");
+  plan.tokens = a.str("tokens");
+  plan.text = a.str("text");
+  plan.eval.prompt_len = a.integer("prompt-len", 0, 1, int64_t{1} << 40);
+  plan.eval.steps = a.integer("steps", 0, 1, int64_t{1} << 40);
+  plan.eval.budgets = a.int_list("cache-budget", {});
+  plan.eval.policies = read_policies(a);
+  plan.eval.precision = a.choice("precision", {"bf16", "fp32"}, "bf16") == "bf16" ? Precision::BF16 : Precision::FP32;
+  plan.eval.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
+  plan.latent_eps_arg = a.str("latent-norm-eps", "hf");
+  plan.out_dir = a.str("out", plan.out_dir);
+  plan.dump_tensors = a.has("dump-tensors");
+  plan.quiet = a.has("quiet");
+  return plan;
+}
+
+std::string read_bytes(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::Io, flag + " " + path + ": cannot open the file");
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (in.bad()) fail(ErrorKind::Io, flag + " " + path + ": read error");
+  return os.str();
+}
+
+void policy_json(JsonWriter& j, const PolicySettings& p) {
+  j.begin_object();
+  j.key("label").value(p.label);
+  j.key("kind").value(policy_kind_name(p.kind));
+  j.key("sinks").value(p.sinks);
+  j.key("recent").value(p.recent);
+  j.key("heads").value(head_aggregation_name(p.heads));
+  j.key("window").value(p.window);
+  j.end_object();
+}
+
+void summary_json(JsonWriter& j, const EvalSummary& s) {
+  j.begin_object();
+  j.key("policy").value(s.policy);
+  j.key("budget").value(s.budget);
+  j.key("mean_nll").value(s.mean_nll);
+  j.key("delta_nll").value(s.delta_nll);
+  j.key("ppl_ratio").value(s.ppl_ratio);
+  j.key("mean_kl").value(s.mean_kl);
+  j.key("top1_agreement").value(s.top1_agreement);
+  j.key("top1_accuracy").value(s.top1_accuracy);
+  if (s.passkey_accuracy >= 0) j.key("passkey_accuracy").value(s.passkey_accuracy);
+  else j.key("passkey_accuracy").null();
+  j.key("passkey_digits").value(s.passkey_digits);
+  j.key("mean_cache_len").value(s.mean_cache_len);
+  j.key("mean_mass_recall").value(s.mean_mass_recall);
+  j.end_object();
+}
+
+// What the figures do not mean.
+std::vector<std::string> eval_caveats(const std::string& synthetic) {
+  std::vector<std::string> c;
+  if (!synthetic.empty())
+    c.push_back("synthetic weights (" + synthetic + "): random weights, not a trained model. Its next-token "
+                "distributions are noise and its attention is not what a trained model's is, so what eviction does "
+                "to them says nothing about a real model; run eval on a trained checkpoint (models/tiny-mla)");
+  return c;
+}
+
+int execute_eval(const EvalPlan& plan) {
+  StageSeconds stages;
+  ensure_output_dir(plan.out_dir);  // first: an unwritable --out fails before any work
+  // ---- load: checkpoint, config, ids, every check ----
+  const Checkpoint ckpt = timed(stages, "open checkpoint", [&] { return Checkpoint::open(plan.checkpoint, plan.config_path); });
+  const ModelConfig cfg = load_model_config(ckpt.config_path());
+  const std::string synthetic = ckpt.synthetic_origin();
+  const std::vector<std::string> caveats = eval_caveats(synthetic);
+  const std::string tag = synthetic.empty() ? "" : "[synthetic weights] ";
+  check_model_tensors(ckpt, cfg, "--checkpoint " + plan.checkpoint);
+  std::vector<int64_t> tokens;
+  std::string input_text;
+  if (!plan.text.empty()) {
+    tokens = byte_level_token_ids(cfg, read_bytes(plan.text, "--text"), "--text " + plan.text);
+    input_text = "--text " + plan.text + " (BOS + " + std::to_string(tokens.size() - (cfg.bos_token_id >= 0)) + " bytes)";
+  } else {
+    tokens = parse_token_ids(plan.tokens);
+    input_text = "--tokens (" + std::to_string(tokens.size()) + " ids)";
+  }
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] >= cfg.attention.vocab_size)
+      fail(ErrorKind::InvalidArgument, "token id " + std::to_string(tokens[i]) + " (position " + std::to_string(i) +
+                                           ") is past the vocabulary (vocab_size " +
+                                           std::to_string(cfg.attention.vocab_size) + ")");
+  EvalOptions opt = plan.eval;
+  std::string eps_mode;
+  opt.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg.attention, eps_mode);
+  opt.keep_full_states = plan.dump_tensors;
+  check_eval_options(opt, static_cast<int64_t>(tokens.size()), cfg.attention.num_hidden_layers);
+  const int64_t P = opt.prompt_len, N = opt.steps;
+  int64_t runs = 1;
+  for (const PolicySettings& s : opt.policies) runs += s.kind == PolicyKind::Full ? 0 : static_cast<int64_t>(opt.budgets.size());
+  // the memory plan: the largest layer, P + N rows of every stream
+  ModelMemoryRequest mreq;
+  mreq.tokens = P + N;
+  mreq.precision = opt.precision;
+  mreq.streams = runs;
+  mreq.stream_rows = N;
+  mreq.keep_hidden_states = plan.dump_tensors;
+  mreq.threads = cpu::resolve_threads(opt.threads);
+  const MemoryEstimate mem = estimate_model_memory(cfg, mreq);
+  const MemoryBudget budget = host_memory_budget();
+  if (budget.host_bytes >= 0 && mem.host_peak_bytes > budget.host_bytes)
+    fail(ErrorKind::Unsupported, "eval of " + std::to_string(runs) + " runs x " + std::to_string(N) +
+                                     " decoded positions needs about " + format_bytes(mem.host_peak_bytes) + " (" +
+                                     mem.peak_phase + "), but " + format_bytes(budget.host_bytes) + " is available (" +
+                                     budget.host_source + "); fewer budgets or policies, or a smaller --steps, would need less");
+
+  // ---- eval ----
+  ProgressLine progress("eval", plan.quiet);
+  opt.progress = progress.callback();
+  const EvalResult result = timed(stages, "eval", [&] { return run_eval(ckpt, cfg, tokens, opt); });
+  progress.finish();
+
+  // ---- outputs ----
+  const std::vector<EvalSummary> summaries = summarize(result, opt.budgets);
+  std::vector<std::string> files;
+  const auto out = [&](const std::string& name) {
+    files.push_back(join_path(plan.out_dir, name));
+    return files.back();
+  };
+  {
+    StageTimer t(stages, "outputs");
+    write_text_file(out("eval.csv"), eval_csv(result, opt.budgets));
+    write_text_file(out("layers.csv"), eval_layers_csv(result, opt.budgets));
+    write_text_file(out("summary.csv"), eval_summary_csv(summaries));
+    const std::string what = std::string(precision_name(opt.precision)) + ", P = " + std::to_string(P) + ", N = " +
+                             std::to_string(N);
+    write_text_file(out("budget.svg"), eval_budget_svg(summaries, tag + "ΔNLL against the cache budget (" + what + ")"));
+    write_text_file(out("layers.svg"), eval_layers_svg(result, opt.budgets.front(),
+                                                       tag + "attention mass kept per layer at K = " +
+                                                           std::to_string(opt.budgets.front()) + " (" + what + ")"));
+    if (plan.dump_tensors) {
+      std::vector<std::vector<std::byte>> payloads;
+      std::vector<TensorToWrite> tensors;
+      payloads.reserve(result.hidden_states.size() + 1);
+      const auto add = [&](const TensorF& t) {
+        payloads.push_back(encode_f32(t.data));
+        tensors.push_back(TensorToWrite{t.name, DType::F32, std::vector<uint64_t>(t.shape.begin(), t.shape.end()), payloads.back()});
+      };
+      add(result.full_logits);
+      for (const TensorF& h : result.hidden_states) add(h);
+      write_safetensors(out("tensors.safetensors"), tensors,
+                        {{"producer", "mla-h2o eval (full cache)"}, {"precision", precision_name(opt.precision)},
+                         {"engine", result.engine}, {"prompt_len", std::to_string(P)}, {"steps", std::to_string(N)}});
+    }
+  }
+  const std::string json_path = out("report.json");
+  JsonWriter j;
+  j.begin_object();
+  j.key("command").value("eval");
+  j.key("mla_h2o_version").value(MLA_VERSION);
+  j.key("compiler").value(MLA_COMPILER);
+  j.key("checkpoint").value(plan.checkpoint);
+  j.key("synthetic_weights");
+  if (synthetic.empty()) j.value(false);
+  else j.value(synthetic);
+  j.key("caveats").begin_array();
+  for (const std::string& c : caveats) j.value(c);
+  j.end_array();
+  j.key("input").value(input_text);
+  j.key("tokens").value(static_cast<int64_t>(tokens.size()));
+  j.key("prompt_len").value(P);
+  j.key("steps").value(N);
+  j.key("precision").value(precision_name(opt.precision));
+  j.key("latent_norm_eps").value(opt.latent_norm_eps);
+  j.key("latent_norm_eps_mode").value(eps_mode);
+  j.key("engine").value(result.engine);
+  j.key("threads").value(static_cast<int64_t>(cpu::resolve_threads(opt.threads)));
+  j.key("config");
+  write_config(j, cfg.attention, std::nullopt);
+  j.key("model").begin_object();
+  j.key("first_k_dense_replace").value(cfg.first_k_dense_replace);
+  j.key("n_routed_experts").value(cfg.n_routed_experts);
+  j.key("num_experts_per_tok").value(cfg.num_experts_per_tok);
+  j.key("n_group").value(cfg.n_group);
+  j.key("topk_group").value(cfg.topk_group);
+  j.key("n_shared_experts").value(cfg.n_shared_experts);
+  j.key("routed_scaling_factor").value(cfg.routed_scaling_factor);
+  j.key("byte_level_vocab").value(cfg.byte_level_vocab);
+  j.key("parameters").value(model_parameter_count(cfg));
+  j.end_object();
+  j.key("budgets").begin_array();
+  for (int64_t K : opt.budgets) j.value(K);
+  j.end_array();
+  j.key("policies").begin_array();
+  for (const PolicySettings& s : opt.policies) policy_json(j, s);
+  j.end_array();
+  j.key("passkey");
+  if (result.passkey.key.empty()) {
+    j.null();
+  } else {
+    j.begin_object().key("key").value(result.passkey.key).key("first_digit_position").value(result.passkey.digits.front()).end_object();
+  }
+  j.key("summary").begin_array();
+  for (const EvalSummary& s : summaries) summary_json(j, s);
+  j.end_array();
+  j.key("memory").begin_object();
+  j.key("planned_peak_bytes").value(mem.host_peak_bytes);
+  j.key("measured_peak_rss_bytes").value(peak_rss_bytes());
+  j.end_object();
+  j.key("timing_s").begin_object();
+  for (const auto& [name, s] : stages) j.key(name).value(s);
+  for (const auto& [name, s] : result.stage_seconds) j.key("eval: " + name).value(s);
+  j.end_object();
+  j.key("files").begin_array();
+  for (const std::string& f : files) j.value(f);
+  j.end_array();
+  j.end_object();
+  write_text_file(json_path, j.str() + "\n");
+
+  std::printf("mla-h2o eval: %s, %s, P = %lld, N = %lld, %s, %s\n", plan.checkpoint.c_str(), input_text.c_str(),
+              static_cast<long long>(P), static_cast<long long>(N), precision_name(opt.precision), result.engine.c_str());
+  for (const std::string& c : caveats) std::printf("CAVEAT: %s\n", c.c_str());
+  if (!result.passkey.key.empty()) std::printf("passkey input: key %s\n", result.passkey.key.c_str());
+  std::fputs(eval_summary_table(summaries).c_str(), stdout);
+  std::printf("outputs: %s\n", plan.out_dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int cmd_eval(const std::vector<std::string>& argv) {
+  const CommandSpec spec = eval_spec();
+  const Args a = Args::parse(spec, argv);
+  if (print_help_if_asked(a, spec)) return 0;
+  return execute_eval(read_eval_plan(a));
+}
+
+}  // namespace mla::cli

@@ -1,0 +1,321 @@
+// src/cpu/fixed_order.cpp — the fixed-order kernels (fixed_order.hpp): the GEMM of the
+// whole-model forward, exp and the lane sum of its softmax. Each has an AVX-512, an AVX2+FMA and
+// a scalar path that compute the same operations on the same operands in the same order, so the
+// three give the same bits; the path is chosen once at run time.
+//
+// GEMM: W [out, in] is packed in panels of 16 outputs, [panel][k][16]; a micro-kernel keeps
+// R <= 4 rows x 16 or 32 outputs in registers, each accumulator one output's fma chain over k.
+//
+// Shape legend: S = rows, in = K, out = N.
+#include "fixed_order.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "cpu_kernels.hpp"
+#include "mla/bf16.hpp"
+#include "mla/error.hpp"
+
+namespace mla::cpu {
+namespace {
+
+constexpr int64_t kPanel = 16;      // outputs per packed panel
+constexpr int64_t kRowTile = 4;     // rows per micro-kernel call
+constexpr int64_t kRowChunk = 64;   // rows per parallel work item
+constexpr int64_t kPanelChunk = 4;  // panels per parallel work item (64 outputs)
+
+enum class Isa { Avx512, Avx2, Scalar };
+
+Isa detect_isa() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+std::atomic<Isa>& chosen_isa() {
+  static std::atomic<Isa> i{detect_isa()};
+  return i;
+}
+
+Isa isa() { return chosen_isa().load(std::memory_order_relaxed); }
+
+// ---- GEMM micro-kernels: y[r, 0..16*P) for R rows, P panels, K in-features ---------------
+// x: rows at x + r*ld_x; w: P panels of [K][16] at w + p*K*16; acc written to out[r][p*16 + j].
+
+template <int R, int P>
+void micro_scalar(const float* x, int64_t ld_x, const float* w, int64_t K, float* out /* [R][P*16] */) {
+  float acc[R][P * kPanel] = {};
+  for (int64_t k = 0; k < K; ++k)
+    for (int p = 0; p < P; ++p) {
+      const float* wk = w + (p * K + k) * kPanel;
+      for (int r = 0; r < R; ++r) {
+        const float xv = x[r * ld_x + k];
+        for (int j = 0; j < kPanel; ++j) acc[r][p * kPanel + j] = std::fma(xv, wk[j], acc[r][p * kPanel + j]);
+      }
+    }
+  for (int r = 0; r < R; ++r) std::memcpy(out + r * P * kPanel, acc[r], sizeof(acc[r]));
+}
+
+template <int R, int P>
+__attribute__((target("avx2,fma"))) void micro_avx2(const float* x, int64_t ld_x, const float* w, int64_t K,
+                                                   float* out) {
+  __m256 acc[R][2 * P];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 2 * P; ++j) acc[r][j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    __m256 wv[2 * P];
+    for (int p = 0; p < P; ++p) {
+      wv[2 * p] = _mm256_loadu_ps(w + (p * K + k) * kPanel);
+      wv[2 * p + 1] = _mm256_loadu_ps(w + (p * K + k) * kPanel + 8);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_broadcast_ss(x + r * ld_x + k);
+      for (int j = 0; j < 2 * P; ++j) acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 2 * P; ++j) _mm256_storeu_ps(out + r * P * kPanel + j * 8, acc[r][j]);
+}
+
+template <int R, int P>
+__attribute__((target("avx512f"))) void micro_avx512(const float* x, int64_t ld_x, const float* w, int64_t K,
+                                                    float* out) {
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    __m512 wv[P];
+    for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_ps(w + (p * K + k) * kPanel);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_set1_ps(x[r * ld_x + k]);
+      for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(xv, wv[p], acc[r][p]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) _mm512_storeu_ps(out + (r * P + p) * kPanel, acc[r][p]);
+}
+
+template <int R, int P>
+void micro(const float* x, int64_t ld_x, const float* w, int64_t K, float* out) {
+  switch (isa()) {
+    case Isa::Avx512: return micro_avx512<R, P>(x, ld_x, w, K, out);
+    case Isa::Avx2: return micro_avx2<R, P>(x, ld_x, w, K, out);
+    case Isa::Scalar: return micro_scalar<R, P>(x, ld_x, w, K, out);
+  }
+}
+
+template <int P>
+void micro_rows(int64_t rows, const float* x, int64_t ld_x, const float* w, int64_t K, float* out) {
+  switch (rows) {
+    case 1: return micro<1, P>(x, ld_x, w, K, out);
+    case 2: return micro<2, P>(x, ld_x, w, K, out);
+    case 3: return micro<3, P>(x, ld_x, w, K, out);
+    default: return micro<4, P>(x, ld_x, w, K, out);
+  }
+}
+
+// ---- exp and the lane sum ---------------------------------------------------------------------
+// exp(x) = p(r) * 2^n, n = nearest(x * log2 e), r = x - n ln2 (two fma steps, Cody-Waite),
+// p = the degree-7 Taylor polynomial of exp on |r| <= ln2/2 (truncation < 2^-27), Horner in fma.
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693145751953125f;       // 12 significant bits: n * kLn2Hi is exact
+constexpr float kLn2Lo = 1.42860682030941723e-06f;  // ln 2 - kLn2Hi
+constexpr float kExpMin = -87.33654475f;            // below: exp underflows the normal range -> 0
+constexpr float kC[8] = {1.0f, 1.0f, 0.5f, 1.66666672e-01f, 4.16666679e-02f, 8.33333377e-03f, 1.38888892e-03f,
+                         1.98412701e-04f};
+
+float exp_scalar(float x) {
+  if (!(x >= kExpMin)) return 0.0f;  // (and -inf) before the float -> int conversion
+  const float n = std::nearbyint(x * kLog2e);
+  float r = std::fma(n, -kLn2Hi, x);
+  r = std::fma(n, -kLn2Lo, r);
+  float p = kC[7];
+  for (int i = 6; i >= 0; --i) p = std::fma(p, r, kC[i]);
+  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return p * scale;
+}
+
+__attribute__((target("avx512f"))) void exp_avx512(const float* x, float* e, int64_t count) {
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 m = count - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (count - i)) - 1);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+    // (the mask forms with an explicit source: GCC 12 warns on the plain forms' undefined source)
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512i zero_i = _mm512_setzero_si512();
+    const __m512 n = _mm512_mask_roundscale_ps(zero, 0xFFFF, _mm512_mul_ps(xv, _mm512_set1_ps(kLog2e)),
+                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Hi), xv);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Lo), r);
+    __m512 p = _mm512_set1_ps(kC[7]);
+    for (int c = 6; c >= 0; --c) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC[c]));
+    const __m512i bits = _mm512_mask_slli_epi32(
+        zero_i, 0xFFFF, _mm512_add_epi32(_mm512_mask_cvtps_epi32(zero_i, 0xFFFF, n), _mm512_set1_epi32(127)), 23);
+    __m512 out = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+    const __mmask16 under = _mm512_cmp_ps_mask(xv, _mm512_set1_ps(kExpMin), _CMP_LT_OQ);
+    out = _mm512_mask_mov_ps(out, under, zero);
+    _mm512_mask_storeu_ps(e + i, m, out);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void exp_avx2(const float* x, float* e, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xv, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Hi), xv);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Lo), r);
+    __m256 p = _mm256_set1_ps(kC[7]);
+    for (int c = 6; c >= 0; --c) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kC[c]));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 out = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+    out = _mm256_blendv_ps(out, _mm256_setzero_ps(), _mm256_cmp_ps(xv, _mm256_set1_ps(kExpMin), _CMP_LT_OQ));
+    _mm256_storeu_ps(e + i, out);
+  }
+  for (; i < count; ++i) e[i] = exp_scalar(x[i]);
+}
+
+// 16 lanes: lane l holds sum of x[j] over j = l (mod 16), in j order; missing elements add +0.
+float reduce_lanes(const float* l) {
+  float s8[8], s4[4];
+  for (int i = 0; i < 8; ++i) s8[i] = l[i] + l[i + 8];
+  for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+float sum_scalar(const float* x, int64_t count) {
+  float lanes[16] = {};
+  for (int64_t i = 0; i < count; i += 16)
+    for (int64_t j = 0; j < 16; ++j) lanes[j] = lanes[j] + (i + j < count ? x[i + j] : 0.0f);
+  return reduce_lanes(lanes);
+}
+
+__attribute__((target("avx512f"))) float sum_avx512(const float* x, int64_t count) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 m = count - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (count - i)) - 1);
+    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, x + i));
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+  return reduce_lanes(lanes);
+}
+
+}  // namespace
+
+const char* fixed_order_isa() {
+  switch (isa()) {
+    case Isa::Avx512: return "avx512f";
+    case Isa::Avx2: return "avx2+fma";
+    case Isa::Scalar: return "scalar std::fma";
+  }
+  return "?";
+}
+
+bool fixed_order_avx2() { return isa() != Isa::Scalar; }
+
+bool set_fixed_order_isa(const std::string& name) {
+  const Isa best = detect_isa();
+  Isa want;
+  if (name == "avx512f") want = Isa::Avx512;
+  else if (name == "avx2+fma") want = Isa::Avx2;
+  else if (name == "scalar") want = Isa::Scalar;
+  else return false;
+  if (static_cast<int>(want) < static_cast<int>(best)) return false;  // not on this CPU
+  chosen_isa().store(want);
+  return true;
+}
+
+float exp_fixed(float x) { return exp_scalar(x); }
+
+void exp_lanes(const float* x, float* e, int64_t count) {
+  switch (isa()) {
+    case Isa::Avx512: return exp_avx512(x, e, count);
+    case Isa::Avx2: return exp_avx2(x, e, count);
+    case Isa::Scalar:
+      for (int64_t i = 0; i < count; ++i) e[i] = exp_scalar(x[i]);
+      return;
+  }
+}
+
+float sum_lanes(const float* x, int64_t count) {
+  return isa() == Isa::Avx512 ? sum_avx512(x, count) : sum_scalar(x, count);
+}
+
+// ---- the engine --------------------------------------------------------------------------------
+
+FixedOrderLinear::FixedOrderLinear(const float* w, int64_t out, int64_t in, const float* bias, bool bf16)
+    : out_(out), in_(in), panels_((out + kPanel - 1) / kPanel), bf16_(bf16) {
+  packed_.assign(static_cast<size_t>(panels_ * in * kPanel), 0.0f);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t k = 0; k < in; ++k) {
+      float v = w[o * in + k];
+      if (bf16) v = round_to_bf16(v);
+      packed_[static_cast<size_t>(((o / kPanel) * in + k) * kPanel + o % kPanel)] = v;
+    }
+  if (bias != nullptr) {
+    bias_.assign(bias, bias + out);
+    if (bf16) round_to_bf16_inplace(bias_.data(), out);
+  }
+}
+
+std::string FixedOrderLinear::kernel() const { return std::string("fixed-order fma, ") + fixed_order_isa(); }
+
+void FixedOrderLinear::run(const MatrixRM& x, int threads, MatrixRM& y) {
+  if (x.cols() != in_)
+    fail(ErrorKind::Shape, "fixed-order linear: input has " + std::to_string(x.cols()) + " features, weight expects " +
+                               std::to_string(in_));
+  y.resize(x.rows(), out_);
+  run_rows(x.data(), x.rows(), in_, y.data(), out_, threads);
+}
+
+void FixedOrderLinear::run_rows(const float* x, int64_t rows, int64_t ld_x, float* y, int64_t ld_y, int threads) const {
+  const int64_t row_chunks = (rows + kRowChunk - 1) / kRowChunk, panel_chunks = (panels_ + kPanelChunk - 1) / kPanelChunk;
+  parallel_for(row_chunks * panel_chunks, threads, [&](int64_t item, int) {
+    const int64_t r0 = (item / panel_chunks) * kRowChunk, r1 = std::min(rows, r0 + kRowChunk);
+    const int64_t p0 = (item % panel_chunks) * kPanelChunk, p1 = std::min(panels_, p0 + kPanelChunk);
+    float tile[kRowTile * 2 * kPanel];  // [R][P*16]
+    for (int64_t r = r0; r < r1; r += kRowTile) {
+      const int64_t R = std::min(kRowTile, r1 - r);
+      for (int64_t p = p0; p < p1; p += 2) {
+        const int64_t P = std::min<int64_t>(2, p1 - p);
+        const float* w = packed_.data() + p * in_ * kPanel;
+        if (P == 2) micro_rows<2>(R, x + r * ld_x, ld_x, w, in_, tile);
+        else micro_rows<1>(R, x + r * ld_x, ld_x, w, in_, tile);
+        for (int64_t i = 0; i < R; ++i) {
+          float* dst = y + (r + i) * ld_y;
+          for (int64_t j = 0; j < P * kPanel; ++j) {
+            const int64_t o = p * kPanel + j;
+            if (o >= out_) break;
+            float v = tile[i * P * kPanel + j];
+            if (!bias_.empty()) v = v + bias_[static_cast<size_t>(o)];
+            dst[o] = bf16_ ? round_to_bf16(v) : v;
+          }
+        }
+      }
+    }
+  });
+}
+
+namespace {
+
+class FixedOrderEngine final : public GemmEngine {
+ public:
+  Gemm kind() const override { return Gemm::Auto; }
+  std::string name() const override { return "fixed-order fp32 FMA chains"; }
+  std::string kernel() const override { return std::string("fixed-order fma, ") + fixed_order_isa(); }
+  std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int /*threads*/) override {
+    return std::make_unique<FixedOrderLinear>(w.weight, w.out_features, w.in_features, w.bias, bf16);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GemmEngine> make_fixed_order_engine() { return std::make_unique<FixedOrderEngine>(); }
+
+}  // namespace mla::cpu

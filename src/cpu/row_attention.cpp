@@ -1,0 +1,150 @@
+// src/cpu/row_attention.cpp — one query row's attention over a list of positions
+// (row_attention.hpp). AVX2+FMA and scalar paths compute the same fma chains.
+//
+// Shape legend: n heads, d_qk = d_n + d_r, d_v, m = positions attended.
+#include "row_attention.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "fixed_order.hpp"
+#include "mla/bf16.hpp"
+
+namespace mla::cpu {
+namespace {
+
+size_t idx(int64_t i) { return static_cast<size_t>(i); }
+
+constexpr int64_t kKeyBlock = 4;  // keys whose chains run side by side
+
+// out[j*n + h] = dot(qT[:, h], key_j[:, h]) over d = 0..d_qk-1, for the keys of one block.
+void score_block_scalar(const float* qT, const float* const* keys, int64_t count, int64_t n, int64_t d_qk,
+                        int64_t h0, float* out) {
+  for (int64_t j = 0; j < count; ++j)
+    for (int64_t h = h0; h < n; ++h) {
+      float acc = 0.0f;
+      for (int64_t d = 0; d < d_qk; ++d) acc = std::fma(qT[d * n + h], keys[j][d * n + h], acc);
+      out[j * n + h] = acc;
+    }
+}
+
+__attribute__((target("avx2,fma"))) void score_block_avx2(const float* qT, const float* const* keys, int64_t count,
+                                                         int64_t n, int64_t d_qk, float* out) {
+  const int64_t vec_heads = n / 8 * 8;
+  for (int64_t c = 0; c < vec_heads; c += 8) {
+    __m256 acc[kKeyBlock];
+    for (int64_t j = 0; j < kKeyBlock; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < d_qk; ++d) {
+      const __m256 q = _mm256_loadu_ps(qT + d * n + c);
+      for (int64_t j = 0; j < count; ++j) acc[j] = _mm256_fmadd_ps(q, _mm256_loadu_ps(keys[j] + d * n + c), acc[j]);
+    }
+    for (int64_t j = 0; j < count; ++j) _mm256_storeu_ps(out + j * n + c, acc[j]);
+  }
+  if (vec_heads < n) score_block_scalar(qT, keys, count, n, d_qk, vec_heads, out);
+}
+
+// ctx[0..d_v) = sum over j of p[j] * v_j[0..d_v), fma chains in j order.
+void weighted_sum_scalar(const float* p, const float* const* values, int64_t m, int64_t d0, int64_t d_v, float* ctx) {
+  for (int64_t d = d0; d < d_v; ++d) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < m; ++j) acc = std::fma(p[j], values[j][d], acc);
+    ctx[d] = acc;
+  }
+}
+
+__attribute__((target("avx2,fma"))) void weighted_sum_avx2(const float* p, const float* const* values, int64_t m,
+                                                          int64_t d_v, float* ctx) {
+  constexpr int64_t kChunk = 64;  // 8 accumulators of 8 lanes
+  const int64_t vec_dims = d_v / 8 * 8;
+  for (int64_t c = 0; c < vec_dims; c += kChunk) {
+    const int64_t regs = std::min(kChunk, vec_dims - c) / 8;
+    __m256 acc[kChunk / 8];
+    for (int64_t r = 0; r < regs; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < m; ++j) {
+      const __m256 pj = _mm256_broadcast_ss(p + j);
+      for (int64_t r = 0; r < regs; ++r) acc[r] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(values[j] + c + 8 * r), acc[r]);
+    }
+    for (int64_t r = 0; r < regs; ++r) _mm256_storeu_ps(ctx + c + 8 * r, acc[r]);
+  }
+  if (vec_dims < d_v) weighted_sum_scalar(p, values, m, vec_dims, d_v, ctx);
+}
+
+}  // namespace
+
+void RowKeys::reset(int64_t heads, int64_t nope, int64_t rope, int64_t v_dim, int64_t first_position, int64_t count) {
+  n = heads;
+  d_n = nope;
+  d_r = rope;
+  d_v = v_dim;
+  first = first_position;
+  rows = count;
+  key.assign(idx(count * d_qk() * n), 0.0f);
+  value.assign(idx(count * n * d_v), 0.0f);
+}
+
+void RowKeys::set_rows(int64_t t0, int64_t count, const float* kv, int64_t ld_kv, const float* k_pe, int64_t ld_pe) {
+  const int64_t w = d_n + d_v, dq = d_qk();
+  for (int64_t i = 0; i < count; ++i) {
+    float* k = key.data() + (t0 + i - first) * dq * n;
+    float* v = value.data() + (t0 + i - first) * n * d_v;
+    const float* row = kv + i * ld_kv;
+    for (int64_t h = 0; h < n; ++h) {
+      for (int64_t d = 0; d < d_n; ++d) k[d * n + h] = row[h * w + d];
+      for (int64_t d = 0; d < d_v; ++d) v[h * d_v + d] = row[h * w + d_n + d];
+    }
+    for (int64_t d = 0; d < d_r; ++d)
+      for (int64_t h = 0; h < n; ++h) k[(d_n + d) * n + h] = k_pe[i * ld_pe + d];  // one k_pe for every head
+  }
+}
+
+void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView& keys, std::span<const int64_t> positions,
+                float* probs, float* ctx, RowScratch& scratch) {
+  const RowKeys& shape = *keys.low;
+  const int64_t n = shape.n, d_qk = shape.d_qk(), d_v = shape.d_v, m = static_cast<int64_t>(positions.size());
+  const bool avx2 = fixed_order_avx2();
+  // query_states transposed to [d_qk][n], as the keys are held
+  scratch.query.resize(idx(d_qk * n));
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t d = 0; d < d_qk; ++d) scratch.query[idx(d * n + h)] = query[h * d_qk + d];
+  // 1. scores, key-major [m][n]
+  scratch.scores.resize(idx(m * n));
+  for (int64_t j0 = 0; j0 < m; j0 += kKeyBlock) {
+    const int64_t count = std::min(kKeyBlock, m - j0);
+    const float* block[kKeyBlock];
+    for (int64_t j = 0; j < count; ++j) block[j] = keys.at(positions[idx(j0 + j)]).key_at(positions[idx(j0 + j)]);
+    if (avx2) score_block_avx2(scratch.query.data(), block, count, n, d_qk, scratch.scores.data() + j0 * n);
+    else score_block_scalar(scratch.query.data(), block, count, n, d_qk, 0, scratch.scores.data() + j0 * n);
+  }
+  // 2. per head: scale (§7 #10, #11), softmax (§7 #13)
+  scratch.e.resize(idx(m));
+  std::vector<const float*> values(idx(m));
+  for (int64_t h = 0; h < n; ++h) {
+    float* p = probs + h * m;
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < m; ++j) {
+      float s = scratch.scores[idx(j * n + h)];
+      s = spec.bf16 ? round_to_bf16(round_to_bf16(s) * spec.scaling) : s * spec.scaling;
+      p[j] = s;
+      max = std::max(max, s);
+    }
+    for (int64_t j = 0; j < m; ++j) p[j] = p[j] - max;
+    exp_lanes(p, scratch.e.data(), m);
+    const float sum = sum_lanes(scratch.e.data(), m);
+    for (int64_t j = 0; j < m; ++j) {
+      const float v = scratch.e[idx(j)] / sum;
+      p[j] = spec.bf16 ? round_to_bf16(v) : v;
+    }
+    // 3. ctx[h] = p . v_h (§7 #14)
+    for (int64_t j = 0; j < m; ++j) values[idx(j)] = keys.at(positions[idx(j)]).value_at(positions[idx(j)]) + h * d_v;
+    float* out = ctx + h * d_v;
+    if (avx2) weighted_sum_avx2(p, values.data(), m, d_v, out);
+    else weighted_sum_scalar(p, values.data(), m, 0, d_v, out);
+    if (spec.bf16)
+      for (int64_t d = 0; d < d_v; ++d) out[d] = round_to_bf16(out[d]);
+  }
+}
+
+}  // namespace mla::cpu

@@ -1,0 +1,65 @@
+// src/cpu/row_attention.hpp — the attention of ONE query row over a list of cached positions,
+// transformers' eager arithmetic (docs/math.md §3.6, the bf16 rounding points §7 #10-#14) in the
+// fixed-order sums of fixed_order.hpp. The whole-model forward computes every causal row with it
+// (the list 0..s), and `mla-h2o eval` every decode row (the list a policy's cache holds), so a
+// row whose cache evicted nothing is the same arithmetic in both, bit for bit (docs/eval.md).
+//
+//   score[h, j] = dot(query_states[h], key_states[h, t_j])          fma chain over d = 0..d_qk-1
+//                 bf16: bf16(bf16(score) * fp32(scaling)); fp32: score * fp32(scaling)
+//   p[h, :]     = exp(score - max) / sum (fixed_order exp_lanes, sum_lanes), bf16: -> bf16
+//   ctx[h, :]   = dot over j of p[h, j] v[h, t_j, :]                  fma chain over j in list order
+//                 bf16: -> bf16
+// (A masked key of HF's causal mask has probability exactly 0 there; here it is not in the list.)
+//
+// Shape legend: n = heads, d_n / d_r / d_v head dims, d_qk = d_n + d_r, T = positions held,
+//   m = positions attended.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace mla::cpu {
+
+// One layer's keys and values in the kernel's layout, for positions [first, first + rows).
+struct RowKeys {
+  int64_t n = 0, d_n = 0, d_r = 0, d_v = 0, first = 0, rows = 0;
+  std::vector<float> key;    // [rows][d_qk][n]  key_states, feature-major (the n heads of one feature together)
+  std::vector<float> value;  // [rows][n][d_v]   value_states
+
+  void reset(int64_t heads, int64_t nope, int64_t rope, int64_t v_dim, int64_t first_position, int64_t count);
+  int64_t d_qk() const { return d_n + d_r; }
+  // positions [t0, t0 + count) from kv_b_proj's output kv [count, n*(d_n+d_v)] (head-major: k_nope |
+  // v; row stride ld_kv) and the roped k_pe [count, d_r] (row stride ld_pe), values as they are.
+  void set_rows(int64_t t0, int64_t count, const float* kv, int64_t ld_kv, const float* k_pe, int64_t ld_pe);
+  const float* key_at(int64_t t) const { return key.data() + (t - first) * d_qk() * n; }
+  const float* value_at(int64_t t) const { return value.data() + (t - first) * n * d_v; }
+};
+
+// The keys a row may attend: positions < split from `low`, the others from `high` (eval: the
+// prompt's keys, shared by every policy, and one policy's own decode rows). high may be null
+// when every position is in low.
+struct KeyView {
+  const RowKeys* low = nullptr;
+  const RowKeys* high = nullptr;
+  int64_t split = 0;
+  const RowKeys& at(int64_t t) const { return t < split || high == nullptr ? *low : *high; }
+};
+
+struct RowAttentionSpec {
+  float scaling = 1.0f;  // softmax scale as fp32 (torch multiplies by the Python float)
+  bool bf16 = false;
+};
+
+// Per-worker buffers (resized on use).
+struct RowScratch {
+  std::vector<float> query, scores, e;
+};
+
+// query: [n*d_qk] one row of query_states, head-major (head h at h*d_qk: q_nope | q_pe roped);
+// positions: ascending, each held by keys. probs: [n*m] (row h = head h) the probabilities the
+// row multiplies the values with; ctx: [n*d_v] (head h at h*d_v), HF's attn_output before o_proj.
+void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView& keys,
+                std::span<const int64_t> positions, float* probs, float* ctx, RowScratch& scratch);
+
+}  // namespace mla::cpu

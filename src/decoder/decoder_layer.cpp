@@ -1,0 +1,337 @@
+// src/decoder/decoder_layer.cpp — one DeepseekV3DecoderLayer on the CPU (decoder_layer.hpp):
+// norms, the attention's projections on the fixed-order engine, o_proj, residual adds, the dense
+// SwiGLU MLP and DeepseekV3MoE (router, routed experts, shared experts).
+//
+// transformers (modeling_deepseek_v3.py, experts_implementation "grouped_mm", its default):
+//   DeepseekV3MLP          down_proj(act_fn(gate_proj(x)) * up_proj(x))
+//   DeepseekV3TopkRouter   logits = F.linear(x.float(), weight.float()); scores = sigmoid(logits)
+//                          choice = scores + e_score_correction_bias; group-limited top-k of choice
+//                          w = scores[topk]; w /= (sum w + 1e-20) if norm_topk_prob; w *= routed_scaling_factor
+//   experts                out_e = down(silu(gate(x)) * up(x)) per routed row (bf16 in a bf16 model);
+//                          sum over the k slots of fp32(out_e * w) in fp32, then .to(model dtype)
+//   DeepseekV3MoE          routed + shared_experts(x)
+//
+// Shape legend: m rows, H hidden_size, I intermediate width, E experts, k experts per token.
+#include "decoder_layer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "mla/bf16.hpp"
+#include "mla/error.hpp"
+#include "mla/rope.hpp"
+#include "src/cpu/cpu_kernels.hpp"
+
+namespace mla::decoder {
+namespace {
+
+size_t idx(int64_t i) { return static_cast<size_t>(i); }
+
+std::vector<float> prepared_vector(const TensorF& t, bool bf16) {
+  std::vector<float> v = t.data;
+  if (bf16) cpu::round_to_bf16_inplace(v.data(), static_cast<int64_t>(v.size()));
+  return v;
+}
+
+std::unique_ptr<cpu::FixedOrderLinear> prepared_linear(const TensorF& w, bool bf16) {
+  return std::make_unique<cpu::FixedOrderLinear>(w.ptr(), w.dim(0), w.dim(1), nullptr, bf16);
+}
+
+// silu(x) = x / (1 + exp(-x)) in fp32 (evaluated in double, rounded once: within 1 ulp of torch's
+// vectorised fp32 silu)
+float silu(float x) { return static_cast<float>(static_cast<double>(x) / (1.0 + std::exp(-static_cast<double>(x)))); }
+
+// sigmoid(x) = 1 / (1 + exp(-x)) in fp32 (evaluated in double, rounded once)
+float sigmoid(float x) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x)))); }
+
+// Row-wise over m rows in parallel (rows are independent).
+void for_rows(int64_t rows, int threads, const std::function<void(int64_t, int64_t)>& body) {
+  constexpr int64_t kChunk = 64;
+  const int64_t chunks = (rows + kChunk - 1) / kChunk;
+  cpu::parallel_for(chunks, threads, [&](int64_t c, int) { body(c * kChunk, std::min(rows, (c + 1) * kChunk)); });
+}
+
+}  // namespace
+
+PreparedMlp prepare_mlp(const MlpWeights& w, bool bf16) {
+  PreparedMlp m;
+  m.gate_proj = prepared_linear(w.gate_proj, bf16);
+  m.up_proj = prepared_linear(w.up_proj, bf16);
+  m.down_proj = prepared_linear(w.down_proj, bf16);
+  return m;
+}
+
+PreparedLayer::PreparedLayer(const ModelConfig& cfg, const DecoderLayerWeights& w, const LayerSettings& settings,
+                             ExpertLoader loader)
+    : cfg_(cfg),
+      layer_(w.layer),
+      moe_(w.moe),
+      bf16_(settings.precision == Precision::BF16),
+      threads_(cpu::resolve_threads(settings.threads)),
+      rms_eps_(static_cast<float>(cfg.attention.rms_norm_eps)),
+      keep_experts_(settings.keep_experts),
+      latent_eps_(static_cast<float>(settings.latent_norm_eps)),
+      loader_(std::move(loader)) {
+  const std::unique_ptr<cpu::GemmEngine> engine = cpu::make_fixed_order_engine();
+  attention_ = cpu::prepare_weights_on(*engine, "fixed-order", "row-invariant sums (docs/math.md §15.4)",
+                                       cfg.attention, w.self_attn, bf16_, threads_);
+  input_layernorm_ = prepared_vector(w.self_attn.input_layernorm, bf16_);
+  post_attention_layernorm_ = prepared_vector(w.post_attention_layernorm, bf16_);
+  spec_.scaling = static_cast<float>(softmax_scale(cfg.attention));
+  spec_.bf16 = bf16_;
+  if (!moe_) {
+    dense_ = prepare_mlp(w.mlp, bf16_);
+    return;
+  }
+  // the router stays fp32 in a bf16 model (transformers' _keep_in_fp32_modules_strict)
+  router_ = prepared_linear(w.gate.weight, false);
+  correction_bias_ = w.gate.e_score_correction_bias.data;
+  if (cfg.n_shared_experts > 0) shared_ = prepare_mlp(w.shared_experts, bf16_);
+  experts_.resize(idx(cfg.n_routed_experts));
+  if (!w.experts.empty()) {
+    for (size_t e = 0; e < w.experts.size(); ++e) experts_[e] = std::make_unique<PreparedMlp>(prepare_mlp(w.experts[e], bf16_));
+    keep_experts_ = true;
+  } else if (!loader_) {
+    fail(ErrorKind::InvalidArgument, "layer " + std::to_string(layer_) + ": MoE layer prepared without experts or a loader");
+  }
+}
+
+int64_t PreparedLayer::prepared_bytes() const {
+  const auto linear = [](const std::unique_ptr<cpu::FixedOrderLinear>& l) -> int64_t {
+    return l ? ((l->out_features() + 15) / 16) * 16 * l->in_features() * 4 : 0;
+  };
+  const auto mlp = [&](const PreparedMlp& m) { return linear(m.gate_proj) + linear(m.up_proj) + linear(m.down_proj); };
+  int64_t b = mlp(dense_) + mlp(shared_) + linear(router_);
+  for (const auto& e : experts_)
+    if (e) b += mlp(*e);
+  return b;
+}
+
+MatrixRM PreparedLayer::input_norm(const MatrixRM& h) const {
+  const int64_t H = h.cols();
+  MatrixRM x(h.rows(), H);
+  for_rows(h.rows(), threads_, [&](int64_t r0, int64_t r1) {
+    cpu::rms_norm(h.data() + r0 * H, H, r1 - r0, H, input_layernorm_.data(), rms_eps_, bf16_, x.data() + r0 * H, H);
+  });
+  return x;
+}
+
+MatrixRM PreparedLayer::post_norm(const MatrixRM& h) const {
+  const int64_t H = h.cols();
+  MatrixRM y(h.rows(), H);
+  for_rows(h.rows(), threads_, [&](int64_t r0, int64_t r1) {
+    cpu::rms_norm(h.data() + r0 * H, H, r1 - r0, H, post_attention_layernorm_.data(), rms_eps_, bf16_,
+                  y.data() + r0 * H, H);
+  });
+  return y;
+}
+
+PreparedLayer::Projected PreparedLayer::project(const MatrixRM& x, const std::vector<int64_t>& positions) const {
+  const cpu::Layer L{cfg_.attention, attention_, bf16_, threads_, latent_eps_};
+  const int64_t r_kv = cfg_.attention.kv_lora_rank, d_r = cfg_.attention.qk_rope_head_dim;
+  Projected p;
+  p.q = cpu::q_path(L, x);
+  cpu::KvPath kvp = cpu::kv_path(L, x);
+  p.k_pe_roped = cpu::rope(L, positions, p.q, kvp.compressed_kv);
+  p.kv = std::move(kvp.kv);
+  p.latent.resize(x.rows(), r_kv + d_r);
+  p.latent.leftCols(r_kv) = kvp.latent_normed;
+  p.latent.rightCols(d_r) = p.k_pe_roped;
+  return p;
+}
+
+MatrixRM PreparedLayer::o_proj(const MatrixRM& attn_context) const {
+  const cpu::Layer L{cfg_.attention, attention_, bf16_, threads_, latent_eps_};
+  return cpu::o_proj(L, attn_context);
+}
+
+void PreparedLayer::residual_add(MatrixRM& h, const MatrixRM& delta) const {
+  const int64_t count = h.size();
+  float* a = h.data();
+  const float* b = delta.data();
+  for (int64_t i = 0; i < count; ++i) {
+    const float s = a[i] + b[i];
+    a[i] = bf16_ ? round_to_bf16(s) : s;
+  }
+}
+
+// down_proj(silu(gate_proj(x)) * up_proj(x)); bf16: each GEMM output, silu and the product rounded
+MatrixRM PreparedLayer::swiglu(const PreparedMlp& m, const MatrixRM& x) const {
+  MatrixRM gate, up, down;
+  m.gate_proj->run(x, threads_, gate);
+  m.up_proj->run(x, threads_, up);
+  const int64_t count = gate.size();
+  float* g = gate.data();
+  const float* u = up.data();
+  for (int64_t i = 0; i < count; ++i) {
+    if (bf16_) g[i] = round_to_bf16(round_to_bf16(silu(g[i])) * u[i]);
+    else g[i] = silu(g[i]) * u[i];
+  }
+  m.down_proj->run(gate, threads_, down);
+  return down;
+}
+
+Routing PreparedLayer::route(const MatrixRM& y) const {
+  const int64_t m = y.rows(), E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  Routing r;
+  r.k = k;
+  MatrixRM logits;  // [m, E] fp32: x.float() @ weight.float().T
+  router_->run(y, threads_, logits);
+  r.logits.assign(logits.data(), logits.data() + logits.size());
+  r.experts.resize(idx(m * k));
+  r.weights.resize(idx(m * k));
+  const float scaling = static_cast<float>(cfg_.routed_scaling_factor);
+  for_rows(m, threads_, [&](int64_t r0, int64_t r1) {
+    std::vector<float> scores(idx(E)), choice(idx(E));
+    for (int64_t s = r0; s < r1; ++s) {
+      for (int64_t e = 0; e < E; ++e) {
+        scores[idx(e)] = sigmoid(logits(s, e));
+        choice[idx(e)] = scores[idx(e)] + correction_bias_[idx(e)];
+      }
+      const std::vector<int32_t> chosen = select_experts(choice.data(), cfg_);
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum = sum + scores[idx(chosen[idx(j)])];
+      const float denominator = sum + 1e-20f;
+      for (int64_t j = 0; j < k; ++j) {
+        float w = scores[idx(chosen[idx(j)])];
+        if (cfg_.norm_topk_prob) w = w / denominator;
+        r.experts[idx(s * k + j)] = chosen[idx(j)];
+        r.weights[idx(s * k + j)] = w * scaling;
+      }
+    }
+  });
+  return r;
+}
+
+const PreparedMlp& PreparedLayer::expert(int64_t e) {
+  std::unique_ptr<PreparedMlp>& slot = experts_[idx(e)];
+  if (!slot) slot = std::make_unique<PreparedMlp>(prepare_mlp(loader_(e), bf16_));
+  return *slot;
+}
+
+MatrixRM PreparedLayer::moe(const MatrixRM& y, Routing* routing_out) {
+  const int64_t m = y.rows(), H = y.cols(), E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  Routing r = route(y);
+  // rows of each expert, ascending; the slot j of (row, expert)
+  std::vector<std::vector<int64_t>> rows_of(idx(E));
+  for (int64_t s = 0; s < m; ++s)
+    for (int64_t j = 0; j < k; ++j) rows_of[idx(r.experts[idx(s * k + j)])].push_back(s * k + j);
+  // products[s*k + j] = fp32(out_e[s] * w) for slot j of row s
+  std::vector<float> products(idx(m * k * H));
+  for (int64_t e = 0; e < E; ++e) {
+    const std::vector<int64_t>& slots = rows_of[idx(e)];
+    if (slots.empty()) continue;
+    const PreparedMlp& ex = expert(e);
+    MatrixRM x(static_cast<int64_t>(slots.size()), H);
+    for (size_t i = 0; i < slots.size(); ++i) x.row(static_cast<int64_t>(i)) = y.row(slots[i] / k);
+    const MatrixRM out = swiglu(ex, x);  // [m_e, H], bf16 values in bf16 mode
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const float w = r.weights[idx(slots[i])];
+      float* dst = products.data() + slots[i] * H;
+      for (int64_t c = 0; c < H; ++c) dst[c] = out(static_cast<int64_t>(i), c) * w;
+    }
+    if (!keep_experts_) experts_[idx(e)].reset();
+  }
+  // routed[s] = sum over the k slots (ascending expert) in fp32, rounded once; + shared, rounded
+  MatrixRM result(m, H);
+  const MatrixRM shared = cfg_.n_shared_experts > 0 ? swiglu(shared_, y) : MatrixRM::Zero(m, H);
+  for (int64_t s = 0; s < m; ++s)
+    for (int64_t c = 0; c < H; ++c) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < k; ++j) acc = acc + products[idx((s * k + j) * H + c)];
+      if (bf16_) acc = round_to_bf16(acc);
+      const float sum = acc + shared(s, c);
+      result(s, c) = bf16_ ? round_to_bf16(sum) : sum;
+    }
+  if (routing_out) *routing_out = std::move(r);
+  return result;
+}
+
+MatrixRM PreparedLayer::mlp(const MatrixRM& y, Routing* routing) {
+  if (!moe_) return swiglu(dense_, y);
+  return moe(y, routing);
+}
+
+void attend_causal(const PreparedLayer& layer, const MatrixRM& q, int64_t row_begin, int64_t row_end,
+                   const cpu::KeyView& keys, MatrixRM& ctx, std::vector<double>* head_mass) {
+  const AttentionConfig& a = layer.config().attention;
+  const int64_t n = a.num_attention_heads, d_v = a.v_head_dim, rows = row_end - row_begin;
+  ctx.resize(rows, n * d_v);
+  // fixed chunks of rows: each chunk sums its rows' probabilities in row order, then the chunks
+  // are added in order (the same bits for any number of threads)
+  constexpr int64_t kChunk = 64;
+  const int64_t chunks = (rows + kChunk - 1) / kChunk, T = row_end;
+  std::vector<std::vector<double>> partial(head_mass ? idx(chunks) : 0);
+  std::vector<cpu::RowScratch> scratch(idx(layer.threads()));
+  std::vector<std::vector<float>> probs(idx(layer.threads()));
+  std::vector<std::vector<int64_t>> positions(idx(layer.threads()));
+  cpu::parallel_for(chunks, layer.threads(), [&](int64_t c, int worker) {
+    std::vector<int64_t>& pos = positions[idx(worker)];
+    std::vector<float>& p = probs[idx(worker)];
+    if (head_mass) partial[idx(c)].assign(idx(n * T), 0.0);
+    for (int64_t s = row_begin + c * kChunk; s < std::min(row_end, row_begin + (c + 1) * kChunk); ++s) {
+      pos.resize(idx(s + 1));
+      std::iota(pos.begin(), pos.end(), 0);
+      p.resize(idx(n * (s + 1)));
+      cpu::attend_row(layer.attention_spec(), q.data() + (s - row_begin) * q.cols(), keys, pos, p.data(),
+                      ctx.data() + (s - row_begin) * n * d_v, scratch[idx(worker)]);
+      if (head_mass) {
+        std::vector<double>& part = partial[idx(c)];
+        for (int64_t h = 0; h < n; ++h)
+          for (int64_t t = 0; t <= s; ++t) part[idx(h * T + t)] += static_cast<double>(p[idx(h * (s + 1) + t)]);
+      }
+    }
+  });
+  if (head_mass)
+    for (const std::vector<double>& part : partial)
+      for (size_t i = 0; i < part.size(); ++i) (*head_mass)[i] += part[i];
+}
+
+void forward_layer(PreparedLayer& layer, MatrixRM& h, cpu::RowKeys& keys, std::vector<double>* head_mass,
+                   Routing* routing) {
+  const AttentionConfig& a = layer.config().attention;
+  const int64_t m = h.rows();
+  std::vector<int64_t> positions(idx(m));
+  std::iota(positions.begin(), positions.end(), 0);
+  MatrixRM attn_output;
+  {
+    const MatrixRM x = layer.input_norm(h);
+    PreparedLayer::Projected p = layer.project(x, positions);
+    keys.reset(a.num_attention_heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, 0, m);
+    keys.set_rows(0, m, p.kv.data(), p.kv.cols(), p.k_pe_roped.data(), p.k_pe_roped.cols());
+    if (head_mass) head_mass->assign(idx(a.num_attention_heads * m), 0.0);
+    MatrixRM ctx;
+    attend_causal(layer, p.q, 0, m, cpu::KeyView{&keys, nullptr, m}, ctx, head_mass);
+    attn_output = layer.o_proj(ctx);
+  }
+  layer.residual_add(h, attn_output);
+  const MatrixRM mlp = layer.mlp(layer.post_norm(h), routing);
+  layer.residual_add(h, mlp);
+}
+
+PreparedHead::PreparedHead(const ModelConfig& cfg, const ModelHeadWeights& w, Precision precision, int threads)
+    : bf16_(precision == Precision::BF16),
+      threads_(cpu::resolve_threads(threads)),
+      eps_(static_cast<float>(cfg.attention.rms_norm_eps)),
+      norm_(prepared_vector(w.norm, bf16_)),
+      lm_head_(prepared_linear(w.lm_head, bf16_)) {}
+
+MatrixRM PreparedHead::logits(const MatrixRM& h) const {
+  const int64_t H = h.cols();
+  MatrixRM normed(h.rows(), H), out;
+  for_rows(h.rows(), threads_, [&](int64_t r0, int64_t r1) {
+    cpu::rms_norm(h.data() + r0 * H, H, r1 - r0, H, norm_.data(), eps_, bf16_, normed.data() + r0 * H, H);
+  });
+  lm_head_->run(normed, threads_, out);
+  return out;
+}
+
+MatrixRM embed(const Checkpoint& ckpt, const std::vector<int64_t>& ids, Precision precision) {
+  const TensorF rows = ckpt.embed_rows(ids);  // [T, H]; errors name an id past the vocabulary
+  MatrixRM h = Eigen::Map<const MatrixRM>(rows.ptr(), rows.dim(0), rows.dim(1));
+  if (precision == Precision::BF16) cpu::round_to_bf16_inplace(h.data(), h.size());
+  return h;
+}
+
+}  // namespace mla::decoder

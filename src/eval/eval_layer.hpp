@@ -1,0 +1,56 @@
+// src/eval/eval_layer.hpp — the pieces of `mla-h2o eval` at one layer (mla/eval.hpp), shared by
+// the layer-by-layer loop (eval_loop.cpp) and the suite `eval`'s token-by-token loop that proves
+// its order right: the prompt's causal prefill, a policy's cache managers, a decode row's
+// attention over a cache.
+//
+// Shape legend: P = prompt rows, n = heads, d_qk, d_v, H = hidden_size, m = rows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "mla/decode.hpp"
+#include "mla/model.hpp"
+#include "mla/policy.hpp"
+#include "src/cpu/row_attention.hpp"
+#include "src/decoder/decoder_layer.hpp"
+
+namespace mla::eval {
+
+using cpu::MatrixRM;
+
+// One layer's prompt rows [0, P), shared by every run (the prefill never evicts).
+struct PromptLayer {
+  cpu::RowKeys keys;               // positions [0, P)
+  std::vector<double> head_mass;   // [n*P] attention mass each prompt token received, per head
+  MatrixRM queries;                // [window, n*d_qk] query_states of the last `window` prompt rows
+  int64_t window = 0;
+  MatrixRM latent;                 // [P, r_kv + d_r] the latent cache rows (when features are needed)
+  QueryStatistics statistics;      // of the pre-RoPE prompt queries (expected-attention), else empty
+};
+
+// The causal forward of the prompt at `layer` (h_prompt [P, H] in place, as forward_layer), its
+// keys, per-head mass and the queries of its last `window` rows; with `needs` asking for
+// features, its latent rows and (expected-attention) the statistics of its queries from row
+// needs.expected_sinks on.
+PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int64_t window, const FeatureNeeds& needs);
+
+// The per-token features of one run at one layer (mla/policy.hpp TokenFeatures): from the
+// prompt's latent rows and the run's own decode rows `latent` [N, r_kv + d_r].
+TokenFeatures run_features(const AttentionConfig& cfg, const LayerWeights& w, const PromptLayer& prompt,
+                           const MatrixRM& latent, const FeatureNeeds& needs);
+
+// The causal attention of prompt row q (P - window <= q < P) over [0, q]: [n*(q+1)] in double.
+std::vector<double> prompt_query_probs(const decoder::PreparedLayer& layer, const PromptLayer& prompt, int64_t q);
+
+// The budget a policy's cache holds at `layer` when the run's budget is K (pyramidkv: its layer's
+// pyramid_budget, at least one more than the sinks and window it protects).
+int64_t layer_budget(const PolicySettings& s, int64_t budget, int64_t layer, int64_t num_layers, int64_t prompt_len);
+
+// Reads the prompt into a policy's manager at one layer: the attention of its observation
+// window's prompt queries, then the prefill cut by the prompt's per-head mass.
+void prefill_manager(CacheManager& manager, const decoder::PreparedLayer& layer, const PromptLayer& prompt);
+
+}  // namespace mla::eval

@@ -1,0 +1,399 @@
+// src/eval/eval_loop.cpp — `mla-h2o eval`'s computation (mla/eval.hpp, docs/eval.md): every
+// (policy, budget) run decodes N teacher-forced positions with every layer's cache managed by
+// the policy, layer by layer over all positions.
+//
+// For each layer L (its tensors read, prepared, used, freed; the sweep rule):
+//   1. the prompt rows [0, P): the causal forward, shared by every run (prefill_layer)
+//   2. every run's decode rows [P, T): input_norm and the projections of its N rows at once; its
+//      manager reads the prompt (observation window, prefill cut)
+//   3. the steps x = P .. T-1 in order, every run at step x (runs in parallel): the full run
+//      attends [0, x]; a policy run attends the cache its manager gives, which then evicts
+//   4. every run: o_proj, residual, post_norm, MLP/MoE, residual over its N rows at once
+// then the final norm and lm_head of every run's rows, and the metrics against the full run.
+// Every sum is a fixed-order fma chain (src/cpu/fixed_order.hpp): this order of computation gives
+// the bits of any other, which the suite `eval` checks against a token-by-token loop.
+//
+// Shape legend: T tokens, P prompt rows, N steps, H hidden_size, V vocab_size, n heads, d_v,
+//   L layers, R runs.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "eval_layer.hpp"
+#include "mla/error.hpp"
+#include "mla/eval.hpp"
+#include "mla/model_forward.hpp"
+#include "src/cpu/cpu_kernels.hpp"
+
+namespace mla {
+namespace {
+
+size_t idx(int64_t i) { return static_cast<size_t>(i); }
+
+using eval::MatrixRM;
+
+// One (policy, budget) run, or the full cache.
+struct RunState {
+  PolicySettings policy;
+  int64_t budget = 0;
+  bool full = false;
+  MatrixRM h;                                  // [N, H] residual stream of the decode rows
+  std::vector<EvalLayer> layers;               // [L]
+  // this layer:
+  std::unique_ptr<CacheManager> manager;
+  TokenFeatures features;                      // what the policy reads besides the attention
+  cpu::RowKeys keys;                           // positions [P, T)
+  MatrixRM q;                                  // [N, n*d_qk]
+  MatrixRM ctx;                                // [N, n*d_v]
+  std::vector<double> recall;                  // [N] mass recall per step
+  std::vector<int64_t> cache_len, held;        // [N]
+};
+
+double norm(const float* v, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+  return std::sqrt(s);
+}
+
+// ||a_row - b_row|| / ||b_row|| (0 when both are 0)
+double rel_error(const float* a, const float* b, int64_t n) {
+  double d = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    d += e * e;
+  }
+  const double nb = norm(b, n);
+  return nb > 0 ? std::sqrt(d) / nb : (d == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+}
+
+// log-softmax of one row of logits, in double: out[v] = l[v] - logsumexp(l)
+void log_softmax(const float* l, int64_t V, std::vector<double>& out) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (int64_t v = 0; v < V; ++v) max = std::max(max, static_cast<double>(l[v]));
+  double sum = 0;
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v]) - max);
+  const double lse = max + std::log(sum);
+  out.resize(idx(V));
+  for (int64_t v = 0; v < V; ++v) out[idx(v)] = static_cast<double>(l[v]) - lse;
+}
+
+int64_t argmax(const float* l, int64_t V) {
+  int64_t best = 0;
+  for (int64_t v = 1; v < V; ++v)
+    if (l[v] > l[best]) best = v;
+  return best;
+}
+
+// Zero features of the right size: what a manager's constructor checks (its budget, the features it
+// needs) before the real ones exist.
+TokenFeatures placeholder_features(int64_t heads, int64_t positions) {
+  TokenFeatures f;
+  f.heads = heads;
+  f.tokens = positions;
+  for (std::vector<double>* v : {&f.key_norm, &f.value_norm, &f.output_norm, &f.expected_attention})
+    v->assign(idx(heads * positions), 0.0);
+  return f;
+}
+
+TensorF to_tensor(const std::string& name, const MatrixRM& m) {
+  TensorF t(name, {m.rows(), m.cols()});
+  std::copy(m.data(), m.data() + m.size(), t.data.begin());
+  return t;
+}
+
+}  // namespace
+
+void check_eval_options(const EvalOptions& opt, int64_t tokens, int64_t num_layers) {
+  const auto bad = [](const std::string& what) { fail(ErrorKind::InvalidArgument, what); };
+  if (opt.prompt_len < 1) bad("--prompt-len " + std::to_string(opt.prompt_len) + " must be >= 1");
+  if (opt.steps < 1) bad("--steps " + std::to_string(opt.steps) + " must be >= 1");
+  if (opt.prompt_len > tokens || opt.steps > tokens - opt.prompt_len - 1)
+    bad("--prompt-len " + std::to_string(opt.prompt_len) + " + --steps " + std::to_string(opt.steps) + " needs " +
+        std::to_string(opt.prompt_len) + " + " + std::to_string(opt.steps) +
+        " + 1 tokens (each decoded position predicts the next one), but the input has " + std::to_string(tokens));
+  check_budgets_and_policies(opt.budgets, opt.policies);
+  // every (policy, budget, layer) must leave room after what the policy protects: the managers say
+  PolicyContext ctx;
+  ctx.heads = 1;
+  ctx.prompt_len = opt.prompt_len;
+  ctx.positions = opt.prompt_len + opt.steps;
+  const TokenFeatures none = placeholder_features(ctx.heads, ctx.positions);
+  ctx.features = &none;
+  for (const PolicySettings& s : opt.policies)
+    for (int64_t K : opt.budgets)
+      for (int64_t L = 0; L < num_layers; ++L)
+        (void)make_cache_manager(s, eval::layer_budget(s, K, L, num_layers, opt.prompt_len), ctx);
+}
+
+Passkey find_passkey(const std::vector<int64_t>& tokens, const ModelConfig& cfg) {
+  Passkey p;
+  if (!cfg.byte_level_vocab) return p;
+  // the text after the last "What is the pass key? The pass key is " must be digits, '.', '\n'
+  static const std::string question = "What is the pass key? The pass key is ";
+  std::string text;
+  for (int64_t t : tokens) text.push_back(t >= 0 && t < 256 ? static_cast<char>(t) : '\0');
+  const size_t at = text.rfind(question);
+  if (at == std::string::npos) return p;
+  size_t i = at + question.size();
+  const size_t first = i;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  if (i == first || i >= text.size() || text[i] != '.') return p;
+  const std::string rest = text.substr(i + 1);
+  if (rest.find_first_not_of("\n") != std::string::npos) return p;  // the key's line must end the input
+  p.key = text.substr(first, i - first);
+  for (size_t j = first; j < i; ++j) p.digits.push_back(static_cast<int64_t>(j));
+  return p;
+}
+
+EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::vector<int64_t>& tokens,
+                    const EvalOptions& opt) {
+  const AttentionConfig& a = cfg.attention;
+  const int64_t T = static_cast<int64_t>(tokens.size()), P = opt.prompt_len, N = opt.steps;
+  const int64_t L_count = a.num_hidden_layers, H = a.hidden_size, n = a.num_attention_heads, d_v = a.v_head_dim;
+  check_model_tensors(ckpt, cfg, "eval");
+  check_eval_options(opt, T, L_count);
+  const int threads = cpu::resolve_threads(opt.threads);
+  EvalResult result;
+  result.engine = std::string("fixed-order fp32 FMA chains (") + cpu::fixed_order_isa() + ")";
+  result.passkey = find_passkey(tokens, cfg);
+
+  // ---- runs: full first, then per budget, per policy other than full ----
+  std::vector<RunState> runs;
+  {
+    RunState full;
+    full.policy = policy_preset("full");
+    full.full = true;
+    runs.push_back(std::move(full));
+  }
+  for (int64_t K : opt.budgets)
+    for (const PolicySettings& s : opt.policies) {
+      if (s.kind == PolicyKind::Full) continue;
+      RunState r;
+      r.policy = s;
+      r.budget = K;
+      runs.push_back(std::move(r));
+    }
+  const int64_t R = static_cast<int64_t>(runs.size());
+
+  // ---- embeddings: prompt rows shared, decode rows per run ----
+  const std::vector<int64_t> prompt_ids(tokens.begin(), tokens.begin() + P), decode_ids(tokens.begin() + P, tokens.begin() + P + N);
+  MatrixRM h_prompt = timed(result.stage_seconds, "embed", [&] { return decoder::embed(ckpt, prompt_ids, opt.precision); });
+  {
+    const MatrixRM h_decode = decoder::embed(ckpt, decode_ids, opt.precision);
+    for (RunState& r : runs) r.h = h_decode;
+  }
+  const FeatureNeeds needs = feature_needs(opt.policies);
+  decoder::LayerSettings settings;
+  settings.precision = opt.precision;
+  settings.threads = threads;
+  settings.latent_norm_eps = opt.latent_norm_eps;
+  std::vector<int64_t> decode_positions(idx(N));
+  std::iota(decode_positions.begin(), decode_positions.end(), P);
+
+  for (int64_t L = 0; L < L_count; ++L) {
+    StageTimer layer_timer(result.stage_seconds, "layer " + std::to_string(L));
+    if (opt.keep_full_states) {
+      MatrixRM all(P + N, H);
+      all.topRows(P) = h_prompt;
+      all.bottomRows(N) = runs[0].h;
+      result.hidden_states.push_back(to_tensor("hidden_states." + std::to_string(L), all));
+    }
+    std::unique_ptr<decoder::PreparedLayer> layer;
+    LayerWeights attention;  // the fp32 attention weights the policies' token features read
+    {
+      DecoderLayerWeights w = load_decoder_layer(ckpt, cfg, L, /*experts=*/true);
+      layer = std::make_unique<decoder::PreparedLayer>(cfg, w, settings);
+      if (needs.any()) attention = std::move(w.self_attn);
+    }
+    ckpt.release_mappings();
+
+    // 2a. the managers' observation windows decide which prompt queries are kept
+    int64_t window = 0;
+    {
+      PolicyContext probe;
+      probe.heads = n;
+      probe.prompt_len = P;
+      probe.positions = P + N;
+      const TokenFeatures none = placeholder_features(n, P + N);
+      probe.features = &none;
+      for (const RunState& r : runs)
+        if (!r.full)
+          window = std::max(window, make_cache_manager(r.policy, eval::layer_budget(r.policy, r.budget, L, L_count, P), probe)
+                                        ->observation_window());
+    }
+    // 1. the prompt
+    const eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs);
+    // 2b. every run's decode rows projected; its manager (with the run's own token features) reads the prompt
+    for (RunState& r : runs) {
+      const decoder::PreparedLayer::Projected p = layer->project(layer->input_norm(r.h), decode_positions);
+      r.keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, P, N);
+      r.keys.set_rows(P, N, p.kv.data(), p.kv.cols(), p.k_pe_roped.data(), p.k_pe_roped.cols());
+      r.q = p.q;
+      r.ctx.resize(N, n * d_v);
+      r.recall.assign(idx(N), 1.0);
+      r.cache_len.assign(idx(N), 0);
+      r.held.assign(idx(N), 0);
+      if (r.full) continue;
+      r.features = eval::run_features(a, attention, prompt, p.latent, needs);
+      PolicyContext pctx;
+      pctx.heads = n;
+      pctx.prompt_len = P;
+      pctx.positions = P + N;
+      pctx.features = &r.features;
+      r.manager = make_cache_manager(r.policy, eval::layer_budget(r.policy, r.budget, L, L_count, P), pctx);
+      eval::prefill_manager(*r.manager, *layer, prompt);
+    }
+    // 3. the steps, every run at step x
+    std::vector<cpu::RowScratch> scratch(idx(threads));
+    std::vector<std::vector<float>> probs(idx(threads));
+    std::vector<std::vector<double>> probs_d(idx(threads)), oracle(idx(threads));
+    std::vector<float> p_full;        // [n, x+1] the full run's attention at this step
+    std::vector<double> p_full_total;  // [n] its sum per head
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t x = P + i;
+      std::vector<int64_t> all(idx(x + 1));
+      std::iota(all.begin(), all.end(), 0);
+      {
+        RunState& f = runs[0];
+        p_full.resize(idx(n * (x + 1)));
+        cpu::attend_row(layer->attention_spec(), f.q.data() + i * f.q.cols(), cpu::KeyView{&prompt.keys, &f.keys, P}, all,
+                        p_full.data(), f.ctx.data() + i * n * d_v, scratch[0]);
+        f.cache_len[idx(i)] = f.held[idx(i)] = x + 1;
+        p_full_total.assign(idx(n), 0.0);
+        for (int64_t h = 0; h < n; ++h)
+          for (int64_t t = 0; t <= x; ++t) p_full_total[idx(h)] += p_full[idx(h * (x + 1) + t)];
+      }
+      cpu::parallel_for(R - 1, threads, [&](int64_t k, int worker) {
+        RunState& r = runs[idx(k + 1)];
+        const cpu::KeyView keys{&prompt.keys, &r.keys, P};
+        std::span<const int64_t> cache;
+        if (r.manager->needs_full_attention()) {  // the oracle: its own query's attention over every token
+          std::vector<float>& pf = probs[idx(worker)];
+          pf.resize(idx(n * (x + 1)));
+          std::vector<float> unused(idx(n * d_v));
+          cpu::attend_row(layer->attention_spec(), r.q.data() + i * r.q.cols(), keys, all, pf.data(), unused.data(),
+                          scratch[idx(worker)]);
+          oracle[idx(worker)].assign(pf.begin(), pf.end());
+          cache = r.manager->begin_step(x, oracle[idx(worker)]);
+        } else {
+          cache = r.manager->begin_step(x);
+        }
+        const int64_t m = static_cast<int64_t>(cache.size());
+        std::vector<float>& p = probs[idx(worker)];
+        p.resize(idx(n * m));
+        cpu::attend_row(layer->attention_spec(), r.q.data() + i * r.q.cols(), keys, cache, p.data(),
+                        r.ctx.data() + i * n * d_v, scratch[idx(worker)]);
+        // the full run's mass on this cache, mean over heads
+        double recall = 0;
+        for (int64_t h = 0; h < n; ++h) {
+          double kept = 0;
+          for (int64_t t : cache) kept += p_full[idx(h * (x + 1) + t)];
+          recall += (p_full_total[idx(h)] > 0 ? kept / p_full_total[idx(h)] : 1.0) / static_cast<double>(n);
+        }
+        r.recall[idx(i)] = recall;
+        r.cache_len[idx(i)] = m;
+        probs_d[idx(worker)].assign(p.begin(), p.end());
+        r.manager->end_step(probs_d[idx(worker)]);
+        r.held[idx(i)] = static_cast<int64_t>(r.manager->cache().size());
+      });
+      if (opt.progress) opt.progress("decode steps", i + 1, N);
+    }
+    // 4. o_proj, MLP; the errors against full at this layer
+    MatrixRM full_attn;
+    for (RunState& r : runs) {
+      const MatrixRM attn = layer->o_proj(r.ctx);
+      if (r.full) full_attn = attn;
+      EvalLayer st;
+      st.layer = L;
+      st.budget = r.full ? 0 : eval::layer_budget(r.policy, r.budget, L, L_count, P);
+      double attn_err = 0, max_err = 0;
+      st.mean_mass_recall = 0;
+      for (int64_t i = 0; i < N; ++i) {
+        const double e = r.full ? 0.0 : rel_error(attn.data() + i * H, full_attn.data() + i * H, H);
+        attn_err += e;
+        max_err = std::max(max_err, e);
+        st.mean_cache_len += static_cast<double>(r.cache_len[idx(i)]);
+        st.mean_held += static_cast<double>(r.held[idx(i)]);
+        st.mean_mass_recall += r.recall[idx(i)];
+        st.min_mass_recall = std::min(st.min_mass_recall, r.recall[idx(i)]);
+      }
+      st.mean_attn_rel_error = attn_err / static_cast<double>(N);
+      st.max_attn_rel_error = max_err;
+      st.mean_cache_len /= static_cast<double>(N);
+      st.mean_held /= static_cast<double>(N);
+      st.mean_mass_recall /= static_cast<double>(N);
+      layer->residual_add(r.h, attn);
+      const MatrixRM f = layer->mlp(layer->post_norm(r.h), nullptr);
+      layer->residual_add(r.h, f);
+      double hidden_err = 0;
+      for (int64_t i = 0; i < N && !r.full; ++i) hidden_err += rel_error(r.h.data() + i * H, runs[0].h.data() + i * H, H);
+      st.mean_hidden_rel_error = hidden_err / static_cast<double>(N);
+      r.layers.push_back(st);
+      r.manager.reset();
+      r.features = TokenFeatures();
+      r.keys = cpu::RowKeys();
+      r.q = MatrixRM();
+      r.ctx = MatrixRM();
+    }
+    layer.reset();
+    if (opt.progress) opt.progress("layers", L + 1, L_count);
+  }
+
+  // ---- logits and metrics ----
+  StageTimer head_timer(result.stage_seconds, "head and metrics");
+  const decoder::PreparedHead head(cfg, load_model_head(ckpt, cfg), opt.precision, threads);
+  ckpt.release_mappings();
+  const int64_t V = a.vocab_size;
+  const MatrixRM full_logits = head.logits(runs[0].h);  // [N, V]
+  if (opt.keep_full_states) {
+    MatrixRM all(P + N, H);
+    all.topRows(P) = h_prompt;
+    all.bottomRows(N) = runs[0].h;
+    result.hidden_states.push_back(to_tensor("hidden_states." + std::to_string(L_count), all));
+    MatrixRM logits(P + N, V);
+    logits.topRows(P) = head.logits(h_prompt);
+    logits.bottomRows(N) = full_logits;
+    result.full_logits = to_tensor("logits", logits);
+  }
+  std::vector<std::vector<double>> full_logp(idx(N));
+  std::vector<int64_t> full_top(idx(N));
+  for (int64_t i = 0; i < N; ++i) {
+    log_softmax(full_logits.data() + i * V, V, full_logp[idx(i)]);
+    full_top[idx(i)] = argmax(full_logits.data() + i * V, V);
+  }
+  for (RunState& r : runs) {
+    const MatrixRM logits = r.full ? full_logits : head.logits(r.h);
+    EvalRun out;
+    out.policy = r.policy;
+    out.budget = r.budget;
+    out.layers = std::move(r.layers);
+    std::vector<double> logp;
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t x = P + i, target = tokens[idx(x + 1)];
+      EvalPosition e;
+      e.position = x;
+      e.token = target;
+      const float* l = logits.data() + i * V;
+      log_softmax(l, V, logp);
+      e.nll = -logp[idx(target)];
+      if (!r.full) {
+        double kl = 0;
+        const std::vector<double>& fl = full_logp[idx(i)];
+        for (int64_t v = 0; v < V; ++v) kl += std::exp(fl[idx(v)]) * (fl[idx(v)] - logp[idx(v)]);
+        e.kl = kl;
+      }
+      const int64_t top = argmax(l, V);
+      e.top1_agree = top == full_top[idx(i)];
+      e.top1_correct = top == target;
+      out.positions.push_back(e);
+    }
+    if (opt.keep_logits) out.logits = to_tensor("logits", logits);
+    if (r.full) result.full = std::move(out);
+    else result.runs.push_back(std::move(out));
+    r.h = MatrixRM();
+  }
+  return result;
+}
+
+}  // namespace mla

@@ -1,0 +1,595 @@
+// tests/unit/test_eval.cpp — suite eval: `mla-h2o eval` (mla/eval.hpp, docs/eval.md), every
+// layer's latent cache evicted by a policy, whole-model next-token metrics.
+//
+//   * exactness: the full cache gives logits and hidden states bit-identical (memcmp) to the plain
+//     forward (model_forward); every policy at a budget >= the sequence gives full's logits, and
+//     ΔNLL = KL = 0 exactly (==). At a small budget some policy differs (the check can fail).
+//   * order: eval computes layer by layer over all positions; a loop that takes one token at a
+//     time through all layers (written here from the same layer functions, each layer's manager
+//     fed as the token arrives) gives the same logits bit for bit, for every policy.
+//   * metrics: NLL, KL, top-1 and the summaries by their definitions; passkey digits found.
+//   * the CLI: outputs, progress, and one error line for each bad input of issue 17.
+//
+// Geometry: the golden whole-model fixture (3 layers, H 64, 4 heads, 8 experts in 2 groups,
+// vocab 128), P = 16 prompt rows, N = 12 decoded positions: the suite runs in seconds.
+#include <boost/test/unit_test.hpp>
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "mla/error.hpp"
+#include "mla/eval.hpp"
+#include "mla/model.hpp"
+#include "mla/model_forward.hpp"
+#include "mla/policy.hpp"
+#include "mla/safetensors.hpp"
+#include "mla/checkpoint.hpp"
+#include "src/decoder/decoder_layer.hpp"
+#include "src/eval/eval_layer.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using mla::EvalOptions;
+using mla::EvalResult;
+using mla::Precision;
+using mla::test::RunResult;
+using mla::test::run_cli;
+using mla::test::scratch_dir;
+
+constexpr int64_t kP = 16, kN = 12;
+
+std::string fixture() { return mla::test::data_dir() + "/golden/whole-model/model"; }
+
+// P + N + 1 ids below the fixture's vocabulary (128), with repeats.
+std::vector<int64_t> fixture_tokens() {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < kP + kN + 1; ++i) ids.push_back((i * 37 + 11) % 97 + (i % 5 == 0 ? 30 : 0));
+  return ids;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Rows [r0, r0 + rows) of a row-major [*, cols] tensor.
+std::vector<float> rows_of(const mla::TensorF& t, int64_t r0, int64_t rows) {
+  const int64_t cols = t.dim(1);
+  return {t.data.begin() + r0 * cols, t.data.begin() + (r0 + rows) * cols};
+}
+
+struct Model {
+  mla::Checkpoint ckpt = mla::Checkpoint::open(fixture(), "");
+  mla::ModelConfig cfg = mla::load_model_config(ckpt.config_path());
+};
+
+EvalOptions options(const std::string& policies, std::vector<int64_t> budgets, Precision precision) {
+  EvalOptions o;
+  o.prompt_len = kP;
+  o.steps = kN;
+  o.budgets = std::move(budgets);
+  o.policies = mla::parse_policy_list(policies);
+  o.precision = precision;
+  o.threads = 2;
+  o.keep_logits = true;
+  return o;
+}
+
+// Every preset but full, with windows and sinks that fit P = 16, K >= 6.
+const std::string kPolicies =
+    "full,h2o:sinks=1,recent=2,h2o-normalized:sinks=1,recent=2,tova:sinks=1,recent=2,streaming:sinks=1,"
+    "snapkv:window=4,snapkv-maxpool:window=4,pyramidkv:window=4,beta=2,knorm:sinks=1,recent=2,"
+    "expected-attention:sinks=1,recent=2,future=8,scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,random,oracle";
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(eval)
+
+// ---- exactness ------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(full_and_nothing_evicted_are_the_plain_forward) {
+  const Model m;
+  const std::vector<int64_t> ids = fixture_tokens();
+  for (Precision precision : {Precision::BF16, Precision::FP32}) {
+    BOOST_TEST_CONTEXT(mla::precision_name(precision)) {
+      mla::ModelForwardOptions fo;
+      fo.precision = precision;
+      fo.threads = 1;
+      fo.keep_hidden_states = true;
+      const std::vector<int64_t> input(ids.begin(), ids.begin() + kP + kN);
+      const mla::ModelForwardResult plain = mla::model_forward(m.ckpt, m.cfg, input, fo);
+
+      // budget 6 evicts; budget P + N holds the whole sequence
+      EvalOptions o = options(kPolicies, {6, kP + kN}, precision);
+      o.keep_full_states = true;
+      const EvalResult r = mla::run_eval(m.ckpt, m.cfg, ids, o);
+      BOOST_TEST(same_bits(r.full.logits.data, rows_of(plain.logits, kP, kN)));
+      BOOST_TEST(same_bits(r.full_logits.data, plain.logits.data));
+      BOOST_REQUIRE(r.hidden_states.size() == plain.hidden_states.size());
+      for (size_t L = 0; L < plain.hidden_states.size(); ++L)
+        BOOST_TEST(same_bits(r.hidden_states[L].data, plain.hidden_states[L].data), "hidden_states." << L);
+
+      const size_t per_budget = o.policies.size() - 1;
+      BOOST_REQUIRE(r.runs.size() == 2 * per_budget);
+      bool some_differ = false;
+      for (size_t k = 0; k < r.runs.size(); ++k) {
+        const mla::EvalRun& run = r.runs[k];
+        if (run.budget == 6) {
+          some_differ = some_differ || !same_bits(run.logits.data, r.full.logits.data);
+          continue;
+        }
+        BOOST_TEST_CONTEXT(run.policy.label << " at K = " << run.budget) {
+          BOOST_TEST(same_bits(run.logits.data, r.full.logits.data));
+          for (size_t i = 0; i < run.positions.size(); ++i) {
+            BOOST_TEST(run.positions[i].kl == 0.0);
+            BOOST_TEST(run.positions[i].nll == r.full.positions[i].nll);
+            BOOST_TEST(run.positions[i].top1_agree);
+          }
+          for (const mla::EvalLayer& l : run.layers) {
+            BOOST_TEST(l.mean_attn_rel_error == 0.0);
+            BOOST_TEST(l.mean_mass_recall == 1.0);
+          }
+        }
+      }
+      BOOST_TEST(some_differ, "no policy changed the logits at K = 6: the comparison cannot fail");
+      for (const mla::EvalSummary& s : mla::summarize(r, o.budgets)) {
+        if (s.budget != kP + kN && s.policy != "full") continue;
+        BOOST_TEST_CONTEXT(s.policy << " at K = " << s.budget) {
+          BOOST_TEST(s.delta_nll == 0.0);
+          BOOST_TEST(s.mean_kl == 0.0);
+          BOOST_TEST(s.ppl_ratio == 1.0);
+          BOOST_TEST(s.top1_agreement == 1.0);
+        }
+      }
+    }
+  }
+}
+
+// ---- the order of computation ---------------------------------------------------------------
+
+namespace {
+
+using mla::decoder::MatrixRM;
+
+// One policy's run computed one token at a time through all layers: every layer prepared at
+// once, its prompt prefilled and its manager fed the prompt; then for x = P .. P+N-1 the row of
+// token x goes through layer 0, 1, ..., its key joining each layer's cache as it arrives (its
+// token features written before the manager sees it), then the head. Returns the logits [N, V].
+std::vector<float> token_by_token(const Model& m, const std::vector<int64_t>& ids, const mla::PolicySettings& policy,
+                                  int64_t budget, Precision precision) {
+  const mla::ModelConfig& cfg = m.cfg;
+  const mla::AttentionConfig& a = cfg.attention;
+  const int64_t L_count = a.num_hidden_layers, n = a.num_attention_heads, d_v = a.v_head_dim;
+  mla::decoder::LayerSettings settings;
+  settings.precision = precision;
+  settings.threads = 1;
+  const mla::FeatureNeeds needs = mla::feature_needs({policy});
+  const bool full = policy.kind == mla::PolicyKind::Full;
+
+  struct Layer {
+    std::unique_ptr<mla::decoder::PreparedLayer> prepared;
+    mla::LayerWeights attention;
+    mla::eval::PromptLayer prompt;
+    mla::cpu::RowKeys keys;      // positions [P, P + N)
+    MatrixRM latent;             // [N, r_kv + d_r] the decode rows seen so far (zeros after)
+    mla::TokenFeatures features; // the manager reads it through a pointer: updated in place
+    std::unique_ptr<mla::CacheManager> manager;
+  };
+  std::vector<Layer> layers(static_cast<size_t>(L_count));
+  MatrixRM h_prompt = mla::decoder::embed(m.ckpt, std::vector<int64_t>(ids.begin(), ids.begin() + kP), precision);
+  for (int64_t L = 0; L < L_count; ++L) {
+    Layer& l = layers[static_cast<size_t>(L)];
+    mla::DecoderLayerWeights w = mla::load_decoder_layer(m.ckpt, cfg, L, true);
+    l.prepared = std::make_unique<mla::decoder::PreparedLayer>(cfg, w, settings);
+    l.attention = std::move(w.self_attn);
+    l.keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, kP, kN);
+    l.latent = MatrixRM::Zero(kN, a.kv_lora_rank + a.qk_rope_head_dim);
+    if (full) {
+      l.prompt = mla::eval::prefill_layer(*l.prepared, h_prompt, 0, needs);
+      continue;
+    }
+    const int64_t K = mla::eval::layer_budget(policy, budget, L, L_count, kP);
+    mla::PolicyContext ctx;
+    ctx.heads = n;
+    ctx.prompt_len = kP;
+    ctx.positions = kP + kN;
+    // the observation window first (from a manager on zero features), then the prompt with the
+    // window's queries kept, then the features: the prompt's, and zeros for the decode rows
+    // until each token arrives
+    mla::TokenFeatures zeros;
+    zeros.heads = n;
+    zeros.tokens = kP + kN;
+    for (std::vector<double>* v : {&zeros.key_norm, &zeros.value_norm, &zeros.output_norm, &zeros.expected_attention})
+      v->assign(static_cast<size_t>(n * (kP + kN)), 0.0);
+    ctx.features = &zeros;
+    const int64_t window = mla::make_cache_manager(policy, K, ctx)->observation_window();
+    l.prompt = mla::eval::prefill_layer(*l.prepared, h_prompt, window, needs);
+    l.features = mla::eval::run_features(a, l.attention, l.prompt, l.latent, needs);
+    ctx.features = &l.features;
+    l.manager = mla::make_cache_manager(policy, K, ctx);
+    mla::eval::prefill_manager(*l.manager, *l.prepared, l.prompt);
+  }
+  const mla::decoder::PreparedHead head(cfg, mla::load_model_head(m.ckpt, cfg), precision, 1);
+
+  std::vector<float> logits;
+  mla::cpu::RowScratch scratch;
+  for (int64_t x = kP; x < kP + kN; ++x) {
+    const int64_t i = x - kP;
+    MatrixRM h = mla::decoder::embed(m.ckpt, {ids[static_cast<size_t>(x)]}, precision);  // [1, H]
+    for (int64_t L = 0; L < L_count; ++L) {
+      Layer& l = layers[static_cast<size_t>(L)];
+      const mla::decoder::PreparedLayer::Projected p = l.prepared->project(l.prepared->input_norm(h), {x});
+      l.keys.set_rows(x, 1, p.kv.data(), p.kv.cols(), p.k_pe_roped.data(), p.k_pe_roped.cols());
+      const mla::cpu::KeyView keys{&l.prompt.keys, &l.keys, kP};
+      MatrixRM ctx(1, n * d_v);
+      std::vector<int64_t> all(static_cast<size_t>(x + 1));
+      std::iota(all.begin(), all.end(), 0);
+      if (full) {
+        std::vector<float> probs(static_cast<size_t>(n * (x + 1)));
+        mla::cpu::attend_row(l.prepared->attention_spec(), p.q.data(), keys, all, probs.data(), ctx.data(), scratch);
+      } else {
+        if (needs.any()) {  // token x's features, written where the manager reads them
+          l.latent.row(i) = p.latent.row(0);
+          const mla::TokenFeatures f = mla::eval::run_features(a, l.attention, l.prompt, l.latent, needs);
+          for (auto [dst, src] : {std::pair{&l.features.key_norm, &f.key_norm}, std::pair{&l.features.value_norm, &f.value_norm},
+                                  std::pair{&l.features.output_norm, &f.output_norm},
+                                  std::pair{&l.features.expected_attention, &f.expected_attention}})
+            for (int64_t hd = 0; hd < n && !src->empty(); ++hd)
+              (*dst)[static_cast<size_t>(hd * (kP + kN) + x)] = (*src)[static_cast<size_t>(hd * (kP + kN) + x)];
+        }
+        std::span<const int64_t> cache;
+        std::vector<double> oracle;
+        if (l.manager->needs_full_attention()) {
+          std::vector<float> pf(static_cast<size_t>(n * (x + 1)));
+          std::vector<float> unused(static_cast<size_t>(n * d_v));
+          mla::cpu::attend_row(l.prepared->attention_spec(), p.q.data(), keys, all, pf.data(), unused.data(), scratch);
+          oracle.assign(pf.begin(), pf.end());
+          cache = l.manager->begin_step(x, oracle);
+        } else {
+          cache = l.manager->begin_step(x);
+        }
+        std::vector<float> probs(cache.size() * static_cast<size_t>(n));
+        mla::cpu::attend_row(l.prepared->attention_spec(), p.q.data(), keys, cache, probs.data(), ctx.data(), scratch);
+        const std::vector<double> probs_d(probs.begin(), probs.end());
+        l.manager->end_step(probs_d);
+      }
+      l.prepared->residual_add(h, l.prepared->o_proj(ctx));
+      const MatrixRM f = l.prepared->mlp(l.prepared->post_norm(h), nullptr);
+      l.prepared->residual_add(h, f);
+    }
+    const MatrixRM row = head.logits(h);
+    logits.insert(logits.end(), row.data(), row.data() + row.size());
+  }
+  return logits;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(layer_by_layer_equals_token_by_token) {
+  const Model m;
+  const std::vector<int64_t> ids = fixture_tokens();
+  const int64_t K = 7;
+  for (Precision precision : {Precision::BF16, Precision::FP32}) {
+    const EvalOptions o = options(kPolicies, {K}, precision);
+    const EvalResult r = mla::run_eval(m.ckpt, m.cfg, ids, o);
+    BOOST_TEST_CONTEXT(mla::precision_name(precision) << " full")
+    BOOST_TEST(same_bits(r.full.logits.data, token_by_token(m, ids, mla::policy_preset("full"), K, precision)));
+    for (const mla::EvalRun& run : r.runs)
+      BOOST_TEST_CONTEXT(mla::precision_name(precision) << " " << run.policy.label) {
+        BOOST_TEST(same_bits(run.logits.data, token_by_token(m, ids, run.policy, K, precision)));
+      }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_policy_alone_equals_the_policy_among_others) {
+  const Model m;
+  const std::vector<int64_t> ids = fixture_tokens();
+  const EvalResult all = mla::run_eval(m.ckpt, m.cfg, ids, options(kPolicies, {6, 9}, Precision::BF16));
+  EvalOptions o = options("tova:sinks=1,recent=2", {9}, Precision::BF16);
+  o.threads = 1;
+  const EvalResult one = mla::run_eval(m.ckpt, m.cfg, ids, o);
+  BOOST_REQUIRE(one.runs.size() == 1u);
+  for (const mla::EvalRun& run : all.runs)
+    if (run.budget == 9 && run.policy.label == "tova:sinks=1,recent=2")
+      BOOST_TEST(same_bits(run.logits.data, one.runs[0].logits.data));
+}
+
+// ---- metrics by their definitions -----------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(metrics_by_definition) {
+  const Model m;
+  const std::vector<int64_t> ids = fixture_tokens();
+  const EvalOptions o = options("full,h2o:sinks=1,recent=2,streaming:sinks=1", {6}, Precision::FP32);
+  const EvalResult r = mla::run_eval(m.ckpt, m.cfg, ids, o);
+  const int64_t V = m.cfg.attention.vocab_size;
+  const auto logp = [&](const mla::TensorF& logits, int64_t i) {  // log-softmax of row i in long double
+    long double mx = -INFINITY, s = 0;
+    for (int64_t v = 0; v < V; ++v) mx = std::max<long double>(mx, logits.data[static_cast<size_t>(i * V + v)]);
+    for (int64_t v = 0; v < V; ++v) s += std::exp(logits.data[static_cast<size_t>(i * V + v)] - mx);
+    std::vector<long double> out(static_cast<size_t>(V));
+    for (int64_t v = 0; v < V; ++v) out[static_cast<size_t>(v)] = logits.data[static_cast<size_t>(i * V + v)] - mx - std::log(s);
+    return out;
+  };
+  for (const mla::EvalRun& run : r.runs) {
+    double nll = 0, kl_sum = 0, agree = 0;
+    for (int64_t i = 0; i < kN; ++i) {
+      const std::vector<long double> lp = logp(run.logits, i), lf = logp(r.full.logits, i);
+      const mla::EvalPosition& e = run.positions[static_cast<size_t>(i)];
+      BOOST_TEST(e.position == kP + i);
+      BOOST_TEST(e.token == ids[static_cast<size_t>(kP + i + 1)]);
+      BOOST_TEST(e.nll == -static_cast<double>(lp[static_cast<size_t>(e.token)]), boost::test_tools::tolerance(1e-12));
+      long double kl = 0;
+      for (int64_t v = 0; v < V; ++v) kl += std::exp(lf[static_cast<size_t>(v)]) * (lf[static_cast<size_t>(v)] - lp[static_cast<size_t>(v)]);
+      BOOST_TEST(e.kl == static_cast<double>(kl), boost::test_tools::tolerance(1e-9));
+      BOOST_TEST(e.kl >= -1e-15);
+      const int64_t top = std::max_element(lp.begin(), lp.end()) - lp.begin();
+      const int64_t top_full = std::max_element(lf.begin(), lf.end()) - lf.begin();
+      BOOST_TEST(e.top1_agree == (top == top_full));
+      nll += e.nll;
+      kl_sum += e.kl;
+      agree += e.top1_agree;
+    }
+    for (const mla::EvalSummary& s : mla::summarize(r, o.budgets))
+      if (s.policy == run.policy.label) {
+        double full_nll = 0;
+        for (const mla::EvalPosition& e : r.full.positions) full_nll += e.nll;
+        BOOST_TEST(s.mean_nll == nll / kN, boost::test_tools::tolerance(1e-12));
+        BOOST_TEST(s.delta_nll == (nll - full_nll) / kN, boost::test_tools::tolerance(1e-9));
+        BOOST_TEST(s.ppl_ratio == std::exp(s.delta_nll), boost::test_tools::tolerance(1e-12));
+        BOOST_TEST(s.mean_kl == kl_sum / kN, boost::test_tools::tolerance(1e-12));
+        BOOST_TEST(s.top1_agreement == agree / kN, boost::test_tools::tolerance(1e-12));
+      }
+    // the cache never holds more than K after a step; the attended cache is K + 1 at most
+    for (const mla::EvalLayer& l : run.layers) {
+      BOOST_TEST(l.mean_held <= 6.0);
+      BOOST_TEST(l.mean_cache_len <= 7.0);
+      BOOST_TEST(l.mean_mass_recall <= 1.0 + 1e-12);
+      BOOST_TEST(l.min_mass_recall <= l.mean_mass_recall);
+    }
+    BOOST_TEST(run.layers.size() == 3u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(passkey_digits_are_found) {
+  mla::ModelConfig cfg;
+  cfg.byte_level_vocab = true;
+  cfg.bos_token_id = 256;
+  const auto ids = [&](const std::string& text) {
+    std::vector<int64_t> out{256};
+    for (unsigned char c : text) out.push_back(c);
+    return out;
+  };
+  const mla::Passkey p = mla::find_passkey(ids("The pass key is 123. Remember it.\nblah\nWhat is the pass key? The pass key is 70969.\n"), cfg);
+  BOOST_TEST(p.key == "70969");
+  BOOST_REQUIRE(p.digits.size() == 5u);
+  const std::vector<int64_t> t = ids("The pass key is 123. Remember it.\nblah\nWhat is the pass key? The pass key is 70969.\n");
+  for (size_t k = 0; k < 5; ++k) BOOST_TEST(t[static_cast<size_t>(p.digits[k])] == int64_t{"70969"[k]});
+  BOOST_TEST(mla::find_passkey(ids("What is the pass key? The pass key is 70969. And more text."), cfg).key.empty());
+  BOOST_TEST(mla::find_passkey(ids("no question here"), cfg).key.empty());
+  cfg.byte_level_vocab = false;
+  BOOST_TEST(mla::find_passkey(ids("What is the pass key? The pass key is 70969.\n"), cfg).key.empty());
+}
+
+// ---- the CLI --------------------------------------------------------------------------------
+
+namespace {
+
+std::string ids_text() {
+  std::string s;
+  for (int64_t t : fixture_tokens()) s += (s.empty() ? "" : ",") + std::to_string(t);
+  return s;
+}
+
+size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+void expect_error(const std::string& args, const std::string& word, const std::string& checkpoint = fixture()) {
+  const std::string out = scratch_dir("eval-err");
+  const RunResult r = run_cli("eval --checkpoint '" + checkpoint + "' --out '" + out + "/o' " + args);
+  BOOST_TEST_CONTEXT("eval " << args << "\nstderr: " << r.err) {
+    BOOST_TEST(r.exit_code != 0);
+    BOOST_TEST(r.err.rfind("mla-h2o eval: error: ", 0) == 0u);
+    BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    BOOST_TEST(contains(r.err, word));
+    BOOST_TEST(!std::filesystem::exists(out + "/o/eval.csv"));
+    BOOST_TEST(!std::filesystem::exists(out + "/o/report.json"));
+  }
+}
+
+// A copy of the fixture model with config.json changed by `edit` (key, new value text) or a
+// tensor left out.
+std::string edited_fixture(const std::string& tag, const std::string& key, const std::string& value) {
+  const std::string dir = scratch_dir(tag);
+  std::filesystem::copy(fixture(), dir, std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  std::string cfg = mla::test::read_text(dir + "/config.json");
+  const size_t at = cfg.find("\"" + key + "\"");
+  if (at == std::string::npos) {
+    cfg.insert(cfg.find('{') + 1, "\n  \"" + key + "\": " + value + ",");
+  } else {
+    const size_t colon = cfg.find(':', at), end = cfg.find_first_of(",\n}", colon);
+    cfg.replace(colon + 1, end - colon - 1, " " + value);
+  }
+  mla::test::write_text(dir + "/config.json", cfg);
+  return dir;
+}
+
+// A copy of the fixture model whose model.safetensors leaves out tensor `drop` (if not empty)
+// and carries `metadata` in its header.
+std::string rewritten_fixture(const std::string& tag, const std::string& drop,
+                              const std::map<std::string, std::string>& metadata) {
+  const std::string dir = scratch_dir(tag);
+  for (const char* f : {"config.json", "generation_config.json"})
+    std::filesystem::copy_file(fixture() + "/" + f, dir + "/" + f, std::filesystem::copy_options::overwrite_existing);
+  const mla::SafetensorsFile in = mla::SafetensorsFile::open(fixture() + "/model.safetensors");
+  std::vector<mla::TensorToWrite> tensors;
+  for (const mla::TensorInfo& t : in.tensors())
+    if (t.name != drop) tensors.push_back({t.name, t.dtype, t.shape, in.bytes(t)});
+  BOOST_REQUIRE(drop.empty() || tensors.size() + 1 == in.tensors().size());
+  mla::write_safetensors(dir + "/model.safetensors", tensors, metadata);
+  return dir;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(cli_outputs) {
+  const std::string out = scratch_dir("eval-cli");
+  ::setenv("MLA_PROGRESS_AFTER", "0", 1);
+  const RunResult r = run_cli("eval --checkpoint '" + fixture() + "' --tokens " + ids_text() +
+                              " --prompt-len 16 --steps 12 --cache-budget 6,9 --sinks 1 --recent 2 "
+                              "--policy full,h2o,snapkv:window=4,tova --dump-tensors --threads 2 --out '" + out + "'");
+  ::unsetenv("MLA_PROGRESS_AFTER");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.err, "eval: layers 3/3 (100.0%)"), r.err);
+  BOOST_TEST(contains(r.out, "ppl ratio"), r.out);
+  BOOST_TEST(contains(r.out, "h2o:sinks=1,recent=2"), r.out);
+  // eval.csv: (full + 3 policies) x 2 budgets x 12 positions + header
+  const std::string csv = mla::test::read_text(out + "/eval.csv");
+  BOOST_TEST(csv.rfind("policy,budget,position,token,nll,kl,top1_agree\n", 0) == 0u);
+  BOOST_TEST(lines(csv) == 1u + 4u * 2u * 12u);
+  BOOST_TEST(contains(csv, "\nfull,6,16," + std::to_string(fixture_tokens()[17]) + ","));
+  BOOST_TEST(contains(csv, "\n\"h2o:sinks=1,recent=2\",9,27,"));
+  const std::string layers = mla::test::read_text(out + "/layers.csv");
+  BOOST_TEST(lines(layers) == 1u + 4u * 2u * 3u);
+  const std::string summary = mla::test::read_text(out + "/summary.csv");
+  BOOST_TEST(lines(summary) == 1u + 8u);
+  BOOST_TEST(contains(summary, "\nfull,6,"));
+  for (const char* svg : {"/budget.svg", "/layers.svg"}) {
+    const std::string s = mla::test::read_text(out + svg);
+    BOOST_TEST(s.rfind("<svg", 0) == 0u);
+    BOOST_TEST(contains(s, "</svg>"));
+    BOOST_TEST(contains(s, "<polyline id=\"tova:sinks=1,recent=2\""), svg);
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::element j = parser.load(out + "/report.json");
+  BOOST_TEST(std::string_view(j["command"].get_string().value()) == "eval");
+  BOOST_TEST(int64_t(j["prompt_len"].get_int64().value()) == 16);
+  BOOST_TEST(j["summary"].get_array().size() == 8u);
+  BOOST_TEST(j["synthetic_weights"].get_bool().value() == false);  // save_pretrained's weights
+  // the dump: the full cache's logits [P+N, V] and hidden_states.0..3 [P+N, H], as model_forward's
+  const mla::SafetensorsFile dump = mla::SafetensorsFile::open(out + "/tensors.safetensors");
+  BOOST_TEST((dump.at("logits").shape == std::vector<uint64_t>{28, 128}));
+  BOOST_TEST((dump.at("hidden_states.3").shape == std::vector<uint64_t>{28, 64}));
+  // --quiet: nothing on stderr
+  const RunResult q = run_cli("eval --checkpoint '" + fixture() + "' --tokens " + ids_text() +
+                              " --prompt-len 16 --steps 4 --cache-budget 8 --policy h2o --quiet --out '" + scratch_dir("eval-q") + "'");
+  BOOST_TEST(q.exit_code == 0);
+  BOOST_TEST(q.err.empty(), q.err);
+  BOOST_TEST(contains(run_cli("eval --help").out, "--cache-budget"));
+}
+
+BOOST_AUTO_TEST_CASE(cli_synthetic_weights_are_said) {
+  // weights whose shards carry synth's mark: said on stdout, in report.json and in the plot titles
+  const std::string ckpt = rewritten_fixture("eval-synth-ckpt", "", {{mla::kSynthMetadataKey, "mla-h2o synth: test"}});
+  const std::string out = scratch_dir("eval-synth");
+  const RunResult r = run_cli("eval --checkpoint '" + ckpt + "' --tokens " + ids_text() +
+                              " --prompt-len 16 --steps 4 --cache-budget 6,8 --policy h2o --quiet --out '" + out + "'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.out, "CAVEAT: synthetic weights (mla-h2o synth: test)"), r.out);
+  simdjson::dom::parser parser;
+  simdjson::dom::element j = parser.load(out + "/report.json");
+  BOOST_TEST(std::string(j["synthetic_weights"].get_string().value()) == "mla-h2o synth: test");
+  BOOST_TEST(j["caveats"].get_array().size() == 1u);
+  for (const char* svg : {"/budget.svg", "/layers.svg"})
+    BOOST_TEST(contains(mla::test::read_text(out + svg), "<title>[synthetic weights] "), svg);
+}
+
+// The shipped trained model (models/tiny-mla, byte-level) on a short passkey input: the key is
+// found, and the passkey accuracy is the share of its digits whose predicting position's argmax
+// (the dumped full-cache logits) is the digit; a text without the question has none.
+BOOST_AUTO_TEST_CASE(cli_passkey_on_the_shipped_model) {
+  const std::string model = mla::test::data_dir() + "/../../models/tiny-mla";
+  BOOST_REQUIRE(std::filesystem::exists(model + "/model.safetensors"));
+  std::string text = "The pass key is 41327. Remember it. 41327 is the pass key.\n";
+  for (int i = 0; i < 3; ++i) text += "The grass is green. The sky is blue. The sun is yellow.\n";
+  text += "What is the pass key? The pass key is 41327.\n";
+  const std::string dir = scratch_dir("eval-passkey");
+  mla::test::write_text(dir + "/passkey.txt", text);
+  const int64_t T = 1 + static_cast<int64_t>(text.size()), P = T - 40, N = 39;
+  const std::string out = dir + "/out";
+  const RunResult r = run_cli("eval --checkpoint '" + model + "' --text '" + dir + "/passkey.txt' --prompt-len " +
+                              std::to_string(P) + " --steps " + std::to_string(N) +
+                              " --cache-budget 24 --sinks 2 --recent 8 --policy h2o,streaming --dump-tensors --quiet --out '" +
+                              out + "'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.out, "passkey input: key 41327"), r.out);
+  BOOST_TEST(!contains(r.out, "CAVEAT"), r.out);  // trained weights
+  simdjson::dom::parser parser;
+  simdjson::dom::element j = parser.load(out + "/report.json");
+  BOOST_TEST(std::string(j["passkey"]["key"].get_string().value()) == "41327");
+  // the full cache's share from the dumped logits [P+N, V]
+  const mla::SafetensorsFile dump = mla::SafetensorsFile::open(out + "/tensors.safetensors");
+  const std::vector<float> logits = dump.to_float(dump.at("logits"));
+  const int64_t V = 258, first = T - 7;  // the digits are tokens T-7 .. T-3 (BOS at 0; then ".\n")
+  int64_t correct = 0;
+  for (int64_t d = first; d < first + 5; ++d) {
+    const float* row = logits.data() + (d - 1) * V;
+    correct += std::max_element(row, row + V) - row == static_cast<int64_t>(text[static_cast<size_t>(d - 1)]);
+  }
+  const std::string summary = mla::test::read_text(out + "/summary.csv");
+  const size_t at = summary.find("\nfull,24,");
+  BOOST_REQUIRE(at != std::string::npos);
+  std::vector<std::string> fields;
+  std::string field;
+  for (size_t i = at + 1; i < summary.size() && summary[i] != '\n'; ++i) {
+    if (summary[i] == ',') {
+      fields.push_back(field);
+      field.clear();
+    } else {
+      field += summary[i];
+    }
+  }
+  fields.push_back(field);
+  BOOST_REQUIRE(fields.size() == 11u);
+  BOOST_TEST(std::stod(fields[8]) == static_cast<double>(correct) / 5.0);  // passkey_accuracy
+  // a text that is not a passkey input: the column is empty, the table says n/a only when some row has one
+  const std::string plain_out = scratch_dir("eval-plain");
+  const RunResult plain = run_cli("eval --checkpoint '" + model + "' --text '" + model + "/eval/heldout.txt' --prompt-len 48 "
+                                  "--steps 8 --cache-budget 24 --sinks 2 --recent 8 --policy h2o --quiet --out '" + plain_out + "'");
+  BOOST_REQUIRE_MESSAGE(plain.exit_code == 0, plain.err);
+  BOOST_TEST(!contains(plain.out, "passkey input"), plain.out);
+  BOOST_TEST(contains(mla::test::read_text(plain_out + "/summary.csv"), "\nfull,24,"));
+  BOOST_TEST(parser.load(plain_out + "/report.json")["passkey"].is_null());
+}
+
+BOOST_AUTO_TEST_CASE(cli_errors) {
+  const std::string ids = "--tokens " + ids_text();
+  // P + N beyond the input (29 tokens: P + N + 1 <= 29)
+  expect_error(ids + " --prompt-len 16 --steps 13 --cache-budget 8", "but the input has 29");
+  expect_error(ids + " --prompt-len 0 --steps 4 --cache-budget 8", "--prompt-len");
+  expect_error(ids + " --prompt-len 16 --steps 4", "--cache-budget K is required");
+  // token ids past the vocabulary
+  expect_error("--tokens 1,2,3,128,4,5,6 --prompt-len 2 --steps 2 --cache-budget 4", "past the vocabulary");
+  // --text with a model that is not byte-level
+  const std::string text = scratch_dir("eval-text") + "/t.txt";
+  mla::test::write_text(text, "hello world, some text");
+  expect_error("--text '" + text + "' --prompt-len 4 --steps 2 --cache-budget 4", "byte");
+  // two inputs, none
+  expect_error(ids + " --text '" + text + "' --prompt-len 4 --steps 2 --cache-budget 4", "two input sources");
+  expect_error("--prompt-len 4 --steps 2 --cache-budget 4", "no input");
+  // budgets that leave no room after sinks and recent
+  expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 6 --policy h2o --sinks 3 --recent 3", "never evicts");
+  expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 8,6", "strictly increasing");
+  expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 8 --policy h2o,lru", "unknown policy 'lru'");
+  // a config the forward cannot honour; a layer or an expert missing from the checkpoint
+  expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 8", "scoring_func",
+               edited_fixture("eval-scoring", "scoring_func", "\"softmax\""));
+  expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 8", "topk_method",
+               edited_fixture("eval-topk", "topk_method", "\"greedy\""));
+  expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 8", "layers.3",
+               edited_fixture("eval-layers", "num_hidden_layers", "4"));
+  expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 8", "model.layers.2.mlp.experts.5.up_proj.weight",
+               rewritten_fixture("eval-experts", "model.layers.2.mlp.experts.5.up_proj.weight", {}));
+  expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 8", "model.layers.1.self_attn.kv_a_proj_with_mqa.weight",
+               rewritten_fixture("eval-attn", "model.layers.1.self_attn.kv_a_proj_with_mqa.weight", {}));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

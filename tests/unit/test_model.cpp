@@ -1,0 +1,358 @@
+// tests/unit/test_model.cpp — suite model: the whole-model forward (mla/model_forward.hpp, the
+// reference of reference/model_reference.hpp) against transformers' DeepseekV3ForCausalLM.
+//
+//   * model_config_*: the decoder's config.json keys, transformers' defaults, and one Error naming
+//     the key for what the forward cannot honour (scoring_func, topk_method, hidden_act, groups).
+//   * model_vs_hf_*: the golden fixtures tests/data/golden/whole-model*/ (written by
+//     save_pretrained, run by transformers in fp32 and bf16: reference/python/
+//     make_whole_model_fixture.py): every layer's hidden states, the logits and the experts each
+//     token is routed to, for the CPU forward and the reference (tolerances.hpp rows model-*).
+//     The three fixtures cover q_lora_rank set and null, attention biases, tied embeddings,
+//     norm_topk_prob off, 1 and 2 shared experts, and group-limited routing that excludes groups
+//     (4 groups, 2 kept, 4 experts per token), routers stored in F32.
+//   * fixed_order_*: the row-invariance the eval's exactness rests on: a row computed alone, in a
+//     batch, at another place in a batch, with other thread counts and on the scalar path gives
+//     the same bits (memcmp).
+//   * model_streamed_experts_*: experts read one at a time give the logits of resident experts.
+//
+// Shape legend: S = tokens, H = hidden_size, V = vocab_size, k = experts per token.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "mla/bf16.hpp"
+#include "mla/error.hpp"
+#include "mla/model.hpp"
+#include "mla/model_forward.hpp"
+#include "mla/random.hpp"
+#include "mla/safetensors.hpp"
+#include "reference/model_reference.hpp"
+#include "src/cpu/fixed_order.hpp"
+#include "src/cpu/row_attention.hpp"
+#include "test_util.hpp"
+#include "tolerances.hpp"
+
+namespace {
+
+using mla::Precision;
+
+const std::vector<std::string> kFixtures = {"whole-model", "whole-model-qproj", "whole-model-groups"};
+
+std::string fixture_dir(const std::string& name) { return mla::test::data_dir() + "/golden/" + name; }
+
+std::vector<int64_t> fixture_tokens(const std::string& name) {
+  const mla::SafetensorsFile f = mla::SafetensorsFile::open(fixture_dir(name) + "/fp32.safetensors");
+  std::vector<int64_t> ids;
+  for (double v : f.to_double(f.at("input_ids"))) ids.push_back(static_cast<int64_t>(v));
+  return ids;
+}
+
+std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+const char* tag(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
+
+// In bf16, a value differs from transformers' only by a one-ulp flip where two fp32 summation
+// orders straddle a rounding boundary; one flip touches a handful of values of the layer it
+// happens in (measured: 6 of 1280), and later layers spread it. A missing or extra rounding point
+// moves ~20 % of the values of the first layer it affects (tried: silu's). So the first tensor
+// (hidden_states.0, .1, ..., logits) that differs at all may differ in at most this share.
+constexpr double kFirstDifferenceShare = 0.02;
+
+// Tracks, over one forward's tensors in order, the first that is not bit-identical.
+struct FirstDifference {
+  bool seen = false;
+  void check(const std::string& what, const std::vector<double>& ref, const std::vector<double>& got) {
+    if (seen) return;
+    int64_t differ = 0;
+    for (size_t i = 0; i < ref.size() && i < got.size(); ++i) differ += ref[i] != got[i];
+    if (differ == 0) return;
+    seen = true;
+    const double share = static_cast<double>(differ) / static_cast<double>(ref.size());
+    BOOST_TEST(share <= kFirstDifferenceShare, what << ": the first tensor that differs from transformers' differs in "
+                                                    << differ << " of " << ref.size()
+                                                    << " values: more than one-ulp flips (a missing rounding point?)");
+  }
+};
+
+// ours against HF's tensor `name` with the row (what, pair, precision); logs the agreement.
+void check(const std::string& fixture, const std::string& what, const std::string& pair, Precision p,
+           const mla::SafetensorsFile& hf, const std::string& name, const std::vector<double>& got,
+           FirstDifference& first) {
+  const mla::TensorInfo& info = hf.at(name);
+  const std::vector<int64_t> shape(info.shape.begin(), info.shape.end());
+  const std::vector<double> ref = hf.to_double(info);
+  const mla::test::CompareResult c =
+      mla::test::compare(name, shape, ref, got, mla::test::tolerance(what, pair, tag(p)));
+  int64_t differ = 0;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) differ += ref[i] != got[i];
+  BOOST_TEST_MESSAGE(fixture << " " << tag(p) << " " << pair << " " << name << ": ||a-b||/||a|| = " << c.norm_error
+                             << ", max abs " << c.max_abs << ", not bit-identical " << differ << " of " << ref.size());
+  BOOST_TEST(c.ok, fixture << " " << name << " (" << pair << ", " << tag(p) << "): " << c.message);
+  if (p == Precision::BF16) first.check(fixture + " " + pair + " " + name, ref, got);
+}
+
+// The experts of each token, exactly.
+void check_routing(const std::string& fixture, Precision p, const mla::SafetensorsFile& hf,
+                   const std::vector<mla::LayerRouting>& routing, const std::string& who) {
+  BOOST_TEST(!routing.empty());
+  for (const mla::LayerRouting& r : routing) {
+    const std::string name = "routed_experts." + std::to_string(r.layer);
+    const std::vector<double> ref = hf.to_double(hf.at(name));
+    BOOST_TEST_REQUIRE(ref.size() == r.experts.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < ref.size(); ++i) differ += static_cast<int64_t>(ref[i]) != r.experts[i];
+    BOOST_TEST(differ == 0, fixture << " " << tag(p) << " " << who << " layer " << r.layer << ": " << differ
+                                    << " routed experts differ from transformers'");
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(model)
+
+BOOST_AUTO_TEST_CASE(model_config_reads_the_fixtures) {
+  const mla::ModelConfig g = mla::load_model_config(fixture_dir("whole-model-groups") + "/model/config.json");
+  BOOST_TEST(g.n_routed_experts == 16);
+  BOOST_TEST(g.n_group == 4);
+  BOOST_TEST(g.topk_group == 2);
+  BOOST_TEST(g.num_experts_per_tok == 4);
+  BOOST_TEST(g.first_k_dense_replace == 1);
+  BOOST_TEST(g.routed_scaling_factor == 2.827);
+  BOOST_TEST(!g.tie_word_embeddings);
+  const mla::ModelConfig q = mla::load_model_config(fixture_dir("whole-model-qproj") + "/model/config.json");
+  BOOST_TEST(q.tie_word_embeddings);
+  BOOST_TEST(!q.norm_topk_prob);
+  BOOST_TEST(q.n_shared_experts == 2);
+  BOOST_TEST(!q.attention.has_q_lora());
+  BOOST_TEST(q.attention.attention_bias);
+}
+
+BOOST_AUTO_TEST_CASE(model_config_refuses_what_the_forward_cannot_honour) {
+  const std::string base = mla::test::read_text(fixture_dir("whole-model") + "/model/config.json");
+  const auto with = [&](const std::string& key_value) {
+    std::string s = base;
+    s.insert(s.find('{') + 1, "\n  " + key_value + ",");
+    return s;
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"\"scoring_func\": \"softmax\"", "scoring_func"},
+      {"\"topk_method\": \"greedy\"", "topk_method"},
+      {"\"hidden_act\": \"gelu\"", "hidden_act"},
+      {"\"moe_layer_freq\": 2", "moe_layer_freq"},
+  };
+  for (const auto& [kv, key] : cases) {
+    std::string text = with(kv);
+    // the fixture's own key of the same name (if any) comes later and would win: drop it
+    const size_t later = text.find("\"" + key + "\"", text.find(kv) + kv.size());
+    if (later != std::string::npos) text.erase(later, text.find('\n', later) - later + 1);
+    try {
+      (void)mla::parse_model_config(text, "cfg.json");
+      BOOST_ERROR("accepted " << kv);
+    } catch (const mla::Error& e) {
+      BOOST_TEST((e.kind() == mla::ErrorKind::Config));
+      BOOST_TEST(std::string(e.what()).find("'" + key + "'") != std::string::npos, e.what());
+    }
+  }
+  // groups that cannot give k experts
+  std::string bad = base;
+  const auto set = [&](const std::string& key, const std::string& value) {
+    const size_t at = bad.find("\"" + key + "\"");
+    const size_t colon = bad.find(':', at), end = bad.find_first_of(",\n}", colon);
+    bad.replace(colon + 1, end - colon - 1, " " + value);
+  };
+  set("num_experts_per_tok", "5");  // topk_group 1 of 2 groups of 4 experts: at most 4
+  try {
+    (void)mla::parse_model_config(bad, "cfg.json");
+    BOOST_ERROR("accepted num_experts_per_tok 5 with one group of 4 experts");
+  } catch (const mla::Error& e) {
+    BOOST_TEST(std::string(e.what()).find("num_experts_per_tok") != std::string::npos, e.what());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(model_vs_hf_cpu) {
+  for (const std::string& fx : kFixtures)
+    for (Precision p : {Precision::FP32, Precision::BF16}) {
+      const mla::Checkpoint ckpt = mla::Checkpoint::open(fixture_dir(fx) + "/model");
+      const mla::ModelConfig cfg = mla::load_model_config(ckpt.config_path());
+      const mla::SafetensorsFile hf = mla::SafetensorsFile::open(fixture_dir(fx) + "/" + tag(p) + ".safetensors");
+      mla::ModelForwardOptions opt;
+      opt.precision = p;
+      opt.keep_hidden_states = true;
+      opt.keep_routing = true;
+      const mla::ModelForwardResult r = mla::model_forward(ckpt, cfg, fixture_tokens(fx), opt);
+      FirstDifference first;
+      for (size_t L = 0; L < r.hidden_states.size(); ++L)
+        check(fx, "hidden_states", "model-cpu-vs-hf", p, hf, "hidden_states." + std::to_string(L),
+              widen(r.hidden_states[L].data), first);
+      check(fx, "logits", "model-cpu-vs-hf", p, hf, "logits", widen(r.logits.data), first);
+      check_routing(fx, p, hf, r.routing, "cpu");
+    }
+}
+
+BOOST_AUTO_TEST_CASE(model_vs_hf_reference) {
+  for (const std::string& fx : kFixtures)
+    for (Precision p : {Precision::FP32, Precision::BF16}) {
+      const mla::Checkpoint ckpt = mla::Checkpoint::open(fixture_dir(fx) + "/model");
+      const mla::ModelConfig cfg = mla::load_model_config(ckpt.config_path());
+      const mla::SafetensorsFile hf = mla::SafetensorsFile::open(fixture_dir(fx) + "/" + tag(p) + ".safetensors");
+      const mla::ref::ModelActivations r = mla::ref::model_forward(ckpt, cfg, fixture_tokens(fx), p, 1e-6);
+      FirstDifference first;
+      for (size_t L = 0; L < r.hidden_states.size(); ++L)
+        check(fx, "hidden_states", "model-reference-vs-hf", p, hf, "hidden_states." + std::to_string(L),
+              r.hidden_states[L].data, first);
+      check(fx, "logits", "model-reference-vs-hf", p, hf, "logits", r.logits.data, first);
+      check_routing(fx, p, hf, r.routing, "reference");
+    }
+}
+
+// ---- fixed-order kernels: the same bits whatever the batch, the threads and the ISA -----------
+
+namespace {
+
+std::vector<float> random_values(int64_t count, uint64_t seed, bool bf16) {
+  mla::Rng rng(seed, 5);
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& x : v) {
+    x = static_cast<float>(rng.normal());
+    if (bf16) x = mla::round_to_bf16(x);
+  }
+  return v;
+}
+
+bool same_bits(const float* a, const float* b, int64_t count) {
+  return std::memcmp(a, b, static_cast<size_t>(count) * sizeof(float)) == 0;
+}
+
+// The ISA paths this CPU can run.
+std::vector<std::string> isa_paths() {
+  std::vector<std::string> paths;
+  for (const char* name : {"avx512f", "avx2+fma", "scalar"})
+    if (mla::cpu::set_fixed_order_isa(name)) paths.emplace_back(name);
+  mla::cpu::set_fixed_order_isa(paths.front());  // back to the best
+  return paths;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(fixed_order_linear_rows_do_not_depend_on_the_batch) {
+  const int64_t rows = 37, in = 200, out = 75;  // out not a multiple of the 16-wide panels
+  for (bool bf16 : {false, true}) {
+    const std::vector<float> x = random_values(rows * in, 1, bf16), w = random_values(out * in, 2, bf16),
+                             b = random_values(out, 3, bf16);
+    // the definition: y[s, o] = fma chain over k in order from +0, + b, rounded once in bf16
+    std::vector<float> expected(static_cast<size_t>(rows * out));
+    for (int64_t s = 0; s < rows; ++s)
+      for (int64_t o = 0; o < out; ++o) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < in; ++k) acc = std::fma(x[s * in + k], w[o * in + k], acc);
+        acc = acc + b[o];
+        expected[s * out + o] = bf16 ? mla::round_to_bf16(acc) : acc;
+      }
+    for (const std::string& isa : isa_paths()) {
+      BOOST_TEST_REQUIRE(mla::cpu::set_fixed_order_isa(isa));
+      const mla::cpu::FixedOrderLinear lin(w.data(), out, in, b.data(), bf16);
+      std::vector<float> all(expected.size()), one(static_cast<size_t>(out)), part(static_cast<size_t>(13 * out));
+      lin.run_rows(x.data(), rows, in, all.data(), out, 2);
+      BOOST_TEST(same_bits(all.data(), expected.data(), rows * out), isa << " bf16=" << bf16 << ": batch != definition");
+      for (int64_t s = 0; s < rows; ++s) {
+        lin.run_rows(x.data() + s * in, 1, in, one.data(), out, 1);
+        BOOST_TEST(same_bits(one.data(), expected.data() + s * out, out), isa << " row " << s << " alone");
+      }
+      lin.run_rows(x.data() + 5 * in, 13, in, part.data(), out, 3);  // rows 5..17 at other places of a batch
+      BOOST_TEST(same_bits(part.data(), expected.data() + 5 * out, 13 * out), isa << " rows 5..17");
+    }
+    mla::cpu::set_fixed_order_isa(isa_paths().front());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fixed_order_exp_and_sum_are_one_function_per_value) {
+  std::vector<float> x = random_values(203, 7, false);
+  for (float& v : x) v = -std::abs(v) * 12.0f;  // softmax arguments: <= 0, down to ~-50
+  x[5] = -100.0f;                               // underflow -> 0
+  x[6] = 0.0f;
+  for (const std::string& isa : isa_paths()) {
+    BOOST_TEST_REQUIRE(mla::cpu::set_fixed_order_isa(isa));
+    std::vector<float> e(x.size());
+    mla::cpu::exp_lanes(x.data(), e.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      BOOST_TEST(std::bit_cast<uint32_t>(e[i]) == std::bit_cast<uint32_t>(mla::cpu::exp_fixed(x[i])), isa << " " << i);
+      const double exact = std::exp(static_cast<double>(x[i]));
+      if (exact > 1.2e-38) BOOST_TEST(std::abs(e[i] - exact) <= 2.4e-7 * exact, isa << " exp(" << x[i] << ")");
+    }
+    BOOST_TEST(e[5] == 0.0f);
+    BOOST_TEST(e[6] == 1.0f);
+    // the lane sum: lane l adds the elements j = l (mod 16) in order, then a fixed tree
+    for (int64_t count : {1, 15, 16, 17, 203}) {
+      float lanes[16] = {};
+      for (int64_t j = 0; j < count; ++j) lanes[j % 16] = lanes[j % 16] + e[static_cast<size_t>(j)];
+      float s8[8], s4[4];
+      for (int i = 0; i < 8; ++i) s8[i] = lanes[i] + lanes[i + 8];
+      for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
+      const float expected = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+      BOOST_TEST(mla::cpu::sum_lanes(e.data(), count) == expected, isa << " sum of " << count);
+    }
+  }
+  mla::cpu::set_fixed_order_isa(isa_paths().front());
+}
+
+BOOST_AUTO_TEST_CASE(fixed_order_attention_row_is_the_same_from_any_store) {
+  // 5 heads (not a multiple of the 8-lane head vectors), d_n 12, d_r 8, d_v 20, 40 positions
+  const int64_t n = 5, d_n = 12, d_r = 8, d_v = 20, T = 40, w = d_n + d_v;
+  for (bool bf16 : {false, true}) {
+    const std::vector<float> kv = random_values(T * n * w, 11, bf16), pe = random_values(T * d_r, 12, bf16),
+                             q = random_values(n * (d_n + d_r), 13, bf16);
+    mla::cpu::RowKeys all, low, high;
+    all.reset(n, d_n, d_r, d_v, 0, T);
+    all.set_rows(0, T, kv.data(), n * w, pe.data(), d_r);
+    low.reset(n, d_n, d_r, d_v, 0, 25);  // positions [0, 25) in one store, [25, 40) in another
+    low.set_rows(0, 25, kv.data(), n * w, pe.data(), d_r);
+    high.reset(n, d_n, d_r, d_v, 25, T - 25);
+    high.set_rows(25, T - 25, kv.data() + 25 * n * w, n * w, pe.data() + 25 * d_r, d_r);
+    const mla::cpu::RowAttentionSpec spec{0.125f, bf16};
+    std::vector<int64_t> positions(T);
+    std::iota(positions.begin(), positions.end(), 0);
+    std::vector<float> p_ref(n * T), ctx_ref(n * d_v);
+    mla::cpu::RowScratch scratch;
+    mla::cpu::set_fixed_order_isa(isa_paths().front());
+    mla::cpu::attend_row(spec, q.data(), mla::cpu::KeyView{&all, nullptr, T}, positions, p_ref.data(), ctx_ref.data(),
+                         scratch);
+    for (const std::string& isa : isa_paths()) {
+      BOOST_TEST_REQUIRE(mla::cpu::set_fixed_order_isa(isa));
+      std::vector<float> p(n * T), ctx(n * d_v);
+      mla::cpu::attend_row(spec, q.data(), mla::cpu::KeyView{&low, &high, 25}, positions, p.data(), ctx.data(), scratch);
+      BOOST_TEST(same_bits(p.data(), p_ref.data(), n * T), isa << " bf16=" << bf16 << " probabilities");
+      BOOST_TEST(same_bits(ctx.data(), ctx_ref.data(), n * d_v), isa << " bf16=" << bf16 << " context");
+    }
+    mla::cpu::set_fixed_order_isa(isa_paths().front());
+    // probabilities sum to ~1 per head and follow the definition of the scores
+    for (int64_t h = 0; h < n; ++h) {
+      double sum = 0;
+      for (int64_t t = 0; t < T; ++t) sum += p_ref[h * T + t];
+      BOOST_TEST(std::abs(sum - 1.0) < (bf16 ? 2e-2 : 1e-5));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(model_streamed_experts_equal_resident) {
+  const std::string fx = "whole-model-groups";
+  const mla::Checkpoint ckpt = mla::Checkpoint::open(fixture_dir(fx) + "/model");
+  const mla::ModelConfig cfg = mla::load_model_config(ckpt.config_path());
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    mla::ModelForwardOptions opt;
+    opt.precision = p;
+    const mla::ModelForwardResult resident = mla::model_forward(ckpt, cfg, fixture_tokens(fx), opt);
+    opt.resident_experts = false;
+    opt.threads = 1;
+    const mla::ModelForwardResult streamed = mla::model_forward(ckpt, cfg, fixture_tokens(fx), opt);
+    BOOST_TEST(resident.logits.data == streamed.logits.data);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
