@@ -81,6 +81,10 @@ ModelConfig load_model_config(const std::string& path);
 // one), then one id per byte. Error(InvalidArgument) naming `what` (e.g. "--text notes.txt") for a
 // model that is not byte-level.
 std::vector<int64_t> byte_level_token_ids(const ModelConfig& cfg, std::string_view bytes, const std::string& what);
+// What token `id` of a byte-level model is, printable on one line: "<bos>" / "<eos>" for those
+// ids, a printable ASCII byte as itself, \n \t \r \\ escaped, any other byte as \xNN, an id
+// past the bytes as <id N>.
+std::string byte_level_token_text(const ModelConfig& cfg, int64_t id);
 
 // ---- routing ---------------------------------------------------------------------------------
 

@@ -107,7 +107,10 @@ struct Report {
 };
 
 std::string report_text(const Report& r);
-std::string scores_csv(std::span<const double> scores, const H2ODecision& d);
+// token_text (one per token, or empty): appended as a last column `token_text`, always quoted
+// (RFC 4180: a quote doubled), for inputs whose tokens are known as text (run --text).
+std::string scores_csv(std::span<const double> scores, const H2ODecision& d,
+                       std::span<const std::string> token_text = {});
 std::string heads_csv(std::span<const double> head_scores, const std::vector<H2ODecision>& decisions);
 std::string report_json(const Report& r);
 std::string scores_svg(std::span<const double> scores, const H2ODecision& d, const std::string& title);

@@ -21,6 +21,7 @@
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "eval_plan.hpp"
 #include "inputs.hpp"
 #include "progress.hpp"
 #include "run_pipeline.hpp"
@@ -77,12 +78,6 @@ CommandSpec eval_spec() {
   return spec;
 }
 
-struct EvalPlan {
-  std::string checkpoint, config_path, tokens, text, out_dir = "mla-h2o-eval", latent_eps_arg = "hf";
-  EvalOptions eval;
-  bool dump_tensors = false, quiet = false;
-};
-
 
 EvalPlan read_eval_plan(const Args& a) {
   EvalPlan plan;
@@ -111,15 +106,6 @@ EvalPlan read_eval_plan(const Args& a) {
   plan.dump_tensors = a.has("dump-tensors");
   plan.quiet = a.has("quiet");
   return plan;
-}
-
-std::string read_bytes(const std::string& path, const std::string& flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, flag + " " + path + ": cannot open the file");
-  std::ostringstream os;
-  os << in.rdbuf();
-  if (in.bad()) fail(ErrorKind::Io, flag + " " + path + ": read error");
-  return os.str();
 }
 
 void policy_json(JsonWriter& j, const PolicySettings& p) {
@@ -160,6 +146,8 @@ std::vector<std::string> eval_caveats(const std::string& synthetic) {
                 "to them says nothing about a real model; run eval on a trained checkpoint (models/tiny-mla)");
   return c;
 }
+
+}  // namespace
 
 int execute_eval(const EvalPlan& plan) {
   StageSeconds stages;
@@ -321,7 +309,6 @@ int execute_eval(const EvalPlan& plan) {
   return 0;
 }
 
-}  // namespace
 
 int cmd_eval(const std::vector<std::string>& argv) {
   const CommandSpec spec = eval_spec();

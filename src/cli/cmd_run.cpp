@@ -19,13 +19,16 @@
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "decode_plan.hpp"
+#include "eval_plan.hpp"
 #include "run_pipeline.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
 #include "mla/report.hpp"
+#include "mla/policy.hpp"
 #include "mla/rope.hpp"
+#include "mla_build_config.h"
 
 namespace mla::cli {
 
@@ -84,7 +87,7 @@ void report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& ran, Rep
                     heads = join_path(plan.out_dir, "heads_kept.csv");
   info.files.insert(info.files.end(), {csv, json, svg, txt});
   if (plan.per_head) info.files.push_back(heads);
-  write_text_file(csv, scores_csv(rep.scores, rep.decision));
+  write_text_file(csv, scores_csv(rep.scores, rep.decision, in.input.token_text));
   if (plan.per_head) write_text_file(heads, heads_csv(rep.head_scores, rep.head_decisions));
   std::ostringstream title;
   title << "H2O on layer " << plan.layer << ": " << rep.decision.kept() << " of " << S << " tokens kept (" << info.backend
@@ -140,10 +143,17 @@ CommandSpec demo_spec() {
       "mla-h2o demo: the published Kimi K2.6 layer-0 H2O demo's configuration on a synthetic Kimi K2.6-shaped layer 0 —\n"
       "256 seeded normal embeddings, 4 sinks, 32 recent, 64 heavy, mask none, bf16. The checkpoint\n"
       "(synth --preset kimi-k2.6 --seed 0 --layers 0) is written once into the cache directory.";
-  spec.usage = "mla-h2o demo [--cache-dir DIR] [--out DIR] [--backend B] [--precision P] [--mask none|causal]";
+  spec.usage =
+      "mla-h2o demo [--cache-dir DIR] [--out DIR] [--backend B] [--precision P] [--mask none|causal]\n"
+      "       mla-h2o demo --decode [...]    |    mla-h2o demo --model tiny [--out DIR]";
   spec.flags = {
       {"cache-dir", "DIR", "where the synthetic checkpoint is cached", "$XDG_CACHE_HOME/mla-h2o or ~/.cache/mla-h2o"},
       {"decode", "", "decode-time eviction instead (mla-h2o decode: 256 prompt tokens, 64 steps, budget 100)", ""},
+      {"model", "DIR|tiny",
+       "the demo on a trained byte-level model instead (tiny = the shipped models/tiny-mla): layer 0's H2O on the first "
+       "255 bytes of its eval/heldout.txt (scores.csv with token_text) into OUT/layer0, then mla-h2o eval on it "
+       "(P 512, N 512, K 128,256,384, every policy: docs/eval.md §6) into OUT/eval",
+       ""},
   };
   for (auto& f : forward_flags("none", "bf16")) {
     if (f.name == "sinks" || f.name == "recent" || f.name == "budget" || f.name == "latent-norm-eps") continue;
@@ -229,6 +239,61 @@ static int demo_decode(const Args& a) {
   return execute_decode(plan);
 }
 
+// The directory `demo --model` names: "tiny" is the shipped model, found under $MLA_H2O_MODELS
+// or else the source tree this binary was built from.
+static std::string demo_model_dir(const std::string& arg) {
+  if (arg != "tiny") return arg;
+  if (const char* env = std::getenv("MLA_H2O_MODELS"); env && *env) return join_path(env, "tiny-mla");
+  return join_path(MLA_SOURCE_MODELS_DIR, "tiny-mla");
+}
+
+// `demo --model DIR|tiny`: the published demo's question asked of trained attention (docs/eval.md
+// §7): layer 0's scores and H2O decision (4 sinks + 32 recent + 64 heavy of 256 tokens, causal,
+// as the model runs) on held-out text the model never saw, each token with its text; then what
+// evicting does to the whole model's predictions (eval, every policy, three budgets).
+static int demo_model(const Args& a) {
+  if (a.has("decode")) fail(ErrorKind::InvalidArgument, "--model and --decode: give one (--model runs layer 0 and eval)");
+  if (a.has("cache-dir")) fail(ErrorKind::InvalidArgument, "--cache-dir applies to the synthetic demo, not to --model");
+  const std::string dir = demo_model_dir(a.str("model"));
+  const std::string text = join_path(join_path(dir, "eval"), "heldout.txt");
+  if (!std::filesystem::is_regular_file(text))
+    fail(ErrorKind::Io, "--model " + a.str("model") + ": " + text +
+                            " not found (--model DIR needs a byte-level model with eval/heldout.txt; tiny is models/tiny-mla "
+                            "of the source tree, or $MLA_H2O_MODELS/tiny-mla)");
+  RunPlan plan;
+  plan.command = "demo";
+  plan.checkpoint = dir;
+  plan.layer = 0;
+  plan.input.kind = InputKind::Tokens;
+  plan.input.text = text;
+  plan.input.text_max_bytes = 255;  // with the BOS, the published demo's 256 tokens
+  plan.h2o = H2OOptions{4, 32, 64};
+  read_forward_flags(a, plan, "causal", "bf16");
+  const std::string out = a.has("out") ? plan.out_dir : std::string("mla-h2o-demo-model");
+  ensure_output_dir(out);
+  plan.out_dir = join_path(out, "layer0");
+  plan.notes.push_back("weights: trained (" + dir + ", its model card README.md says how); input: the first 255 bytes of its "
+                       "held-out text, which it never trained on");
+  std::printf("== layer 0: H2O on trained attention (%s)\n", dir.c_str());
+  std::fflush(stdout);
+  execute_run(plan);
+  EvalPlan ev;
+  ev.checkpoint = dir;
+  ev.text = text;
+  ev.out_dir = join_path(out, "eval");
+  ev.latent_eps_arg = plan.latent_eps_arg;
+  ev.quiet = plan.quiet;
+  ev.eval.prompt_len = 512;
+  ev.eval.steps = 512;
+  ev.eval.budgets = {128, 256, 384};
+  ev.eval.policies = parse_policy_list("all");
+  ev.eval.precision = plan.forward.precision;
+  ev.eval.threads = plan.forward.threads;
+  std::printf("\n== the whole model: every layer's cache evicted, teacher-forced over %s (mla-h2o eval)\n", text.c_str());
+  std::fflush(stdout);
+  return execute_eval(ev);
+}
+
 int cmd_run(const std::vector<std::string>& argv) {
   const CommandSpec spec = run_spec();
   const Args a = Args::parse(spec, argv);
@@ -248,6 +313,7 @@ int cmd_demo(const std::vector<std::string>& argv) {
   const CommandSpec spec = demo_spec();
   const Args a = Args::parse(spec, argv);
   if (print_help_if_asked(a, spec)) return 0;
+  if (a.has("model")) return demo_model(a);
   if (a.has("decode")) return demo_decode(a);
   RunPlan plan;
   plan.command = "demo";

@@ -11,6 +11,7 @@
 
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
+#include "mla/model.hpp"
 #include "mla/random.hpp"
 #include "mla/safetensors.hpp"
 
@@ -23,6 +24,8 @@ std::vector<FlagSpec> input_flags() {
       {"residual", "", "--input rows are the residual stream entering the layer (HF output_hidden_states[L]): "
                        "apply the layer's input_layernorm first", ""},
       {"tokens", "IDS|FILE", "token ids (3,17,250 or a file of ids): embed_tokens rows + input_layernorm", ""},
+      {"text", "FILE", "a text file, for byte-level models (config.json \"byte_level_vocab\": true): BOS, then its bytes, "
+                       "as --tokens; scores.csv gains a token_text column", ""},
       {"seq-len", "S", "seeded standard-normal embeddings: number of tokens", "256"},
       {"seed", "N", "seed of the seeded embeddings (Rng stream 1, row-major [S, hidden])", "0"},
   };
@@ -30,14 +33,15 @@ std::vector<FlagSpec> input_flags() {
 
 InputRequest input_request(const Args& args) {
   InputRequest req;
-  const bool file = args.has("input"), tokens = args.has("tokens"), seeded = args.has("seq-len") || args.has("seed");
+  const bool file = args.has("input"), tokens = args.has("tokens"), text = args.has("text"), seeded = args.has("seq-len") || args.has("seed");
   std::vector<std::string> given;
   if (file) given.push_back("--input");
   if (tokens) given.push_back("--tokens");
+  if (text) given.push_back("--text");
   if (seeded) given.push_back(args.has("seq-len") ? "--seq-len" : "--seed");
   if (given.size() > 1)
     fail(ErrorKind::InvalidArgument, "two input sources given (" + given[0] + " and " + given[1] +
-                                         "); use exactly one of --input, --tokens, --seq-len/--seed");
+                                         "); use exactly one of --input, --tokens, --text, --seq-len/--seed");
   if (args.has("input-tensor") && !file) fail(ErrorKind::InvalidArgument, "--input-tensor needs --input FILE");
   if (args.has("residual") && !file)
     fail(ErrorKind::InvalidArgument, "--residual needs --input FILE (the residual stream entering the layer)");
@@ -49,6 +53,9 @@ InputRequest input_request(const Args& args) {
   } else if (tokens) {
     req.kind = InputKind::Tokens;
     req.tokens = args.str("tokens");
+  } else if (text) {
+    req.kind = InputKind::Tokens;
+    req.text = args.str("text");
   } else {
     req.kind = InputKind::Seeded;
     req.seq_len = args.integer("seq-len", 256, 1, int64_t{1} << 20);
@@ -68,6 +75,13 @@ OpenedInput open_input(const InputRequest& req, int64_t layer) {
   switch (req.kind) {
     case InputKind::Seeded: in.seq_len = req.seq_len; break;
     case InputKind::Tokens:
+      if (!req.text.empty()) {
+        in.text = read_bytes(req.text, "--text");
+        if (req.text_max_bytes > 0 && static_cast<int64_t>(in.text.size()) > req.text_max_bytes)
+          in.text.resize(static_cast<size_t>(req.text_max_bytes));
+        in.seq_len = static_cast<int64_t>(in.text.size()) + 1;  // with a BOS (the plan's upper bound)
+        break;
+      }
       in.token_ids = parse_token_ids(req.tokens);
       in.seq_len = static_cast<int64_t>(in.token_ids.size());
       break;
@@ -81,6 +95,15 @@ OpenedInput open_input(const InputRequest& req, int64_t layer) {
     }
   }
   return in;
+}
+
+std::string read_bytes(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::Io, flag + " " + path + ": cannot open the file");
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (in.bad()) fail(ErrorKind::Io, flag + " " + path + ": read error");
+  return os.str();
 }
 
 std::string tokens_caveat(const std::string& layers) {
@@ -230,6 +253,11 @@ HiddenInput load_input(const OpenedInput& opened, const Checkpoint& ckpt, const 
     }
     case InputKind::Tokens: {
       in.token_ids = opened.token_ids;
+      if (!req.text.empty()) {
+        const ModelConfig model = load_model_config(ckpt.config_path());
+        in.token_ids = byte_level_token_ids(model, opened.text, "--text " + req.text);
+        for (int64_t id : in.token_ids) in.token_text.push_back(byte_level_token_text(model, id));
+      }
       in.hidden = ckpt.embed_rows(in.token_ids);
       in.hidden.name = "hidden_states";
       if (weights.input_layernorm.empty())
@@ -237,6 +265,7 @@ HiddenInput load_input(const OpenedInput& opened, const Checkpoint& ckpt, const 
       in.residual_norm = row_norms(in.hidden);
       input_rms_norm(in.hidden, weights.input_layernorm, cfg.rms_norm_eps, precision);
       std::ostringstream os;
+      if (!req.text.empty()) os << "--text " << req.text << " (" << opened.text.size() << " bytes, byte-level): ";
       os << in.token_ids.size() << " token ids -> embed_tokens rows -> input_layernorm (eps " << cfg.rms_norm_eps << ")";
       in.description = os.str();
       break;

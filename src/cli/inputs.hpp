@@ -40,6 +40,8 @@ struct InputRequest {
   std::string tensor = "hidden_states";  // --input-tensor
   bool residual = false;                 // --residual: apply input_layernorm to the --input rows
   std::string tokens;                    // --tokens (list or file path)
+  std::string text;                      // --text FILE (kind Tokens): BOS + its bytes, byte-level models
+  int64_t text_max_bytes = 0;            // only the first this many bytes of --text (0 = all)
   int64_t seq_len = 256;                 // --seq-len
   uint64_t seed = 0;                     // --seed
 };
@@ -53,7 +55,8 @@ InputRequest input_request(const Args& args);
 struct HiddenInput {
   TensorF hidden;                  // [S, H] fp32 values
   std::string description;         // one line for the report
-  std::vector<int64_t> token_ids;  // --tokens only: [S]
+  std::vector<int64_t> token_ids;  // --tokens / --text only: [S]
+  std::vector<std::string> token_text;  // --text only: [S] each token as printable text (byte_level_token_text)
   // ||row|| of the residual stream entering the layer, before input_layernorm, when the source
   // gives it (--tokens: the embed_tokens rows; --input --residual: the rows); else empty.
   std::vector<double> residual_norm;  // [S]
@@ -65,6 +68,7 @@ struct HiddenInput {
 struct OpenedInput {
   InputRequest request;
   std::vector<int64_t> token_ids;                // --tokens
+  std::string text;                              // --text: the bytes read (token ids made at load, with the config)
   std::shared_ptr<const SafetensorsFile> file;   // --input
   std::string tensor;                            // --input: the tensor that feeds the layer
   int64_t seq_len = -1;                          // rows it gives; -1 when it cannot be told
@@ -84,6 +88,9 @@ inline bool needs_input_layernorm(const InputRequest& req) {
 
 // `weights` must hold input_layernorm when needs_input_layernorm(req) (load_layer(L, true)).
 HiddenInput load_input(const OpenedInput& in, const Checkpoint& ckpt, const LayerWeights& weights, Precision precision);
+
+// The bytes of a text file (--text): one error line naming `flag` when it cannot be read.
+std::string read_bytes(const std::string& path, const std::string& flag);
 
 // The caveat of --tokens on layers above 0 (one line for reports): only layer 0 receives the
 // embeddings in the model; `layers` lists the layers concerned ("1, 2, 5").

@@ -21,4 +21,21 @@ std::vector<int64_t> byte_level_token_ids(const ModelConfig& cfg, std::string_vi
   return ids;
 }
 
+std::string byte_level_token_text(const ModelConfig& cfg, int64_t id) {
+  if (id == cfg.bos_token_id) return "<bos>";
+  if (id == cfg.eos_token_id) return "<eos>";
+  if (id < 0 || id > 255) return "<id " + std::to_string(id) + ">";
+  const char c = static_cast<char>(id);
+  switch (c) {
+    case '\n': return "\\n";
+    case '\t': return "\\t";
+    case '\r': return "\\r";
+    case '\\': return "\\\\";
+    default: break;
+  }
+  if (id >= 0x20 && id < 0x7f) return std::string(1, c);
+  static const char hex[] = "0123456789abcdef";
+  return std::string("\\x") + hex[id >> 4] + hex[id & 15];
+}
+
 }  // namespace mla

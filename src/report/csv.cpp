@@ -3,6 +3,7 @@
 // scores.csv keeps the published Kimi K2.6 layer-0 H2O demo's columns exactly (docs/outputs.md §5):
 //   token_idx,attention_score,kept,category
 //   0,12.345678901234567,True,sink
+// and, with --text, a fifth column token_text (the token as printable text, always quoted).
 // kept is True/False (pandas' spelling), category sink/recent/heavy/evicted, and the score
 // is printed with %.17g so that parsing it gives back the same double.
 //
@@ -24,12 +25,26 @@ void append_row(std::string& out, size_t i, double score, TokenCategory c) {
 
 }  // namespace
 
-std::string scores_csv(std::span<const double> scores, const H2ODecision& d) {
+std::string scores_csv(std::span<const double> scores, const H2ODecision& d, std::span<const std::string> token_text) {
   if (scores.size() != d.category.size())
     fail(ErrorKind::InvalidArgument, "scores_csv: " + std::to_string(scores.size()) + " scores but " +
                                          std::to_string(d.category.size()) + " decisions");
-  std::string out = "token_idx,attention_score,kept,category\n";
-  for (size_t i = 0; i < scores.size(); ++i) append_row(out, i, scores[i], d.category[i]);
+  if (!token_text.empty() && token_text.size() != scores.size())
+    fail(ErrorKind::InvalidArgument, "scores_csv: " + std::to_string(token_text.size()) + " token texts for " +
+                                         std::to_string(scores.size()) + " tokens");
+  std::string out = token_text.empty() ? "token_idx,attention_score,kept,category\n"
+                                       : "token_idx,attention_score,kept,category,token_text\n";
+  for (size_t i = 0; i < scores.size(); ++i) {
+    append_row(out, i, scores[i], d.category[i]);
+    if (token_text.empty()) continue;
+    out.back() = ',';  // the row's newline becomes the separator of the quoted text
+    out += '"';
+    for (char c : token_text[i]) {
+      if (c == '"') out += '"';
+      out += c;
+    }
+    out += "\"\n";
+  }
   return out;
 }
 

@@ -310,6 +310,71 @@ BOOST_AUTO_TEST_CASE(demo_keeps_100_of_256) {
   BOOST_TEST(read_text(dir + "/out/scores.csv") == csv);  // deterministic
 }
 
+// The shipped trained model (models/tiny-mla, byte-level): `run --text` feeds BOS + the bytes
+// exactly as `run --tokens` with those ids does (scores.csv byte-identical in its four demo
+// columns), and adds token_text, quoted, with the escapes of byte_level_token_text.
+std::string shipped_model() { return mla::test::data_dir() + "/../../models/tiny-mla"; }
+
+BOOST_AUTO_TEST_CASE(run_text_is_its_byte_ids_with_token_text) {
+  const std::string dir = scratch_dir("cli-text");
+  write_text(dir + "/in.txt", std::string("a,\"b\n\xff\\ z"));
+  const std::string common = "run --checkpoint '" + shipped_model() + "' --backend cpu --precision bf16 --sinks 1 --recent 2 --budget 2 ";
+  const RunResult t = run_cli(common + "--text '" + dir + "/in.txt' --out '" + dir + "/text'");
+  BOOST_TEST_REQUIRE(t.exit_code == 0, t.err);
+  const RunResult i = run_cli(common + "--tokens 256,97,44,34,98,10,255,92,32,122 --out '" + dir + "/ids'");
+  BOOST_TEST_REQUIRE(i.exit_code == 0, i.err);
+  const std::string with_text = read_text(dir + "/text/scores.csv"), ids = read_text(dir + "/ids/scores.csv");
+  // strip the fifth column: what remains must be the --tokens file byte for byte
+  std::string stripped;
+  std::vector<std::string> texts;
+  size_t pos = 0;
+  while (pos < with_text.size()) {
+    const size_t end = with_text.find('\n', pos);
+    BOOST_TEST_REQUIRE(end != std::string::npos);
+    const std::string line = with_text.substr(pos, end - pos);
+    size_t cut = 0;
+    for (int commas = 0; commas < 4; ++commas) cut = line.find(',', cut) + 1;  // 4 commas before token_text
+    stripped += line.substr(0, cut - 1) + "\n";
+    texts.push_back(line.substr(cut));
+    pos = end + 1;
+  }
+  BOOST_TEST(stripped == ids);
+  const std::vector<std::string> expected = {"token_text", "\"<bos>\"", "\"a\"",  "\",\"", "\"\"\"\"", "\"b\"",
+                                             "\"\\n\"",    "\"\\xff\"",  "\"\\\\\"", "\" \"", "\"z\""};
+  BOOST_TEST(texts == expected, boost::test_tools::per_element());
+  BOOST_TEST(contains(read_text(dir + "/text/report.json"), "--text"));
+  // --text with a model that is not byte-level, and with a second source: one error line each
+  expect_failure(run_args(dir + "/o", "--text '" + dir + "/in.txt'"), "run", {"not byte-level"});
+  expect_failure(run_args(dir + "/o", "--text '" + dir + "/in.txt' --tokens 1"), "run", {"two input sources", "--text"}, 2);
+  expect_failure(run_args(dir + "/o", "--text '" + dir + "/absent.txt'"), "run", {"--text", "absent.txt"});
+}
+
+// `demo --model DIR`: layer 0 of the trained model on the first 255 bytes of its held-out text
+// (100 of 256 kept, token_text present), then eval over every policy and three budgets.
+// (~14 s of CPU in release: not run under AddressSanitizer, where it would take about a minute;
+// the eval suite and run_text_is_its_byte_ids_with_token_text cover its parts there.)
+BOOST_AUTO_TEST_CASE(demo_model_runs_layer0_and_eval_on_the_shipped_model) {
+#if defined(__SANITIZE_ADDRESS__)
+  BOOST_TEST_MESSAGE("skipped under AddressSanitizer (release builds run it)");
+  return;
+#endif
+  const std::string dir = scratch_dir("cli-demo-model");
+  const RunResult r = run_cli("demo --model '" + shipped_model() + "' --quiet --out '" + dir + "/out'");
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.out, "100 of 256"));
+  BOOST_TEST(contains(r.out, "weights: trained"));
+  const std::string csv = read_text(dir + "/out/layer0/scores.csv");
+  BOOST_TEST(csv.rfind("token_idx,attention_score,kept,category,token_text\n0,", 0) == 0u);
+  BOOST_TEST(contains(csv, ",True,sink,\"<bos>\"\n"));
+  BOOST_TEST(std::count(csv.begin(), csv.end(), '\n') == 257);
+  const std::string summary = read_text(dir + "/out/eval/summary.csv");
+  BOOST_TEST(std::count(summary.begin(), summary.end(), '\n') == 1 + 14 * 3);  // header + every preset x 3 budgets
+  for (const char* policy : {"h2o,128", "tova,256", "snapkv,384", "streaming,128"})
+    BOOST_TEST(contains(summary, std::string("\n") + policy + ","), policy);
+  expect_failure("demo --model '" + dir + "/no-model' --out '" + dir + "/o'", "demo", {"no-model", "heldout.txt"});
+  expect_failure("demo --model tiny --decode --out '" + dir + "/o'", "demo", {"--model", "--decode"});
+}
+
 BOOST_AUTO_TEST_CASE(run_bad_inputs) {
   const std::string dir = scratch_dir("cli-bad");
   const std::string o = "--out '" + dir + "/o' ";

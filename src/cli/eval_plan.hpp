@@ -1,0 +1,20 @@
+// src/cli/eval_plan.hpp — `mla-h2o eval` and `mla-h2o demo --model` (cmd_eval.cpp): the plan
+// read from the flags and the pipeline that runs it (load -> eval -> outputs, docs/eval.md).
+#pragma once
+
+#include <string>
+
+#include "mla/eval.hpp"
+
+namespace mla::cli {
+
+struct EvalPlan {
+  std::string checkpoint, config_path, tokens, text, out_dir = "mla-h2o-eval", latent_eps_arg = "hf";
+  EvalOptions eval;  // P, N, budgets, policies, precision, threads
+  bool dump_tensors = false, quiet = false;
+};
+
+// load, eval, outputs; prints the summary table.
+int execute_eval(const EvalPlan& plan);
+
+}  // namespace mla::cli
