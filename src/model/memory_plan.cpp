@@ -16,10 +16,12 @@ namespace {
 
 // The process itself: code, libraries, OpenBLAS's and oneDNN's buffers (JIT code of the attention
 // primitives: up to ~58 MB), thread stacks, allocator slack. Measured on Kimi layer 0 with the cpu
-// backend's three passes (VmHWM minus the buffers the plan lists, phase by phase): ~20 MB at the
-// start of the forward, 90-100 MB in the attention and o_proj phases at S = 4096 (bf16 and fp32);
-// 160 MiB keeps the plan a few percent above the measured peak (docs/long-context.md §3).
-constexpr int64_t kProcessBytes = int64_t{160} << 20;
+// backend's three passes (measured peak minus the buffers the plan lists): 80-100 MB at S = 4096,
+// 140 MB (bf16) and up to 180 MB (fp32) at S = 32768 — it grows with S (~1.5 KB per token in bf16,
+// ~3 KB in fp32; not itemized yet: oneDNN's per-worker scratchpads and primitive cache are the
+// likely part). 192 MiB keeps the plan above the measured peak at every S measured up to 32768
+// (docs/long-context.md §3); extrapolated, S = 131072 may exceed it by ~0.2 GiB (bf16).
+constexpr int64_t kProcessBytes = int64_t{192} << 20;
 
 constexpr int64_t kF32 = 4, kF64 = 8;
 
