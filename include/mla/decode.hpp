@@ -256,6 +256,7 @@ struct DecodeRunInfo {
   std::vector<std::string> notes;
   StageSeconds stages;                   // in execution order
   int64_t memory_planned_bytes = -1, memory_available_bytes = -1, memory_peak_rss_bytes = -1;
+  int64_t memory_process_bytes = -1;  // of the plan, the process itself (process_allowance_bytes)
   std::string memory_planned_phase, memory_available_source;
   std::vector<std::string> files;
 };

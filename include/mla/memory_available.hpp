@@ -24,6 +24,10 @@ struct MemoryBudget {
 // missing file; MLA_MEMORY_AVAILABLE that is not a byte count is an Error(InvalidArgument).
 MemoryBudget host_memory_budget();
 
+// What this process has resident now (/proc/self/statm: resident pages x page size): its code,
+// the libraries' relocated data and whatever it has touched; -1 where that cannot be read.
+int64_t process_resident_bytes();
+
 // Parsers of the files above (tests feed them text): bytes, or -1 when absent / unlimited.
 int64_t parse_meminfo_available(std::string_view meminfo);
 int64_t parse_cgroup_limit(std::string_view text);  // "max\n" -> -1, "8589934592\n" -> 8589934592

@@ -54,7 +54,14 @@ struct MemoryEstimate {
   std::string peak_phase;          // its name
   std::vector<MemoryPhase> phases;
   int64_t device_peak_bytes = 0;   // cuda: weights + workspace (+ attn_weights when dumped) + cuBLAS; else 0
+  int64_t process_bytes = 0;       // the process allowance in host_peak_bytes (process_allowance_bytes)
 };
+
+// The host memory of the process itself that no phase lists (memory_plan.cpp): what it had
+// resident at the first plan it made (code, the libraries' relocated data) plus a fixed part for
+// what grows during a run (thread stacks, scratchpads, allocator slack). Measured once per
+// process, so every plan of one process adds the same number.
+int64_t process_allowance_bytes();
 
 // Attention parameters of one layer from the geometry (101,124,096 for Kimi K2.6).
 int64_t attention_parameter_count(const AttentionConfig& cfg);

@@ -89,6 +89,7 @@ struct RunInfo {
   // measured peak resident set (getrusage ru_maxrss); -1 = not recorded.
   int64_t memory_planned_bytes = -1;              // estimated host peak
   std::string memory_planned_phase;               // the phase of that peak
+  int64_t memory_process_bytes = -1;              // of it, the process itself (process_allowance_bytes)
   int64_t memory_device_planned_bytes = -1;       // cuda: estimated device peak
   int64_t memory_available_bytes = -1;            // what the plan compared with
   std::string memory_available_source;            // "MemAvailable", "cgroup v2 ...", ...

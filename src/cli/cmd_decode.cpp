@@ -290,6 +290,7 @@ int execute_decode(const DecodePlan& plan, OutputSet& out) {
   if (in.memory.request.seq_len > 0) {
     info.memory_planned_bytes = in.memory.estimate.host_peak_bytes;
     info.memory_planned_phase = in.memory.estimate.peak_phase;
+    info.memory_process_bytes = in.memory.estimate.process_bytes;
     info.memory_available_bytes = in.memory.budget.host_bytes;
     info.memory_available_source = in.memory.budget.host_source;
   }

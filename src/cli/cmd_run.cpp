@@ -89,6 +89,7 @@ std::string report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& r
   if (in.memory.request.seq_len > 0) {
     info.memory_planned_bytes = in.memory.estimate.host_peak_bytes;
     info.memory_planned_phase = in.memory.estimate.peak_phase;
+    info.memory_process_bytes = in.memory.estimate.process_bytes;
     if (in.memory.request.backend == BackendKind::Cuda) info.memory_device_planned_bytes = in.memory.estimate.device_peak_bytes;
     info.memory_available_bytes = in.memory.budget.host_bytes;
     info.memory_available_source = in.memory.budget.host_source;

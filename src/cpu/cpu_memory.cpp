@@ -17,6 +17,7 @@
 #include "cpu_kernels.hpp"
 #include "cpu_stages.hpp"
 #include "gemm_engine.hpp"
+#include "onednn_attention.hpp"
 #include "mla/error.hpp"
 #include "mla/memory_plan.hpp"
 
@@ -55,6 +56,23 @@ BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest
   BackendMemory m;
   // oneDNN packs each weight once in the run's precision; the Eigen engine keeps fp32 values
   m.held = {{std::string("prepared weights (") + (onednn && bf16 ? "bf16" : "fp32") + ")", mul(d.P, onednn ? e : kF32)}};
+  // the oneDNN projection engine (gemm_engine.cpp DnnlLinear): with two or more slices per
+  // weight, each slice keeps its output rows [min(S, 512), n_j] f32 for the process, i.e.
+  // min(S, 512) rows of every projection's output features
+  if (onednn && r.threads > 1) {
+    const int64_t features = (cfg.has_q_lora() ? d.r_q + d.n * d.d_qk : d.n * d.d_qk) + (d.r_kv + d.d_r) +
+                             d.n * (d.d_n + d.d_v) + d.H;
+    m.held.push_back({"projection slices: output rows [512,n_j] f32", mul(std::min<int64_t>(d.S, 512), features, kF32)});
+  }
+  // the attention's oneDNN primitives, created as the blocks need them and kept for the process:
+  // JIT code and descriptors of every (product, rows, keys) shape of a causal forward
+  // (onednn_attention.hpp; for Kimi 127 at S = 4096, 511-513 from S = 16384 on)
+  if (onednn) {
+    const int64_t primitives =
+        std::min(cpu::onednn_attention_primitives(d.S, d.d_qk, d.d_v), cpu::kAttentionPrimitivesAlive);
+    m.held.push_back({"attention primitives (oneDNN JIT code): " + std::to_string(primitives),
+                      mul(primitives, cpu::kAttentionPrimitiveBytes)});
+  }
 
   // held across the passes, in the run's precision
   const MemoryPart q_store{"q latent [S,r_q]", mul(d.S, latent, e)};

@@ -16,11 +16,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <tuple>
 #include <vector>
 
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
+#include "cpu_stages.hpp"
 #include "onednn_common.hpp"
 #include "vector_kernels.hpp"
 
@@ -59,7 +61,25 @@ Matmul make_matmul(Dt dt, int64_t M, int64_t K, int64_t N, Weights w) {
 // only; callers hold the shared_ptr while they execute, concurrently, each with its own scratchpad.
 constexpr size_t kCachedMatmuls = 640;
 
+// Every shape asked of cached_matmul, for onednn_attention_shape_log (a test hook: the memory
+// plan's count of primitives is checked against what a forward really creates).
+std::mutex& shape_log_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::set<MatmulShape>& shape_log() {
+  static std::set<MatmulShape> log;
+  return log;
+}
+
+// The score product's shape that onednn_attention_kernel probes.
+constexpr MatmulShape kProbeShape{kQueryRowBlock, 192, 256};
+
 std::shared_ptr<const Matmul> cached_matmul(Dt dt, int64_t M, int64_t K, int64_t N, Weights w) {
+  {
+    std::lock_guard<std::mutex> lock(shape_log_mutex());
+    shape_log().insert({M, K, N});
+  }
   static std::mutex mutex;
   static std::map<std::tuple<Dt, int64_t, int64_t, int64_t, Weights>, std::shared_ptr<const Matmul>> cache;
   const auto key = std::make_tuple(dt, M, K, N, w);
@@ -296,10 +316,43 @@ std::unique_ptr<BlockProducts> make_onednn_block_products(const KeyValueStates& 
 std::string onednn_attention_kernel(bool bf16) {
   try {
     DnnlThreads one_thread(1);  // the cached primitive is planned for the one thread a worker gives it
-    return cached_matmul(bf16 ? Dt::bf16 : Dt::f32, kQueryRowBlock, 192, 256, Weights::Packed)->pd.impl_info_str();
+    return cached_matmul(bf16 ? Dt::bf16 : Dt::f32, kProbeShape.rows, kProbeShape.k, kProbeShape.n, Weights::Packed)
+        ->pd.impl_info_str();
   } catch (const dnnl::error&) {
     return "";
   }
+}
+
+std::set<MatmulShape> onednn_attention_shapes(int64_t S, int64_t d_qk, int64_t d_v) {
+  // A causal block [r, r + rows) of a query pass sees keys [0, r + rows), rounded up to the
+  // granularity g; the pass's operands are packed for its last block. The full 64-row blocks end
+  // at every multiple of 64 up to S rounded down, so over all passes they and the packing shapes
+  // take every multiple of g from g to round_up(S, g) (g is a multiple of 64); only the last
+  // block of the run can be shorter (S mod 64 rows, the last pass's end: keys S). This walks
+  // those at most ~257 key counts, not the S / 64 blocks: the plan is made for any S.
+  std::set<MatmulShape> shapes;
+  if (S <= 0) return shapes;
+  const int64_t g = key_granularity(S), group = DnnlOperands::kValueGroup;
+  auto add = [&](int64_t rows, int64_t n_keys) {  // one block's two products (P·V per value group)
+    shapes.insert({rows, d_qk, n_keys});
+    for (int64_t c0 = 0; c0 < d_v; c0 += group) shapes.insert({rows, n_keys, std::min(group, d_v - c0)});
+  };
+  for (int64_t n_keys = g; n_keys <= round_up(S, g); n_keys += g) add(kQueryRowBlock, n_keys);
+  if (S % kQueryRowBlock != 0) add(S % kQueryRowBlock, round_up(S, g));
+  return shapes;
+}
+
+int64_t onednn_attention_primitives(int64_t S, int64_t d_qk, int64_t d_v) {
+  std::set<MatmulShape> shapes = onednn_attention_shapes(S, d_qk, d_v);
+  shapes.insert(kProbeShape);  // onednn_attention_kernel's, made when the weights are prepared
+  return static_cast<int64_t>(shapes.size());
+}
+
+std::set<MatmulShape> onednn_attention_shape_log(bool clear) {
+  std::lock_guard<std::mutex> lock(shape_log_mutex());
+  std::set<MatmulShape> log = shape_log();
+  if (clear) shape_log().clear();
+  return log;
 }
 
 }  // namespace mla::cpu
@@ -315,6 +368,10 @@ std::unique_ptr<BlockProducts> make_onednn_block_products(const KeyValueStates&,
 }
 
 std::string onednn_attention_kernel(bool) { return ""; }
+
+std::set<MatmulShape> onednn_attention_shapes(int64_t, int64_t, int64_t) { return {}; }
+int64_t onednn_attention_primitives(int64_t, int64_t, int64_t) { return 0; }
+std::set<MatmulShape> onednn_attention_shape_log(bool) { return {}; }
 
 }  // namespace mla::cpu
 #endif

@@ -24,7 +24,10 @@
 // rows <= 64 query rows of a block, keys = the keys the block sees.
 #pragma once
 
+#include <compare>
+#include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "streaming_attention.hpp"
@@ -38,5 +41,33 @@ std::unique_ptr<BlockProducts> make_onednn_block_products(const KeyValueStates& 
 // The kernel oneDNN runs for a typical score product (64 rows, 256 keys, d_qk 192) in the
 // precision, e.g. "brg:avx512_core_bf16"; "" when it has none.
 std::string onednn_attention_kernel(bool bf16);
+
+// One matmul primitive's shape, dst [rows, n] = src [rows, k] x weights [k, n] (one precision
+// per run, so the shape is the cache's key).
+struct MatmulShape {
+  int64_t rows = 0, k = 0, n = 0;
+  auto operator<=>(const MatmulShape&) const = default;
+};
+
+// The shapes a causal forward of S tokens asks these products for: the score and P·V shapes of
+// every 64-row block of every query pass (query_pass_rows) and the packing shape of each pass's
+// operands. A run without the causal mask asks for fewer.
+std::set<MatmulShape> onednn_attention_shapes(int64_t S, int64_t d_qk, int64_t d_v);
+
+// How many primitives that makes, with onednn_attention_kernel's probe: the memory plan counts
+// each one's JIT code and descriptors (kAttentionPrimitiveBytes, cpu_memory.cpp).
+int64_t onednn_attention_primitives(int64_t S, int64_t d_qk, int64_t d_v);
+
+// Test hook: every shape asked of the primitive cache since the log was last cleared (clear =
+// true empties it after the copy).
+std::set<MatmulShape> onednn_attention_shape_log(bool clear);
+
+// Resident bytes of one such primitive, JIT code and descriptors: measured 89 KB in bf16 and
+// 76 KB in fp32 (oneDNN 2.6.3, brgemm on AVX-512, RSS growth over 512 primitives), rounded up.
+inline constexpr int64_t kAttentionPrimitiveBytes = int64_t{96} << 10;
+
+// The most primitives alive at once: oneDNN's own primitive cache keeps up to 1024 (its default
+// DNNL_PRIMITIVE_CACHE_CAPACITY) after this file's cache of 640 starts over.
+inline constexpr int64_t kAttentionPrimitivesAlive = 1024;
 
 }  // namespace mla::cpu

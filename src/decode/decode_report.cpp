@@ -202,6 +202,7 @@ std::string decode_report_json(const DecodeRunInfo& in, const DecodeOptions& opt
   j.key("memory").begin_object();
   j.key("planned_peak_bytes").value(in.memory_planned_bytes);
   j.key("planned_peak_phase").value(in.memory_planned_phase);
+  j.key("planned_process_bytes").value(in.memory_process_bytes);
   j.key("available_bytes").value(in.memory_available_bytes);
   j.key("available_source").value(in.memory_available_source);
   j.key("measured_peak_rss_bytes").value(in.memory_peak_rss_bytes);

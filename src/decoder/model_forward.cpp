@@ -99,7 +99,7 @@ MemoryEstimate estimate_model_memory(const ModelConfig& cfg, const ModelMemoryRe
   e.phases = {layer, head};
   const MemoryPhase& peak = layer.bytes() >= head.bytes() ? e.phases[0] : e.phases[1];
   e.peak_phase = peak.name;
-  e.host_peak_bytes = peak.bytes() + (int64_t{320} << 20);  // the process itself (kProcessBytes of memory_plan.cpp)
+  e.host_peak_bytes = peak.bytes() + (int64_t{320} << 20);  // the process itself: fixed here (the layer commands measure theirs, process_allowance_bytes)
   (void)req.threads;
   (void)req.precision;
   return e;

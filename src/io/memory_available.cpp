@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "mla/error.hpp"
 
 namespace mla {
@@ -28,6 +30,14 @@ std::string trim(std::string_view s) {
 }
 
 }  // namespace
+
+int64_t process_resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  if (!(in >> size >> resident) || resident <= 0) return -1;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  return page > 0 ? resident * static_cast<int64_t>(page) : -1;
+}
 
 int64_t parse_byte_count(std::string_view text) {
   const std::string t = trim(text);

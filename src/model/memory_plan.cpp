@@ -10,18 +10,24 @@
 #include <cstdio>
 
 #include "mla/error.hpp"
+#include "mla/memory_available.hpp"
 
 namespace mla {
 namespace {
 
-// The process itself: code, libraries, OpenBLAS's and oneDNN's buffers (JIT code of the attention
-// primitives: up to ~58 MB), thread stacks, allocator slack. Measured on Kimi layer 0 with the cpu
-// backend's three passes (measured peak minus the buffers the plan lists): 80-100 MB at S = 4096,
-// 140 MB (bf16) and up to 180 MB (fp32) at S = 32768 — it grows with S (~1.5 KB per token in bf16,
-// ~3 KB in fp32; not itemized yet: oneDNN's per-worker scratchpads and primitive cache are the
-// likely part). 192 MiB keeps the plan above the measured peak at every S measured up to 32768
-// (docs/long-context.md §3); extrapolated, S = 131072 may exceed it by ~0.2 GiB (bf16).
-constexpr int64_t kProcessBytes = int64_t{192} << 20;
+// The process itself, beside every buffer a phase lists (docs/long-context.md §3):
+//   - its resident size when it makes its first plan: code, the libraries' relocated data and
+//     the parsed config. That is ~78 MB without CUDA and ~226 MB in a CUDA build, 148 MB of it
+//     libcublasLt's, resident although a cpu run never calls it. Measured, not assumed: it
+//     depends on the build and the libraries' versions (kProcessFallback where /proc is missing);
+//   - kProcessGrowth for what grows during a run and is not a listed buffer: worker thread
+//     stacks, oneDNN's scratchpads and projection primitives, glibc's arenas and fragmentation.
+//     Measured on Kimi layer 0 (peak RSS minus the listed buffers and the baseline): 34-46 MB
+//     at S = 4096-131072 (docs/long-context.md §3); 64 MiB keeps the plan above the peak.
+// The attention's oneDNN primitives, which grow with S up to ~50 MB, are a listed part of the
+// cpu backend (cpu_memory.cpp).
+constexpr int64_t kProcessFallback = int64_t{256} << 20;
+constexpr int64_t kProcessGrowth = int64_t{32} << 20;
 
 constexpr int64_t kF32 = 4, kF64 = 8;
 
@@ -56,6 +62,14 @@ std::vector<MemoryPart> joined(std::initializer_list<const std::vector<MemoryPar
 MemoryDims memory_dims(const AttentionConfig& c, int64_t S) {
   return {S, c.hidden_size, c.num_attention_heads, c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim,
           c.qk_rope_head_dim, c.v_head_dim, c.qk_nope_head_dim + c.qk_rope_head_dim, attention_parameter_count(c)};
+}
+
+int64_t process_allowance_bytes() {
+  static const int64_t baseline = [] {
+    const int64_t resident = process_resident_bytes();
+    return resident > 0 ? resident : kProcessFallback;
+  }();
+  return baseline + kProcessGrowth;
 }
 
 int64_t memory_product(std::initializer_list<int64_t> factors) {
@@ -115,7 +129,8 @@ MemoryEstimate estimate_of_phases(std::vector<MemoryPhase> phases, int64_t devic
       e.peak_phase = p.name;
     }
   }
-  e.host_peak_bytes = std::min(kMemoryUnbounded, peak + kProcessBytes);
+  e.process_bytes = process_allowance_bytes();
+  e.host_peak_bytes = std::min(kMemoryUnbounded, peak + e.process_bytes);
   return e;
 }
 

@@ -368,6 +368,7 @@ std::string report_json(const Report& r) {
     w.key("memory").begin_object();
     w.key("planned_peak_bytes").value(in.memory_planned_bytes);
     w.key("planned_peak_phase").value(in.memory_planned_phase);
+    if (in.memory_process_bytes >= 0) w.key("planned_process_bytes").value(in.memory_process_bytes);
     if (in.memory_device_planned_bytes >= 0) w.key("planned_device_peak_bytes").value(in.memory_device_planned_bytes);
     w.key("available_bytes").value(in.memory_available_bytes);
     w.key("available_source").value(in.memory_available_source);

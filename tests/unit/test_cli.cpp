@@ -464,6 +464,7 @@ BOOST_AUTO_TEST_CASE(memory_plan_and_progress) {
   BOOST_TEST(!exists(dir + "/refused/report.json"));
   ::setenv("MLA_MEMORY_AVAILABLE", "lots", 1);
   expect_failure(run_args(dir + "/bad", "--seq-len 8"), "run", {"MLA_MEMORY_AVAILABLE='lots'", "byte count"}, 2);
+  ::unsetenv("MLA_MEMORY_AVAILABLE");
 
   // enough for the run and its dump, but not for attn_weights [n, S, S]
   const mla::AttentionConfig cfg = mla::Checkpoint::open(tiny()).config();
@@ -472,9 +473,19 @@ BOOST_AUTO_TEST_CASE(memory_plan_and_progress) {
   req.seq_len = 512;
   req.dump_tensors = req.attn_weights = true;
   req.threads = 2;
-  const int64_t with = mla::estimate_memory(cfg, req).host_peak_bytes;
+  // The process's own part of a plan is what that process has resident (memory_plan.cpp
+  // process_allowance_bytes): the CLI's, read from a small run's report, replaces this program's.
+  const RunResult probe = run_cli(run_args(dir + "/probe", "--seq-len 8 --backend cpu --threads 2 --quiet"));
+  BOOST_TEST_REQUIRE(probe.exit_code == 0, probe.err);
+  simdjson::dom::parser probe_parser;
+  const int64_t cli_process = int64_t(
+      probe_parser.parse(simdjson::padded_string(read_text(dir + "/probe/report.json")))["memory"]["planned_process_bytes"]);
+  BOOST_TEST_REQUIRE(cli_process > 0);
+  const mla::MemoryEstimate estimate_with = mla::estimate_memory(cfg, req);
+  const int64_t with = estimate_with.host_peak_bytes - estimate_with.process_bytes + cli_process;
   req.attn_weights = false;
-  const int64_t without = mla::estimate_memory(cfg, req).host_peak_bytes;
+  const mla::MemoryEstimate estimate_without = mla::estimate_memory(cfg, req);
+  const int64_t without = estimate_without.host_peak_bytes - estimate_without.process_bytes + cli_process;
   ::setenv("MLA_MEMORY_AVAILABLE", std::to_string((with + without) / 2).c_str(), 1);
   const RunResult r = run_cli(run_args(dir + "/dump", "--seq-len 512 --backend cpu --threads 2 --dump-tensors --quiet"));
   ::unsetenv("MLA_MEMORY_AVAILABLE");
@@ -485,7 +496,10 @@ BOOST_AUTO_TEST_CASE(memory_plan_and_progress) {
   for (const char* t : {"attn_output", "query_states", "token_scores", "head_scores"}) BOOST_TEST(dump.find(t) != nullptr, t);
   simdjson::dom::parser parser;
   const simdjson::dom::element report = parser.parse(simdjson::padded_string(read_text(dir + "/dump/report.json")));
-  BOOST_TEST(int64_t(report["memory"]["planned_peak_bytes"]) == without);
+  // the plan without attn_weights, with this run's own process part
+  const int64_t process = int64_t(report["memory"]["planned_process_bytes"]);
+  BOOST_TEST(process > 0);
+  BOOST_TEST(int64_t(report["memory"]["planned_peak_bytes"]) - process == without - cli_process);
   BOOST_TEST(std::string_view(report["memory"]["available_source"]) == "MLA_MEMORY_AVAILABLE");
   BOOST_TEST(int64_t(report["memory"]["measured_peak_rss_bytes"]) > 0);
   BOOST_TEST(contains(read_text(dir + "/dump/report.txt"), "memory: peak "));

@@ -40,6 +40,7 @@
 #include "mla/attention.hpp"
 #include "mla/h2o.hpp"
 #include "mla/rope.hpp"
+#include "src/cpu/onednn_attention.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"
 
@@ -203,6 +204,42 @@ BOOST_AUTO_TEST_CASE(query_passes_add_up_to_one_call) {
     const auto& exact = mla::test::tolerance("head_scores", "backend-vs-rebuilt-streamed", mla::precision_name(k.precision));
     const auto c = mla::test::compare("head_scores", r.head_scores, one.head_scores, exact);
     BOOST_TEST(c.ok, vars << ": " << c.message);
+  }
+}
+
+// The memory plan counts the attention's oneDNN primitives from onednn_attention_shapes (each
+// one's JIT code is resident for the process: src/cpu/cpu_memory.cpp); a causal forward across
+// three query passes and a short last block must ask the primitive cache for exactly those
+// shapes, and a forward without the mask for a subset of them.
+BOOST_AUTO_TEST_CASE(plan_counts_the_primitives_a_forward_creates) {
+  if (mla::test::gemm_engines().back() != mla::Gemm::OneDnn) {
+    BOOST_TEST_MESSAGE("no oneDNN engine in this build: nothing to count");
+    return;
+  }
+  const int64_t S = 2 * 4096 + 333;
+  for (const Precision precision : {Precision::BF16, Precision::FP32}) {
+    const mla::AttentionConfig cfg = mla::test::geometry("odd");
+    mla::ForwardOptions opt;
+    opt.mask = Mask::Causal;
+    opt.precision = precision;
+    opt.gemm = mla::Gemm::OneDnn;
+    opt.threads = 2;
+    auto cpu = mla::make_cpu_backend();
+    cpu->prepare(cfg, layer("odd"), opt);
+    mla::cpu::onednn_attention_shape_log(true);
+    const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 7);
+    cpu->forward(hidden, opt);
+    const auto asked = mla::cpu::onednn_attention_shape_log(true);
+    const int64_t d_qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim;
+    const auto planned = mla::cpu::onednn_attention_shapes(S, d_qk, cfg.v_head_dim);
+    BOOST_TEST(asked.size() == planned.size(), mla::precision_name(precision));
+    BOOST_TEST((asked == planned), mla::precision_name(precision) << ": the forward asked for other shapes than planned");
+    BOOST_TEST(mla::cpu::onednn_attention_primitives(S, d_qk, cfg.v_head_dim) - static_cast<int64_t>(planned.size()) <= 1);
+    opt.mask = Mask::None;
+    cpu->forward(hidden, opt);
+    for (const auto& shape : mla::cpu::onednn_attention_shape_log(true))  // a subset: the plan is the worst case
+      BOOST_TEST(planned.count(shape) == 1u, "unplanned shape without the mask: [" << shape.rows << ", " << shape.k
+                                                                                   << "] x [" << shape.k << ", " << shape.n << "]");
   }
 }
 
