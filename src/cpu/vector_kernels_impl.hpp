@@ -118,6 +118,29 @@ inline vu round_bf16_bits32(vf x) {
   return magnitude > 0x7F800000 ? quiet_nan : rounded;
 }
 inline vf round_bf16(vf x) { return reinterpret_cast<vf>(round_bf16_bits32(x)); }
+// The same rounding for registers known to hold no NaN (round to nearest even takes +-inf to
+// itself and a finite value past the largest bf16 to +-inf, as round_bf16_bits32 does): the
+// NaN select is all that differs, so on such lanes the two give the same bits.
+inline vu round_bf16_bits32_no_nan(vf x) {
+  const vu u = reinterpret_cast<vu>(x);
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+}
+inline vf round_bf16_no_nan(vf x) { return reinterpret_cast<vf>(round_bf16_bits32_no_nan(x)); }
+
+// Whether any lane of the registers is NaN.
+inline bool any_nan(const vf* r, int64_t count) {
+  vi unordered{};
+  for (int64_t k = 0; k < count; ++k) unordered |= r[k] != r[k];
+#if MLA_VECTOR_BYTES == 64 && defined(__AVX512F__)
+  return _mm512_test_epi32_mask(reinterpret_cast<__m512i>(unordered), reinterpret_cast<__m512i>(unordered)) != 0;
+#else
+  int32_t lanes[L];
+  std::memcpy(lanes, &unordered, sizeof lanes);
+  int32_t any = 0;
+  for (int64_t i = 0; i < L; ++i) any |= lanes[i];
+  return any != 0;
+#endif
+}
 inline vh narrow_bits(vu rounded_bits32) { return __builtin_convertvector(rounded_bits32 >> 16, vh); }
 inline void store_bits(uint16_t* p, vu rounded_bits32) {
   const vh h = narrow_bits(rounded_bits32);
@@ -187,12 +210,23 @@ void exp_n(const float* x, float* y, int64_t n) {
 void softmax_row(float* row, int64_t visible, int64_t width, float scaling, bool bf16, float* probs, uint16_t* bits) {
   const float lowest = -std::numeric_limits<float>::infinity();
   const vf s = splat(scaling);
-  // pass 1: x = the scaled scores (in place), their max
+  // pass 1: x = the scaled scores (in place), their max. In bf16 a group without NaN (every
+  // group of a finite row) rounds without the NaN select: the same bits, fewer operations.
   vf m = splat(lowest);
+  bool nan_seen = false;
+  // bf16(r) * s is NaN only where r is when s is finite and non-zero (inf * 0 is NaN)
+  const bool scale_keeps_numbers = scaling != 0.0f && scaling - scaling == 0.0f;
   for (int64_t t = 0; t < visible; t += kGroup) {
     const int64_t count = std::min(kGroup, visible - t);
     Group g = load_group(row + t, count, 0.0f);
-    for (vf& r : g.r) r = bf16 ? round_bf16(round_bf16(r) * s) : r * s;
+    if (!bf16) {
+      for (vf& r : g.r) r = r * s;
+    } else if (scale_keeps_numbers && !any_nan(g.r, R)) {
+      for (vf& r : g.r) r = round_bf16_no_nan(round_bf16_no_nan(r) * s);
+    } else {
+      nan_seen = true;
+      for (vf& r : g.r) r = round_bf16(round_bf16(r) * s);
+    }
     store_group(row + t, g, count);
     if (count < kGroup) g = load_group(row + t, count, lowest);  // padding lanes: never the max
     for (const vf& r : g.r) m = r > m ? r : m;
@@ -225,6 +259,9 @@ void softmax_row(float* row, int64_t visible, int64_t width, float scaling, bool
     store_group(row + t, g, count);
   }
   const vd inv = vd{} + 1.0 / sum.total();
+  // A row with no NaN score and a finite max has e in [0, 1] with one e = 1, so 1 <= sum <=
+  // visible and every p is finite: its bf16 rounding needs no NaN select either.
+  const bool finite = !nan_seen && max_x > lowest && max_x < std::numeric_limits<float>::infinity();
   // pass 3: p = fp32(e * (1/sum)) (the product in double), bf16(p) in bf16 mode
   for (int64_t t = 0; t < visible; t += kGroup) {
     const int64_t count = std::min(kGroup, visible - t);
@@ -234,7 +271,7 @@ void softmax_row(float* row, int64_t visible, int64_t width, float scaling, bool
     for (int64_t k = 0; k < R; ++k) {
       vf p = narrow(widen_low(g.r[k]) * inv, widen_high(g.r[k]) * inv);
       if (bf16) {
-        const vu rounded = round_bf16_bits32(p);
+        const vu rounded = finite ? round_bf16_bits32_no_nan(p) : round_bf16_bits32(p);
         p = reinterpret_cast<vf>(rounded);
         if (bits != nullptr) store_bits(b + k * L, rounded);
       }

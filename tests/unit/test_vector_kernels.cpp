@@ -90,6 +90,36 @@ float exp1(const VectorKernels& k, float x) {
   return y;
 }
 
+// A softmax row by its definition, scalar (docs/long-context.md §2): the scaled scores (bf16:
+// bf16(bf16(s) * scaling)), their max (a NaN is never the max, as in the kernel), e = exp(x - max)
+// with the kernel's exp, the 16 double partial sums (term t into t mod 16) and their pairwise
+// tree, p = fp32(e * (1/sum)), bf16(p) in bf16 mode, zeros past the visible keys.
+std::vector<float> softmax_definition(const VectorKernels& k, const std::vector<float>& scores, int64_t visible,
+                                      int64_t width, float scaling, bool bf16) {
+  std::vector<float> x(static_cast<size_t>(visible)), e(static_cast<size_t>(visible));
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t t = 0; t < visible; ++t) {
+    const float s = scores[static_cast<size_t>(t)];
+    x[static_cast<size_t>(t)] = bf16 ? mla::round_to_bf16(mla::round_to_bf16(s) * scaling) : s * scaling;
+    max = x[static_cast<size_t>(t)] > max ? x[static_cast<size_t>(t)] : max;
+  }
+  double lanes[16] = {};
+  for (int64_t t = 0; t < visible; ++t) {
+    e[static_cast<size_t>(t)] = exp1(k, x[static_cast<size_t>(t)] - max);
+    lanes[t % 16] += static_cast<double>(e[static_cast<size_t>(t)]);
+  }
+  double s8[8];
+  for (int j = 0; j < 8; ++j) s8[j] = lanes[j] + lanes[j + 8];
+  const double sum = ((s8[0] + s8[4]) + (s8[2] + s8[6])) + ((s8[1] + s8[5]) + (s8[3] + s8[7]));
+  const double inv = 1.0 / sum;
+  std::vector<float> want(static_cast<size_t>(width), 0.0f);
+  for (int64_t t = 0; t < visible; ++t) {
+    const float p = static_cast<float>(static_cast<double>(e[static_cast<size_t>(t)]) * inv);
+    want[static_cast<size_t>(t)] = bf16 ? mla::round_to_bf16(p) : p;
+  }
+  return want;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(vector_kernels)
@@ -202,28 +232,7 @@ BOOST_AUTO_TEST_CASE(softmax_row_is_its_definition) {
         const int64_t visible = std::max<int64_t>(1, width - 3);
         const std::string vars = std::string(k->name) + " width=" + std::to_string(width) + (bf16 ? " bf16" : " fp32");
         const std::vector<float> scores = random_row(width, 7 + static_cast<uint64_t>(width), 20.0, false);
-        // the definition, scalar
-        std::vector<float> x(static_cast<size_t>(visible)), e(static_cast<size_t>(visible));
-        float max = -std::numeric_limits<float>::infinity();
-        for (int64_t t = 0; t < visible; ++t) {
-          const float s = scores[static_cast<size_t>(t)];
-          x[static_cast<size_t>(t)] = bf16 ? mla::round_to_bf16(mla::round_to_bf16(s) * scaling) : s * scaling;
-          max = std::max(max, x[static_cast<size_t>(t)]);
-        }
-        double lanes[16] = {};
-        for (int64_t t = 0; t < visible; ++t) {
-          e[static_cast<size_t>(t)] = exp1(*k, x[static_cast<size_t>(t)] - max);
-          lanes[t % 16] += static_cast<double>(e[static_cast<size_t>(t)]);
-        }
-        double s8[8];
-        for (int j = 0; j < 8; ++j) s8[j] = lanes[j] + lanes[j + 8];
-        const double sum = ((s8[0] + s8[4]) + (s8[2] + s8[6])) + ((s8[1] + s8[5]) + (s8[3] + s8[7]));
-        const double inv = 1.0 / sum;
-        std::vector<float> want(static_cast<size_t>(width), 0.0f);
-        for (int64_t t = 0; t < visible; ++t) {
-          const float p = static_cast<float>(static_cast<double>(e[static_cast<size_t>(t)]) * inv);
-          want[static_cast<size_t>(t)] = bf16 ? mla::round_to_bf16(p) : p;
-        }
+        const std::vector<float> want = softmax_definition(*k, scores, visible, width, scaling, bf16);
         // the kernel: probabilities in place and (bf16) bits
         std::vector<float> row = scores;
         std::vector<uint16_t> bits(static_cast<size_t>(width), 0xFFFF);
@@ -239,6 +248,51 @@ BOOST_AUTO_TEST_CASE(softmax_row_is_its_definition) {
           std::vector<uint16_t> only(static_cast<size_t>(width), 0xFFFF);
           k->softmax_row(scratch.data(), visible, width, scaling, true, nullptr, only.data());
           BOOST_TEST(std::memcmp(only.data(), bits.data(), bits.size() * sizeof(uint16_t)) == 0, vars << " bits only");
+        }
+      }
+    }
+  }
+}
+
+// Rows with special scores: NaN (with a sign and a payload, and the two whose plain rounding
+// would overflow into the sign bit and give a zero), +-inf, values past the largest bf16,
+// in one group or another. The row kernel rounds a group without NaN, and the probabilities of a
+// finite row, without the NaN select; here the careful path must still give the definition's
+// values: NaN where the definition has NaN (a quiet NaN in the bits), the same bits elsewhere.
+BOOST_AUTO_TEST_CASE(softmax_row_with_special_scores_is_its_definition) {
+  const float scaling = 0.1446796f, inf = std::numeric_limits<float>::infinity();
+  const float nan_payload = std::bit_cast<float>(0xFFA01234u);  // negative, signalling, a payload
+  const float huge = std::bit_cast<float>(0x7F7FFFFFu);           // rounds to +inf in bf16
+  // NaNs whose bits the plain rounding formula would carry into the sign: -0.0 and +0.0
+  const float nan_top = std::bit_cast<float>(0x7FFFFFFFu), nan_all = std::bit_cast<float>(0xFFFFFFFFu);
+  struct Special {
+    int64_t at;
+    float value;
+  };
+  const std::vector<std::vector<Special>> cases = {
+      {{3, nan_payload}}, {{20, std::numeric_limits<float>::quiet_NaN()}}, {{0, inf}}, {{5, -inf}, {40, -inf}},
+      {{17, huge}},       {{33, -huge}},                                  {{9, nan_top}},
+      {{44, nan_all}},    {}};
+  for (const VectorKernels* k : available()) {
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const int64_t width = 50, visible = 45;
+      std::vector<float> scores = random_row(width, 100 + c, 8.0, false);
+      for (const Special& sp : cases[c]) scores[static_cast<size_t>(sp.at)] = sp.value;
+      const std::string vars = std::string(k->name) + " case " + std::to_string(c);
+      const std::vector<float> definition = softmax_definition(*k, scores, visible, width, scaling, true);
+      std::vector<float> row = scores;
+      std::vector<uint16_t> bits(static_cast<size_t>(width), 0xFFFF);
+      k->softmax_row(row.data(), visible, width, scaling, true, row.data(), bits.data());
+      for (int64_t t = 0; t < width; ++t) {
+        const float want = definition[static_cast<size_t>(t)];
+        const float got = row[static_cast<size_t>(t)];
+        const uint16_t b = bits[static_cast<size_t>(t)];
+        if (std::isnan(want)) {
+          BOOST_TEST(std::isnan(got), vars << " t=" << t);
+          BOOST_TEST(((b & 0x7F80u) == 0x7F80u && (b & 0x0040u) != 0), vars << " t=" << t << ": a quiet NaN in the bits");
+        } else {
+          BOOST_TEST(std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(want), vars << " t=" << t);
+          BOOST_TEST(b == mla::bf16::round_bits(want), vars << " t=" << t);
         }
       }
     }
