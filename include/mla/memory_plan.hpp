@@ -94,7 +94,9 @@ BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest
 // over req.seq_len keys (the pass's q and context rows, the heads in flight, the logits blocks).
 std::vector<MemoryPart> cpu_held_memory(const AttentionConfig& cfg, const MemoryRequest& req);
 std::vector<MemoryPart> cpu_chunk_memory(const AttentionConfig& cfg, const MemoryRequest& req);
-std::vector<MemoryPart> cpu_attention_pass_memory(const AttentionConfig& cfg, const MemoryRequest& req);
+// (with_context false: a pass that computes the mass only, without P·V and its context rows)
+std::vector<MemoryPart> cpu_attention_pass_memory(const AttentionConfig& cfg, const MemoryRequest& req,
+                                                  bool with_context = true);
 BackendMemory cuda_backend_memory(const AttentionConfig& cfg, const MemoryRequest& req);       // cuda/
 // The one above for req.backend (Reference | Cpu | Cuda), in the backend factory.
 BackendMemory backend_memory(const AttentionConfig& cfg, const MemoryRequest& req);

@@ -280,8 +280,9 @@ class CpuDecodeKernel final : public DecodeKernel {
 //   1. projections, kRowChunk rows at a time over all T rows: the q latent into a store, the
 //      prompt rows' keys/values into KeyValueStates [P], every row's latent cache row;
 //   2. the causal attention of the P prompt rows, one query pass at a time (q from the stored
-//      latent, then its rope): the mass per head; the roped queries of the statistics' rows and
-//      of the held rows >= query_begin are kept as they come;
+//      latent, then its rope): the mass per head, without P·V (the prefill's output is not
+//      needed); the roped queries of the statistics' rows and of the held rows >= query_begin
+//      are kept as they come;
 //   3. the queries of the decode rows [P, T) (held: they are the steps' queries).
 // The same numbers as one pass over all rows: chunked projections give the same bits
 // (kRowChunk is a multiple of the engines' row chunks), the stores hold the run's values
@@ -355,20 +356,20 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
   in.head_mass.assign(static_cast<size_t>(n * P), 0.0);
   {
     const float scaling = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
-    const int64_t flop_per_pair = 2 * (d_qk + d_v), total_pairs = cpu::streaming_pairs(P, n, true);
+    // the scores only (2 d_qk per pair): the prefill's attn_context is not needed, so no P·V
+    const int64_t flop_per_pair = 2 * d_qk, total_pairs = cpu::streaming_pairs(P, n, true);
     int64_t pairs_before = 0;
     const int64_t pass = cpu::query_pass_rows(P);
     for (int64_t r0 = 0; r0 < P; r0 += pass) {
       const int64_t rows = std::min(pass, P - r0);
       const MatrixRM q = queries(r0, rows);
-      MatrixRM ctx(rows, n * d_v);  // computed by the streamed attention, not needed here
       cpu::BlockProgress progress;
       if (opt.progress)
         progress = [&](int64_t done, int64_t) {
           opt.progress("prefill attention FLOP", (pairs_before + done) * flop_per_pair, total_pairs * flop_per_pair);
         };
       cpu::streaming_attention(q.data(), n * d_qk, states, true, scaling, bf16, threads, pw.attention_products, progress,
-                               {ctx.data(), n * d_v, in.head_mass.data(), nullptr}, {r0, r0 + rows});
+                               {nullptr, 0, in.head_mass.data(), nullptr}, {r0, r0 + rows});
       pairs_before += cpu::streaming_pairs(P, n, true, {r0, r0 + rows});
       if (first >= 0 && r0 + rows > first) {
         const int64_t s0 = std::max(r0, first);

@@ -92,7 +92,7 @@ std::vector<MemoryPart> cpu_chunk_memory(const AttentionConfig& cfg, const Memor
           {"chunk: the engine's copy of the GEMM input", onednn_bf16 ? mul(C, d.H, 2) : 0}};
 }
 
-std::vector<MemoryPart> cpu_attention_pass_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
+std::vector<MemoryPart> cpu_attention_pass_memory(const AttentionConfig& cfg, const MemoryRequest& r, bool with_context) {
   const MemoryDims d = memory_dims(cfg, r.seq_len);
   const bool bf16 = r.precision == Precision::BF16;
   const bool onednn = runs_on_onednn(r.gemm, bf16);
@@ -102,7 +102,7 @@ std::vector<MemoryPart> cpu_attention_pass_memory(const AttentionConfig& cfg, co
   const int64_t N = d.S + 511;  // keys rounded up to the key granularity (at most 512 more)
   return {
       {"pass: q [R,n*d_qk] f32 (+ q_b_proj's input)", mul(R, d.n * d.d_qk + d.r_q, kF32)},
-      {"pass: attn_context rows [R,n*d_v] f32", mul(R, d.n, d.d_v, kF32)},
+      {"pass: attn_context rows [R,n*d_v] f32", with_context ? mul(R, d.n, d.d_v, kF32) : 0},
       // per head in flight (at most one per worker): oneDNN its keys/values packed (d_qk + d_v
       // per key) and a plain copy being packed; Eigen its keys/values widened to fp32
       {"heads in flight: keys/values for the products",

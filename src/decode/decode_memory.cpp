@@ -75,7 +75,7 @@ MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMe
     std::vector<MemoryPart> chunk = joined(kept, cpu_chunk_memory(cfg, rows_request));
     chunk.push_back({"chunk: latent cache rows f64", mul({std::min(T, cpu::kRowChunk), d.r_kv + d.d_r, kF64})});
     phases.push_back({"prefill projections (row chunk)", joined(held, chunk)});
-    std::vector<MemoryPart> attend = joined(kept, cpu_attention_pass_memory(cfg, prompt_request));
+    std::vector<MemoryPart> attend = joined(kept, cpu_attention_pass_memory(cfg, prompt_request, false));
     attend.push_back({"prefill head_scores [n,P] f64", mul({d.n, P, kF64})});
     phases.push_back({"prefill attention (last query pass)", joined(held, attend)});
   }
