@@ -80,6 +80,11 @@ struct QueryStatistics {
 // [first, S) are un-rotated (their cos/sin of rope_tables) and summarised.
 QueryStatistics prerope_query_statistics(const AttentionConfig& cfg, const float* q, int64_t rows,
                                          const std::vector<int64_t>& positions, int64_t first);
+// The same with the queries read one (row, head) at a time: query(s, h, out) writes head h's
+// d_qk roped values of row s (first <= s < rows) to out; the statistics are the same numbers.
+using QueryRowReader = std::function<void(int64_t row, int64_t head, float* out)>;
+QueryStatistics prerope_query_statistics(const AttentionConfig& cfg, const QueryRowReader& query, int64_t rows,
+                                         const std::vector<int64_t>& positions, int64_t first);
 
 struct DecodeInputsRequest {
   int64_t prompt_len = 0;       // P

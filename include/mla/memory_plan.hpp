@@ -88,6 +88,15 @@ struct BackendMemory {
 };
 BackendMemory reference_backend_memory(const AttentionConfig& cfg, const MemoryRequest& req);  // reference/
 BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest& req);        // src/cpu/
+// Its parts, which decode's prefill (decode_memory.cpp) shares: what the cpu backend holds from
+// prepare() on (weights, the projection slices' rows, the attention primitives), one row
+// chunk's fp32 intermediates of the projections, and one query pass of the streamed attention
+// over req.seq_len keys (the pass's q and context rows, the heads in flight, the logits blocks).
+std::vector<MemoryPart> cpu_held_memory(const AttentionConfig& cfg, const MemoryRequest& req);
+std::vector<MemoryPart> cpu_chunk_memory(const AttentionConfig& cfg, const MemoryRequest& req);
+// (with_context false: a pass that computes the mass only, without P·V and its context rows)
+std::vector<MemoryPart> cpu_attention_pass_memory(const AttentionConfig& cfg, const MemoryRequest& req,
+                                                  bool with_context = true);
 BackendMemory cuda_backend_memory(const AttentionConfig& cfg, const MemoryRequest& req);       // cuda/
 // The one above for req.backend (Reference | Cpu | Cuda), in the backend factory.
 BackendMemory backend_memory(const AttentionConfig& cfg, const MemoryRequest& req);
@@ -144,6 +153,8 @@ struct DecodeMemoryRequest {
   bool dump_tensors = false;
   bool input_layernorm = false;  // --tokens / --residual
   int threads = 1;
+  Gemm gemm = Gemm::Auto;        // cpu: --gemm (how the prefill's weights are kept)
+  bool query_statistics = false; // expected-attention: the prompt's roped queries are kept
 };
 MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req);
 // As plan_memory: fits, or a refusal naming what would (--attention absorbed, --precision bf16,

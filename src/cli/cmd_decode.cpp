@@ -147,6 +147,8 @@ MemoryPlan check_decode_memory(const DecodePlan& plan, const AttentionConfig& cf
   req.dump_tensors = plan.dump_tensors;
   req.input_layernorm = needs_input_layernorm(plan.run.input);
   req.threads = cpu_threads(plan.run.forward.threads);
+  req.gemm = plan.run.forward.gemm;
+  req.query_statistics = needs.expected_attention;
   const MemoryPlan mp = plan_decode_memory(cfg, req, host_memory_budget());
   if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
   return mp;

@@ -245,17 +245,13 @@ ForwardFlops forward_flops(const AttentionConfig& cfg, int64_t seq_len, bool cau
   return f;
 }
 
-namespace {
-
-// Hands the heap's free pages back to the system: glibc keeps freed blocks below its mmap
-// threshold (which grows up to 32 MiB) in its arenas, so the keys/values and the chunks'
-// intermediates of the earlier passes would otherwise stay resident beside the later passes'
-// buffers (measured at S = 4096 bf16: 260 MB more after the attention).
 void return_freed_memory() {
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif
 }
+
+namespace {
 
 // dst[i * cols + j] = src[i * ld + j] widened to double, rows in parallel.
 void widen_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, double* dst, int threads) {

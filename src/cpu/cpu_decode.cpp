@@ -272,36 +272,38 @@ class CpuDecodeKernel final : public DecodeKernel {
   std::vector<MatrixRM> context_;  // [slots] of [rows, n*d_v] attn_context
 };
 
-// The prefill attention's block progress, forwarded to opt.progress ("attention blocks").
-cpu::BlockProgress prefill_progress(const ForwardOptions& opt) {
-  if (!opt.progress) return {};
-  return [&opt](int64_t done, int64_t total) { opt.progress("prefill attention blocks", done, total); };
-}
-
 }  // namespace
 
+// The prefill in the forward's three passes over the rows (cpu_backend.cpp,
+// docs/long-context.md §1), so that only the q latent, the prompt's keys/values (in the run's
+// precision) and the latent cache are held for all rows:
+//   1. projections, kRowChunk rows at a time over all T rows: the q latent into a store, the
+//      prompt rows' keys/values into KeyValueStates [P], every row's latent cache row;
+//   2. the causal attention of the P prompt rows, one query pass at a time (q from the stored
+//      latent, then its rope): the mass per head, without P·V (the prefill's output is not
+//      needed); the roped queries of the statistics' rows and of the held rows >= query_begin
+//      are kept as they come;
+//   3. the queries of the decode rows [P, T) (held: they are the steps' queries).
+// The same numbers as one pass over all rows: chunked projections give the same bits
+// (kRowChunk is a multiple of the engines' row chunks), the stores hold the run's values
+// exactly, and query passes add up to one streamed call (suite streaming).
 DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWeights& w, const TensorF& hidden,
                                        const DecodeInputsRequest& req, const ForwardOptions& opt) {
   validate_layer(cfg, w, opt);  // the same checks and messages as every backend's prepare + forward
   validate_input(cfg, hidden, opt);
   const int64_t T = hidden.dim(0), n = cfg.num_attention_heads, r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim,
-                d_qk = cfg.qk_head_dim(), P = req.prompt_len;
+                d_n = cfg.qk_nope_head_dim, d_v = cfg.v_head_dim, d_qk = cfg.qk_head_dim(), P = req.prompt_len;
   check_decode_inputs_request(req, T);
-  const int64_t w_rows = std::clamp<int64_t>(req.query_window, 1, P), query_begin = P - w_rows;
+  const int64_t w_rows = std::clamp<int64_t>(req.query_window, 1, P), query_begin = P - w_rows, Q = T - query_begin;
   const bool bf16 = opt.precision == Precision::BF16;
   const int threads = cpu::resolve_threads(opt.threads);
   const cpu::PreparedWeights pw = cpu::prepare_weights(cfg, w, bf16, threads, opt.gemm);
   const cpu::Layer L{cfg, pw, bf16, threads, static_cast<float>(opt.latent_norm_eps)};
-
-  const cpu::MatrixRM x = cpu::input_rows(hidden, bf16);  // [T, H]
-  cpu::MatrixRM q = cpu::q_path(L, x);                     // [T, n*d_qk]
-  const cpu::KvPath kvp = cpu::kv_path(L, x);              // latent_normed [T, r_kv], kv [T, n*(d_n+d_v)]
+  const int64_t latent_width = cfg.has_q_lora() ? cfg.q_lora_rank : n * d_qk;
   const std::vector<int64_t> positions = position_ids(0, T);
-  const cpu::MatrixRM k_pe_roped = cpu::rope(L, positions, q, kvp.compressed_kv);  // [T, d_r]; q roped in place
-  // the causal prefill's attention over rows [0, P): its H2O mass per head
-  const cpu::MatrixRM q_prompt = q.topRows(P), kv_prompt = kvp.kv.topRows(P), k_pe_prompt = k_pe_roped.topRows(P);
-  cpu::Attention att = cpu::attend(L, q_prompt, cpu::key_value_states(L, kv_prompt, k_pe_prompt), true, false,
-                                   prefill_progress(opt));
+  auto slice = [&](int64_t begin, int64_t rows) {
+    return std::vector<int64_t>(positions.begin() + begin, positions.begin() + begin + rows);
+  };
 
   DecodeInputs in;
   in.prompt_len = P;
@@ -309,15 +311,92 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
   in.gemm = pw.gemm;
   in.backend = "cpu";
   in.description = cpu::describe(&pw, threads);
-  in.head_mass = std::move(att.head_scores);  // [n, P]
-  in.latent_cache = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), T, r_kv, d_r);
-  if (req.statistics_from >= 0) in.query_statistics = prerope_query_statistics(cfg, q.data(), P, position_ids(0, P), req.statistics_from);
-  const int64_t Q = T - query_begin;
+  in.latent_cache = TensorD("latent_cache", {T, r_kv + d_r});
   in.query_states = TensorD("query_states", {n, Q, d_qk});  // HF layout of rows query_begin .. T-1
-  for (int64_t h = 0; h < n; ++h)
-    for (int64_t s = 0; s < Q; ++s)
-      for (int64_t d = 0; d < d_qk; ++d)
-        in.query_states.data[static_cast<size_t>((h * Q + s) * d_qk + d)] = q(query_begin + s, h * d_qk + d);
+  // rows [first, P) of the roped q (exact in the run's precision) for expected-attention's statistics
+  const int64_t first = req.statistics_from;
+  cpu::PrecisionMatrix statistics_rows(first >= 0 ? P - first : 0, n * d_qk, bf16);
+  // q [rows, n*d_qk] of rows [r0, r0 + rows): its rows >= query_begin into query_states
+  auto hold_queries = [&](const MatrixRM& q, int64_t r0) {
+    for (int64_t s = std::max(r0, query_begin); s < r0 + q.rows(); ++s)
+      for (int64_t h = 0; h < n; ++h)
+        for (int64_t d = 0; d < d_qk; ++d)
+          in.query_states.data[static_cast<size_t>((h * Q + s - query_begin) * d_qk + d)] = q(s - r0, h * d_qk + d);
+  };
+
+  // 1. projections
+  cpu::PrecisionMatrix q_store(T, latent_width, bf16);  // [T, r_q] q_a_normed (or q_proj's q, before rope)
+  cpu::KeyValueStates states(P, n, d_n, d_r, d_v, bf16);  // the prompt's keys/values
+  for (int64_t r0 = 0; r0 < T; r0 += cpu::kRowChunk) {
+    const int64_t rows = std::min(cpu::kRowChunk, T - r0), prompt_rows = std::clamp<int64_t>(P - r0, 0, rows);
+    const MatrixRM x = cpu::input_rows(hidden, r0, rows, bf16);  // [rows, H]
+    const MatrixRM latent = cpu::q_latent(L, x);
+    q_store.set_rows(r0, rows, latent.data(), latent_width, threads);
+    const cpu::KvPath kvp = cpu::kv_path(L, x);
+    const MatrixRM k_pe_roped = cpu::rope_key(L, slice(r0, rows), kvp.compressed_kv);  // [rows, d_r]
+    if (prompt_rows > 0) {
+      states.set_kv_rows(r0, prompt_rows, kvp.kv.data(), n * (d_n + d_v), threads);
+      states.set_k_pe_rows(r0, prompt_rows, k_pe_roped.data(), d_r);
+    }
+    const TensorD part = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), rows, r_kv, d_r);
+    std::copy(part.ptr(), part.ptr() + rows * (r_kv + d_r), in.latent_cache.ptr() + r0 * (r_kv + d_r));
+  }
+  cpu::return_freed_memory();  // the chunks' intermediates
+
+  // q [rows, n*d_qk] of rows [r0, r0 + rows), roped, from the stored latent
+  auto queries = [&](int64_t r0, int64_t rows) {
+    MatrixRM latent(rows, latent_width);
+    q_store.widen_rows(r0, rows, latent.data(), latent_width, threads);
+    MatrixRM q = cpu::q_from_latent(L, latent);
+    cpu::rope_query(L, slice(r0, rows), q);
+    return q;
+  };
+
+  // 2. the causal prefill attention over rows [0, P), one query pass at a time: its mass per head
+  in.head_mass.assign(static_cast<size_t>(n * P), 0.0);
+  {
+    const float scaling = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
+    // the scores only (2 d_qk per pair): the prefill's attn_context is not needed, so no P·V
+    const int64_t flop_per_pair = 2 * d_qk, total_pairs = cpu::streaming_pairs(P, n, true);
+    int64_t pairs_before = 0;
+    const int64_t pass = cpu::query_pass_rows(P);
+    for (int64_t r0 = 0; r0 < P; r0 += pass) {
+      const int64_t rows = std::min(pass, P - r0);
+      const MatrixRM q = queries(r0, rows);
+      cpu::BlockProgress progress;
+      if (opt.progress)
+        progress = [&](int64_t done, int64_t) {
+          opt.progress("prefill attention FLOP", (pairs_before + done) * flop_per_pair, total_pairs * flop_per_pair);
+        };
+      cpu::streaming_attention(q.data(), n * d_qk, states, true, scaling, bf16, threads, pw.attention_products, progress,
+                               {nullptr, 0, in.head_mass.data(), nullptr}, {r0, r0 + rows});
+      pairs_before += cpu::streaming_pairs(P, n, true, {r0, r0 + rows});
+      if (first >= 0 && r0 + rows > first) {
+        const int64_t s0 = std::max(r0, first);
+        statistics_rows.set_rows(s0 - first, r0 + rows - s0, q.data() + (s0 - r0) * n * d_qk, n * d_qk, threads);
+      }
+      hold_queries(q, r0);
+    }
+  }
+  states = cpu::KeyValueStates(0, 0, 0, 0, 0, false);
+  cpu::return_freed_memory();
+
+  // 3. the decode rows' queries [P, T)
+  for (int64_t r0 = P; r0 < T; r0 += cpu::kRowChunk) hold_queries(queries(r0, std::min(cpu::kRowChunk, T - r0)), r0);
+
+  if (first >= 0) {
+    in.query_statistics = prerope_query_statistics(
+        cfg,
+        [&](int64_t s, int64_t h, float* out) {  // head h of row s, widened exactly
+          const int64_t at = (s - first) * n * d_qk + h * d_qk;
+          if (bf16) {
+            for (int64_t d = 0; d < d_qk; ++d) out[d] = bf16::from_bits(statistics_rows.bits()[at + d]).to_float();
+          } else {
+            std::copy_n(statistics_rows.values() + at, d_qk, out);
+          }
+        },
+        P, position_ids(0, P), first);
+  }
   return in;
 }
 

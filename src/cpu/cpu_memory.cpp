@@ -43,26 +43,31 @@ bool runs_on_onednn(Gemm choice, bool bf16) {
 
 }  // namespace
 
-BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
+namespace {
+
+constexpr int64_t kF32 = 4, kF64 = 8;
+
+template <typename... F>
+int64_t mul(F... f) {
+  return memory_product({static_cast<int64_t>(f)...});
+}
+
+}  // namespace
+
+std::vector<MemoryPart> cpu_held_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
   const MemoryDims d = memory_dims(cfg, r.seq_len);
-  constexpr int64_t kF32 = 4, kF64 = 8;
-  const auto mul = [](auto... f) { return memory_product({static_cast<int64_t>(f)...}); };
   const bool bf16 = r.precision == Precision::BF16;
   const bool onednn = runs_on_onednn(r.gemm, bf16);
-  const int64_t e = bf16 ? 2 : kF32;
-  const int64_t C = std::min(d.S, cpu::kRowChunk), R = std::min(d.S, cpu::query_pass_rows(d.S));
-  const int64_t latent = cfg.has_q_lora() ? d.r_q : d.n * d.d_qk;
-  const int64_t workers = std::clamp<int64_t>(r.threads, 1, std::max<int64_t>(d.n, 1) * ((R + 63) / 64));
-  BackendMemory m;
   // oneDNN packs each weight once in the run's precision; the Eigen engine keeps fp32 values
-  m.held = {{std::string("prepared weights (") + (onednn && bf16 ? "bf16" : "fp32") + ")", mul(d.P, onednn ? e : kF32)}};
+  std::vector<MemoryPart> held = {
+      {std::string("prepared weights (") + (onednn && bf16 ? "bf16" : "fp32") + ")", mul(d.P, onednn && bf16 ? 2 : kF32)}};
   // the oneDNN projection engine (gemm_engine.cpp DnnlLinear): with two or more slices per
   // weight, each slice keeps its output rows [min(S, 512), n_j] f32 for the process, i.e.
   // min(S, 512) rows of every projection's output features
   if (onednn && r.threads > 1) {
     const int64_t features = (cfg.has_q_lora() ? d.r_q + d.n * d.d_qk : d.n * d.d_qk) + (d.r_kv + d.d_r) +
                              d.n * (d.d_n + d.d_v) + d.H;
-    m.held.push_back({"projection slices: output rows [512,n_j] f32", mul(std::min<int64_t>(d.S, 512), features, kF32)});
+    held.push_back({"projection slices: output rows [512,n_j] f32", mul(std::min<int64_t>(d.S, 512), features, kF32)});
   }
   // the attention's oneDNN primitives, created as the blocks need them and kept for the process:
   // JIT code and descriptors of every (product, rows, keys) shape of a causal forward
@@ -70,9 +75,52 @@ BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest
   if (onednn) {
     const int64_t primitives =
         std::min(cpu::onednn_attention_primitives(d.S, d.d_qk, d.d_v), cpu::kAttentionPrimitivesAlive);
-    m.held.push_back({"attention primitives (oneDNN JIT code): " + std::to_string(primitives),
-                      mul(primitives, cpu::kAttentionPrimitiveBytes)});
+    held.push_back({"attention primitives (oneDNN JIT code): " + std::to_string(primitives),
+                    mul(primitives, cpu::kAttentionPrimitiveBytes)});
   }
+  return held;
+}
+
+std::vector<MemoryPart> cpu_chunk_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
+  const MemoryDims d = memory_dims(cfg, r.seq_len);
+  const bool onednn_bf16 = r.precision == Precision::BF16 && runs_on_onednn(r.gemm, true);
+  const int64_t C = std::min(d.S, cpu::kRowChunk);
+  // at kv_b_proj, x, compressed_kv, latent_normed (and oneDNN's bf16 copy of it) and kv are alive
+  return {{"chunk: x [C,H] f32", mul(C, d.H, kF32)},
+          {"chunk: compressed_kv + latent_normed f32", mul(C, d.r_kv + d.d_r + d.r_kv, kF32)},
+          {"chunk: kv [C,n*(d_n+d_v)] f32", mul(C, d.n, d.d_n + d.d_v, kF32)},
+          {"chunk: the engine's copy of the GEMM input", onednn_bf16 ? mul(C, d.H, 2) : 0}};
+}
+
+std::vector<MemoryPart> cpu_attention_pass_memory(const AttentionConfig& cfg, const MemoryRequest& r, bool with_context) {
+  const MemoryDims d = memory_dims(cfg, r.seq_len);
+  const bool bf16 = r.precision == Precision::BF16;
+  const bool onednn = runs_on_onednn(r.gemm, bf16);
+  const int64_t e = bf16 ? 2 : kF32;
+  const int64_t R = std::min(d.S, cpu::query_pass_rows(d.S));
+  const int64_t workers = std::clamp<int64_t>(r.threads, 1, std::max<int64_t>(d.n, 1) * ((R + 63) / 64));
+  const int64_t N = d.S + 511;  // keys rounded up to the key granularity (at most 512 more)
+  return {
+      {"pass: q [R,n*d_qk] f32 (+ q_b_proj's input)", mul(R, d.n * d.d_qk + d.r_q, kF32)},
+      {"pass: attn_context rows [R,n*d_v] f32", with_context ? mul(R, d.n, d.d_v, kF32) : 0},
+      // per head in flight (at most one per worker): oneDNN its keys/values packed (d_qk + d_v
+      // per key) and a plain copy being packed; Eigen its keys/values widened to fp32
+      {"heads in flight: keys/values for the products",
+       onednn ? mul(workers, N, d.d_qk + d.d_v + std::max(d.d_qk, d.d_v), e) : mul(workers, d.S, d.d_qk + d.d_v, kF32)},
+      // per worker one block's logits [64, N] f32 (and oneDNN bf16: its probabilities as bf16 bits)
+      {"workers: logits blocks [64,N]",
+       mul(workers, cpu::kQueryRowBlock, onednn ? N : d.S, onednn && bf16 ? kF32 + 2 : kF32)}};
+}
+
+BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
+  const MemoryDims d = memory_dims(cfg, r.seq_len);
+  const bool bf16 = r.precision == Precision::BF16;
+  const bool onednn_bf16 = bf16 && runs_on_onednn(r.gemm, true);
+  const int64_t e = bf16 ? 2 : kF32;
+  const int64_t C = std::min(d.S, cpu::kRowChunk);
+  const int64_t latent = cfg.has_q_lora() ? d.r_q : d.n * d.d_qk;
+  BackendMemory m;
+  m.held = cpu_held_memory(cfg, r);
 
   // held across the passes, in the run's precision
   const MemoryPart q_store{"q latent [S,r_q]", mul(d.S, latent, e)};
@@ -89,29 +137,14 @@ BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest
     m.phases.push_back({std::move(name), std::move(parts)});
   };
 
-  // 1. projections, one chunk of C rows: at kv_b_proj, x, compressed_kv, latent_normed (and
-  // oneDNN's bf16 copy of it) and kv are alive
-  phase("projections (row chunk)",
-        {q_store, states,
-         {"chunk: x [C,H] f32", mul(C, d.H, kF32)},
-         {"chunk: compressed_kv + latent_normed f32", mul(C, d.r_kv + d.d_r + d.r_kv, kF32)},
-         {"chunk: kv [C,n*(d_n+d_v)] f32", mul(C, d.n, d.d_n + d.d_v, kF32)},
-         {"chunk: the engine's copy of the GEMM input", onednn && bf16 ? mul(C, d.H, 2) : 0}},
-        false);
+  // 1. projections, one chunk of C rows
+  std::vector<MemoryPart> projections = {q_store, states};
+  for (const MemoryPart& p : cpu_chunk_memory(cfg, r)) projections.push_back(p);
+  phase("projections (row chunk)", projections, false);
 
   // 2. attention, the last query pass (its blocks see the most keys)
-  const int64_t N = d.S + 511;  // keys rounded up to the key granularity (at most 512 more)
-  const MemoryPart query{"pass: q [R,n*d_qk] f32 (+ q_b_proj's input)", mul(R, d.n * d.d_qk + d.r_q, kF32)};
-  const MemoryPart ctx{"pass: attn_context rows [R,n*d_v] f32", mul(R, d.n, d.d_v, kF32)};
-  // per head in flight (at most one per worker): oneDNN its keys/values packed (d_qk + d_v per
-  // key) and a plain copy being packed; Eigen its keys/values widened to fp32
-  const MemoryPart operands{"heads in flight: keys/values for the products",
-                            onednn ? mul(workers, N, d.d_qk + d.d_v + std::max(d.d_qk, d.d_v), e)
-                                   : mul(workers, d.S, d.d_qk + d.d_v, kF32)};
-  // per worker one block's logits [64, N] f32 (and oneDNN bf16: its probabilities as bf16 bits)
-  const MemoryPart logits{"workers: logits blocks [64,N]",
-                          mul(workers, cpu::kQueryRowBlock, onednn ? N : d.S, onednn && bf16 ? kF32 + 2 : kF32)};
-  std::vector<MemoryPart> attend = {q_store, states, context, heads, query, ctx, operands, logits};
+  std::vector<MemoryPart> attend = {q_store, states, context, heads};
+  for (const MemoryPart& p : cpu_attention_pass_memory(cfg, r)) attend.push_back(p);
   if (r.dump_tensors) attend.push_back({"query_states f64", mul(d.n, d.S, d.d_qk, kF64)});
   if (r.holds_attn_weights()) attend.push_back({"attn_weights [n,S,S] f64", mul(d.n, d.S, d.S, kF64)});
   phase("attend (last query pass)", attend, true);
@@ -119,7 +152,7 @@ BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest
   // 3. o_proj, one chunk of C rows, widened into attn_output (the ForwardResult) as it comes
   std::vector<MemoryPart> tail = forward_result_memory(d, r);
   tail.push_back(context);
-  tail.push_back({"chunk: attn_context rows f32 (+ the engine's copy)", mul(C, d.n, d.d_v, onednn && bf16 ? 6 : kF32)});
+  tail.push_back({"chunk: attn_context rows f32 (+ the engine's copy)", mul(C, d.n, d.d_v, onednn_bf16 ? 6 : kF32)});
   tail.push_back({"chunk: o_proj output [C,H] f32", mul(C, d.H, kF32)});
   phase("o_proj", tail, false);
   return m;

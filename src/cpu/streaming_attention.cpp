@@ -305,8 +305,9 @@ void streaming_attention(const float* query, int64_t ld_query, const KeyValueSta
       vk.softmax_row(row, visible, columns, scaling, bf16, bits != nullptr ? nullptr : row,
                      bits != nullptr ? bits + i * columns : nullptr);
     }
-    w.products->probs_value(head, block, logits, bits, bits != nullptr ? columns : ld,
-                            out.attn_context + (row_begin - rows.begin) * out.ld_context + h * d_v, out.ld_context);
+    if (out.attn_context != nullptr)  // (decode's prefill needs only the mass)
+      w.products->probs_value(head, block, logits, bits, bits != nullptr ? columns : ld,
+                              out.attn_context + (row_begin - rows.begin) * out.ld_context + h * d_v, out.ld_context);
     slots.add_in_order(h, index, blocks, [&] {
       double* mass = out.head_scores + h * S;  // [S]
       if (row_begin == 0) std::fill(mass, mass + S, 0.0);

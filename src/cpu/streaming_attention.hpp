@@ -126,7 +126,7 @@ std::unique_ptr<BlockProducts> make_block_products(Gemm engine, const KeyValueSt
 
 struct StreamingOutputs {
   float* attn_context;     // [rows, n*d_v] the call's query rows, row stride ld_context; head h at
-  int64_t ld_context;      //   column h*d_v (bf16 values in bf16 mode)
+  int64_t ld_context;      //   column h*d_v (bf16 values in bf16 mode); nullptr: P·V not computed
   double* head_scores;     // [n*S] attention mass key t receives from head h: head_scores[h*S + t]
                            //   (set by a call whose rows start at 0, added to by later calls)
   double* attn_weights = nullptr;  // [n, S, S] the probabilities (dumps only: O(S^2)); nullptr = not kept

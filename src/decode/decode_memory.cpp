@@ -12,6 +12,7 @@
 
 #include "mla/memory_plan.hpp"
 #include "src/cpu/cpu_kernels.hpp"
+#include "src/cpu/cpu_stages.hpp"
 
 namespace mla {
 namespace {
@@ -40,25 +41,44 @@ MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMe
   d.S = T;
 
   std::vector<MemoryPhase> phases;
-  // prefill: the layer's projections of all T rows, then the causal attention of the P prompt rows
-  const MemoryPart prepared{"prepared weights (fp32 storage)", mul({d.P, kF32})};
-  const MemoryPart x{"x [T,H]", mul({T, d.H, e})};
-  const MemoryPart q{"q [T,n*d_qk]", mul({T, d.n, d.d_qk, e})};
-  const MemoryPart ckv{"compressed_kv + latent_normed [T]", mul({T, d.r_kv + d.d_r + d.r_kv, e})};
-  const MemoryPart kv{"kv [T,n*(d_n+d_v)]", mul({T, d.n, d.d_n + d.d_v, e})};
-  const MemoryPart k_pe{"k_pe_roped [T,d_r]", mul({T, d.d_r, e})};
-  phases.push_back({"prefill projections", joined(held, {prepared, x, q, ckv, kv, {"q_a + q_a_normed [T,r_q]", mul({2, T, d.r_q, e})}})});
-  std::vector<MemoryPart> attend = {prepared, x, q, ckv, kv, k_pe};
-  if (f64) {  // the reference's two forwards, every intermediate kept, [n, P, P] three times
-    attend.push_back({"reference scores, masked scores, probabilities [n,P,P] f64", mul({3, d.n, P, P, kF64})});
+  if (f64) {
+    // the reference: two forwards (docs/decode.md §1), every intermediate kept in double
+    const MemoryPart prepared{"prepared weights (fp32 storage)", mul({d.P, kF32})};
+    const MemoryPart x{"x [T,H]", mul({T, d.H, e})};
+    const MemoryPart q{"q [T,n*d_qk]", mul({T, d.n, d.d_qk, e})};
+    const MemoryPart ckv{"compressed_kv + latent_normed [T]", mul({T, d.r_kv + d.d_r + d.r_kv, e})};
+    const MemoryPart kv{"kv [T,n*(d_n+d_v)]", mul({T, d.n, d.d_n + d.d_v, e})};
+    const MemoryPart k_pe{"k_pe_roped [T,d_r]", mul({T, d.d_r, e})};
+    phases.push_back({"prefill projections", joined(held, {prepared, x, q, ckv, kv, {"q_a + q_a_normed [T,r_q]", mul({2, T, d.r_q, e})}})});
+    phases.push_back({"prefill attention",
+                      joined(held, {prepared, x, q, ckv, kv, k_pe,
+                                    {"reference scores, masked scores, probabilities [n,P,P] f64", mul({3, d.n, P, P, kF64})},
+                                    {"prefill head_scores [n,P] f64", mul({d.n, P, kF64})}})});
   } else {
-    attend.push_back({"prompt rows of q, kv, k_pe (copies)", mul({P, d.n * d.d_qk + d.n * (d.d_n + d.d_v) + d.d_r, kF32})});
-    attend.push_back({"prompt keys/values", mul({P, d.n * (d.d_n + d.d_v) + d.d_r, states_e})});
-    attend.push_back({"streaming workspace (per worker)", mul({std::max(r.threads, 1), P, d.d_qk + d.d_v + cpu::kQueryRowBlock, kF32})});
-    attend.push_back({"prompt attn_context [P,n*d_v] f32", mul({P, d.n, d.d_v, kF32})});
+    // the cpu backend: the forward's passes (src/cpu/cpu_decode.cpp): projections by row chunks
+    // of all T rows, then the prompt's attention by query passes, then the decode rows' queries
+    MemoryRequest rows_request;  // the cpu backend's parts for T rows and for the P prompt keys
+    rows_request.backend = BackendKind::Cpu;
+    rows_request.seq_len = T;
+    rows_request.precision = r.precision;
+    rows_request.threads = std::max(r.threads, 1);
+    rows_request.gemm = r.gemm;
+    MemoryRequest prompt_request = rows_request;
+    prompt_request.seq_len = P;
+    const int64_t latent = cfg.has_q_lora() ? d.r_q : d.n * d.d_qk;
+    std::vector<MemoryPart> kept = cpu_held_memory(cfg, prompt_request);
+    kept.push_back({"q latent [T,r_q]", mul({T, latent, states_e})});
+    kept.push_back({"prompt keys/values [P,n*(d_n+d_v)+d_r]", mul({P, d.n * (d.d_n + d.d_v) + d.d_r, states_e})});
+    kept.push_back({"latent_cache [T,r_kv+d_r] f64", mul({T, d.r_kv + d.d_r, kF64})});
+    kept.push_back({"query_states [n,Q,d_qk] f64", mul({d.n, Q, d.d_qk, kF64})});
+    if (r.query_statistics) kept.push_back({"statistics: the prompt's roped queries [P,n*d_qk]", mul({P, d.n, d.d_qk, states_e})});
+    std::vector<MemoryPart> chunk = joined(kept, cpu_chunk_memory(cfg, rows_request));
+    chunk.push_back({"chunk: latent cache rows f64", mul({std::min(T, cpu::kRowChunk), d.r_kv + d.d_r, kF64})});
+    phases.push_back({"prefill projections (row chunk)", joined(held, chunk)});
+    std::vector<MemoryPart> attend = joined(kept, cpu_attention_pass_memory(cfg, prompt_request, false));
+    attend.push_back({"prefill head_scores [n,P] f64", mul({d.n, P, kF64})});
+    phases.push_back({"prefill attention (last query pass)", joined(held, attend)});
   }
-  attend.push_back({"prefill head_scores [n,P] f64", mul({d.n, P, kF64})});
-  phases.push_back({"prefill attention", joined(held, attend)});
 
   // the decode inputs and the per-token features, kept through the steps
   const std::vector<MemoryPart> inputs = {{"latent_cache [T,r_kv+d_r] f64", mul({T, d.r_kv + d.d_r, kF64})},

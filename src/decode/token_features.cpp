@@ -50,6 +50,14 @@ MatrixD mean_rotation(const AttentionConfig& cfg, int64_t begin, int64_t count) 
 
 QueryStatistics prerope_query_statistics(const AttentionConfig& cfg, const float* q, int64_t rows,
                                          const std::vector<int64_t>& positions, int64_t first) {
+  const int64_t n = cfg.num_attention_heads, d_qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim;
+  return prerope_query_statistics(
+      cfg, [&](int64_t s, int64_t h, float* out) { std::copy_n(q + s * n * d_qk + h * d_qk, d_qk, out); }, rows,
+      positions, first);
+}
+
+QueryStatistics prerope_query_statistics(const AttentionConfig& cfg, const QueryRowReader& query, int64_t rows,
+                                         const std::vector<int64_t>& positions, int64_t first) {
   const int64_t n = cfg.num_attention_heads, d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim,
                 d_qk = d_n + d_r, half = d_r / 2;
   if (first < 0 || first >= rows || static_cast<int64_t>(positions.size()) != rows)
@@ -63,9 +71,11 @@ QueryStatistics prerope_query_statistics(const AttentionConfig& cfg, const float
   st.mean.assign(idx(n * d_qk), 0.0);
   st.cov.assign(idx(n * d_qk * d_qk), 0.0);
   MatrixD X(st.rows, d_qk);  // one head's pre-RoPE queries
+  std::vector<float> head_row(static_cast<size_t>(d_qk));
   for (int64_t h = 0; h < n; ++h) {
     for (int64_t s = 0; s < st.rows; ++s) {
-      const float* row = q + (first + s) * n * d_qk + h * d_qk;
+      query(first + s, h, head_row.data());
+      const float* row = head_row.data();
       for (int64_t d = 0; d < d_n; ++d) X(s, d) = row[d];
       // undo y = c x + s rotate_half(x): x_i = (c y_i + s y_{i+half}) / (c^2 + s^2), x_{i+half} = (c y_{i+half} - s y_i) / (...)
       for (int64_t i = 0; i < half; ++i) {

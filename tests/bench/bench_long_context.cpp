@@ -300,7 +300,8 @@ void layer_row(LayerTable& t, int64_t S, const std::string& p) {
 // ---- 4. decode at a long prompt ---------------------------------------------------------------
 
 // What `mla-h2o decode` must compute at least (multiply-add = 2): q_path and kv_path over all
-// T = P + N rows, the causal prefill attention over the P prompt rows, and per step the absorbed
+// T = P + N rows, the causal prefill's scores over the P prompt rows (q k^T only: its P·V is not
+// needed, src/cpu/cpu_decode.cpp), and per step the absorbed
 // attention (docs/decode.md §3) of the full cache over x + 1 tokens and of every other policy over
 // its cache (at most K + 1 tokens; snapkv grows to K + i + 1), each with its q~ = W_UK^T q_nope,
 // W_UV context and o_proj.
@@ -309,7 +310,8 @@ double decode_flops(const mla::AttentionConfig& c, int64_t P, int64_t N, int64_t
   const double d_n = c.qk_nope_head_dim, d_v = c.v_head_dim;
   const mla::cpu::ForwardFlops rows = mla::cpu::forward_flops(c, P + N, true);
   const double o_proj = 2.0 * (P + N) * n * d_v * H;
-  double f = rows.projections - o_proj + mla::cpu::forward_flops(c, P, true).attention;
+  const double d_qk = d_n + d_r;
+  double f = rows.projections - o_proj + mla::cpu::forward_flops(c, P, true).attention * d_qk / (d_qk + d_v);
   const double per_token = 2.0 * n * (2.0 * r_kv + d_r), per_query = 2.0 * n * (d_n * r_kv + r_kv * d_v) + 2.0 * n * d_v * H;
   for (int64_t i = 0; i < N; ++i) {
     f += per_token * static_cast<double>(P + i + 1) + per_query;                                // full

@@ -709,7 +709,7 @@ BOOST_AUTO_TEST_CASE(cli_outputs) {
   const RunResult loud = run_cli(base);
   const RunResult silent = run_cli(base + " --quiet");
   ::unsetenv("MLA_PROGRESS_AFTER");
-  BOOST_TEST(contains(loud.err, "decode: prefill attention blocks "), loud.err);
+  BOOST_TEST(contains(loud.err, "decode: prefill attention FLOP "), loud.err);
   BOOST_TEST(contains(loud.err, "decode: decode steps 5/5 (100.0%)"), loud.err);
   BOOST_TEST(silent.err.empty(), silent.err);
   BOOST_TEST(contains(run_cli("decode --help").out, "--cache-budget"));

@@ -232,14 +232,23 @@ BOOST_AUTO_TEST_CASE(decode_plan) {
   machine.host_bytes = 21 * kGiB;
   machine.host_source = "MemAvailable";
   BOOST_TEST(mla::plan_decode_memory(kimi, r, machine).fits);
+  // the cpu prefill runs the forward's passes (src/cpu/cpu_decode.cpp): a 131072-token prompt in
+  // bf16, every policy's statistics included, fits this machine as `run` does
+  auto long_prompt = r;
+  long_prompt.prompt_len = 131072;
+  long_prompt.input_rows = 131072 + 256;
+  long_prompt.precision = Precision::BF16;
+  long_prompt.query_statistics = true;
+  const auto lp = mla::plan_decode_memory(kimi, long_prompt, machine);
+  BOOST_TEST(lp.fits, mla::format_bytes(lp.estimate.host_peak_bytes) << " at " << lp.estimate.peak_phase);
   auto huge = r;
-  huge.input_rows = 100000;
-  huge.prompt_len = 99000;
+  huge.input_rows = 401000;
+  huge.prompt_len = 400000;
   huge.steps = 1000;
   const auto p = mla::plan_decode_memory(kimi, huge, machine);
   BOOST_TEST(!p.fits);
   BOOST_TEST(p.refusal.find('\n') == std::string::npos);
-  for (const char* w : {"not enough memory for decode of P = 99000 prompt rows and N = 1000 steps", "at its peak (estimated, ",
+  for (const char* w : {"not enough memory for decode of P = 400000 prompt rows and N = 1000 steps", "at its peak (estimated, ",
                         "is available (MemAvailable)", "would fit: "})
     BOOST_TEST(contains(p.refusal, w), "missing '" << w << "' in: " << p.refusal);
 }
