@@ -61,13 +61,15 @@ std::vector<MemoryPart> cpu_held_memory(const AttentionConfig& cfg, const Memory
   // oneDNN packs each weight once in the run's precision; the Eigen engine keeps fp32 values
   std::vector<MemoryPart> held = {
       {std::string("prepared weights (") + (onednn && bf16 ? "bf16" : "fp32") + ")", mul(d.P, onednn && bf16 ? 2 : kF32)}};
-  // the oneDNN projection engine (gemm_engine.cpp DnnlLinear): with two or more slices per
-  // weight, each slice keeps its output rows [min(S, 512), n_j] f32 for the process, i.e.
-  // min(S, 512) rows of every projection's output features
-  if (onednn && r.threads > 1) {
-    const int64_t features = (cfg.has_q_lora() ? d.r_q + d.n * d.d_qk : d.n * d.d_qk) + (d.r_kv + d.d_r) +
-                             d.n * (d.d_n + d.d_v) + d.H;
-    held.push_back({"projection slices: output rows [512,n_j] f32", mul(std::min<int64_t>(d.S, 512), features, kF32)});
+  // the oneDNN projection engine (gemm_engine.cpp DnnlLinear): a weight cut into two or more
+  // slices (onednn_slice_count: by its shape alone) keeps each slice's output rows
+  // [min(S, 512), n_j] f32 for the process, i.e. min(S, 512) rows of its output features
+  if (onednn) {
+    int64_t features = 0;
+    for (const int64_t out : {cfg.has_q_lora() ? d.r_q : int64_t{0}, d.n * d.d_qk, d.r_kv + d.d_r, d.n * (d.d_n + d.d_v), d.H})
+      if (cpu::onednn_slice_count(out) > 1) features += out;
+    if (features > 0)
+      held.push_back({"projection slices: output rows [512,n_j] f32", mul(std::min<int64_t>(d.S, 512), features, kF32)});
   }
   // the attention's oneDNN primitives, created as the blocks need them and kept for the process:
   // JIT code and descriptors of every (product, rows, keys) shape of a causal forward

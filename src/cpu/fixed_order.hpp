@@ -51,6 +51,7 @@ class FixedOrderLinear final : public PreparedLinear {
   // x: rows x in (row stride ld_x) -> y: rows x out (row stride ld_y).
   void run_rows(const float* x, int64_t rows, int64_t ld_x, float* y, int64_t ld_y, int threads) const;
   std::string kernel() const override;
+  std::vector<int64_t> slice_bounds() const override;  // its 16-column panels
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }
 

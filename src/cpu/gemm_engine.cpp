@@ -72,6 +72,12 @@ class EigenLinear final : public PreparedLinear {
     linear(x, weight_, bias_.empty() ? nullptr : bias_.data(), bf16_, threads, y);
   }
   std::string kernel() const override { return eigen_kernel(); }
+  std::vector<int64_t> slice_bounds() const override {  // cpu::linear's fixed kLinearSlice columns
+    std::vector<int64_t> b;
+    for (int64_t n0 = 0; n0 < weight_.rows(); n0 += kLinearSlice) b.push_back(n0);
+    b.push_back(weight_.rows());
+    return b;
+  }
 
  private:
   MatrixRM weight_;  // [out, in]
@@ -208,8 +214,10 @@ bool pack_blocked(const LinearWeight& w, const memory::desc& md_, memory& dst_me
 // one single-threaded matmul primitive per slice (docs/cpu-gemm.md §4). oneDNN 2.6's own
 // threading does not speed up three of the five Kimi projections (q_a_proj, kv_a_proj_with_mqa,
 // kv_b_proj ran as fast on 2 threads as on 1), and its brgemm kernel refuses a strided dst;
-// slicing ourselves scales every shape, and a column's value never depends on the number of
-// slices (the same kernel runs the same K loop for it: results are the same for any --threads).
+// slicing ourselves scales every shape. The slices are fixed by the weight's shape alone
+// (onednn_slice_count) and dealt out to the workers, so every column is computed by the same primitive,
+// of the same width, whatever --threads is: a column's value may depend on its slice's width (on
+// AMX it does: the brgemm kernel's K blocking follows N), never on the thread count.
 //
 // Slice j owns output features [n0_j, n0_j + n_j): W's rows n0_j.. packed into the blocked
 // layout its primitive picked, its bias, its primitives per row count, and a dst buffer
@@ -219,8 +227,10 @@ class DnnlLinear final : public PreparedLinear {
  public:
   DnnlLinear(const LinearWeight& w, bool bf16, int threads)
       : in_(w.in_features), out_(w.out_features), dt_(bf16 ? Dt::bf16 : Dt::f32), bf16_(bf16) {
-    // Slice boundaries on multiples of 64 features (the layouts' N block) where that splits evenly enough.
-    const int64_t slices = std::clamp<int64_t>(threads, 1, std::max<int64_t>(out_ / kSliceQuantum, 1));
+    // Slice boundaries on multiples of 64 features (the layouts' N block). Their count depends on
+    // out alone (onednn_slice_count), never on --threads: a kernel may order an output's K sum by the width of the slice
+    // it is handed (oneDNN's AMX brgemm does), so a thread-dependent split would change bits.
+    const int64_t slices = onednn_slice_count(out_);
     int64_t begin = 0;
     for (int64_t j = 1; j <= slices; ++j) {
       const int64_t end = j == slices ? out_ : (out_ * j / slices + kSliceQuantum / 2) / kSliceQuantum * kSliceQuantum;
@@ -244,6 +254,12 @@ class DnnlLinear final : public PreparedLinear {
   }
 
   std::string kernel() const override { return kernel_; }
+  std::vector<int64_t> slice_bounds() const override {
+    std::vector<int64_t> b;
+    for (const auto& s : slices_) b.push_back(s->first());
+    b.push_back(out_);
+    return b;
+  }
 
  private:
   // Output features are split on multiples of this; x is multiplied in chunks of this many rows
@@ -267,6 +283,8 @@ class DnnlLinear final : public PreparedLinear {
       weights_ = memory(weights_md_, Dnnl::get().engine);
       fault_in_huge_pages(weights_.get_data_handle(), weights_md_.get_size());  // fresh memory
     }
+
+    int64_t first() const { return n0_; }
 
     // W's rows [n0, n0 + n) (rounded to bf16 in bf16 mode) into the slice's layout.
     void pack(const LinearWeight& w, int threads) {
@@ -388,6 +406,14 @@ class DnnlEngine final : public GemmEngine {
 }  // namespace
 
 bool onednn_built() { return MLA_HAVE_ONEDNN != 0; }
+
+int64_t onednn_slice_count(int64_t out) {
+  constexpr int64_t kQuantum = 64;  // the layouts' N block: boundaries on its multiples
+  constexpr int64_t kTarget = 512;  // about this many features per slice
+  const int64_t most = std::max<int64_t>(out / kQuantum, 1);
+  const int64_t wanted = (out + kTarget - 1) / kTarget;
+  return std::clamp<int64_t>((wanted + 3) / 4 * 4, 1, most);  // a multiple of 4: 2 or 4 workers share evenly
+}
 
 std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string& why) {
   const char* precision = bf16 ? "bf16" : "fp32";

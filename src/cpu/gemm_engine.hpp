@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cpu_kernels.hpp"
 #include "mla/attention.hpp"
@@ -36,6 +37,9 @@ class PreparedLinear {
   virtual void run(const MatrixRM& x, int threads, MatrixRM& y) = 0;
   // The kernel that runs, e.g. "brg:avx512_core_bf16" or "OpenBLAS sgemm".
   virtual std::string kernel() const = 0;
+  // The first output feature of each column slice, then out: one product per slice, each on
+  // one worker. A function of the weight's shape alone, never of --threads (docs/cpu-gemm.md §4).
+  virtual std::vector<int64_t> slice_bounds() const = 0;
 };
 
 // The source of one weight: [out, in] row-major fp32 (the loader's values), bias [out] or null.
@@ -68,5 +72,9 @@ std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string
 
 // True when the build links oneDNN.
 bool onednn_built();
+
+// The number of column slices of the oneDNN engine's projection with `out` output features: a
+// function of out alone, never of --threads (docs/cpu-gemm.md §4). 1 below 128 features.
+int64_t onednn_slice_count(int64_t out);
 
 }  // namespace mla::cpu

@@ -28,10 +28,13 @@
 #include "compare.hpp"
 #include "geometries.hpp"
 #include "mla/attention.hpp"
+#include "mla/bf16.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
+#include "mla/random.hpp"
 #include "test_util.hpp"
 #include "mla_build_config.h"
+#include "src/cpu/gemm_engine.hpp"
 #include "tolerances.hpp"
 
 namespace {
@@ -266,6 +269,53 @@ BOOST_AUTO_TEST_CASE(kimi_results_do_not_depend_on_threads) {
       for (size_t i = 1; i < results.size(); ++i) {
         BOOST_TEST((results[i].attn_output.data == results[0].attn_output.data), vars << " threads " << i + 1);
         BOOST_TEST((results[i].head_scores == results[0].head_scores), vars << " threads " << i + 1);
+      }
+    }
+  }
+}
+
+// Thread independence of one projection by construction, on every engine and precision
+// (docs/cpu-gemm.md §4): the column slices are fixed by the weight's shape, so the outputs must be
+// the same bits for any --threads at prepare and at run time. Shapes: the Kimi projections
+// q_a (7168 -> 1536) and kv_a (7168 -> 576) cut down to in = 512, and an out that is no multiple
+// of 64; S = 1100 crosses the 512-row chunks. On AMX this broke while the slices followed the
+// thread count. (Batch independence does not hold for these engines: OpenBLAS sgemm and oneDNN's
+// gemm:jit sum a row differently at 1 or 7 rows than in a larger batch; §4 says so. The fixed-order
+// kernels of src/cpu/fixed_order.hpp are the batch-independent ones.)
+BOOST_AUTO_TEST_CASE(projection_results_do_not_depend_on_threads) {
+  mla::Rng rng(31, 1);
+  const int64_t in = 512, S = 1100;
+  mla::cpu::MatrixRM x(S, in);
+  for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = mla::round_to_bf16(static_cast<float>(rng.normal()));
+  for (const int64_t out : {int64_t{1536}, int64_t{576}, int64_t{200}}) {
+    std::vector<float> w(static_cast<size_t>(out * in)), bias(static_cast<size_t>(out));
+    for (float& v : w) v = mla::round_to_bf16(static_cast<float>(0.05 * rng.normal()));
+    for (float& v : bias) v = mla::round_to_bf16(static_cast<float>(0.1 * rng.normal()));
+    for (const mla::Gemm gemm : mla::test::gemm_engines()) {
+      for (const bool bf16 : {false, true}) {
+        std::string why;
+        auto engine = mla::cpu::make_gemm_engine(gemm, bf16, why);
+        const std::string vars = std::string("gemm=") + mla::gemm_name(gemm) + " (" + engine->kernel() + ") " +
+                                 (bf16 ? "bf16" : "fp32") + " out=" + std::to_string(out);
+        mla::cpu::MatrixRM all;
+        std::vector<int64_t> bounds;
+        for (const int prep_threads : {1, 2, 3}) {
+          auto linear = engine->prepare({"test", w.data(), out, in, bias.data()}, bf16, prep_threads);
+          // The slicing itself, which a kernel's summation may follow (AMX's does): never the threads'.
+          if (bounds.empty()) bounds = linear->slice_bounds();
+          BOOST_TEST((linear->slice_bounds() == bounds), vars << " slices prepared with " << prep_threads << " threads");
+          BOOST_TEST(bounds.front() == 0);
+          BOOST_TEST(bounds.back() == out);
+          for (const int threads : {1, 2, 3}) {
+            mla::cpu::MatrixRM y;
+            linear->run(x, threads, y);
+            if (all.size() == 0) {
+              all = y;
+              continue;
+            }
+            BOOST_TEST((y == all), vars << " prepared with " << prep_threads << " threads, run on " << threads);
+          }
+        }
       }
     }
   }
