@@ -11,9 +11,11 @@
 //
 // The rules:
 //   * `dir` is created when missing. When it exists it must be a directory that holds nothing or
-//     an earlier mla-h2o set (its manifest, .mla-h2o-set, names every entry; for a directory
-//     written before sets existed, its report.json's "files"): anything else is refused before
-//     any work, so no file mla-h2o did not write is ever removed.
+//     an earlier mla-h2o set: its manifest, .mla-h2o-set, names every entry with the size and a
+//     fingerprint (64-bit FNV-1a) of the file written, and every entry must still be that regular
+//     file. Anything else (a foreign file, a directory under a listed name, a changed file, a
+//     report.json without a manifest) is refused before any work, so nothing mla-h2o did not
+//     write is ever removed. A `dir` that is, holds or lies inside an input is refused too.
 //   * One writer at a time: the writer holds flock(LOCK_EX) on `dir`; a second one fails at once
 //     with one line.
 //   * Files are written into a private staging directory beside `dir` (same parent, so the same
@@ -39,7 +41,10 @@ class OutputSet {
   enum class Lock { FailIfHeld, Wait };
   // Claims `dir` for `command` ("run", "synth", ...): see the rules above. Throws Error(Io) or
   // Error(InvalidArgument) with one line naming the directory.
-  OutputSet(std::string dir, std::string command, Lock lock = Lock::FailIfHeld);
+  // `inputs`: the files and directories the command reads; a `dir` that is, holds or lies inside
+  // one of them is refused (the exchange would replace it).
+  OutputSet(std::string dir, std::string command, Lock lock = Lock::FailIfHeld,
+            const std::vector<std::string>& inputs = {});
   ~OutputSet();
   OutputSet(const OutputSet&) = delete;
   OutputSet& operator=(const OutputSet&) = delete;
@@ -56,15 +61,20 @@ class OutputSet {
   // about to be written, such as the reports that list them) not added yet.
   std::vector<std::string> paths_with(std::initializer_list<std::string> also = {}) const;
   // Moves the set into place (see the rules above). Nothing may be added afterwards.
+  // A no-op inside a part (begin_part with a prefix): the outer commit() moves the whole set.
   void commit();
   bool committed() const { return committed_; }
+  // A set written by several steps as one (demo --model: layer 0's run, then eval): from here
+  // every name added gets `prefix` ("layer0-") and commit() waits; begin_part("") ends the parts,
+  // and the next commit() moves the whole set, or nothing if any step failed.
+  void begin_part(const std::string& prefix);
 
  private:
-  std::string dir_, command_, target_, staging_;
+  std::string dir_, command_, target_, staging_, prefix_;
   std::vector<std::string> names_;
   int lock_fd_ = -1;
   int slot_ = -1;  // in the signal handler's table
-  bool created_target_ = false, committed_ = false;
+  bool created_target_ = false, committed_ = false, hold_commit_ = false;
 };
 
 // After a command failed: "; DIR left as it was" (or "; DIR not created") for the last output

@@ -338,7 +338,8 @@ int cmd_decode(const std::vector<std::string>& argv) {
   const Args a = Args::parse(spec, argv);
   if (print_help_if_asked(a, spec)) return 0;
   const DecodePlan plan = read_decode_plan(a);
-  OutputSet out(plan.run.out_dir, plan.run.command);  // before any work: a bad or busy --out fails here
+  OutputSet out(plan.run.out_dir, plan.run.command, OutputSet::Lock::FailIfHeld,
+                run_inputs(plan.run));  // before any work: a bad or busy --out fails here
   return execute_decode(plan, out);
 }
 

@@ -149,9 +149,12 @@ std::vector<std::string> eval_caveats(const std::string& synthetic) {
 
 }  // namespace
 
-int execute_eval(const EvalPlan& plan) {
+std::vector<std::string> eval_inputs(const EvalPlan& plan) {
+  return {plan.checkpoint, plan.config_path, plan.tokens, plan.text};
+}
+
+int execute_eval(const EvalPlan& plan, OutputSet& out) {
   StageSeconds stages;
-  OutputSet out(plan.out_dir, "eval");  // first: a bad or busy --out fails before any work (mla/output_set.hpp)
   // ---- load: checkpoint, config, ids, every check ----
   const Checkpoint ckpt = timed(stages, "open checkpoint", [&] { return Checkpoint::open(plan.checkpoint, plan.config_path); });
   const ModelConfig cfg = load_model_config(ckpt.config_path());
@@ -303,6 +306,12 @@ int execute_eval(const EvalPlan& plan) {
   std::fputs(eval_summary_table(summaries).c_str(), stdout);
   std::printf("outputs: %s\n", plan.out_dir.c_str());
   return 0;
+}
+
+int execute_eval(const EvalPlan& plan) {
+  // first: a bad or busy --out fails before any work (mla/output_set.hpp)
+  OutputSet out(plan.out_dir, "eval", OutputSet::Lock::FailIfHeld, eval_inputs(plan));
+  return execute_eval(plan, out);
 }
 
 

@@ -230,8 +230,8 @@ static int demo_decode(const Args& a) {
   plan.decode.budgets = {100};
   plan.decode.policies = parse_policy_list("all");
   check_decode_flags(plan.decode);  // before any work
-  OutputSet out(r.out_dir, r.command);  // before the cache, so a bad --out fails first
   const std::string cache = a.has("cache-dir") ? a.str("cache-dir") : default_cache_dir();
+  OutputSet out(r.out_dir, r.command, OutputSet::Lock::FailIfHeld, {cache});  // before the cache: a bad --out fails first
   bool reused = false;
   r.checkpoint = demo_checkpoint(cache, reused);
   r.notes.push_back(std::string("weights: synthetic Kimi K2.6-shaped layer 0 (synth --preset kimi-k2.6 --seed 0), ") +
@@ -270,23 +270,13 @@ static int demo_model(const Args& a) {
   plan.h2o = H2OOptions{4, 32, 64};
   read_forward_flags(a, plan, "causal", "bf16");
   const std::string out = a.has("out") ? plan.out_dir : std::string("mla-h2o-demo-model");
-  // out holds two output sets, layer0/ and eval/ (each one set, mla/output_set.hpp)
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  if (ec || !std::filesystem::is_directory(out)) fail(ErrorKind::Io, "--out " + out + ": cannot create the directory");
-  plan.out_dir = join_path(out, "layer0");
+  plan.out_dir = out;
   plan.notes.push_back("weights: trained (" + dir + ", its model card README.md says how); input: the first 255 bytes of its "
                        "held-out text, which it never trained on");
-  std::printf("== layer 0: H2O on trained attention (%s)\n", dir.c_str());
-  std::fflush(stdout);
-  {
-    OutputSet layer0(plan.out_dir, plan.command);
-    execute_run(plan, layer0);
-  }
   EvalPlan ev;
   ev.checkpoint = dir;
   ev.text = text;
-  ev.out_dir = join_path(out, "eval");
+  ev.out_dir = out;
   ev.latent_eps_arg = plan.latent_eps_arg;
   ev.quiet = plan.quiet;
   ev.eval.prompt_len = 512;
@@ -295,9 +285,24 @@ static int demo_model(const Args& a) {
   ev.eval.policies = parse_policy_list("all");
   ev.eval.precision = plan.forward.precision;
   ev.eval.threads = plan.forward.threads;
+  // One output set for both parts (files layer0-* and eval-*), moved into place only when both
+  // are written: a failure or an interrupt in either leaves --out as it was.
+  OutputSet set(out, "demo", OutputSet::Lock::FailIfHeld, eval_inputs(ev));
+  const int64_t needed = ev.eval.prompt_len + ev.eval.steps - 1;  // with the BOS
+  if (const auto bytes = static_cast<int64_t>(std::filesystem::file_size(text)); bytes < needed)
+    fail(ErrorKind::InvalidArgument, "--model " + a.str("model") + ": " + text + " has " + std::to_string(bytes) +
+                                         " bytes; the eval part needs " + std::to_string(needed) + " (P + N - 1)");
+  std::printf("== layer 0: H2O on trained attention (%s)\n", dir.c_str());
+  std::fflush(stdout);
+  set.begin_part("layer0-");
+  execute_run(plan, set);
   std::printf("\n== the whole model: every layer's cache evicted, teacher-forced over %s (mla-h2o eval)\n", text.c_str());
   std::fflush(stdout);
-  return execute_eval(ev);
+  set.begin_part("eval-");
+  execute_eval(ev, set);
+  set.begin_part("");
+  set.commit();
+  return 0;
 }
 
 int cmd_run(const std::vector<std::string>& argv) {
@@ -312,7 +317,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   plan.layer = a.integer("layer", 0, 0);
   plan.input = input_request(a);
   read_forward_flags(a, plan, "causal", "fp32");
-  OutputSet out(plan.out_dir, plan.command);
+  OutputSet out(plan.out_dir, plan.command, OutputSet::Lock::FailIfHeld, run_inputs(plan));
   return execute_run(plan, out);
 }
 
@@ -330,8 +335,8 @@ int cmd_demo(const std::vector<std::string>& argv) {
   plan.input.seed = 0;
   plan.h2o = H2OOptions{4, 32, 64};
   read_forward_flags(a, plan, "none", "bf16");
-  OutputSet out(plan.out_dir, plan.command);  // before the cache, so a bad --out fails first
   const std::string cache = a.has("cache-dir") ? a.str("cache-dir") : default_cache_dir();
+  OutputSet out(plan.out_dir, plan.command, OutputSet::Lock::FailIfHeld, {cache});  // before the cache: a bad --out fails first
   bool reused = false;
   plan.checkpoint = demo_checkpoint(cache, reused);
   plan.notes.push_back(std::string("weights: synthetic Kimi K2.6-shaped layer 0 (synth --preset kimi-k2.6 --seed 0), ") +

@@ -237,7 +237,7 @@ int cmd_select(const std::vector<std::string>& argv) {
   opt.budget = a.integer("budget", 64, 0);
   const std::string out_dir = a.str("out", "mla-h2o-out");
   if (!std::filesystem::exists(path)) fail(ErrorKind::Io, "--scores " + path + ": no such file");
-  OutputSet out(out_dir, "select");
+  OutputSet out(out_dir, "select", OutputSet::Lock::FailIfHeld, {path});
 
   const auto t0 = std::chrono::steady_clock::now();
   const ScoreInput in = safetensors ? read_safetensors(path, a.str("tensor", per_head ? "head_scores" : "token_scores"), per_head)

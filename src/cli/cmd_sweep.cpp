@@ -162,7 +162,7 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
   info.command = "sweep";
 
   // 1-3. output set, checkpoint, checks (before any layer runs)
-  OutputSet outputs(plan.out_dir, "sweep");
+  OutputSet outputs(plan.out_dir, "sweep", OutputSet::Lock::FailIfHeld, run_inputs(plan));
   std::vector<int64_t> layers;
   AttentionConfig cfg;
   {

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "mla/eval.hpp"
+#include "mla/output_set.hpp"
 
 namespace mla::cli {
 
@@ -14,7 +16,11 @@ struct EvalPlan {
   bool dump_tensors = false, quiet = false;
 };
 
-// load, eval, outputs; prints the summary table.
+// load, eval, outputs into a new output set at plan.out_dir; prints the summary table.
 int execute_eval(const EvalPlan& plan);
+// The same into `out` (demo --model: a part of its one set); commits `out` (a no-op inside a part).
+int execute_eval(const EvalPlan& plan, OutputSet& out);
+// The paths eval reads: an output directory must lie apart from them.
+std::vector<std::string> eval_inputs(const EvalPlan& plan);
 
 }  // namespace mla::cli

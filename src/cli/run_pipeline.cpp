@@ -31,6 +31,10 @@
 
 namespace mla::cli {
 
+std::vector<std::string> run_inputs(const RunPlan& plan) {
+  return {plan.checkpoint, plan.config_path, plan.input.file, plan.input.tokens, plan.input.text};
+}
+
 // ---- the flags of a forward ------------------------------------------------------------------
 
 std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::string& default_precision) {

@@ -43,6 +43,10 @@ struct RunPlan {
 
 // --mask --backend --precision --latent-norm-eps --sinks --recent --budget --per-head --out
 // --dump-tensors --threads --allow-tf32, and reading them into `plan`.
+// The paths a run reads (checkpoint, config, --input / --tokens / --text files): an output
+// directory must lie apart from them (mla/output_set.hpp).
+std::vector<std::string> run_inputs(const RunPlan& plan);
+
 std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::string& default_precision);
 void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default_mask, const std::string& default_precision);
 

@@ -20,10 +20,13 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <map>
 #include <set>
+#include <vector>
 
 #include <simdjson.h>
 
@@ -158,43 +161,104 @@ std::string small_file(const std::string& path, int64_t max_bytes) {
   return n == static_cast<ssize_t>(text.size()) ? text : "";
 }
 
-// A directory written by mla-h2o before output sets existed: its report.json lists its files
-// (as paths) under "files"; the names it lists, report.json included, or none.
-std::set<std::string> earlier_report_files(const std::string& dir) {
-  const std::string text = small_file(dir + "/report.json", int64_t{16} << 20);
-  simdjson::dom::parser parser;
-  simdjson::dom::array files;
-  if (text.empty() || parser.parse(simdjson::padded_string(text))["files"].get(files)) return {};
-  std::set<std::string> names = {"report.json"};
-  for (const auto f : files) {
-    std::string_view path;
-    if (f.get(path)) return {};
-    names.insert(fs::path(std::string(path)).filename().string());
+// 64-bit FNV-1a of a file's bytes (the manifest's check that an entry is the file mla-h2o wrote;
+// not a cryptographic hash: it guards against mistakes, not against an adversary who edits the
+// manifest too). False when the file cannot be read.
+bool file_fingerprint(const std::string& path, uint64_t& hash) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  hash = 1469598103934665603ull;
+  std::vector<unsigned char> buf(size_t{1} << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    for (ssize_t i = 0; i < n; ++i) hash = (hash ^ buf[static_cast<size_t>(i)]) * 1099511628211ull;
   }
-  return names;
+  ::close(fd);
+  return true;
 }
 
-// The file names an earlier set's manifest lists (or, for a directory written before output
-// sets existed, its report.json); `found` false when there is neither.
-std::set<std::string> manifest_files(const std::string& dir, bool& found) {
+std::string hex64(uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+// One file of an earlier set as its manifest records it.
+struct ManifestEntry {
+  int64_t size = -1;
+  std::string hash;  // hex64 of file_fingerprint
+};
+
+// The files an earlier set's manifest lists (line "file SIZE HASH NAME"); `found` false when the
+// directory has no manifest of this format (a report.json alone is never trusted: anyone can
+// write one).
+std::map<std::string, ManifestEntry> manifest_files(const std::string& dir, bool& found) {
   found = false;
   const std::string text = small_file(dir + "/" + kOutputManifest, int64_t{1} << 20);
-  if (text.rfind("mla-h2o output set\n", 0) != 0) {
-    std::set<std::string> earlier = earlier_report_files(dir);
-    found = !earlier.empty();
-    return earlier;
-  }
+  if (text.rfind("mla-h2o output set\n", 0) != 0) return {};
   found = true;
-  std::set<std::string> files;
+  std::map<std::string, ManifestEntry> files;
   size_t at = 0;
   while (at < text.size()) {
     const size_t end = text.find('\n', at);
     const std::string line = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
-    if (line.rfind("file ", 0) == 0) files.insert(line.substr(5));
+    if (line.rfind("file ", 0) == 0) {  // a line of another form (an earlier version's) lists nothing
+      const size_t sp1 = line.find(' ', 5), sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
+      if (sp2 != std::string::npos && sp2 - sp1 == 17) {
+        ManifestEntry e;
+        char* stop = nullptr;
+        e.size = std::strtoll(line.c_str() + 5, &stop, 10);
+        if (stop == line.c_str() + sp1 && e.size >= 0) {
+          e.hash = line.substr(sp1 + 1, 16);
+          files[line.substr(sp2 + 1)] = e;
+        }
+      }
+    }
     if (end == std::string::npos) break;
     at = end + 1;
   }
   return files;
+}
+
+// Why entry `name` of `dir` is not the file an earlier set's manifest says mla-h2o wrote there;
+// "" when it is (a regular file of the recorded size and content).
+std::string not_as_written(const std::string& dir, const std::string& name, const ManifestEntry& e) {
+  struct stat st {};
+  const std::string path = dir + "/" + name;
+  if (::lstat(path.c_str(), &st) != 0) return "cannot be read (" + sys_error() + ")";
+  if (S_ISDIR(st.st_mode)) return "is a directory, where mla-h2o wrote a file";
+  if (!S_ISREG(st.st_mode)) return "is not a regular file, where mla-h2o wrote one";
+  if (st.st_size != e.size) return "has changed since mla-h2o wrote it (its size)";
+  uint64_t hash = 0;
+  if (!file_fingerprint(path, hash)) return "cannot be read (" + sys_error() + ")";
+  if (hex64(hash) != e.hash) return "has changed since mla-h2o wrote it (its content)";
+  return "";
+}
+
+// Refuses an output directory that is, holds or lies inside one of the command's inputs: the
+// exchange would replace the input with the outputs (docs/outputs.md §6).
+void check_apart_from_inputs(const std::string& shown, const fs::path& target, const std::vector<std::string>& inputs) {
+  const std::string t = target.string();
+  for (const std::string& in : inputs) {
+    std::error_code ec;
+    if (in.empty() || !fs::exists(in, ec)) continue;  // e.g. --tokens 3,17,250: no path
+    const fs::path p = fs::weakly_canonical(fs::absolute(in, ec), ec);
+    if (ec) continue;
+    const std::string i = p.string();
+    const char* how = nullptr;
+    if (i == t) how = "is";
+    else if (i.rfind(t + "/", 0) == 0) how = "holds";
+    else if (t.rfind(i + "/", 0) == 0) how = "lies inside";
+    if (how)
+      fail(ErrorKind::InvalidArgument, "output directory " + shown + " " + how + " the input " + in +
+                                           ", which the new set would replace; pass another --out");
+  }
 }
 
 // A staging directory of `target` left by a process that no longer runs.
@@ -237,7 +301,8 @@ void fsync_path(const std::string& path, const std::string& what) {
 
 }  // namespace
 
-OutputSet::OutputSet(std::string dir, std::string command, Lock lock) : dir_(std::move(dir)), command_(std::move(command)) {
+OutputSet::OutputSet(std::string dir, std::string command, Lock lock, const std::vector<std::string>& inputs)
+    : dir_(std::move(dir)), command_(std::move(command)) {
   if (dir_.empty()) fail(ErrorKind::InvalidArgument, "output directory: empty path");
   std::error_code ec;
   fs::path p = fs::absolute(dir_, ec).lexically_normal();
@@ -247,6 +312,7 @@ OutputSet::OutputSet(std::string dir, std::string command, Lock lock) : dir_(std
     fail(ErrorKind::InvalidArgument, "output directory '" + dir_ + "': not a directory an output set can replace");
   target_ = p.string();
   const std::string parent = p.parent_path().string(), name = p.filename().string();
+  check_apart_from_inputs(dir_, p, inputs);  // before anything is created
 
   struct stat st {};
   if (::lstat(target_.c_str(), &st) == 0) {
@@ -306,12 +372,17 @@ OutputSet::OutputSet(std::string dir, std::string command, Lock lock) : dir_(std
     const std::vector<std::string> entries = entries_of(target_);
     if (!entries.empty()) {
       bool found = false;
-      const std::set<std::string> listed = manifest_files(target_, found);
+      const std::map<std::string, ManifestEntry> listed = manifest_files(target_, found);
+      const std::string advice = "; pass a new or empty directory (an earlier mla-h2o set there is replaced as a whole)";
       for (const std::string& e : entries) {
-        if (e == kOutputManifest || listed.count(e)) continue;
-        fail(ErrorKind::Io, "output directory " + dir_ + " holds '" + e + "', which " +
-                                (found ? "its earlier mla-h2o set does not list" : "mla-h2o did not write") +
-                                "; pass a new or empty directory (an earlier mla-h2o set there is replaced as a whole)");
+        if (e == kOutputManifest && found) continue;
+        const auto it = listed.find(e);
+        if (it == listed.end())
+          fail(ErrorKind::Io, "output directory " + dir_ + " holds '" + e + "', which " +
+                                  (found ? "its earlier mla-h2o set does not list" : "mla-h2o did not write") + advice);
+        if (const std::string why = not_as_written(target_, e, it->second); !why.empty())
+          fail(ErrorKind::Io, "output directory " + dir_ + " holds '" + e + "', which " + why +
+                                  ", so it is not removed" + advice);
       }
     }
     // Staging directories of writers that died (SIGKILL, power loss).
@@ -368,7 +439,8 @@ OutputSet::~OutputSet() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-std::string OutputSet::add(const std::string& name) {
+std::string OutputSet::add(const std::string& plain_name) {
+  const std::string name = prefix_ + plain_name;
   if (committed_) fail(ErrorKind::Io, "output set " + dir_ + ": '" + name + "' added after the set was committed");
   if (name.empty() || name[0] == '.' || name.find('/') != std::string::npos || name.find('\n') != std::string::npos)
     fail(ErrorKind::InvalidArgument, "output set " + dir_ + ": '" + name + "' is not a plain file name");
@@ -379,7 +451,7 @@ std::string OutputSet::add(const std::string& name) {
 }
 
 void OutputSet::write(const std::string& name, std::string_view bytes) {
-  const std::string path = add(name), shown = (fs::path(dir_) / name).string();
+  const std::string path = add(name), shown = (fs::path(dir_) / (prefix_ + name)).string();
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) fail(ErrorKind::Io, "cannot write " + shown + ": " + sys_error());
   write_all(fd, bytes, shown);
@@ -389,28 +461,34 @@ void OutputSet::write(const std::string& name, std::string_view bytes) {
 std::vector<std::string> OutputSet::paths_with(std::initializer_list<std::string> also) const {
   std::vector<std::string> out;
   for (const std::string& n : names_) out.push_back((fs::path(dir_) / n).string());
-  for (const std::string& n : also)
-    if (std::find(names_.begin(), names_.end(), n) == names_.end()) out.push_back((fs::path(dir_) / n).string());
+  for (const std::string& plain : also)
+    if (const std::string n = prefix_ + plain; std::find(names_.begin(), names_.end(), n) == names_.end())
+      out.push_back((fs::path(dir_) / n).string());
   return out;
 }
 
 void OutputSet::commit() {
   if (committed_) return;
   // The manifest, then every file and the directory on disk (a full disk may only say so here).
+  if (hold_commit_) return;  // a part of a set written by several steps: the outer commit() follows
+  // Each file's size and fingerprint, so that the next writer removes only what this one wrote.
   std::string manifest = std::string("mla-h2o output set\nproducer mla-h2o ") + MLA_VERSION + "\ncommand " + command_ + "\n";
-  for (const std::string& n : names_) manifest += "file " + n + "\n";
+  for (const std::string& n : names_) {
+    struct stat st {};
+    const std::string path = staging_ + "/" + n, shown = (fs::path(dir_) / n).string();
+    errno = 0;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+      fail(ErrorKind::Io, "cannot write " + shown + ": it was never written (" + (errno ? sys_error() : "not a file") + ")");
+    fsync_path(path, shown);
+    uint64_t hash = 0;
+    if (!file_fingerprint(path, hash)) fail(ErrorKind::Io, "cannot read back " + shown + ": " + sys_error());
+    manifest += "file " + std::to_string(st.st_size) + " " + hex64(hash) + " " + n + "\n";
+  }
   const std::string manifest_path = staging_ + "/" + kOutputManifest;
   const int fd = ::open(manifest_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) fail(ErrorKind::Io, "cannot write the manifest of " + dir_ + ": " + sys_error());
   write_all(fd, manifest, (fs::path(dir_) / kOutputManifest).string());
   if (::close(fd) != 0) fail(ErrorKind::Io, "cannot write the manifest of " + dir_ + ": " + sys_error());
-  for (const std::string& n : names_) {
-    struct stat st {};
-    const std::string path = staging_ + "/" + n, shown = (fs::path(dir_) / n).string();
-    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-      fail(ErrorKind::Io, "cannot write " + shown + ": it was never written (" + (errno ? sys_error() : "not a file") + ")");
-    fsync_path(path, shown);
-  }
   fsync_path(manifest_path, dir_ + "/" + kOutputManifest);
   fsync_path(staging_, dir_);
 
@@ -448,6 +526,15 @@ void OutputSet::commit() {
   ::close(lock_fd_);
   lock_fd_ = -1;
   if (const int sig = g_pending_signal.exchange(0)) restore_and_raise(sig);
+  if (ec || fs::exists(staging_))
+    fail(ErrorKind::Io, "the new set is in " + dir_ + ", but the previous one could not be removed from " + staging_ + ": " +
+                            (ec ? ec.message() : std::string("some of it is left")) + "; remove it by hand");
+}
+
+void OutputSet::begin_part(const std::string& prefix) {
+  if (committed_) fail(ErrorKind::Io, "output set " + dir_ + ": a part begun after the set was committed");
+  prefix_ = prefix;
+  hold_commit_ = !prefix.empty();
 }
 
 std::string abandoned_output_note() {

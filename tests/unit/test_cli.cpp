@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -363,15 +364,30 @@ BOOST_AUTO_TEST_CASE(demo_model_runs_layer0_and_eval_on_the_shipped_model) {
   BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
   BOOST_TEST(contains(r.out, "100 of 256"));
   BOOST_TEST(contains(r.out, "weights: trained"));
-  const std::string csv = read_text(dir + "/out/layer0/scores.csv");
+  // one output set (issue 29): layer 0's files and eval's, one manifest, nothing else
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/out")) names.insert(e.path().filename().string());
+  for (const char* f : {".mla-h2o-set", "layer0-scores.csv", "layer0-report.json", "eval-summary.csv", "eval-report.json"})
+    BOOST_TEST(names.count(f) == 1u, f);
+  for (const std::string& n : names)
+    BOOST_TEST((n == ".mla-h2o-set" || n.rfind("layer0-", 0) == 0 || n.rfind("eval-", 0) == 0), n);
+  const std::string csv = read_text(dir + "/out/layer0-scores.csv");
   BOOST_TEST(csv.rfind("token_idx,attention_score,kept,category,token_text\n0,", 0) == 0u);
   BOOST_TEST(contains(csv, ",True,sink,\"<bos>\"\n"));
   BOOST_TEST(std::count(csv.begin(), csv.end(), '\n') == 257);
-  const std::string summary = read_text(dir + "/out/eval/summary.csv");
+  const std::string summary = read_text(dir + "/out/eval-summary.csv");
   BOOST_TEST(std::count(summary.begin(), summary.end(), '\n') == 1 + 14 * 3);  // header + every preset x 3 budgets
   for (const char* policy : {"h2o,128", "tova,256", "snapkv,384", "streaming,128"})
     BOOST_TEST(contains(summary, std::string("\n") + policy + ","), policy);
   expect_failure("demo --model '" + dir + "/no-model' --out '" + dir + "/o'", "demo", {"no-model", "heldout.txt"});
+  // a model whose held-out text is too short for the eval part: one line, nothing written
+  const std::string short_model = dir + "/short-model";
+  std::filesystem::create_directories(short_model + "/eval");
+  for (const char* f : {"config.json", "model.safetensors", "generation_config.json"})
+    std::filesystem::copy_file(shipped_model() + "/" + f, short_model + "/" + f);
+  write_text(short_model + "/eval/heldout.txt", std::string(600, 'a'));
+  expect_failure("demo --model '" + short_model + "' --quiet --out '" + dir + "/short-out'", "demo", {"heldout.txt", "600 bytes"});
+  BOOST_TEST(!std::filesystem::exists(dir + "/short-out"));
   expect_failure("demo --model tiny --decode --out '" + dir + "/o'", "demo", {"--model", "--decode"});
 }
 

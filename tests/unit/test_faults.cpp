@@ -281,10 +281,12 @@ BOOST_AUTO_TEST_CASE(a_second_writer_fails_with_one_line) {
   const std::string dir = scratch_dir("outputs-lock") + "/out";
   BOOST_TEST_REQUIRE(run_cli(run_into(dir, "")).exit_code == 0);
   const auto before = snapshot(dir);
+  const std::string scores = scratch_dir("outputs-lock-scores") + "/scores.csv";
+  fs::copy_file(dir + "/scores.csv", scores);
   {  // hold the directory's lock as a writer does
     const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
     BOOST_TEST_REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
-    for (const std::string& args : {run_into(dir, ""), "select --scores '" + dir + "/scores.csv' --out '" + dir + "'",
+    for (const std::string& args : {run_into(dir, ""), "select --scores '" + scores + "' --out '" + dir + "'",
                                     "synth --preset tiny --out '" + dir + "'"}) {
       const RunResult r = run_cli(args);
       expect_error_line(r, args.substr(0, args.find(' ')), {"another mla-h2o process is writing to " + dir});
@@ -392,15 +394,98 @@ BOOST_AUTO_TEST_CASE(a_directory_with_other_files_is_refused) {
   BOOST_TEST(fs::exists(set + "/mine.txt"));
   // a file as --out
   expect_error_line(run_cli(run_into(dir + "/notes.txt", "")), "run", {"notes.txt", "not a directory"});
-  // a directory written before output sets existed: its report.json lists every file, so it is
-  // an earlier set and is replaced
-  const std::string old = scratch_dir("outputs-before-sets") + "/out";
+  // a report.json without the manifest is never trusted (issue 29: a foreign one listing
+  // "results/thesis.tex" got thesis.tex deleted): refused, nothing removed
+  const std::string old = scratch_dir("outputs-foreign-report") + "/out";
   fs::create_directories(old);
-  write_text(old + "/budget.svg", "<svg/>");
-  write_text(old + "/report.json", "{\"files\": [\"" + old + "/budget.svg\", \"" + old + "/report.json\"]}\n");
-  BOOST_TEST_REQUIRE(run_cli(run_into(old, "")).exit_code == 0);
-  BOOST_TEST(!fs::exists(old + "/budget.svg"));
-  expect_one_set(old, "after a directory from before output sets");
+  write_text(old + "/thesis.tex", "\\chapter{mine}\n");
+  write_text(old + "/report.json", "{\"files\": [\"results/thesis.tex\", \"report.json\"]}\n");
+  expect_error_line(run_cli(run_into(old, "")), "run", {"mla-h2o did not write"});
+  BOOST_TEST(read_text(old + "/thesis.tex") == "\\chapter{mine}\n");
+  BOOST_TEST((listing(old) == std::set<std::string>{"report.json", "thesis.tex"}));
+}
+
+// Issue 29: a name the earlier set's manifest lists, replaced by the user's directory (or changed
+// file), was deleted with everything in it. An entry must still be the regular file mla-h2o
+// wrote, of the size and fingerprint the manifest records; else it is refused, never removed.
+BOOST_AUTO_TEST_CASE(a_listed_name_that_is_not_what_mla_h2o_wrote_is_refused) {
+  const std::string set = scratch_dir("outputs-listed-dir") + "/out";
+  BOOST_TEST_REQUIRE(run_cli(run_into(set, "")).exit_code == 0);
+  // scores.csv replaced by a directory holding the user's thesis
+  fs::remove(set + "/scores.csv");
+  fs::create_directories(set + "/scores.csv");
+  write_text(set + "/scores.csv/thesis.txt", "years of work\n");
+  expect_error_line(run_cli(run_into(set, "")), "run", {"'scores.csv'", "is a directory"});
+  BOOST_TEST(read_text(set + "/scores.csv/thesis.txt") == "years of work\n");
+  // the same name as a file the user wrote over (same name, other content, even the same size)
+  fs::remove_all(set + "/scores.csv");
+  BOOST_TEST_REQUIRE(run_cli(run_into(set, "")).exit_code == 0);
+  std::string text = read_text(set + "/scores.csv");
+  text[text.size() / 2] = text[text.size() / 2] == 'x' ? 'y' : 'x';
+  write_text(set + "/scores.csv", text);
+  expect_error_line(run_cli(run_into(set, "")), "run", {"'scores.csv'", "has changed"});
+  BOOST_TEST(read_text(set + "/scores.csv") == text);
+  write_text(set + "/scores.csv", text + "more");
+  expect_error_line(run_cli(run_into(set, "")), "run", {"'scores.csv'", "has changed"});
+  // a symbolic link under a listed name
+  fs::remove(set + "/scores.csv");
+  fs::create_symlink("/etc/hostname", set + "/scores.csv");
+  expect_error_line(run_cli(run_into(set, "")), "run", {"'scores.csv'", "not a regular file"});
+  BOOST_TEST(fs::is_symlink(set + "/scores.csv"));
+}
+
+// Issue 29: an old file that cannot be removed (immutable) left the previous set in a staging
+// directory beside --out, and the exit status was 0. The new set is in place; the command says
+// what is left where, and exits 1.
+BOOST_AUTO_TEST_CASE(a_previous_set_that_cannot_be_removed_is_an_error) {
+  const std::string set = scratch_dir("outputs-immutable") + "/out";
+  BOOST_TEST_REQUIRE(run_cli(run_into(set, "")).exit_code == 0);
+  if (std::system(("chattr +i '" + set + "/scores.csv' 2>/dev/null").c_str()) != 0) {
+    BOOST_TEST_MESSAGE("chattr +i is not available here: nothing to check");
+    return;
+  }
+  const RunResult r = run_cli(run_into(set, "--seq-len 12"));
+  const std::vector<std::string> left = staging_beside(set);
+  for (const std::string& s : left) {
+    const std::string path = (fs::path(set).parent_path() / s).string();
+    BOOST_TEST(std::system(("chattr -R -i '" + path + "'").c_str()) == 0);
+    fs::remove_all(path);
+  }
+  expect_error_line(r, "run", {"the new set is in", "could not be removed", "remove it by hand"});
+  BOOST_TEST(left.size() == 1u);
+  expect_one_set(set, "the new set after a failed cleanup");
+}
+
+// Issue 29: `eval --checkpoint D --out D` (and run) replaced the checkpoint with its outputs.
+// An --out that is, holds or lies inside an input is refused before any work.
+BOOST_AUTO_TEST_CASE(an_output_directory_over_an_input_is_refused) {
+  const std::string base = scratch_dir("outputs-over-input");
+  const std::string ck = base + "/ckpt";
+  BOOST_TEST_REQUIRE(run_cli("synth --preset tiny --layers 0,1 --out '" + ck + "'").exit_code == 0);
+  const auto before = snapshot(ck);
+  expect_error_line(run_cli("run --checkpoint '" + ck + "' --seq-len 8 --out '" + ck + "'"), "run", {"is the input", ck});
+  expect_error_line(run_cli("run --checkpoint '" + ck + "' --seq-len 8 --out '" + ck + "/sub'"), "run", {"lies inside"});
+  expect_error_line(run_cli("run --checkpoint '" + ck + "' --seq-len 8 --out '" + base + "'"), "run", {"holds the input", ck});
+  expect_error_line(run_cli("decode --checkpoint '" + ck + "' --seq-len 12 --prompt-len 8 --cache-budget 4 --policy h2o "
+                            "--sinks 1 --recent 1 --out '" + ck + "'"),
+                    "decode", {"is the input"});
+  expect_error_line(run_cli("sweep --checkpoint '" + ck + "' --seq-len 8 --out '" + ck + "'"), "sweep", {"is the input"});
+  const std::string ids = base + "/ids.txt";
+  write_text(ids, "1,2,3,4,5,6,7,8,9,10,11,12\n");
+  expect_error_line(run_cli("run --checkpoint '" + tiny2() + "' --tokens '" + ids + "' --out '" + base + "'"), "run",
+                    {"holds the input", ids});
+  // eval, on the shipped model: --out the model's directory, or its held-out text's
+  const std::string model = mla::test::data_dir() + "/../../models/tiny-mla";
+  const std::string model_before = read_text(model + "/config.json");
+  const std::string ev = "eval --checkpoint '" + model + "' --text '" + model + "/eval/heldout.txt' --prompt-len 8 --steps 4 "
+                         "--cache-budget 4 --policy h2o --quiet --out ";
+  expect_error_line(run_cli(ev + "'" + model + "'"), "eval", {"is the input"});
+  expect_error_line(run_cli(ev + "'" + model + "/eval'"), "eval", {"lies inside the input"});
+  BOOST_TEST(read_text(model + "/config.json") == model_before);
+  BOOST_TEST(fs::exists(model + "/model.safetensors"));
+  BOOST_TEST((snapshot(ck) == before));
+  BOOST_TEST(!fs::exists(ck + "/sub"));
+  BOOST_TEST(read_text(ids) == "1,2,3,4,5,6,7,8,9,10,11,12\n");
 }
 
 // Issue: num_hidden_layers 1e12 (or 2^31, 2^63-1) hung run, decode, sweep and inspect (every
