@@ -134,7 +134,10 @@ std::vector<int64_t> parse_int_list(const std::string& text, const std::string& 
     cur.clear();
   };
   auto empty_item = [&] { bad(what + ": empty item in '" + printable_text(text) + "' (expected a list like 3,17,250)"); };
-  for (char c : text) {
+  for (size_t at = 0; at < text.size(); ++at) {
+    const char c = text[at];
+    if (c == '\0')  // a C-string parse would end the list there and silently drop the rest
+      bad(what + ": a NUL byte at offset " + std::to_string(at) + " (expected a list like 3,17,250)");
     if (c == ',') {
       flush();
       if (!item_since_comma) empty_item();  // ",5", "40,,50"

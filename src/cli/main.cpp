@@ -1,4 +1,6 @@
 // mla-h2o: MLA attention (Kimi K2.6 / DeepSeek-V3) + H2O KV-cache eviction, no ML framework.
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -36,9 +38,23 @@ void usage(std::FILE* out) {
   for (const auto& c : kCommands) std::fprintf(out, "  %-9s %s\n", c.name, c.summary);
 }
 
+// stdout flushed and checked: a full disk (> /dev/full) or a closed pipe is one error line and
+// exit status 1, never a silent 0 (the command's files are already in place by then).
+int finish_stdout(const char* cmd, int rc) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return rc;
+  const int err = errno;
+  std::fprintf(stderr, "mla-h2o %s: error: cannot write to standard output: %s%s\n", cmd,
+               err ? std::strerror(err) : "write error", rc == 0 ? " (the outputs on disk are complete)" : "");
+  return rc == 0 ? 1 : rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A closed pipe (mla-h2o eval ... | head -1) makes a write fail with EPIPE, reported by
+  // finish_stdout, instead of killing the process with SIGPIPE after its outputs were written.
+  std::signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {
     usage(stderr);
     return 2;
@@ -46,17 +62,17 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     usage(stdout);
-    return 0;
+    return finish_stdout("--help", 0);
   }
   if (cmd == "--version") {
     std::printf("mla-h2o %s (%s)\n", MLA_VERSION, MLA_COMPILER);
-    return 0;
+    return finish_stdout("--version", 0);
   }
   std::vector<std::string> rest(argv + 2, argv + argc);
   for (const auto& c : kCommands) {
     if (cmd != c.name) continue;
     try {
-      return c.fn(rest);
+      return finish_stdout(c.name, c.fn(rest));
     } catch (const mla::Error& e) {
       std::fprintf(stderr, "mla-h2o %s: error: %s%s\n", c.name, mla::printable_text(e.what(), 4096).c_str(),
                    mla::abandoned_output_note().c_str());

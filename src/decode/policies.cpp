@@ -177,6 +177,10 @@ void apply_policy_setting(PolicySettings& s, std::string_view key, std::string_v
         (list.empty() ? "none" : list) + ")");
   }
   const std::string k(key), v(value);
+  // one value per key: h2o:sinks=4,sinks=8 is refused, as h2o,h2o is (the label holds what was set)
+  if (const std::string set = s.label.substr(std::min(s.label.size(), s.preset.size()));
+      set.find(":" + k + "=") != std::string::npos || set.find("," + k + "=") != std::string::npos)
+    bad("--policy: '" + k + "' given twice for " + s.preset + " (" + s.label + "," + k + "=" + v + ")");
   if (k == "sinks") {
     s.sinks = parse_int(k, v, 0);
   } else if (k == "recent") {

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <string>
 
 #include "eval_layer.hpp"
 #include "mla/error.hpp"
@@ -49,6 +50,24 @@ struct RunState {
   std::vector<double> recall;                  // [N] mass recall per step
   std::vector<int64_t> cache_len, held;        // [N]
 };
+
+// A non-finite value is never a result (issue 29: a layer whose kv_b_proj overflowed gave mean NLL
+// nan and top-1 1.0 with exit status 0): one line naming the first layer, tensor and run where it
+// appeared.
+void check_finite(const MatrixRM& m, const std::string& what, int64_t first_position) {
+  const int64_t cols = m.cols();
+  for (int64_t i = 0; i < m.size(); ++i) {
+    const float v = m.data()[i];
+    if (std::isfinite(v)) continue;
+    fail(ErrorKind::InvalidValue, what + " is " + (std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf") + " at position " +
+                                      std::to_string(first_position + i / cols) + ", column " + std::to_string(i % cols) +
+                                      " (overflow in fp32 arithmetic: weights or activations out of range)");
+  }
+}
+
+std::string run_name(const PolicySettings& policy, int64_t budget, bool full) {
+  return full ? std::string("the full cache") : policy.label + " at K = " + std::to_string(budget);
+}
 
 double norm(const float* v, int64_t n) {
   double s = 0;
@@ -224,6 +243,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     }
     // 1. the prompt
     const eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs);
+    check_finite(h_prompt, "layer " + std::to_string(L) + " output (the prompt's hidden states)", 0);
     // 2b. every run's decode rows projected; its manager (with the run's own token features) reads the prompt
     for (RunState& r : runs) {
       const decoder::PreparedLayer::Projected p = layer->project(layer->input_norm(r.h), decode_positions);
@@ -303,6 +323,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     MatrixRM full_attn;
     for (RunState& r : runs) {
       const MatrixRM attn = layer->o_proj(r.ctx);
+      check_finite(attn, "layer " + std::to_string(L) + " self_attn output (" + run_name(r.policy, r.budget, r.full) + ")", P);
       if (r.full) full_attn = attn;
       EvalLayer st;
       st.layer = L;
@@ -326,6 +347,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
       layer->residual_add(r.h, attn);
       const MatrixRM f = layer->mlp(layer->post_norm(r.h), nullptr);
       layer->residual_add(r.h, f);
+      check_finite(r.h, "layer " + std::to_string(L) + " output (" + run_name(r.policy, r.budget, r.full) + ")", P);
       double hidden_err = 0;
       for (int64_t i = 0; i < N && !r.full; ++i) hidden_err += rel_error(r.h.data() + i * H, runs[0].h.data() + i * H, H);
       st.mean_hidden_rel_error = hidden_err / static_cast<double>(N);
@@ -346,6 +368,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
   ckpt.release_mappings();
   const int64_t V = a.vocab_size;
   const MatrixRM full_logits = head.logits(runs[0].h);  // [N, V]
+  check_finite(full_logits, "logits (the full cache)", P);
   if (opt.keep_full_states) {
     MatrixRM all(P + N, H);
     all.topRows(P) = h_prompt;
@@ -364,6 +387,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
   }
   for (RunState& r : runs) {
     const MatrixRM logits = r.full ? full_logits : head.logits(r.h);
+    if (!r.full) check_finite(logits, "logits (" + run_name(r.policy, r.budget, r.full) + ")", P);
     EvalRun out;
     out.policy = r.policy;
     out.budget = r.budget;

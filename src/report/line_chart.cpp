@@ -50,16 +50,16 @@ std::string line_chart(const std::string& title, const std::string& x_label, con
   s += "<title>" + xml_escape(title) + "</title>\n<rect x=\"0\" y=\"0\" width=\"960\" height=\"480\" fill=\"#ffffff\"/>\n";
   s += "<text x=\"480\" y=\"28\" text-anchor=\"middle\" font-size=\"14\">" + xml_escape(title) + "</text>\n";
   s += "<g stroke=\"#e8e8e8\">\n";
-  for (double v = y_bottom; v <= y_top * (1 + 1e-12) + 1e-300; v += y_step)
+  for (const double v : ticks(y_bottom, y_top, y_step))
     s += "<line x1=\"" + num(left) + "\" y1=\"" + num(Y(v)) + "\" x2=\"" + num(right) + "\" y2=\"" + num(Y(v)) + "\"/>\n";
   s += "</g>\n<g stroke=\"#000000\">\n";
   s += "<line x1=\"" + num(left) + "\" y1=\"" + num(Y(0)) + "\" x2=\"" + num(right) + "\" y2=\"" + num(Y(0)) + "\"/>\n";
   s += "<line x1=\"" + num(left) + "\" y1=\"" + num(top) + "\" x2=\"" + num(left) + "\" y2=\"" + num(bottom) + "\"/>\n";
   s += "</g>\n<g font-size=\"11\">\n";
-  for (double v = y_bottom; v <= y_top * (1 + 1e-12) + 1e-300; v += y_step)
+  for (const double v : ticks(y_bottom, y_top, y_step))
     s += "<text x=\"" + num(left - 6) + "\" y=\"" + num(Y(v) + 4) + "\" text-anchor=\"end\">" +
          tick_label(std::abs(v) < y_step * 1e-9 ? 0.0 : v) + "</text>\n";
-  for (double v = std::ceil(x_min / x_step) * x_step; v <= x_max * (1 + 1e-12); v += x_step)
+  for (const double v : ticks(std::ceil(x_min / x_step) * x_step, x_max, x_step))
     s += "<text x=\"" + num(X(v)) + "\" y=\"" + num(bottom + 16) + "\" text-anchor=\"middle\">" + tick_label(v) + "</text>\n";
   s += "</g>\n";
   s += "<text x=\"" + num((left + right) / 2) + "\" y=\"460\" text-anchor=\"middle\">" + xml_escape(x_label) + "</text>\n";

@@ -35,6 +35,7 @@ const char* category_colour(TokenCategory c) {
 }
 
 using svg::nice_step;
+using svg::ticks;
 using svg::num;
 using svg::tick_label;
 using svg::xml_escape;
@@ -59,7 +60,7 @@ std::string scores_svg(std::span<const double> scores, const H2ODecision& d, con
 
   // pass 1: grid and y ticks
   s += "<g stroke=\"#e8e8e8\" stroke-width=\"1\">\n";
-  for (double v = y_step; v <= y_top * (1 + 1e-12); v += y_step)
+  for (const double v : ticks(y_step, y_top, y_step))
     s += "<line x1=\"" + num(kLeft) + "\" y1=\"" + num(y_of(v)) + "\" x2=\"" + num(kRight) + "\" y2=\"" + num(y_of(v)) + "\"/>\n";
   s += "</g>\n";
 
@@ -89,12 +90,12 @@ std::string scores_svg(std::span<const double> scores, const H2ODecision& d, con
   s += "<line x1=\"" + num(kLeft) + "\" y1=\"" + num(kBottom) + "\" x2=\"" + num(kRight) + "\" y2=\"" + num(kBottom) + "\"/>\n";
   s += "<line x1=\"" + num(kLeft) + "\" y1=\"" + num(kTop) + "\" x2=\"" + num(kLeft) + "\" y2=\"" + num(kBottom) + "\"/>\n";
   s += "</g>\n<g id=\"y-ticks\" text-anchor=\"end\">\n";
-  for (double v = 0; v <= y_top * (1 + 1e-12); v += y_step)
+  for (const double v : ticks(0, y_top, y_step))
     s += "<line x1=\"" + num(kLeft - 5) + "\" y1=\"" + num(y_of(v)) + "\" x2=\"" + num(kLeft) + "\" y2=\"" + num(y_of(v)) +
          "\" stroke=\"#000000\"/><text x=\"" + num(kLeft - 8) + "\" y=\"" + num(y_of(v) + 4) + "\">" + tick_label(v) + "</text>\n";
   s += "</g>\n<g id=\"x-ticks\" text-anchor=\"middle\">\n";
   const double x_step = std::max(1.0, nice_step(static_cast<double>(S > 0 ? S - 1 : 0), 8));
-  for (double i = 0; S > 0 && i <= static_cast<double>(S - 1); i += x_step) {
+  for (const double i : ticks(0, S > 0 ? static_cast<double>(S - 1) : -1, x_step)) {
     const double x = x_of(i + 0.5);
     s += "<line x1=\"" + num(x) + "\" y1=\"" + num(kBottom) + "\" x2=\"" + num(x) + "\" y2=\"" + num(kBottom + 5) +
          "\" stroke=\"#000000\"/><text x=\"" + num(x) + "\" y=\"" + num(kBottom + 19) + "\">" + tick_label(i) + "</text>\n";
@@ -211,7 +212,7 @@ std::string sweep_heatmap_svg(const SweepReport& r, const std::string& title) {
          std::to_string(r.layers[li].layer) + "</text>\n";
   s += "</g>\n<g id=\"x-ticks\" text-anchor=\"middle\">\n";
   const double x_step = std::max(1.0, nice_step(static_cast<double>(S > 0 ? S - 1 : 0), 8));
-  for (double i = 0; S > 0 && i <= static_cast<double>(S - 1); i += x_step) {
+  for (const double i : ticks(0, S > 0 ? static_cast<double>(S - 1) : -1, x_step)) {
     const double x = kLeft + (i + 0.5) * plot_w / static_cast<double>(S);
     s += "<line x1=\"" + num(x) + "\" y1=\"" + num(plot_bottom) + "\" x2=\"" + num(x) + "\" y2=\"" + num(plot_bottom + 5) +
          "\" stroke=\"#000000\"/><text x=\"" + num(x) + "\" y=\"" + num(plot_bottom + 19) + "\">" + tick_label(i) +

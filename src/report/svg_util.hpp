@@ -48,6 +48,21 @@ inline double nice_step(double span, double target) {
   return (norm < 1.5 ? 1.0 : norm < 3.0 ? 2.0 : norm < 7.0 ? 5.0 : 10.0) * mag;
 }
 
+// The tick values from, from + step, ... up to `to` (inclusive, with a relative slack of 1e-12),
+// at most kMaxTicks of them: computed as from + i * step, so a step far below the values' ulp
+// (a budget of 2^51 on the x axis) can neither loop forever nor grow the chart without bound.
+inline constexpr int kMaxTicks = 64;
+inline std::vector<double> ticks(double from, double to, double step) {
+  std::vector<double> out;
+  if (!std::isfinite(from) || !std::isfinite(to) || !(step > 0)) return out;
+  for (int i = 0; i < kMaxTicks; ++i) {
+    const double v = from + i * step;
+    if (v > to + std::abs(to) * 1e-12 + 1e-300 || (i > 0 && v == out.back())) break;
+    out.push_back(v);
+  }
+  return out;
+}
+
 // One line of a line chart: its legend label, its colour ("" = series_colour of its index) and
 // its (x, y) points (a non-finite y is skipped).
 struct Series {

@@ -682,4 +682,102 @@ BOOST_AUTO_TEST_CASE(smaller_edges) {
   for (const char c : sel.err) BOOST_TEST((c == '\n' || static_cast<unsigned char>(c) >= 0x20), "control byte in the error line");
 }
 
+// ---- issue 29: nothing silent ------------------------------------------------------------------
+
+namespace {
+const std::string& shipped() {
+  static const std::string m = mla::test::data_dir() + "/../../models/tiny-mla";
+  return m;
+}
+// eval on the shipped model over its held-out text, P 16, N 8 (well under a second)
+std::string eval_args(const std::string& model, const std::string& out, const std::string& extra) {
+  return "eval --checkpoint '" + model + "' --text '" + shipped() + "/eval/heldout.txt' --prompt-len 16 --steps 8 --quiet --out '" +
+         out + "' " + extra;
+}
+// A copy of the shipped model with one config.json key's value replaced (the weights hard-linked).
+std::string shipped_with(const std::string& dir, const std::string& key, const std::string& value) {
+  fs::create_directories(dir);
+  std::error_code ec;
+  fs::create_hard_link(shipped() + "/model.safetensors", dir + "/model.safetensors", ec);
+  if (ec) fs::copy_file(shipped() + "/model.safetensors", dir + "/model.safetensors");
+  std::string text = read_text(shipped() + "/config.json");
+  const std::string k = "\"" + key + "\": ";
+  const size_t at = text.find(k);
+  if (at == std::string::npos) throw std::runtime_error("no key " + key);
+  const size_t begin = at + k.size(), end = text.find_first_of(",\n}", begin);
+  text.replace(begin, end - begin, value);
+  write_text(dir + "/config.json", text);
+  return dir;
+}
+}  // namespace
+
+// eval printed mean NLL nan, KL -nan and top-1 1.0 and exited 0 on a model whose MoE output
+// overflows (routed_scaling_factor 1e308); every other command refused such a model.
+BOOST_AUTO_TEST_CASE(a_non_finite_eval_is_an_error_naming_layer_and_tensor) {
+  const std::string dir = scratch_dir("faults-nan-eval");
+  const std::string model = shipped_with(dir + "/model", "routed_scaling_factor", "1e308");
+  const RunResult r = run_bounded(eval_args(model, dir + "/out", "--cache-budget 8 --policy h2o"));
+  expect_error_line(r, "eval", {"layer 1 output", "is NaN", "overflow"});  // layer 0 is dense: the first MoE layer
+  BOOST_TEST(!contains(r.out, "nan"));
+  BOOST_TEST(!fs::exists(dir + "/out"));
+}
+
+// A budget of 2^51 or more hung eval while budget.svg's axis ticks grew without bound (the step
+// fell below the values' ulp). A budget past the sequence is a full cache; the chart is bounded.
+BOOST_AUTO_TEST_CASE(a_huge_budget_ends_with_a_bounded_chart) {
+  const std::string dir = scratch_dir("faults-huge-budget");
+  const RunResult r = run_bounded(eval_args(shipped(), dir + "/out", "--cache-budget 2251799813685248 --policy h2o"));
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  BOOST_TEST(fs::file_size(dir + "/out/budget.svg") < 200000u);
+  const RunResult two = run_bounded(eval_args(shipped(), dir + "/out2", "--cache-budget 8,9223372036854775000 --policy h2o"));
+  BOOST_TEST_REQUIRE(two.exit_code == 0, two.err);
+  BOOST_TEST(fs::file_size(dir + "/out2/budget.svg") < 200000u);
+}
+
+// "256,1,2,3\0abc,4,5,6,7" read as 8 ids: the NUL ended the parse of an item and "abc" was dropped.
+BOOST_AUTO_TEST_CASE(a_nul_byte_in_a_token_file_is_refused) {
+  const std::string dir = scratch_dir("faults-nul");
+  write_text(dir + "/ids.txt", std::string("256,1,2,3\0abc,4,5,6,7", 21));
+  expect_error_line(run_bounded("eval --checkpoint '" + shipped() + "' --tokens '" + dir + "/ids.txt' --prompt-len 4 --steps 2 "
+                                "--cache-budget 2 --policy h2o --out '" + dir + "/o'"),
+                    "eval", {"NUL byte at offset 9"});
+  expect_error_line(run_bounded("run --checkpoint '" + tiny2() + "' --tokens '" + dir + "/ids.txt' --out '" + dir + "/o'"), "run",
+                    {"NUL byte"});
+  BOOST_TEST(!fs::exists(dir + "/o"));
+}
+
+// h2o:sinks=4,sinks=8 ran with the last value, while h2o,h2o was refused as given twice.
+BOOST_AUTO_TEST_CASE(a_policy_setting_given_twice_is_refused) {
+  const std::string dir = scratch_dir("faults-policy-twice");
+  for (const std::string p : {"h2o:sinks=4,sinks=8", "h2o:heads=max,heads=sum", "snapkv:window=4,pool=avg3,window=8"})
+    expect_error_line(run_bounded(eval_args(shipped(), dir + "/o", "--cache-budget 8 --policy " + p)), "eval",
+                      {"given twice", p.substr(0, p.find(':'))});
+  expect_error_line(run_bounded("decode --checkpoint '" + tiny2() + "' --seq-len 12 --prompt-len 8 --cache-budget 4 --policy "
+                                "h2o:recent=2,recent=50% --out '" + dir + "/o'"),
+                    "decode", {"'recent' given twice"});
+  BOOST_TEST(!fs::exists(dir + "/o"));
+  // distinct keys still combine
+  BOOST_TEST(run_bounded(eval_args(shipped(), dir + "/ok", "--cache-budget 8 --policy h2o:sinks=2,recent=3")).exit_code == 0);
+}
+
+// `eval ... > /dev/full` exited 0 with its summary lost; a closed pipe killed it with SIGPIPE (141)
+// after the set was written. Both are now one error line and exit status 1, the set in place.
+BOOST_AUTO_TEST_CASE(stdout_write_errors_are_an_error_line) {
+  const std::string dir = scratch_dir("faults-stdout");
+  const std::string cli = mla::test::cli_path();
+  const std::string a = eval_args(shipped(), dir + "/a", "--cache-budget 8 --policy h2o");
+  const int rc_full = std::system(("'" + cli + "' " + a + " >/dev/full 2>'" + dir + "/full.err'; echo $? > '" + dir + "/full.rc'").c_str());
+  BOOST_TEST(rc_full == 0);
+  BOOST_TEST(read_text(dir + "/full.rc") == "1\n");
+  BOOST_TEST(contains(read_text(dir + "/full.err"), "mla-h2o eval: error: cannot write to standard output"));
+  BOOST_TEST(fs::exists(dir + "/a/summary.csv"));
+  const std::string b = eval_args(shipped(), dir + "/b", "--cache-budget 8 --policy h2o");
+  const int rc_pipe =
+      std::system(("('" + cli + "' " + b + " 2>'" + dir + "/pipe.err'; echo $? > '" + dir + "/pipe.rc') | true").c_str());
+  BOOST_TEST(rc_pipe == 0);
+  BOOST_TEST(read_text(dir + "/pipe.rc") == "1\n");
+  BOOST_TEST(contains(read_text(dir + "/pipe.err"), "cannot write to standard output"));
+  BOOST_TEST(fs::exists(dir + "/b/summary.csv"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
