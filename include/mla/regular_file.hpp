@@ -17,6 +17,10 @@ int open_regular_file(const std::string& path, ErrorKind kind = ErrorKind::Io);
 // The whole file as text, refused as above, or when it holds more than `max_bytes`.
 std::string read_regular_file(const std::string& path, int64_t max_bytes, ErrorKind kind = ErrorKind::Io);
 
+// The first `prefix_bytes` bytes of the file (all of it when shorter), refused as above: an input
+// is read only as far as the run needs.
+std::string read_regular_file_prefix(const std::string& path, int64_t prefix_bytes, ErrorKind kind = ErrorKind::Io);
+
 // "a FIFO", "a directory", "a character device", ... for an st_mode.
 std::string file_kind_name(unsigned mode);
 

@@ -185,6 +185,10 @@ DecodePlan read_decode_plan(const Args& a) {
   plan.attention =
       a.choice("attention", {"absorbed", "naive"}, "absorbed") == "absorbed" ? DecodeAttention::Absorbed : DecodeAttention::Naive;
   check_decode_flags(plan.decode);  // the flags alone (overflow-safe), before any work
+  if (plan.decode.steps > 0) {  // the input only as far as the run needs: P + N rows (a BOS, if any, is one of them)
+    r.input.max_rows = plan.decode.prompt_len + plan.decode.steps;
+    r.input.text_max_bytes = r.input.max_rows;
+  }
   return plan;
 }
 

@@ -165,8 +165,11 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   std::vector<int64_t> tokens;
   std::string input_text;
   if (!plan.text.empty()) {
-    tokens = byte_level_token_ids(cfg, read_bytes(plan.text, "--text"), "--text " + plan.text);
-    input_text = "--text " + plan.text + " (BOS + " + std::to_string(tokens.size() - (cfg.bos_token_id >= 0)) + " bytes)";
+    // only as far as the run needs: P + N + 1 tokens (the last one a target), the BOS among them
+    const int64_t needed = plan.eval.prompt_len + plan.eval.steps + 1 - (cfg.bos_token_id >= 0 ? 1 : 0);
+    tokens = byte_level_token_ids(cfg, read_bytes(plan.text, "--text", needed > 1 ? needed : 0), "--text " + plan.text);
+    input_text = "--text " + plan.text + (cfg.bos_token_id >= 0 ? " (BOS + " + std::to_string(tokens.size() - 1) + " bytes)"
+                                                                : " (" + std::to_string(tokens.size()) + " bytes, no BOS)");
   } else {
     tokens = parse_token_ids(plan.tokens);
     input_text = "--tokens (" + std::to_string(tokens.size()) + " ids)";
@@ -198,7 +201,8 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
     fail(ErrorKind::Unsupported, "eval of " + std::to_string(runs) + " runs x " + std::to_string(N) +
                                      " decoded positions needs about " + format_bytes(mem.host_peak_bytes) + " (" +
                                      mem.peak_phase + "), but " + format_bytes(budget.host_bytes) + " is available (" +
-                                     budget.host_source + "); fewer budgets or policies, or a smaller --steps, would need less");
+                                     budget.host_source + "); a smaller --prompt-len or --steps, or fewer budgets or "
+                                     "policies, would need less");
 
   // ---- eval ----
   ProgressLine progress("eval", plan.quiet);

@@ -76,13 +76,13 @@ OpenedInput open_input(const InputRequest& req, int64_t layer) {
     case InputKind::Seeded: in.seq_len = req.seq_len; break;
     case InputKind::Tokens:
       if (!req.text.empty()) {
-        in.text = read_bytes(req.text, "--text");
-        if (req.text_max_bytes > 0 && static_cast<int64_t>(in.text.size()) > req.text_max_bytes)
-          in.text.resize(static_cast<size_t>(req.text_max_bytes));
+        in.text = read_bytes(req.text, "--text", req.text_max_bytes);
         in.seq_len = static_cast<int64_t>(in.text.size()) + 1;  // with a BOS (the plan's upper bound)
         break;
       }
       in.token_ids = parse_token_ids(req.tokens);
+      if (req.max_rows > 0 && static_cast<int64_t>(in.token_ids.size()) > req.max_rows)
+        in.token_ids.resize(static_cast<size_t>(req.max_rows));  // only the rows the run uses
       in.seq_len = static_cast<int64_t>(in.token_ids.size());
       break;
     case InputKind::File: {
@@ -97,8 +97,9 @@ OpenedInput open_input(const InputRequest& req, int64_t layer) {
   return in;
 }
 
-std::string read_bytes(const std::string& path, const std::string& flag) {
+std::string read_bytes(const std::string& path, const std::string& flag, int64_t max_bytes) {
   try {  // a regular file only: a FIFO would block (mla/regular_file.hpp)
+    if (max_bytes > 0) return read_regular_file_prefix(path, max_bytes);  // only as far as the run needs
     return read_regular_file(path, int64_t{1} << 30);
   } catch (const Error& e) {
     fail(e.kind(), flag + " " + e.what());

@@ -42,6 +42,7 @@ struct InputRequest {
   std::string tokens;                    // --tokens (list or file path)
   std::string text;                      // --text FILE (kind Tokens): BOS + its bytes, byte-level models
   int64_t text_max_bytes = 0;            // only the first this many bytes of --text (0 = all)
+  int64_t max_rows = 0;                  // only the first this many --tokens ids (0 = all): what the run uses
   int64_t seq_len = 256;                 // --seq-len
   uint64_t seed = 0;                     // --seed
 };
@@ -90,7 +91,7 @@ inline bool needs_input_layernorm(const InputRequest& req) {
 HiddenInput load_input(const OpenedInput& in, const Checkpoint& ckpt, const LayerWeights& weights, Precision precision);
 
 // The bytes of a text file (--text): one error line naming `flag` when it cannot be read.
-std::string read_bytes(const std::string& path, const std::string& flag);
+std::string read_bytes(const std::string& path, const std::string& flag, int64_t max_bytes = 0);
 
 // The caveat of --tokens on layers above 0 (one line for reports): only layer 0 receives the
 // embeddings in the model; `layers` lists the layers concerned ("1, 2, 5").

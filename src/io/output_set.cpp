@@ -241,6 +241,16 @@ std::string not_as_written(const std::string& dir, const std::string& name, cons
   return "";
 }
 
+// The staging prefix of output directory `name`: ".NAME.mla-h2o-", with a long NAME cut to 160
+// bytes plus its fingerprint, so that ".NAME.mla-h2o-<pid>-<k>" stays within NAME_MAX (255) for
+// any valid name (a 250-byte --out was refused).
+std::string staging_prefix(const std::string& name) {
+  if (name.size() <= 200) return "." + name + ".mla-h2o-";
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return "." + name.substr(0, 160) + "~" + hex64(h) + ".mla-h2o-";
+}
+
 // Refuses an output directory that is, holds or lies inside one of the command's inputs: the
 // exchange would replace the input with the outputs (docs/outputs.md §6).
 void check_apart_from_inputs(const std::string& shown, const fs::path& target, const std::vector<std::string>& inputs) {
@@ -386,7 +396,7 @@ OutputSet::OutputSet(std::string dir, std::string command, Lock lock, const std:
       }
     }
     // Staging directories of writers that died (SIGKILL, power loss).
-    const std::string prefix = "." + name + ".mla-h2o-";
+    const std::string prefix = staging_prefix(name);
     if (DIR* d = ::opendir(parent.c_str())) {
       std::vector<std::string> stale;
       while (const dirent* e = ::readdir(d))

@@ -1,5 +1,6 @@
 // src/io/regular_file.cpp — input files opened only when they are regular files
 // (mla/regular_file.hpp).
+#include <algorithm>
 #include "mla/regular_file.hpp"
 
 #include <fcntl.h>
@@ -42,16 +43,10 @@ int open_regular_file(const std::string& path, ErrorKind kind) {
   return fd;
 }
 
-std::string read_regular_file(const std::string& path, int64_t max_bytes, ErrorKind kind) {
-  const int fd = open_regular_file(path, kind);
-  struct stat st {};
-  ::fstat(fd, &st);
-  if (st.st_size > max_bytes) {
-    ::close(fd);
-    fail(kind, path + ": " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) +
-                   " such a file may hold");
-  }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
+namespace {
+// Up to `count` bytes of fd from its start into a string (fewer when the file is shorter).
+std::string read_up_to(int fd, const std::string& path, int64_t count, ErrorKind kind) {
+  std::string text(static_cast<size_t>(count), '\0');
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
@@ -67,6 +62,26 @@ std::string read_regular_file(const std::string& path, int64_t max_bytes, ErrorK
   ::close(fd);
   text.resize(done);
   return text;
+}
+}  // namespace
+
+std::string read_regular_file(const std::string& path, int64_t max_bytes, ErrorKind kind) {
+  const int fd = open_regular_file(path, kind);
+  struct stat st {};
+  ::fstat(fd, &st);
+  if (st.st_size > max_bytes) {
+    ::close(fd);
+    fail(kind, path + ": " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) +
+                   " such a file may hold");
+  }
+  return read_up_to(fd, path, st.st_size, kind);
+}
+
+std::string read_regular_file_prefix(const std::string& path, int64_t prefix_bytes, ErrorKind kind) {
+  const int fd = open_regular_file(path, kind);
+  struct stat st {};
+  ::fstat(fd, &st);
+  return read_up_to(fd, path, std::min<int64_t>(std::max<int64_t>(prefix_bytes, 0), st.st_size), kind);
 }
 
 }  // namespace mla

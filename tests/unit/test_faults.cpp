@@ -780,4 +780,62 @@ BOOST_AUTO_TEST_CASE(stdout_write_errors_are_an_error_line) {
   BOOST_TEST(fs::exists(dir + "/b/summary.csv"));
 }
 
+// Inputs read only as far as the run needs, and planned as such: eval --text on a large file read
+// all of it (2 GB for a 200 MB file at P 4, N 2), decode ran every row of it (and refused a
+// 6-token job as needing 191 GiB at 200 MB), expected-attention:future=10^7 built a 10^7-row rope
+// table (planned 347 MB, used 1.54 GB).
+BOOST_AUTO_TEST_CASE(inputs_are_read_only_as_far_as_the_run_needs) {
+  const std::string dir = scratch_dir("faults-big-input");
+  {
+    std::string text = read_text(shipped() + "/eval/heldout.txt");
+    std::string big;
+    while (big.size() < (size_t{64} << 20)) big += text;  // 64 MiB
+    write_text(dir + "/big.txt", big);
+  }
+  const auto peak_mib = [](const std::string& report) {
+    simdjson::dom::parser parser;
+    const simdjson::dom::element doc = parser.load(report);
+    return static_cast<double>(int64_t(doc["memory"]["measured_peak_rss_bytes"])) / (1 << 20);
+  };
+  const RunResult ev = run_bounded("eval --checkpoint '" + shipped() + "' --text '" + dir + "/big.txt' --prompt-len 4 --steps 2 "
+                                   "--cache-budget 2 --policy h2o --quiet --out '" + dir + "/ev'");
+  BOOST_TEST_REQUIRE(ev.exit_code == 0, ev.err);
+  BOOST_TEST(peak_mib(dir + "/ev/report.json") < 200.0);
+  BOOST_TEST(contains(ev.out, "(BOS + 6 bytes)"), ev.out);
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult de = run_bounded("decode --checkpoint '" + shipped() + "' --text '" + dir + "/big.txt' --prompt-len 4 --steps 2 "
+                                   "--cache-budget 3 --policy h2o --sinks 1 --recent 1 --quiet --out '" + dir + "/de'");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST_REQUIRE(de.exit_code == 0, de.err);
+  BOOST_TEST(seconds < 10.0);
+  BOOST_TEST(peak_mib(dir + "/de/report.json") < 300.0);
+  // expected-attention's future positions without a future-sized table
+  const RunResult ea = run_bounded(eval_args(shipped(), dir + "/ea", "--cache-budget 8 --policy expected-attention:future=10000000"));
+  BOOST_TEST_REQUIRE(ea.exit_code == 0, ea.err);
+  BOOST_TEST(peak_mib(dir + "/ea/report.json") < 300.0);
+}
+
+// The smaller ones: "BOS + N bytes" for a config without bos_token_id; the advice of a plan that
+// cannot fit names --prompt-len when the prompt is what does not fit; a valid 250-byte --out name
+// (its staging name was over NAME_MAX).
+BOOST_AUTO_TEST_CASE(smaller_reports_say_what_ran) {
+  const std::string dir = scratch_dir("faults-smaller");
+  const std::string nobos = shipped_with(dir + "/nobos", "bos_token_id", "null");
+  const RunResult r = run_bounded(eval_args(nobos, dir + "/o1", "--cache-budget 8 --policy h2o"));
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.out, "bytes, no BOS)"), r.out);
+  BOOST_TEST(!contains(r.out, "BOS +"));
+  const RunResult big = mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=64M exec timeout 20",
+      "eval --checkpoint '" + shipped() + "' --tokens 1 --prompt-len 1000000 --steps 1 --cache-budget 8 --policy h2o --out '" +
+          dir + "/o2'");
+  BOOST_TEST(big.exit_code != 0);
+  BOOST_TEST(contains(big.err, "--prompt-len"), big.err);
+  const std::string long_name = dir + "/" + std::string(250, 'd');
+  const RunResult lr = run_bounded(run_into(long_name, ""));
+  BOOST_TEST_REQUIRE(lr.exit_code == 0, lr.err);
+  expect_one_set(long_name, "a 250-byte directory name");
+  BOOST_TEST_REQUIRE(run_bounded(run_into(long_name, "--seq-len 12")).exit_code == 0);  // replaced, staging removed
+  expect_one_set(long_name, "a 250-byte directory name, replaced");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
