@@ -1,0 +1,632 @@
+#!/usr/bin/env python3
+"""train_tiny_mla_recall.py — trains models/tiny-mla-recall, a small MLA model that copies and retrieves.
+
+Why
+  models/tiny-mla formed no copy (induction) heads: passkey at chance, a verbatim repeat predicted
+  1 % better than its first occurrence. KV-cache eviction hurts most where a model retrieves, so a
+  model without retrieval heads cannot show what eviction loses. This script trains a fresh model of
+  the same family (transformers DeepseekV3ForCausalLM) with a curriculum built for copy heads to form
+  quickly on a 2-core CPU. The C++ product never runs Python; this script is run by hand.
+
+Model (build_config)
+  byte-level vocabulary (0-255 bytes, 256 BOS, 257 EOS; "byte_level_vocab": true), hidden 256,
+  4 layers: 0-2 dense SwiGLU (intermediate 768), layer 3 DeepseekV3MoE (8 routed experts in 2 groups, topk_group 1,
+  2 per token, 1 shared, learned e_score_correction_bias by DeepSeek-V3's auxiliary-loss-free
+  update; moe_intermediate 128); 8 heads, q_lora_rank 128, kv_lora_rank 64, qk_nope 32 / qk_rope 16 (Kimi's 2 : 1), v 48;
+  YaRN (theta 10000, factor 8 over 512 original positions: 4096 positions).
+
+Data
+  The reST sources of the Python 3.11 documentation (Debian 12 package python3.11-doc, PSF License
+  Version 2), files sorted by path, every 20th (index % 20 == 10) held out, as for tiny-mla.
+  Each training row is BOS + L-1 bytes of training text, and one of:
+    text      plain text, every byte a target;
+    rcopy     1-4 random [A-Za-z0-9] strings (8-48 characters) written once and repeated verbatim
+              later: the first occurrence is not a target, the repeat is (only a copy head predicts it);
+    tcopy     a 32-256 byte span of the text repeated verbatim later (both occurrences targets);
+    passkey   "The pass key is NNNNN. Remember it. NNNNN is the pass key." at a random depth and
+              "What is the pass key? The pass key is NNNNN." at the end: the key in the needle is
+              not a target, the rest is, and the five answer digits weigh `--answer-weight`.
+  Loss = sum(w * nll) / sum(w) over the batch's target bytes.
+
+Curriculum (stages; a stage ends at its step count)
+  A  L 256,  batch 16, the mix 35 % text, 40 % rcopy, 10 % tcopy, 15 % passkey, lr 2e-3 (warm-up 100)
+  B  L 1024, batch 4,  the same mix with needles at every depth, lr 1e-3
+  C  L 2048, batch 2,  the same, lr 5e-4
+  (steps: A 1200, B 250, C 100; fp32 arithmetic: the AVX2 CPU it ran on has no bf16 instructions,
+  and torch's emulated bf16 autocast ran 10x slower there)
+  Every --eval-every steps the held-out probes are logged: bits per byte on held-out text, the copy
+  ratio (NLL of a 128-byte held-out span's verbatim repeat / its first occurrence) and passkey
+  accuracy at the stage's length. Stall rule: if at the end of stage A's --stall-check step the copy
+  ratio is still above 0.8, recipe "A2" takes over stage A's remaining steps (65 % rcopy, loss on
+  repeats only for those rows, lr halved); the log and the card say so.
+
+Resumable: a checkpoint (model, optimizer, RNG states, log, stage and step) is written atomically
+to OUT/train-state/state.pt every --save-minutes; rerunning the same command resumes from it.
+
+Outputs (--out, default models/tiny-mla-recall)
+  config.json, generation_config.json, model.safetensors   bf16 (router fp32, as transformers keeps it)
+  training_log.csv, loss.svg, attention_stats.csv, copy_heads.csv, eval/ (held-out inputs), README.md
+
+Attempts and their curves: docs/recall-model.md (attempt 1 formed no copy heads; not shipped).
+
+Usage
+  python reference/python/train_tiny_mla_recall.py [--out DIR] [--threads 2]   (venv of requirements.txt)
+  python reference/python/train_tiny_mla_recall.py --finish-only --out DIR     (card from the last state)
+  --smoke: a few steps of each stage into a scratch directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_tiny_mla as base  # noqa: E402  (corpus, passkey format, balance tracker, svg, save)
+
+SEED = 20261201
+BOS, EOS, VOCAB = base.BOS, base.EOS, base.VOCAB
+ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+STAGES = [  # name, seq_len, batch, steps, lr, warmup
+    ("A", 256, 16, 1200, 2e-3, 100),
+    ("B", 1024, 4, 250, 1e-3, 20),
+    ("C", 2048, 2, 100, 5e-4, 20),
+]
+MIX = {"text": 0.35, "rcopy": 0.40, "tcopy": 0.10, "passkey": 0.15}
+MIX_A2 = {"text": 0.20, "rcopy": 0.65, "tcopy": 0.05, "passkey": 0.10}
+
+
+def build_config():
+    from transformers import DeepseekV3Config
+
+    cfg = DeepseekV3Config(
+        vocab_size=VOCAB, hidden_size=256, intermediate_size=768, moe_intermediate_size=128,
+        num_hidden_layers=4, first_k_dense_replace=3,
+        num_attention_heads=8, num_key_value_heads=8,
+        n_shared_experts=1, n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+        routed_scaling_factor=2.5, norm_topk_prob=True,
+        q_lora_rank=128, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=48,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, rope_interleave=True, attention_bias=False,
+        tie_word_embeddings=False, initializer_range=0.02, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=None,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
+                         "original_max_position_embeddings": 512, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "mscale": 1.0, "mscale_all_dim": 1.0},
+    )
+    cfg.byte_level_vocab = True
+    return cfg
+
+
+# ---- rows: bytes and per-byte target weights ---------------------------------------------------
+
+
+def random_string(rng, lo=8, hi=48):
+    n = int(rng.integers(lo, hi + 1))
+    return bytes(np.frombuffer(ALPHABET, dtype=np.uint8)[rng.integers(0, len(ALPHABET), size=n)])
+
+
+def assemble(filler, inserts):
+    """filler with `inserts` = [(at, bytes, weight)] placed at filler offsets; returns (body, w)."""
+    inserts = sorted(inserts, key=lambda t: t[0])
+    body, w, prev = [], [], 0
+    for at, b, wt in inserts:
+        body.append(filler[prev:at]); w.append(np.ones(at - prev, np.float32))
+        body.append(b); w.append(np.full(len(b), wt, np.float32))
+        prev = at
+    body.append(filler[prev:]); w.append(np.ones(len(filler) - prev, np.float32))
+    return b"".join(body), np.concatenate(w)
+
+
+def row_text(text, rng, n):
+    return base.window(text, rng, n), np.ones(n, np.float32)
+
+
+def row_rcopy(text, rng, n, repeat_only=False):
+    wrapped = []  # 1-4 strings whose two copies take at most half the row
+    for _ in range(int(rng.integers(1, 5))):
+        b = b" " + random_string(rng) + b" "
+        if 2 * (sum(len(x) for x in wrapped) + len(b)) > n // 2:
+            break
+        wrapped.append(b)
+    if not wrapped:
+        wrapped.append(b" " + random_string(rng, 8, 16) + b" ")
+    filler = base.window(text, rng, n - 2 * sum(len(b) for b in wrapped))
+    half = len(filler) // 2
+    inserts = []
+    for b in wrapped:
+        inserts.append((int(rng.integers(0, half)), b, 0.0))
+        inserts.append((int(rng.integers(half, len(filler) + 1)), b, 1.0))
+    body, w = assemble(filler, inserts)
+    if repeat_only:  # recipe A2: only the repeats are targets in these rows
+        w = repeat_weights(filler, inserts)
+    return body, w
+
+
+def repeat_weights(filler, inserts):
+    """the weights of assemble(filler, inserts) with the filler's bytes at 0."""
+    ws, prev = [], 0
+    for at, b, wt in sorted(inserts, key=lambda t: t[0]):
+        ws.append(np.zeros(at - prev, np.float32))
+        ws.append(np.full(len(b), wt, np.float32))
+        prev = at
+    ws.append(np.zeros(len(filler) - prev, np.float32))
+    return np.concatenate(ws)
+
+
+def row_tcopy(text, rng, n):
+    span = base.window(text, rng, int(rng.integers(32, min(257, n // 3))))
+    filler = base.window(text, rng, n - 2 * len(span) - 2)
+    a = int(rng.integers(0, len(filler) // 2))
+    b = int(rng.integers(len(filler) // 2, len(filler) + 1))
+    body = filler[:a] + span + b"\n" + filler[a:b] + b"\n" + span + filler[b:]
+    return body, np.ones(len(body), np.float32)
+
+
+def passkey_parts(key):
+    needle = (" " + base.NEEDLE.format(k=key) + " ").encode()
+    question = ("\n" + base.QUESTION.format(k=key) + "\n").encode()
+    return needle, question
+
+
+def row_passkey(text, rng, n, answer_weight, depth=None, key=None):
+    """n bytes: filler, the needle at `depth`, the question at the end. Returns (body, w, key, answer_at)."""
+    key = key or base.random_digits(rng)
+    needle, question = passkey_parts(key)
+    filler = base.window(text, rng, n - len(needle) - len(question))
+    depth = float(rng.uniform(0.02, 0.95)) if depth is None else depth
+    at = int(depth * len(filler))
+    body = filler[:at] + needle + filler[at:] + question
+    w = np.ones(len(body), np.float32)
+    k0 = at + needle.index(key.encode())  # the needle's two copies of the key are no targets
+    w[k0:k0 + 5] = 0.0
+    k1 = at + needle.index(key.encode(), needle.index(key.encode()) + 5)
+    w[k1:k1 + 5] = 0.0
+    answer_at = len(body) - len(b".\n") - 5  # first answer digit, as an index into body
+    w[answer_at:answer_at + 5] = answer_weight
+    return body, w, key, answer_at
+
+
+def make_batch(text, rng, batch, seq_len, mix, answer_weight, repeat_only=False):
+    """Returns ids [batch, seq_len] and target weights [batch, seq_len] (weight of predicting ids[:, t])."""
+    kinds, probs = list(mix), np.array([mix[k] for k in mix])
+    ids = np.zeros((batch, seq_len), np.int64)
+    wts = np.zeros((batch, seq_len), np.float32)
+    n = seq_len - 1
+    for r in range(batch):
+        kind = kinds[int(rng.choice(len(kinds), p=probs / probs.sum()))]
+        if kind == "text":
+            body, w = row_text(text, rng, n)
+        elif kind == "rcopy":
+            body, w = row_rcopy(text, rng, n, repeat_only)
+        elif kind == "tcopy":
+            body, w = row_tcopy(text, rng, n)
+        else:
+            body, w, _, _ = row_passkey(text, rng, n, answer_weight)
+        assert len(body) == n and len(w) == n, (kind, len(body), len(w))
+        ids[r, 0] = BOS
+        ids[r, 1:] = np.frombuffer(body, dtype=np.uint8)
+        wts[r, 1:] = w
+    return torch.from_numpy(ids), torch.from_numpy(wts)
+
+
+# ---- probes (held-out) -----------------------------------------------------------------------
+
+
+@torch.no_grad()
+def nll_of(model, ids):
+    """per-position NLL of ids[0, t] given ids[0, :t], t >= 1 (index t-1 of the result)."""
+    lp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+    return -lp[:-1].gather(1, ids[0, 1:, None])[:, 0]
+
+
+@torch.no_grad()
+def probe_copy(model, held, seed, length=1024, span=128, count=6):
+    """(first, repeat) mean NLL nats/byte of a 128-byte held-out span and its verbatim repeat."""
+    rng = np.random.default_rng(seed)
+    first, second = [], []
+    for _ in range(count):
+        s = base.window(held, rng, span)
+        filler = base.window(held, rng, length - 1 - 2 * span - 2)
+        a = len(filler) // 5
+        b = (4 * len(filler)) // 5
+        body = filler[:a] + s + b"\n" + filler[a:b] + b"\n" + s + filler[b:]
+        ids = torch.tensor([[BOS] + list(body)], dtype=torch.long)
+        nll = nll_of(model, ids)
+        s1 = a + 1  # index in ids of the span's first byte
+        s2 = a + span + 1 + (b - a) + 1 + 1
+        first.append(float(nll[s1 - 1 + 8: s1 - 1 + span].mean()))
+        second.append(float(nll[s2 - 1 + 8: s2 - 1 + span].mean()))
+    return float(np.mean(first)), float(np.mean(second))
+
+
+@torch.no_grad()
+def probe_passkey(model, held, seed, length, depths, per_depth):
+    """fraction of passkey samples whose 5 answer digits are all top-1 (teacher-forced)."""
+    rng = np.random.default_rng(seed)
+    ok = 0
+    total = 0
+    for d in depths:
+        for _ in range(per_depth):
+            body, _, key, answer_at = row_passkey(held, rng, length - 1, 1.0, depth=d)
+            ids = torch.tensor([[BOS] + list(body)], dtype=torch.long)
+            pred = model(input_ids=ids).logits[0].argmax(-1)
+            t0 = answer_at + 1  # index in ids of the first answer digit
+            hit = all(int(pred[t0 + j - 1]) == int(ids[0, t0 + j]) for j in range(5))
+            ok += int(hit)
+            total += 1
+    return ok / total
+
+
+@torch.no_grad()
+def heldout_bpb(model, windows):
+    total, count = 0.0, 0
+    for w in windows:
+        ids = torch.tensor([[BOS] + list(w)], dtype=torch.long)
+        nll = nll_of(model, ids)
+        total += float(nll.sum())
+        count += len(w)
+    return total / count / math.log(2)
+
+
+@torch.no_grad()
+def copy_heads(model_dir, held, seed, span=128, length=1024):
+    """Per (layer, head): mean attention from each byte of a verbatim repeat to the byte after its
+    first occurrence (the induction target), over 4 held-out spans; and the same for a random
+    string repeat. transformers eager attention, fp32."""
+    from transformers import DeepseekV3ForCausalLM
+
+    model = DeepseekV3ForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    rng = np.random.default_rng(seed)
+    acc = None
+    for _ in range(4):
+        s = base.window(held, rng, span)
+        filler = base.window(held, rng, length - 1 - 2 * span - 2)
+        a, b = len(filler) // 5, (4 * len(filler)) // 5
+        body = filler[:a] + s + b"\n" + filler[a:b] + b"\n" + s + filler[b:]
+        ids = torch.tensor([[BOS] + list(body)], dtype=torch.long)
+        out = model(input_ids=ids, output_attentions=True)
+        s1 = a + 1
+        s2 = a + span + 1 + (b - a) + 1 + 1
+        q = torch.arange(s2 + 1, s2 + span)            # repeat bytes 1..span-1 as queries
+        k = q - (s2 - s1) + 1                          # the byte after the same byte's first occurrence
+        per = torch.stack([att[0][:, q, k].mean(-1) for att in out.attentions])  # [layers, heads]
+        acc = per if acc is None else acc + per
+    acc = acc / 4
+    return [{"layer": l, "head": h, "induction_attention": float(acc[l, h])}
+            for l in range(acc.shape[0]) for h in range(acc.shape[1])]
+
+
+# ---- training --------------------------------------------------------------------------------
+
+
+def lr_at(step, steps, lr, warmup):
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = (step - warmup) / max(steps - warmup, 1)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def save_state(path, state):
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="models/tiny-mla-recall")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--corpus", default=base.CORPUS_DIR)
+    ap.add_argument("--answer-weight", type=float, default=4.0)
+    ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--stall-check", type=int, default=600, help="stage-A step of the stall rule")
+    ap.add_argument("--save-minutes", type=float, default=4.0)
+    ap.add_argument("--stage-steps", default="", help="override the stages' step counts, e.g. 1200,250,100")
+    ap.add_argument("--finish-only", action="store_true", help="write the shipped model and card from the state")
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args()
+
+    import transformers
+    from transformers import DeepseekV3ForCausalLM
+
+    stages = [list(s) for s in STAGES]
+    if args.stage_steps:
+        for s, n in zip(stages, args.stage_steps.split(",")):
+            s[3] = int(n)
+    if args.smoke:
+        for s in stages:
+            s[3] = 4
+        args.eval_every, args.stall_check = 4, 2
+    torch.set_num_threads(args.threads)
+    train_files, held_files = base.corpus_files(args.corpus)
+    train_text, held_text = base.read_text(train_files), base.read_text(held_files)
+    # probes read the first half of the held-out text; eval/ files the second half (never overlapping)
+    probe_text = held_text[: len(held_text) // 2]
+    eval_text = held_text[len(held_text) // 2:]
+    windows = base.heldout_windows(probe_text, 1024, 2 if args.smoke else 12)
+
+    state_dir = os.path.join(args.out, "train-state")
+    os.makedirs(state_dir, exist_ok=True)
+    state_path = os.path.join(state_dir, "state.pt")
+    cfg = build_config()
+    torch.manual_seed(args.seed)
+    model = DeepseekV3ForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+    tracker = base.BalanceTracker(model)
+    decay = [p for _, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for _, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    st = {"stage": 0, "step": 0, "global_step": 0, "tokens": 0, "wall_s": 0.0, "log": [], "events": [],
+          "recipe_a2": False, "rng": np.random.default_rng(args.seed).bit_generator.state}
+    if os.path.exists(state_path):
+        saved = torch.load(state_path, weights_only=False)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        torch.set_rng_state(saved["torch_rng"])
+        st = saved["st"]
+        print(f"resumed: stage {stages[st['stage']][0] if st['stage'] < len(stages) else 'done'} step {st['step']}, "
+              f"{st['tokens']:,} tokens, {st['wall_s'] / 60:.1f} min so far", flush=True)
+    rng = np.random.default_rng()
+    rng.bit_generator.state = st["rng"]
+
+    def snapshot():
+        st["rng"] = rng.bit_generator.state
+        save_state(state_path, {"model": model.state_dict(), "opt": opt.state_dict(),
+                                "torch_rng": torch.get_rng_state(), "st": st})
+
+    last_save = time.time()
+    t_start = time.time() - st["wall_s"]
+    while st["stage"] < len(stages) and not args.finish_only:
+        name, seq_len, batch, steps, lr, warmup = stages[st["stage"]]
+        model.train()
+        while st["step"] < steps:
+            step = st["step"]
+            mix = MIX_A2 if (name == "A" and st["recipe_a2"]) else MIX
+            lr_now = lr_at(step, steps, lr * (0.5 if (name == "A" and st["recipe_a2"]) else 1.0), warmup)
+            for g in opt.param_groups:
+                g["lr"] = lr_now
+            x, w = make_batch(train_text, rng, batch, seq_len, mix, args.answer_weight,
+                              repeat_only=(name == "A" and st["recipe_a2"]))
+            logits = model(input_ids=x).logits  # fp32: an AVX2 CPU has no bf16 arithmetic (10x slower)
+            nll = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, VOCAB), x[:, 1:].reshape(-1),
+                                                    reduction="none").view(batch, seq_len - 1)
+            wt = w[:, 1:]
+            loss = (nll * wt).sum() / wt.sum()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            ratios = tracker.update(0.001)
+            st["step"] += 1
+            st["global_step"] += 1
+            st["tokens"] += batch * seq_len
+            st["wall_s"] = time.time() - t_start
+            row = {"stage": name, "recipe": "A2" if (name == "A" and st["recipe_a2"]) else name,
+                   "step": st["global_step"], "tokens": st["tokens"], "wall_s": round(st["wall_s"], 1),
+                   "lr": lr_now, "train_loss": float(loss.detach()),
+                   "max_over_mean_load": max(ratios) if ratios else 0.0,
+                   "heldout_bpb": "", "copy_first": "", "copy_repeat": "", "copy_ratio": "", "passkey": ""}
+            if st["step"] % args.eval_every == 0 or st["step"] == steps:
+                model.eval()
+                row["heldout_bpb"] = heldout_bpb(model, windows)
+                # at the stage's own length (positions past it are untrained): 64-byte spans at 256
+                f, r = probe_copy(model, probe_text, args.seed + 7, length=min(seq_len, 1024), span=min(128, seq_len // 4))
+                row["copy_first"], row["copy_repeat"], row["copy_ratio"] = f, r, r / f
+                row["passkey"] = probe_passkey(model, probe_text, args.seed + 9, seq_len,
+                                               [0.1, 0.5, 0.9], 1 if args.smoke else 4)
+                model.train()
+                if name == "A" and not st["recipe_a2"] and st["step"] >= args.stall_check and r / f > 0.8:
+                    st["recipe_a2"] = True
+                    ev = (f"stage A stalled at step {st['step']} (copy ratio {r / f:.2f} > 0.8): "
+                          f"recipe A2 (65 % random-string copy, repeat-only loss, lr halved) takes over")
+                    st["events"].append(ev)
+                    print(ev, flush=True)
+            if st["step"] % 10 == 0 or row["heldout_bpb"] != "" or args.smoke:
+                st["log"].append(row)
+                el = st["wall_s"]
+                extra = ""
+                if row["heldout_bpb"] != "":
+                    extra = (f"  held-out {row['heldout_bpb']:.3f} bpb  copy {row['copy_first']:.2f}->"
+                             f"{row['copy_repeat']:.2f} ({row['copy_ratio']:.2f})  passkey {row['passkey']:.2f}")
+                print(f"{name} {st['step']}/{steps} L{seq_len}  loss {row['train_loss']:.3f}{extra}  "
+                      f"{st['tokens'] / max(el, 1e-9):.0f} tok/s  {el / 60:.1f} min", flush=True)
+            if time.time() - last_save > args.save_minutes * 60:
+                snapshot()
+                last_save = time.time()
+        st["stage"] += 1
+        st["step"] = 0
+        snapshot()
+        last_save = time.time()
+
+    finish(args, cfg, model, tracker, st, train_files, held_files, train_text, held_text,
+           probe_text, eval_text, windows, transformers.__version__)
+
+
+def finish(args, cfg, model, tracker, st, train_files, held_files, train_text, held_text,
+           probe_text, eval_text, windows, tf_version):
+    from transformers import DeepseekV3ForCausalLM
+
+    out = args.out
+    log = st["log"]
+    with open(os.path.join(out, "training_log.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(log[-1].keys()))
+        w.writeheader()
+        w.writerows(log)
+    svg_log = [{"step": r["step"], "train_bpb": r["train_loss"] / math.log(2),
+                "heldout_bpb": r["heldout_bpb"]} for r in log]
+    base.loss_svg(svg_log, os.path.join(out, "loss.svg"))
+    with open(os.path.join(out, "loss.svg")) as f:
+        svg = f.read().replace("tiny-mla training", "tiny-mla-recall training").replace(
+            "train (batch)", "train (weighted batch loss)")
+    with open(os.path.join(out, "loss.svg"), "w") as f:
+        f.write(svg)
+    max_abs_bias = max(float(m.e_score_correction_bias.abs().max()) for _, m in tracker.routers)
+    base.save_model(model, out)
+
+    # held-out inputs for mla-h2o, from the half of the held-out text the probes never read
+    erng = np.random.default_rng(args.seed + 11)
+    os.makedirs(os.path.join(out, "eval"), exist_ok=True)
+    with open(os.path.join(out, "eval", "heldout.txt"), "wb") as f:
+        f.write(eval_text[:65536])
+    for length in (1024, 2048):
+        for i, depth in enumerate([0.1, 0.3, 0.5, 0.7, 0.9]):
+            body, _, key, _ = row_passkey(eval_text, erng, length - 1, 1.0, depth=depth)
+            with open(os.path.join(out, "eval", f"passkey-{length}-d{int(depth * 100):02d}.txt"), "wb") as f:
+                f.write(body)
+
+    # the shipped bf16 weights, loaded as a user would
+    shipped = DeepseekV3ForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="sdpa")
+    shipped.eval()
+    per_depth = 1 if args.smoke else 20
+    depths = [0.1, 0.3, 0.5, 0.7, 0.9]
+    pk = {}
+    for length in (1024, 2048):
+        pk[length] = {d: probe_passkey(shipped, eval_text, args.seed + 13 + length, length, [d], per_depth) for d in depths}
+    bpb = heldout_bpb(shipped, base.heldout_windows(eval_text, 1024, 2 if args.smoke else 24))
+    cf, cr = probe_copy(shipped, eval_text, args.seed + 17, length=1024, count=2 if args.smoke else 16)
+    heads = copy_heads(out, eval_text, args.seed + 19)
+    with open(os.path.join(out, "copy_heads.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(heads[0].keys()))
+        w.writeheader()
+        w.writerows(heads)
+    stats = base.attention_stats(out, eval_text)
+    with open(os.path.join(out, "attention_stats.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(stats[0].keys()))
+        w.writeheader()
+        w.writerows(stats)
+    params = sum(p.numel() for p in shipped.parameters())
+    joined = b"".join(base.heldout_windows(eval_text, 1024, 24))
+    gz = 8 * len(gzip.compress(joined, 9)) / len(joined)
+    results = {"heldout_bpb_bf16": bpb, "copy_first": cf, "copy_repeat": cr, "copy_ratio": cr / cf,
+               "passkey": {str(k): {str(d): v for d, v in m.items()} for k, m in pk.items()},
+               "params": params, "max_abs_bias": max_abs_bias, "gzip_bpb": gz,
+               "tokens": st["tokens"], "wall_s": st["wall_s"], "events": st["events"],
+               "cpu": base.cpu_name(), "threads": args.threads, "torch": torch.__version__, "transformers": tf_version,
+               "python": platform.python_version(), "train_files": len(train_files), "held_files": len(held_files),
+               "train_bytes": len(train_text), "held_bytes": len(held_text), "per_depth": per_depth}
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    write_card(out, cfg, args, st, results, heads, stats)
+    print(json.dumps({k: v for k, v in results.items() if k not in ("events",)}, indent=1))
+
+
+def write_card(out, cfg, args, st, res, heads, stats):
+    L = []
+    a = L.append
+    a("# tiny-mla-recall: a small trained MLA model that copies and retrieves")
+    a("")
+    a("A 4-layer transformers `DeepseekV3ForCausalLM` (the class of DeepSeek-V3 and Kimi K2) with")
+    a("Multi-head Latent Attention, trained from scratch on a 2-core CPU by")
+    a("`reference/python/train_tiny_mla_recall.py`, with a curriculum meant to form copy (induction) and")
+    a("retrieval heads, so that KV-cache eviction has something to lose. A byte-level toy of Python's reST")
+    a("documentation: evidence about MLA caches, not a measurement of Kimi K2.6.")
+    a("")
+    a("## Architecture (config.json)")
+    a("")
+    a("| key | value |")
+    a("|---|---|")
+    for k, v in [("vocab_size", "258 (bytes, BOS 256, EOS 257; `byte_level_vocab`)"),
+                 ("hidden_size / layers / heads", f"{cfg.hidden_size} / {cfg.num_hidden_layers} / {cfg.num_attention_heads}"),
+                 ("dense layers", f"0-{cfg.first_k_dense_replace - 1} (intermediate {cfg.intermediate_size}); MoE after"),
+                 ("MoE", f"{cfg.n_routed_experts} routed in {cfg.n_group} groups, topk_group {cfg.topk_group}, "
+                         f"{cfg.num_experts_per_tok} per token, {cfg.n_shared_experts} shared, moe_intermediate "
+                         f"{cfg.moe_intermediate_size}, routed_scaling_factor {cfg.routed_scaling_factor}"),
+                 ("q_lora_rank / kv_lora_rank", f"{cfg.q_lora_rank} / {cfg.kv_lora_rank}"),
+                 ("qk_nope / qk_rope / v head dims", f"{cfg.qk_nope_head_dim} / {cfg.qk_rope_head_dim} / {cfg.v_head_dim}"),
+                 ("rope", "yarn, theta 1e4, factor 8 over 512 original positions (4096)"),
+                 ("parameters", f"{res['params']:,}")]:
+        a(f"| {k} | {v} |")
+    a("")
+    a("Weights bf16, the MoE router (`gate.weight`, `e_score_correction_bias`) fp32 as transformers keeps")
+    a(f"it. The correction bias was learned by DeepSeek-V3's auxiliary-loss-free update (max |bias| {res['max_abs_bias']:.3f}).")
+    a("")
+    a("## Data, split and curriculum")
+    a("")
+    a("- Source: reST sources of the Python 3.11 documentation, Debian 12 package `python3.11-doc`,")
+    a("  **PSF License Version 2** (`/usr/share/doc/python3.11-doc/copyright`); `eval/` holds excerpts of it.")
+    a(f"- Split: files sorted by path, every 20th held out: {res['train_files']} training files "
+      f"({res['train_bytes']:,} bytes), {res['held_files']} held-out ({res['held_bytes']:,} bytes). The training")
+    a("  probes read the first half of the held-out text; every figure below and `eval/` use the second half.")
+    a("- Rows: text (every byte a target), random-string copy (1-4 strings of 8-48 [A-Za-z0-9] written once")
+    a("  and repeated; only the repeat is a target), text-span copy (a 32-256 byte span repeated), passkey")
+    a(f"  (the key in the needle is no target; the 5 answer digits weigh {args.answer_weight}).")
+    a("- Stages: " + "; ".join(f"{s[0]}: L {s[1]}, batch {s[2]}, {s[3]} steps, lr {s[4]}" for s in STAGES) + ".")
+    a(f"  Mix {MIX}.")
+    for ev in res["events"] or ["the stall rule did not fire (recipe A ran as planned)"]:
+        a(f"- {ev}")
+    a(f"- {res['tokens']:,} tokens in {res['wall_s'] / 60:.0f} min on {res['threads']} threads of {res['cpu']}"
+      " (the machine also built and tested the C++ project meanwhile); AdamW (0.9, 0.95), weight decay 0.1,")
+    a(f"  clip 1.0, fp32 arithmetic, sdpa attention; torch {res['torch']}, transformers {res['transformers']}, Python {res['python']}.")
+    a("")
+    a("## Results (shipped bf16 weights, held-out text the training never saw)")
+    a("")
+    a(f"- **held-out text: {res['heldout_bpb_bf16']:.3f} bits per byte** (24 windows of 1023 bytes; gzip -9: {res['gzip_bpb']:.2f})")
+    a(f"- **copy**: a 128-byte held-out span costs {res['copy_first']:.3f} nats/byte at its first occurrence and "
+      f"{res['copy_repeat']:.3f} at its verbatim repeat: **{100 * res['copy_ratio']:.1f} %** (16 spans, bytes 8-127)")
+    a(f"- **passkey** (all 5 digits top-1, teacher-forced, full cache; {res['per_depth']} samples per cell):")
+    a("")
+    a("| context | " + " | ".join(f"depth {d}" for d in res["passkey"]["1024"]) + " | all |")
+    a("|---" * (len(res["passkey"]["1024"]) + 2) + "|")
+    for length, m in res["passkey"].items():
+        a(f"| {length} | " + " | ".join(f"{100 * v:.0f} %" for v in m.values()) + f" | {100 * np.mean(list(m.values())):.1f} % |")
+    a("")
+    a("## Training curves (`training_log.csv`, `loss.svg`)")
+    a("")
+    a("| stage | recipe | step | tokens | min | held-out bpb | copy ratio | passkey |")
+    a("|---|---|---|---|---|---|---|---|")
+    for r in st["log"]:
+        if r["heldout_bpb"] != "":
+            a(f"| {r['stage']} | {r['recipe']} | {r['step']} | {r['tokens']:,} | {r['wall_s'] / 60:.0f} | "
+              f"{r['heldout_bpb']:.3f} | {r['copy_ratio']:.3f} | {r['passkey']:.2f} |")
+    a("")
+    a("## Which heads copy (`copy_heads.csv`)")
+    a("")
+    a("Mean attention from each byte of a 128-byte repeat to the byte after the same byte's first")
+    a("occurrence (the induction target), eager fp32, 4 held-out spans. 1/position ≈ 0.002 is uniform.")
+    a("")
+    nh = cfg.num_attention_heads
+    a("| layer | " + " | ".join(f"head {h}" for h in range(nh)) + " |")
+    a("|---" * (nh + 1) + "|")
+    for l in range(cfg.num_hidden_layers):
+        a(f"| {l} | " + " | ".join(f"{heads[l * nh + h]['induction_attention']:.3f}" for h in range(nh)) + " |")
+    a("")
+    a("## Attention statistics (`attention_stats.csv`)")
+    a("")
+    a("| layer | mass on token 0 | on tokens 0-3 | on the 32 most recent | entropy (bits) | uniform entropy |")
+    a("|---|---|---|---|---|---|")
+    for s in stats:
+        a(f"| {s['layer']} | {s['sink_mass']:.3f} | {s['first4_mass']:.3f} | {s['recent32_mass']:.3f} | "
+          f"{s['entropy_bits']:.2f} | {s['uniform_entropy_bits']:.2f} |")
+    a("")
+    a("## Files")
+    a("")
+    a("| file | sha256 |")
+    a("|---|---|")
+    for name in sorted(os.listdir(out)):
+        p = os.path.join(out, name)
+        if os.path.isfile(p) and name not in ("README.md",):
+            a(f"| `{name}` | `{base.sha256(p)}` |")
+    for name in sorted(os.listdir(os.path.join(out, "eval"))):
+        a(f"| `eval/{name}` | `{base.sha256(os.path.join(out, 'eval', name))}` |")
+    a("")
+    a("Reproduce: `python reference/python/train_tiny_mla_recall.py --out models/tiny-mla-recall` with the")
+    a("venv of `reference/python/requirements.txt` (same seed, thread count and CPU class give the same weights).")
+    with open(os.path.join(out, "README.md"), "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+if __name__ == "__main__":
+    main()
