@@ -185,9 +185,10 @@ DecodePlan read_decode_plan(const Args& a) {
   plan.attention =
       a.choice("attention", {"absorbed", "naive"}, "absorbed") == "absorbed" ? DecodeAttention::Absorbed : DecodeAttention::Naive;
   check_decode_flags(plan.decode);  // the flags alone (overflow-safe), before any work
-  if (plan.decode.steps > 0) {  // the input only as far as the run needs: P + N rows (a BOS, if any, is one of them)
-    r.input.max_rows = plan.decode.prompt_len + plan.decode.steps;
-    r.input.text_max_bytes = r.input.max_rows;
+  int64_t rows = 0;  // the input only as far as the run needs: P + N rows (a BOS, if any, is one of them)
+  if (plan.decode.steps > 0 && !__builtin_add_overflow(plan.decode.prompt_len, plan.decode.steps, &rows)) {
+    r.input.max_rows = rows;  // (a sum that overflows is refused later, naming --steps)
+    r.input.text_max_bytes = rows;
   }
   return plan;
 }
