@@ -70,11 +70,12 @@ class OutputSet {
   void begin_part(const std::string& prefix);
 
  private:
-  std::string dir_, command_, target_, staging_, prefix_;
+  std::string dir_, command_, target_, staging_;
+  std::string prefix_;  // of the part being written; commit() waits while it is not empty
   std::vector<std::string> names_;
   int lock_fd_ = -1;
   int slot_ = -1;  // in the signal handler's table
-  bool created_target_ = false, committed_ = false, hold_commit_ = false;
+  bool created_target_ = false, committed_ = false;
 };
 
 // After a command failed: "; DIR left as it was" (or "; DIR not created") for the last output

@@ -167,7 +167,7 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   if (!plan.text.empty()) {
     // only as far as the run needs: P + N + 1 tokens (the last one a target), the BOS among them
     const int64_t needed = plan.eval.prompt_len + plan.eval.steps + 1 - (cfg.bos_token_id >= 0 ? 1 : 0);
-    tokens = byte_level_token_ids(cfg, read_bytes(plan.text, "--text", needed > 1 ? needed : 0), "--text " + plan.text);
+    tokens = byte_level_token_ids(cfg, read_bytes(plan.text, "--text", needed), "--text " + plan.text);
     input_text = "--text " + plan.text + (cfg.bos_token_id >= 0 ? " (BOS + " + std::to_string(tokens.size() - 1) + " bytes)"
                                                                 : " (" + std::to_string(tokens.size()) + " bytes, no BOS)");
   } else {

@@ -274,12 +274,7 @@ void FixedOrderLinear::run(const MatrixRM& x, int threads, MatrixRM& y) {
   run_rows(x.data(), x.rows(), in_, y.data(), out_, threads);
 }
 
-std::vector<int64_t> FixedOrderLinear::slice_bounds() const {
-  std::vector<int64_t> b;
-  for (int64_t p = 0; p < panels_; ++p) b.push_back(p * kPanel);
-  b.push_back(out_);
-  return b;
-}
+std::vector<int64_t> FixedOrderLinear::slice_bounds() const { return fixed_width_bounds(out_, kPanel); }
 
 void FixedOrderLinear::run_rows(const float* x, int64_t rows, int64_t ld_x, float* y, int64_t ld_y, int threads) const {
   const int64_t row_chunks = (rows + kRowChunk - 1) / kRowChunk, panel_chunks = (panels_ + kPanelChunk - 1) / kPanelChunk;

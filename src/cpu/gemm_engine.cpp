@@ -73,10 +73,7 @@ class EigenLinear final : public PreparedLinear {
   }
   std::string kernel() const override { return eigen_kernel(); }
   std::vector<int64_t> slice_bounds() const override {  // cpu::linear's fixed kLinearSlice columns
-    std::vector<int64_t> b;
-    for (int64_t n0 = 0; n0 < weight_.rows(); n0 += kLinearSlice) b.push_back(n0);
-    b.push_back(weight_.rows());
-    return b;
+    return fixed_width_bounds(weight_.rows(), kLinearSlice);
   }
 
  private:
@@ -215,9 +212,9 @@ bool pack_blocked(const LinearWeight& w, const memory::desc& md_, memory& dst_me
 // threading does not speed up three of the five Kimi projections (q_a_proj, kv_a_proj_with_mqa,
 // kv_b_proj ran as fast on 2 threads as on 1), and its brgemm kernel refuses a strided dst;
 // slicing ourselves scales every shape. The slices are fixed by the weight's shape alone
-// (onednn_slice_count) and dealt out to the workers, so every column is computed by the same primitive,
-// of the same width, whatever --threads is: a column's value may depend on its slice's width (on
-// AMX it does: the brgemm kernel's K blocking follows N), never on the thread count.
+// (onednn_slice_count) and dealt out to the workers, so every column is computed by the same
+// primitive, of the same width, whatever --threads is: a column's value may depend on its slice's
+// width (on AMX it does: the brgemm kernel's K blocking follows N), never on the thread count.
 //
 // Slice j owns output features [n0_j, n0_j + n_j): W's rows n0_j.. packed into the blocked
 // layout its primitive picked, its bias, its primitives per row count, and a dst buffer
@@ -228,12 +225,13 @@ class DnnlLinear final : public PreparedLinear {
   DnnlLinear(const LinearWeight& w, bool bf16, int threads)
       : in_(w.in_features), out_(w.out_features), dt_(bf16 ? Dt::bf16 : Dt::f32), bf16_(bf16) {
     // Slice boundaries on multiples of 64 features (the layouts' N block). Their count depends on
-    // out alone (onednn_slice_count), never on --threads: a kernel may order an output's K sum by the width of the slice
-    // it is handed (oneDNN's AMX brgemm does), so a thread-dependent split would change bits.
-    const int64_t slices = onednn_slice_count(out_);
+    // out alone (onednn_slice_count), never on --threads: a kernel may order an output's K sum by
+    // the width of the slice it is handed (oneDNN's AMX brgemm does), so a thread-dependent split
+    // would change bits.
+    const int64_t slices = onednn_slice_count(out_), q = kOnednnSliceQuantum;
     int64_t begin = 0;
     for (int64_t j = 1; j <= slices; ++j) {
-      const int64_t end = j == slices ? out_ : (out_ * j / slices + kSliceQuantum / 2) / kSliceQuantum * kSliceQuantum;
+      const int64_t end = j == slices ? out_ : (out_ * j / slices + q / 2) / q * q;
       slices_.push_back(std::make_unique<Slice>(w, begin, end - begin, dt_, bf16));
       begin = end;
     }
@@ -262,9 +260,8 @@ class DnnlLinear final : public PreparedLinear {
   }
 
  private:
-  // Output features are split on multiples of this; x is multiplied in chunks of this many rows
-  // (bounds each slice's dst buffer, [kRowChunk, n_j] fp32, at any S).
-  static constexpr int64_t kSliceQuantum = 64;
+  // x is multiplied in chunks of this many rows (bounds each slice's dst buffer, [kRowChunk, n_j]
+  // fp32, at any S).
   static constexpr int64_t kRowChunk = 512;
 
   struct Primitive {
@@ -407,10 +404,16 @@ class DnnlEngine final : public GemmEngine {
 
 bool onednn_built() { return MLA_HAVE_ONEDNN != 0; }
 
+std::vector<int64_t> fixed_width_bounds(int64_t out, int64_t width) {
+  std::vector<int64_t> b;
+  for (int64_t n0 = 0; n0 < out; n0 += width) b.push_back(n0);
+  b.push_back(out);
+  return b;
+}
+
 int64_t onednn_slice_count(int64_t out) {
-  constexpr int64_t kQuantum = 64;  // the layouts' N block: boundaries on its multiples
   constexpr int64_t kTarget = 512;  // about this many features per slice
-  const int64_t most = std::max<int64_t>(out / kQuantum, 1);
+  const int64_t most = std::max<int64_t>(out / kOnednnSliceQuantum, 1);
   const int64_t wanted = (out + kTarget - 1) / kTarget;
   return std::clamp<int64_t>((wanted + 3) / 4 * 4, 1, most);  // a multiple of 4: 2 or 4 workers share evenly
 }

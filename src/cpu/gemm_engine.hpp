@@ -74,7 +74,12 @@ std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string
 bool onednn_built();
 
 // The number of column slices of the oneDNN engine's projection with `out` output features: a
-// function of out alone, never of --threads (docs/cpu-gemm.md §4). 1 below 128 features.
+// function of out alone, never of --threads (docs/cpu-gemm.md §4). 1 below 128 features. Their
+// boundaries lie on multiples of kOnednnSliceQuantum (the blocked layouts' N block).
+inline constexpr int64_t kOnednnSliceQuantum = 64;
 int64_t onednn_slice_count(int64_t out);
+
+// [0, width, 2 width, ..., out]: the slice_bounds of an engine whose slices have one fixed width.
+std::vector<int64_t> fixed_width_bounds(int64_t out, int64_t width);
 
 }  // namespace mla::cpu

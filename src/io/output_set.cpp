@@ -25,10 +25,7 @@
 #include <filesystem>
 #include <mutex>
 #include <map>
-#include <set>
 #include <vector>
-
-#include <simdjson.h>
 
 #include "mla/error.hpp"
 #include "mla_build_config.h"
@@ -161,13 +158,20 @@ std::string small_file(const std::string& path, int64_t max_bytes) {
   return n == static_cast<ssize_t>(text.size()) ? text : "";
 }
 
-// 64-bit FNV-1a of a file's bytes (the manifest's check that an entry is the file mla-h2o wrote;
-// not a cryptographic hash: it guards against mistakes, not against an adversary who edits the
-// manifest too). False when the file cannot be read.
+// 64-bit FNV-1a of `n` bytes, continuing from `h`.
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+uint64_t fnv1a(const unsigned char* bytes, size_t n, uint64_t h = kFnvOffset) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  return h;
+}
+
+// FNV-1a of a file's bytes (the manifest's check that an entry is the file mla-h2o wrote; not a
+// cryptographic hash: it guards against mistakes, not against an adversary who edits the manifest
+// too). False when the file cannot be read.
 bool file_fingerprint(const std::string& path, uint64_t& hash) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return false;
-  hash = 1469598103934665603ull;
+  hash = kFnvOffset;
   std::vector<unsigned char> buf(size_t{1} << 20);
   for (;;) {
     const ssize_t n = ::read(fd, buf.data(), buf.size());
@@ -177,7 +181,7 @@ bool file_fingerprint(const std::string& path, uint64_t& hash) {
       return false;
     }
     if (n == 0) break;
-    for (ssize_t i = 0; i < n; ++i) hash = (hash ^ buf[static_cast<size_t>(i)]) * 1099511628211ull;
+    hash = fnv1a(buf.data(), static_cast<size_t>(n), hash);
   }
   ::close(fd);
   return true;
@@ -246,8 +250,7 @@ std::string not_as_written(const std::string& dir, const std::string& name, cons
 // any valid name (a 250-byte --out was refused).
 std::string staging_prefix(const std::string& name) {
   if (name.size() <= 200) return "." + name + ".mla-h2o-";
-  uint64_t h = 1469598103934665603ull;
-  for (const unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  const uint64_t h = fnv1a(reinterpret_cast<const unsigned char*>(name.data()), name.size());
   return "." + name.substr(0, 160) + "~" + hex64(h) + ".mla-h2o-";
 }
 
@@ -480,7 +483,7 @@ std::vector<std::string> OutputSet::paths_with(std::initializer_list<std::string
 void OutputSet::commit() {
   if (committed_) return;
   // The manifest, then every file and the directory on disk (a full disk may only say so here).
-  if (hold_commit_) return;  // a part of a set written by several steps: the outer commit() follows
+  if (!prefix_.empty()) return;  // a part of a set written by several steps: the outer commit() follows
   // Each file's size and fingerprint, so that the next writer removes only what this one wrote.
   std::string manifest = std::string("mla-h2o output set\nproducer mla-h2o ") + MLA_VERSION + "\ncommand " + command_ + "\n";
   for (const std::string& n : names_) {
@@ -544,7 +547,6 @@ void OutputSet::commit() {
 void OutputSet::begin_part(const std::string& prefix) {
   if (committed_) fail(ErrorKind::Io, "output set " + dir_ + ": a part begun after the set was committed");
   prefix_ = prefix;
-  hold_commit_ = !prefix.empty();
 }
 
 std::string abandoned_output_note() {

@@ -153,16 +153,21 @@ pid_t spawn_cli(const std::vector<std::string>& args, const std::string& out_fil
 // The CLI under `timeout 20`: a hang ends as exit status 124 and fails the check.
 RunResult run_bounded(const std::string& args) { return mla::test::run_cli_after("exec timeout 20", args); }
 
-// tiny2's config.json with `key`'s value replaced by `value` (text), written to `path`.
-std::string config_with(const std::string& path, const std::string& key, const std::string& value) {
-  std::string text = read_text(tiny2() + "/config.json");
+// The config.json of `dir` with `key`'s value replaced by `value` (text), written to `path`.
+std::string config_of_with(const std::string& dir, const std::string& path, const std::string& key, const std::string& value) {
+  std::string text = read_text(dir + "/config.json");
   const std::string k = "\"" + key + "\": ";
   const size_t at = text.find(k);
-  if (at == std::string::npos) throw std::runtime_error("no key " + key + " in the tiny config");
+  if (at == std::string::npos) throw std::runtime_error("no key " + key + " in " + dir + "/config.json");
   const size_t begin = at + k.size(), end = text.find_first_of(",\n}", begin);
   text.replace(begin, end - begin, value);
   write_text(path, text);
   return path;
+}
+
+// tiny2's config.json with `key`'s value replaced by `value` (text), written to `path`.
+std::string config_with(const std::string& path, const std::string& key, const std::string& value) {
+  return config_of_with(tiny2(), path, key, value);
 }
 
 void expect_fast_error(const std::string& args, const std::string& cmd, const std::vector<std::string>& words) {
@@ -700,13 +705,7 @@ std::string shipped_with(const std::string& dir, const std::string& key, const s
   std::error_code ec;
   fs::create_hard_link(shipped() + "/model.safetensors", dir + "/model.safetensors", ec);
   if (ec) fs::copy_file(shipped() + "/model.safetensors", dir + "/model.safetensors");
-  std::string text = read_text(shipped() + "/config.json");
-  const std::string k = "\"" + key + "\": ";
-  const size_t at = text.find(k);
-  if (at == std::string::npos) throw std::runtime_error("no key " + key);
-  const size_t begin = at + k.size(), end = text.find_first_of(",\n}", begin);
-  text.replace(begin, end - begin, value);
-  write_text(dir + "/config.json", text);
+  config_of_with(shipped(), dir + "/config.json", key, value);
   return dir;
 }
 }  // namespace
