@@ -10,7 +10,7 @@
 // k/v, as HF).
 //
 // Cost: everything that does not depend on the cache subset is computed once —
-//   absorbed: qc[x] = q~ | q_pe for every held query row (q~ = W_UK^T q_nope), one GEMM per head;
+//   absorbed: qc[x] = q~ | q_pe for every held query row (q~ = W_UK^T q_nope), fixed-order dots;
 //             logits of x against ALL tokens, one GEMM [n, r_kv+d_r] x [r_kv+d_r, x+1] per step;
 //             per (policy, budget): a softmax over its subset of those logits and the context
 //             sum_t p c_t as one GEMM [n, m] x [m, r_kv]; W_UV for all runs of the step at once;
@@ -119,18 +119,27 @@ class CpuDecodeKernel final : public DecodeKernel {
     queries_.resize(n_ * Q, d_qk);                                         // [n*Q, d_qk] head-major
     for (int64_t i = 0; i < n_ * Q * d_qk; ++i) queries_.data()[i] = static_cast<float>(in.query_states.data[idx(i)]);
     if (absorbed_) {
-      // qc [Q, n*(r_kv + d_r)]: per head q~ = q_nope W_UK^h (-> bf16) | q_pe
+      // qc [Q, n*(r_kv + d_r)]: per head q~ = q_nope W_UK^h (-> bf16) | q_pe. Each q~ value is
+      // one fixed-order dot (dot_fixed) of the row with a column of W_UK^h: a row's q~ does not
+      // depend on how many rows are held (Q grows with the batch's largest observation window,
+      // and a GEMM's kernel for a row depends on where the row falls in its panels).
       const int64_t width = r_kv_ + d_r_;
+      MatrixRM w_uk_t(n_ * r_kv_, d_n_);  // [n*r_kv, d_n]: row h*r_kv + c = column c of W_UK^h
+      for (int64_t h = 0; h < n_; ++h)
+        w_uk_t.middleRows(h * r_kv_, r_kv_) =
+            ConstStrided(kv_b_.data() + h * w_head * r_kv_, d_n_, r_kv_, Eigen::OuterStride<>(r_kv_)).transpose();
       qc_.resize(Q, n_ * width);
-      for (int64_t h = 0; h < n_; ++h) {
-        const ConstStrided q_nope(queries_.data() + h * Q * d_qk, Q, d_n_, Eigen::OuterStride<>(d_qk));
-        const ConstStrided w_uk(kv_b_.data() + h * w_head * r_kv_, d_n_, r_kv_, Eigen::OuterStride<>(r_kv_));
-        MatrixRM q_tilde = q_nope * w_uk;  // [Q, r_kv]
-        if (bf16_) cpu::round_to_bf16_inplace(q_tilde.data(), q_tilde.size());
-        qc_.block(0, h * width, Q, r_kv_) = q_tilde;
-        qc_.block(0, h * width + r_kv_, Q, d_r_) =
-            ConstStrided(queries_.data() + h * Q * d_qk + d_n_, Q, d_r_, Eigen::OuterStride<>(d_qk));
-      }
+      cpu::parallel_for(Q, threads_, [&](int64_t q, int) {
+        for (int64_t h = 0; h < n_; ++h) {
+          const float* q_row = queries_.data() + (h * Q + q) * d_qk;  // [d_n | d_r]
+          float* out = qc_.data() + q * qc_.cols() + h * width;
+          for (int64_t c = 0; c < r_kv_; ++c) {
+            const float v = dot_fixed(q_row, w_uk_t.data() + (h * r_kv_ + c) * d_n_, d_n_);
+            out[c] = bf16_ ? round_to_bf16(v) : v;
+          }
+          std::copy_n(q_row + d_n_, d_r_, out + r_kv_);
+        }
+      });
       step_context_.resize(spec.slots, n_ * r_kv_);
     } else {
       // kv [T, n*(d_n+d_v)] = kv_b_proj(latent), HF's k_nope | v of every head (bf16: rounded)

@@ -224,6 +224,23 @@ Layer medium_layer(int64_t T, uint64_t seed = 7) {
   return l;
 }
 
+// DeepSeek-V2-Lite's head shape (no q LoRA, d_n 128, d_r 64, d_v 128, kv_lora_rank 512) with
+// fewer heads and a narrower hidden size.
+Layer lite_layer(int64_t T, uint64_t seed = 11) {
+  AttentionConfig c = test::geometry("tiny");
+  c.hidden_size = 256;
+  c.num_attention_heads = c.num_key_value_heads = 4;
+  c.q_lora_rank = 0;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  Layer l{c, {}, {}};
+  l.w = test::random_layer_weights(l.cfg, seed);
+  l.hidden = test::random_hidden(T, l.cfg.hidden_size, seed + 1);
+  return l;
+}
+
 DecodeOptions options(int64_t P, int64_t N, std::vector<int64_t> budgets, const std::string& policies = "all") {
   DecodeOptions o;
   o.prompt_len = P;
@@ -344,7 +361,7 @@ BOOST_AUTO_TEST_CASE(invariants_every_policy_every_step) {
 // geometry whose per-head products go to BLAS.
 BOOST_AUTO_TEST_CASE(policy_alone_equals_policy_in_a_batch) {
   const int64_t P = 24, N = 6;
-  const Layer l = medium_layer(P + N);
+  for (const Layer& l : {medium_layer(P + N), lite_layer(P + N)})
   for (Precision p : {Precision::FP32, Precision::BF16})
     for (DecodeAttention a : {DecodeAttention::Absorbed, DecodeAttention::Naive}) {
       auto b = make_cpu_backend();
@@ -353,13 +370,16 @@ BOOST_AUTO_TEST_CASE(policy_alone_equals_policy_in_a_batch) {
       const DecodeResult all = decode_with(l, in, batch, false, a, p);
       for (const char* one : {"h2o:sinks=2,recent=4", "snapkv:window=8", "oracle"})
         for (int64_t K : {12, 40}) {
-          const DecodeResult alone = decode_with(l, in, options(P, N, {K}, one), false, a, p);
+          // its own inputs, as the CLI computes them: a run alone holds fewer prompt queries
+          // (the batch's largest observation window sets query_begin)
+          const DecodeOptions o = options(P, N, {K}, one);
+          const DecodeResult alone = decode_with(l, inputs_of(*b, l, o, p), o, false, a, p);
           const PolicyTrace& x = alone.traces[0];
           const auto it = std::find_if(all.traces.begin(), all.traces.end(), [&](const PolicyTrace& t) {
             return t.budget == K && t.policy.label == x.policy.label;
           });
           BOOST_REQUIRE(it != all.traces.end());
-          BOOST_TEST_CONTEXT(one << " K=" << K << " " << precision_name(p) << " " << decode_attention_name(a)) {
+          BOOST_TEST_CONTEXT(l.cfg.kv_lora_rank << "-rank layer, " << one << " K=" << K << " " << precision_name(p) << " " << decode_attention_name(a)) {
             BOOST_TEST(it->prefill_kept == x.prefill_kept, boost::test_tools::per_element());
             BOOST_TEST(it->attn_output.data == x.attn_output.data, boost::test_tools::per_element());
             for (size_t i = 0; i < x.steps.size(); ++i) {
