@@ -68,6 +68,9 @@ class Checkpoint {
   // The config.json the checkpoint was opened with (mla/model.hpp reads the decoder's keys from it).
   const std::string& config_path() const { return config_path_; }
   const std::vector<std::string>& shards() const { return shard_paths_; }
+  // The files this checkpoint has read so far: config.json, the index (when sharded) and every
+  // shard opened (a header read or a tensor loaded), in that order, shards sorted by path.
+  std::vector<std::string> files_read() const;
   // All tensors of all shards, in shard then offset order.
   std::vector<TensorLocation> list_tensors() const;
   // Layers below num_hidden_layers whose attention tensors are all named by the index (or the

@@ -37,6 +37,7 @@
 #include "mla/checkpoint.hpp"
 #include "mla/config.hpp"
 #include "mla/policy.hpp"
+#include "mla/provenance.hpp"
 #include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
@@ -250,6 +251,7 @@ struct DecodeRunInfo {
   std::string input;                     // the input's description
   std::string residual_source;           // what residual_error divides by
   int64_t rows = 0;                      // T rows of input
+  std::optional<std::vector<FileDigest>> model_files;  // the model files read, with their sha256
   std::optional<AttentionConfig> config;
   std::string precision, attention, latent_norm_eps_mode;
   double latent_norm_eps = 0;
@@ -269,6 +271,11 @@ struct DecodeRunInfo {
 // config, options (precision, attention, P, N, budgets, policies with their settings),
 // backend, summary, timing_s {total, stages}, memory, notes, files.
 std::string decode_report_json(const DecodeRunInfo& info, const DecodeOptions& opt, const std::vector<DecodeSummary>& s);
+// One policy as it ran, for decode's and eval's report.json: label, preset, kind, every setting
+// of its kind (docs/decode.md §2) with the value used, and, for kinds with a `recent` setting,
+// "recent_tokens" {"K": the recent window at budget K} for each budget (a percentage resolves
+// per budget).
+void policy_settings_json(JsonWriter& j, const PolicySettings& p, const std::vector<int64_t>& budgets);
 // The text printed on stdout: the settings, the caveats, the summary table, the time, the files.
 std::string decode_report_text(const DecodeRunInfo& info, const DecodeOptions& opt, const std::vector<DecodeSummary>& s);
 

@@ -28,6 +28,7 @@
 #include "mla/config.hpp"
 #include "mla/h2o.hpp"
 #include "mla/json_text.hpp"
+#include "mla/provenance.hpp"
 #include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
@@ -85,6 +86,7 @@ struct RunInfo {
   StageSeconds forward_stage_seconds;  // the backend's own split of "forward"
   double load_seconds = 0, forward_seconds = 0, h2o_seconds = 0;
   std::vector<std::string> files;                 // outputs written (paths)
+  std::optional<std::vector<FileDigest>> model_files;  // the model files read, with their sha256 (run, sweep, demo)
   // Memory (run/demo; docs/long-context.md): the plan made before the forward and the
   // measured peak resident set (getrusage ru_maxrss); -1 = not recorded.
   int64_t memory_planned_bytes = -1;              // estimated host peak
@@ -155,7 +157,6 @@ class JsonWriter {
 // shared by report_json and sweep_report_json.
 void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale);
 // "versions": {mla_h2o, compiler, cuda_built, openblas} — every report.json names what made it.
-void write_versions(JsonWriter& w);
 void write_decision(JsonWriter& w, std::span<const double> scores, const H2ODecision& d, size_t top_k);
 
 // --dump-tensors: writes `path` (safetensors) in HF's layout so other implementations can

@@ -273,6 +273,7 @@ int execute_decode(const DecodePlan& plan, OutputSet& out) {
   DecodeRunInfo info;
   info.checkpoint = plan.run.checkpoint;
   info.synthetic_weights = in.ckpt.synthetic_origin();
+  info.model_files = model_file_digests(in.ckpt, plan.run.command, plan.run.quiet);
   info.caveats = caveats(info.synthetic_weights, plan.run.input);
   info.layer = plan.run.layer;
   info.input = in.input.description;

@@ -23,6 +23,7 @@
 #include "inputs.hpp"
 #include "progress.hpp"
 #include "run_pipeline.hpp"
+#include "mla/decode.hpp"
 #include "mla/error.hpp"
 #include "mla/eval.hpp"
 #include "mla/memory_plan.hpp"
@@ -106,17 +107,6 @@ EvalPlan read_eval_plan(const Args& a) {
   plan.dump_tensors = a.has("dump-tensors");
   plan.quiet = a.has("quiet");
   return plan;
-}
-
-void policy_json(JsonWriter& j, const PolicySettings& p) {
-  j.begin_object();
-  j.key("label").value(p.label);
-  j.key("kind").value(policy_kind_name(p.kind));
-  j.key("sinks").value(p.sinks);
-  j.key("recent").value(p.recent);
-  j.key("heads").value(head_aggregation_name(p.heads));
-  j.key("window").value(p.window);
-  j.end_object();
 }
 
 void summary_json(JsonWriter& j, const EvalSummary& s) {
@@ -238,12 +228,14 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
                          {"engine", result.engine}, {"prompt_len", std::to_string(P)}, {"steps", std::to_string(N)}});
     }
   }
+  const std::vector<FileDigest> model_files =
+      timed(stages, "sha256 of the model files", [&] { return model_file_digests(ckpt, "eval", plan.quiet); });
   const std::vector<std::string> files = out.paths_with({"report.json"});
   JsonWriter j;
   j.begin_object();
+  j.key("format").value("mla-h2o eval report v1");
   j.key("command").value("eval");
-  j.key("mla_h2o_version").value(MLA_VERSION);
-  j.key("compiler").value(MLA_COMPILER);
+  write_provenance(j, &model_files);
   j.key("checkpoint").value(plan.checkpoint);
   j.key("synthetic_weights");
   if (synthetic.empty()) j.value(false);
@@ -277,7 +269,7 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   for (int64_t K : opt.budgets) j.value(K);
   j.end_array();
   j.key("policies").begin_array();
-  for (const PolicySettings& s : opt.policies) policy_json(j, s);
+  for (const PolicySettings& s : opt.policies) policy_settings_json(j, s, opt.budgets);
   j.end_array();
   j.key("passkey");
   if (result.passkey.key.empty()) {

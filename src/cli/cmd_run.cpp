@@ -94,6 +94,7 @@ std::string report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& r
     info.memory_available_bytes = in.memory.budget.host_bytes;
     info.memory_available_source = in.memory.budget.host_source;
   }
+  info.model_files = model_file_digests(in.ckpt, plan.command, plan.quiet);
   info.memory_peak_rss_bytes = peak_rss_bytes();
   info.files = out.paths_with({"report.txt", "report.json"});
   const std::string text = report_text(rep);

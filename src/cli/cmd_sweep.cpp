@@ -177,6 +177,7 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
     std::string mode;
     latent_eps(plan.latent_eps_arg, cfg, mode);  // a bad value fails here, not at the first layer
     if (plan.input.kind == InputKind::File) info.notes = check_file_inputs(plan.input, layers, plan.forward.precision);
+    info.model_files = model_file_digests(ckpt, "sweep", plan.quiet);  // the shards of the listed layers
   }
   if (plan.input.kind == InputKind::Tokens) {
     std::vector<int64_t> above0;

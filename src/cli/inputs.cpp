@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
+#include "progress.hpp"
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
 #include "mla/model.hpp"
@@ -308,6 +310,32 @@ std::vector<PolicySettings> read_policies(const Args& a) {
     }
   }
   return out;
+}
+
+bool model_sha256_enabled() {
+  const char* env = std::getenv("MLA_MODEL_SHA256");
+  const std::string mode = env ? env : "";
+  if (mode != "" && mode != "1" && mode != "0")
+    fail(ErrorKind::InvalidArgument, "environment variable MLA_MODEL_SHA256='" + mode + "' is not 0 (skip) or 1 (hash)");
+  return mode != "0";
+}
+
+std::vector<FileDigest> model_file_digests(const Checkpoint& ckpt, const std::string& command, bool quiet) {
+  if (!model_sha256_enabled()) {  // sizes only: "sha256" is written as "not computed (MLA_MODEL_SHA256=0)"
+    std::vector<FileDigest> d;
+    for (const std::string& path : ckpt.files_read()) {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(path, ec);
+      d.push_back({path, ec ? -1 : static_cast<int64_t>(size), "not computed (MLA_MODEL_SHA256=0)"});
+    }
+    return d;
+  }
+  ProgressLine progress(command, quiet);
+  std::vector<FileDigest> d = file_digests(ckpt.files_read(), [&](int64_t done, int64_t total) {
+    progress.update("sha256 of the model files, bytes", done, total);
+  });
+  progress.finish();
+  return d;
 }
 
 }  // namespace mla::cli

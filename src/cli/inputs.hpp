@@ -27,6 +27,7 @@
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/policy.hpp"
+#include "mla/provenance.hpp"
 #include "mla/safetensors.hpp"
 #include "mla/tensor.hpp"
 
@@ -145,5 +146,12 @@ void input_rms_norm(TensorF& x, const TensorF& weight, double eps, Precision pre
 // The policies of decode and eval: --policy (default all), then --sinks / --recent /
 // --policy-seed applied to every policy that has the setting (overriding the presets).
 std::vector<PolicySettings> read_policies(const Args& a);
+
+// The SHA-256 of every file the checkpoint has read (Checkpoint::files_read), for report.json;
+// a progress line (bytes) on stderr when it takes long, unless quiet.
+std::vector<FileDigest> model_file_digests(const Checkpoint& ckpt, const std::string& command, bool quiet);
+// MLA_MODEL_SHA256: unset, "" or 1 = hash, 0 = sizes only; anything else Error(InvalidArgument).
+// main() checks it before any command starts.
+bool model_sha256_enabled();
 
 }  // namespace mla::cli

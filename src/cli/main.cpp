@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "inputs.hpp"
 #include "mla/error.hpp"
 #include "mla/output_set.hpp"
+#include "mla/provenance.hpp"
 #include "mla_build_config.h"
 
 namespace {
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
   // A closed pipe (mla-h2o eval ... | head -1) makes a write fail with EPIPE, reported by
   // finish_stdout, instead of killing the process with SIGPIPE after its outputs were written.
   std::signal(SIGPIPE, SIG_IGN);
+  mla::set_command_line(argc, argv);  // report.json's "argv"
   if (argc < 2) {
     usage(stderr);
     return 2;
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
   for (const auto& c : kCommands) {
     if (cmd != c.name) continue;
     try {
+      (void)mla::cli::model_sha256_enabled();  // a malformed MLA_MODEL_SHA256 fails before any work
       return finish_stdout(c.name, c.fn(rest));
     } catch (const mla::Error& e) {
       std::fprintf(stderr, "mla-h2o %s: error: %s%s\n", c.name, mla::printable_text(e.what(), 4096).c_str(),

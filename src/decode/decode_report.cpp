@@ -95,9 +95,7 @@ std::string budget_svg(const std::vector<DecodeSummary>& sum, const std::string&
   return line_chart(title, "tokens held after each step (mean, measured)", "mean rel_error over the steps", series);
 }
 
-namespace {
-
-void policy_object(JsonWriter& j, const PolicySettings& p) {
+void policy_settings_json(JsonWriter& j, const PolicySettings& p, const std::vector<int64_t>& budgets) {
   j.begin_object();
   j.key("label").value(p.label);
   j.key("preset").value(p.preset);
@@ -115,17 +113,21 @@ void policy_object(JsonWriter& j, const PolicySettings& p) {
     else if (k == "beta") j.value(p.beta);
     else if (k == "seed") j.value(static_cast<int64_t>(p.seed));
   }
+  const std::vector<std::string> keys = policy_setting_keys(p.kind);
+  if (std::find(keys.begin(), keys.end(), "recent") != keys.end()) {  // kinds with a recent window setting
+    j.key("recent_tokens").begin_object();
+    for (int64_t K : budgets) j.key(std::to_string(K)).value(recent_tokens(p, K));
+    j.end_object();
+  }
   j.end_object();
 }
-
-}  // namespace
 
 std::string decode_report_json(const DecodeRunInfo& in, const DecodeOptions& opt, const std::vector<DecodeSummary>& sum) {
   JsonWriter j;
   j.begin_object();
   j.key("format").value("mla-h2o decode report v1");
   j.key("command").value("decode");
-  write_versions(j);
+  write_provenance(j, in.model_files ? &*in.model_files : nullptr);
   j.key("checkpoint").value(in.checkpoint);
   j.key("synthetic_weights");
   if (in.synthetic_weights.empty()) j.value(false);
@@ -154,7 +156,7 @@ std::string decode_report_json(const DecodeRunInfo& in, const DecodeOptions& opt
   for (int64_t K : opt.budgets) j.value(K);
   j.end_array();
   j.key("policies").begin_array();
-  for (const PolicySettings& p : opt.policies) policy_object(j, p);
+  for (const PolicySettings& p : opt.policies) policy_settings_json(j, p, opt.budgets);
   j.end_array();
   j.key("backend").begin_object();
   j.key("name").value(in.backend);

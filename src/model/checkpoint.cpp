@@ -120,6 +120,7 @@ struct Checkpoint::Impl {
 
   mutable std::mutex mutex;
   mutable std::map<std::string, SafetensorsFile> open_shards;  // shard path -> mapped file
+  mutable std::set<std::string> shards_read;                   // every shard opened, also after release_mappings
 
   // The shard, opened once. `why` names the tensor that needs it (for the error).
   const SafetensorsFile& shard(const std::string& path, const std::string& why) const {
@@ -132,7 +133,9 @@ struct Checkpoint::Impl {
         fail(ErrorKind::Checkpoint, "shard '" + path + "' is missing (" + index_path + " maps " + why + " to it)");
       fail(ErrorKind::Checkpoint, "file '" + path + "' does not exist");
     }
-    return open_shards.emplace(path, SafetensorsFile::open(path)).first->second;
+    const SafetensorsFile& f = open_shards.emplace(path, SafetensorsFile::open(path)).first->second;
+    shards_read.insert(path);
+    return f;
   }
 
   // Where a tensor lives: its shard (opened) and header entry. Throws TensorNotFound.
@@ -181,6 +184,14 @@ struct Checkpoint::Impl {
 };
 
 Checkpoint::Checkpoint() : impl_(std::make_unique<Impl>()) {}
+
+std::vector<std::string> Checkpoint::files_read() const {
+  std::vector<std::string> files{config_path_};
+  if (!impl_->index_path.empty()) files.push_back(impl_->index_path);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  files.insert(files.end(), impl_->shards_read.begin(), impl_->shards_read.end());  // std::set: sorted
+  return files;
+}
 Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
 Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
 Checkpoint::~Checkpoint() = default;

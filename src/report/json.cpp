@@ -210,15 +210,6 @@ void scores_object(JsonWriter& w, std::span<const double> scores) {
 
 }  // namespace
 
-void write_versions(JsonWriter& w) {
-  w.key("versions").begin_object();
-  w.key("mla_h2o").value(MLA_VERSION);
-  w.key("compiler").value(MLA_COMPILER);
-  w.key("cuda_built").value(MLA_HAVE_CUDA != 0);
-  w.key("openblas").value(MLA_HAVE_BLAS != 0);
-  w.end_object();
-}
-
 void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale) {
   w.begin_object();
   w.key("model_type").value(c.model_type);
@@ -309,7 +300,7 @@ std::string report_json(const Report& r) {
   w.begin_object();
   w.key("format").value("mla-h2o report v1");
   string_or_null(w, "command", in.command);
-  write_versions(w);
+  write_provenance(w, in.model_files ? &*in.model_files : nullptr);
   string_or_null(w, "checkpoint", in.checkpoint);
   w.key("layer");
   if (in.layer) w.value(*in.layer);
@@ -389,7 +380,7 @@ std::string sweep_report_json(const SweepReport& r, const std::vector<LayerOverl
   w.begin_object();
   w.key("format").value("mla-h2o sweep report v1");
   string_or_null(w, "command", in.command);
-  write_versions(w);
+  write_provenance(w, in.model_files ? &*in.model_files : nullptr);
   string_or_null(w, "checkpoint", in.checkpoint);
   string_or_null(w, "input", in.input_source);
   string_array(w, "caveats", r.caveats);

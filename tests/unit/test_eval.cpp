@@ -31,6 +31,7 @@
 #include "mla/model.hpp"
 #include "mla/model_forward.hpp"
 #include "mla/policy.hpp"
+#include "mla/provenance.hpp"
 #include "mla/safetensors.hpp"
 #include "mla/checkpoint.hpp"
 #include "src/decoder/decoder_layer.hpp"
@@ -485,6 +486,68 @@ BOOST_AUTO_TEST_CASE(cli_outputs) {
   BOOST_TEST(q.exit_code == 0);
   BOOST_TEST(q.err.empty(), q.err);
   BOOST_TEST(contains(run_cli("eval --help").out, "--cache-budget"));
+}
+
+// report.json records what ran: each policy's settings as executed (three spellings of h2o that
+// run differently are told apart, a percentage resolved per budget), the whole command line, the
+// git revision, and the sha256 of every model file read (checked against the file's bytes).
+BOOST_AUTO_TEST_CASE(report_records_what_ran) {
+  const std::string out = scratch_dir("eval-provenance");
+  const std::string args = "eval --checkpoint '" + fixture() + "' --tokens " + ids_text() +
+                           " --prompt-len 16 --steps 4 --cache-budget 6,10 --policy h2o,h2o:recent=50%,h2o:recent=1,"
+                           "snapkv:window=3,pool=max3 --quiet --out '" + out + "'";
+  const RunResult r = run_cli(args);
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  simdjson::dom::parser parser;
+  simdjson::dom::element j = parser.load(out + "/report.json");
+  simdjson::dom::array policies = j["policies"].get_array();
+  BOOST_REQUIRE(policies.size() == 4u);
+  std::vector<std::string> recent, recent_at_10;
+  for (size_t i = 0; i < 3; ++i) {  // the three h2o
+    const simdjson::dom::element p = policies.at(i), v = p["recent"];
+    recent.push_back(v.is_string() ? std::string(v.get_string().value()) : std::to_string(int64_t(v.get_int64().value())));
+    recent_at_10.push_back(std::to_string(int64_t(p["recent_tokens"]["10"].get_int64().value())));
+  }
+  BOOST_TEST(recent[0] == "50% of the budget");  // the preset (docs/decode.md §2)
+  BOOST_TEST(recent[1] == "50% of the budget");
+  BOOST_TEST(recent[2] == "1");
+  BOOST_TEST(recent_at_10[0] == "5");
+  BOOST_TEST(recent_at_10[2] == "1");
+  BOOST_TEST(int64_t(policies.at(0)["recent_tokens"]["6"].get_int64().value()) == 3);
+  BOOST_TEST(int64_t(policies.at(3)["window"].get_int64().value()) == 3);
+  BOOST_TEST(std::string_view(policies.at(3)["pool"].get_string().value()) == "max3");
+  BOOST_TEST(std::string_view(j["format"].get_string().value()) == "mla-h2o eval report v1");
+  // argv: the binary, then every argument as the shell passed it
+  simdjson::dom::array argv = j["argv"].get_array();
+  BOOST_REQUIRE(argv.size() >= 10u);
+  BOOST_TEST(std::string_view(argv.at(1).get_string().value()) == "eval");
+  BOOST_TEST(std::string_view(argv.at(argv.size() - 1).get_string().value()) == out);
+  BOOST_TEST(!std::string_view(j["versions"]["git_revision"].get_string().value()).empty());
+  // model_files: config.json and the weights, each sha256 = that of the bytes on disk
+  simdjson::dom::array files = j["model_files"].get_array();
+  BOOST_REQUIRE(files.size() >= 2u);
+  for (simdjson::dom::element f : files) {
+    const std::string path(f["path"].get_string().value());
+    const std::string bytes = mla::test::read_text(path);
+    BOOST_TEST(int64_t(f["bytes"].get_int64().value()) == static_cast<int64_t>(bytes.size()), path);
+    BOOST_TEST(std::string_view(f["sha256"].get_string().value()) == mla::sha256_hex(bytes), path);
+  }
+  // MLA_MODEL_SHA256: 0 skips the hashes (sizes kept); a malformed value fails before any work
+  const std::string skipped = scratch_dir("eval-provenance-0");
+  ::setenv("MLA_MODEL_SHA256", "0", 1);
+  const RunResult z = run_cli("eval --checkpoint '" + fixture() + "' --tokens " + ids_text() +
+                              " --prompt-len 16 --steps 4 --cache-budget 6 --policy h2o --quiet --out '" + skipped + "'");
+  ::setenv("MLA_MODEL_SHA256", "yes", 1);
+  const RunResult bad = run_cli("eval --checkpoint '" + fixture() + "' --tokens " + ids_text() +
+                                " --prompt-len 16 --steps 4 --cache-budget 6 --policy h2o --quiet --out '" + skipped + "-bad'");
+  ::unsetenv("MLA_MODEL_SHA256");
+  BOOST_REQUIRE_MESSAGE(z.exit_code == 0, z.err);
+  simdjson::dom::element jz = parser.load(skipped + "/report.json");
+  BOOST_TEST(std::string_view(jz["model_files"].at(0)["sha256"].get_string().value()) == "not computed (MLA_MODEL_SHA256=0)");
+  BOOST_TEST(int64_t(jz["model_files"].at(0)["bytes"].get_int64().value()) > 0);
+  BOOST_TEST(bad.exit_code == 2);
+  BOOST_TEST(contains(bad.err, "MLA_MODEL_SHA256='yes' is not 0 (skip) or 1 (hash)"), bad.err);
+  BOOST_TEST(!std::filesystem::exists(skipped + "-bad"));
 }
 
 BOOST_AUTO_TEST_CASE(cli_synthetic_weights_are_said) {

@@ -14,6 +14,7 @@
 #include "mla/compare.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
+#include "mla/provenance.hpp"
 #include "mla/report.hpp"
 #include "mla/safetensors.hpp"
 #include "test_util.hpp"
@@ -79,6 +80,22 @@ mla::Report small_report() {
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(report)
+
+// SHA-256 against FIPS 180-4's examples (NIST's "SHA256.pdf" and "SHA2_Additional.pdf"), and
+// streamed in uneven pieces (the 64-byte block boundary crossed every way) = one call.
+BOOST_AUTO_TEST_CASE(sha256_known_answers) {
+  BOOST_TEST(mla::sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  BOOST_TEST(mla::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  BOOST_TEST(mla::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const std::string million(1000000, 'a');
+  BOOST_TEST(mla::sha256_hex(million) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  for (size_t piece : {1u, 7u, 63u, 64u, 65u, 1000u}) {
+    mla::Sha256 h;
+    for (size_t at = 0; at < 5000; at += piece) h.update(million.data() + at, std::min(piece, 5000 - at));
+    BOOST_TEST(h.hex() == mla::sha256_hex(std::string_view(million).substr(0, 5000)), "pieces of " << piece);
+  }
+}
 
 BOOST_AUTO_TEST_CASE(score_stats_by_hand) {
   // {1, 2, 3, 4}: sum 10, mean 2.5, squared deviations 2.25+0.25+0.25+2.25 = 5 -> std sqrt(1.25)

@@ -1,0 +1,175 @@
+// src/report/provenance.cpp — version, git revision, argv and model-file digests of a run
+// (mla/provenance.hpp). SHA-256 as FIPS 180-4 §6.2 defines it: a 64-round compression of
+// 512-bit blocks over eight 32-bit words, the message padded with 0x80, zeros and its bit length.
+#include "mla/provenance.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "mla/error.hpp"
+#include "mla/report.hpp"
+#include "mla_build_config.h"
+#include "src/report/mla_revision.h"
+
+namespace mla {
+namespace {
+
+// FIPS 180-4 §4.2.2: the first 32 bits of the fractional parts of the cube roots of the first 64 primes.
+constexpr uint32_t kRound[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+constexpr uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+std::vector<std::string>& argv_store() {
+  static std::vector<std::string> argv;
+  return argv;
+}
+
+}  // namespace
+
+Sha256::Sha256()  // §5.3.3: the first 32 bits of the fractional parts of the square roots of the first 8 primes
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256::block(const uint8_t* p) {
+  uint32_t w[64];  // §6.2.2 step 1: the message schedule
+  for (int t = 0; t < 16; ++t)
+    w[t] = uint32_t{p[4 * t]} << 24 | uint32_t{p[4 * t + 1]} << 16 | uint32_t{p[4 * t + 2]} << 8 | uint32_t{p[4 * t + 3]};
+  for (int t = 16; t < 64; ++t) {
+    const uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
+    const uint32_t s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
+    w[t] = w[t - 16] + s0 + w[t - 7] + s1;
+  }
+  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3], e = state_[4], f = state_[5], g = state_[6],
+           h = state_[7];
+  for (int t = 0; t < 64; ++t) {  // steps 2-3
+    const uint32_t S1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25), ch = (e & f) ^ (~e & g);
+    const uint32_t t1 = h + S1 + ch + kRound[t] + w[t];
+    const uint32_t S0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22), maj = (a & b) ^ (a & c) ^ (b & c);
+    const uint32_t t2 = S0 + maj;
+    h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+  }
+  state_[0] += a; state_[1] += b; state_[2] += c; state_[3] += d;  // step 4
+  state_[4] += e; state_[5] += f; state_[6] += g; state_[7] += h;
+}
+
+void Sha256::update(const void* data, size_t bytes) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  total_bytes_ += bytes;
+  if (buffered_ > 0) {
+    const size_t take = std::min(bytes, size_t{64} - buffered_);
+    std::memcpy(buffer_.data() + buffered_, p, take);
+    buffered_ += take; p += take; bytes -= take;
+    if (buffered_ < 64) return;
+    block(buffer_.data());
+    buffered_ = 0;
+  }
+  for (; bytes >= 64; p += 64, bytes -= 64) block(p);
+  std::memcpy(buffer_.data(), p, bytes);
+  buffered_ = bytes;
+}
+
+std::string Sha256::hex() {
+  const uint64_t bits = total_bytes_ * 8;  // §5.1.1: 0x80, zeros to 56 mod 64, the length big-endian
+  const uint8_t one = 0x80, zero = 0;
+  update(&one, 1);
+  while (buffered_ != 56) update(&zero, 1);
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
+  update(length, 8);
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (uint32_t v : state_)
+    for (int shift = 28; shift >= 0; shift -= 4) out += digits[(v >> shift) & 0xf];
+  return out;
+}
+
+std::string sha256_hex(std::string_view data) {
+  Sha256 h;
+  h.update(data.data(), data.size());
+  return h.hex();
+}
+
+std::vector<FileDigest> file_digests(const std::vector<std::string>& paths,
+                                     const std::function<void(int64_t, int64_t)>& progress) {
+  std::vector<FileDigest> out;
+  int64_t total = 0, done = 0;
+  std::vector<int> fds;
+  auto close_all = [&] {
+    for (int fd : fds) ::close(fd);
+  };
+  for (const std::string& path : paths) {  // open all first: the total for the progress line
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int e = errno;
+      close_all();
+      fail(ErrorKind::Io, "cannot read " + path + " for its sha256: " + std::strerror(e));
+    }
+    fds.push_back(fd);
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    ::lseek(fd, 0, SEEK_SET);
+    out.push_back({path, size < 0 ? 0 : static_cast<int64_t>(size), ""});
+    total += out.back().bytes;
+  }
+  std::vector<char> piece(size_t{4} << 20);
+  for (size_t i = 0; i < paths.size(); ++i) {
+    Sha256 h;
+    int64_t read_bytes = 0;
+    for (;;) {
+      const ssize_t n = ::read(fds[i], piece.data(), piece.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int e = errno;
+        close_all();
+        fail(ErrorKind::Io, "cannot read " + paths[i] + " for its sha256: " + std::strerror(e));
+      }
+      if (n == 0) break;
+      h.update(piece.data(), static_cast<size_t>(n));
+      read_bytes += n;
+      done += n;
+      if (progress) progress(std::min(done, total), total);
+    }
+    if (read_bytes != out[i].bytes) {
+      close_all();
+      fail(ErrorKind::Io, paths[i] + " changed while its sha256 was taken (" + std::to_string(out[i].bytes) +
+                              " bytes, then " + std::to_string(read_bytes) + ")");
+    }
+    out[i].sha256 = h.hex();
+  }
+  close_all();
+  return out;
+}
+
+void set_command_line(int argc, const char* const* argv) { argv_store().assign(argv, argv + argc); }
+const std::vector<std::string>& command_line() { return argv_store(); }
+const char* git_revision() { return MLA_GIT_REVISION; }
+
+void write_provenance(JsonWriter& w, const std::vector<FileDigest>* model_files) {
+  w.key("versions").begin_object();
+  w.key("mla_h2o").value(MLA_VERSION);
+  w.key("git_revision").value(git_revision());
+  w.key("compiler").value(MLA_COMPILER);
+  w.key("cuda_built").value(MLA_HAVE_CUDA != 0);
+  w.key("openblas").value(MLA_HAVE_BLAS != 0);
+  w.end_object();
+  w.key("argv").begin_array();
+  for (const std::string& a : command_line()) w.value(a);
+  w.end_array();
+  if (model_files) {
+    w.key("model_files").begin_array();
+    for (const FileDigest& f : *model_files)
+      w.begin_object().key("path").value(f.path).key("bytes").value(f.bytes).key("sha256").value(f.sha256).end_object();
+    w.end_array();
+  }
+}
+
+}  // namespace mla
