@@ -80,10 +80,13 @@ BOS, EOS, VOCAB = base.BOS, base.EOS, base.VOCAB
 ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
 STAGES = [  # name, seq_len, batch, steps, lr, warmup
+    ("I", 128, 16, 3000, 3e-3, 100),  # pure induction; ends early once its probe's repeat loss < 1 nat
     ("A", 256, 16, 1200, 2e-3, 100),
     ("B", 1024, 4, 250, 1e-3, 20),
     ("C", 2048, 2, 100, 5e-4, 20),
 ]
+MIX_I = {"induct": 1.0}
+INDUCT_DONE_NATS = 1.0  # stage I ends when the held-out induction rows' repeat loss falls below this
 MIX = {"text": 0.35, "rcopy": 0.40, "tcopy": 0.10, "passkey": 0.15}
 MIX_A2 = {"text": 0.20, "rcopy": 0.65, "tcopy": 0.05, "passkey": 0.10}
 
@@ -164,6 +167,16 @@ def repeat_weights(filler, inserts):
     return np.concatenate(ws)
 
 
+def row_induct(rng, n):
+    """a random [A-Za-z0-9] string of n/8 .. n/4 characters repeated until n bytes: the first
+    occurrence is not a target, every repeat is (the pure copy task of attempt 1's diagnostic)."""
+    s = random_string(rng, max(4, n // 8), max(5, n // 4))
+    body = (s * (n // len(s) + 1))[:n]
+    w = np.zeros(n, np.float32)
+    w[len(s):] = 1.0
+    return body, w
+
+
 def row_tcopy(text, rng, n):
     span = base.window(text, rng, int(rng.integers(32, min(257, n // 3))))
     filler = base.window(text, rng, n - 2 * len(span) - 2)
@@ -198,14 +211,19 @@ def row_passkey(text, rng, n, answer_weight, depth=None, key=None):
 
 
 def make_batch(text, rng, batch, seq_len, mix, answer_weight, repeat_only=False):
-    """Returns ids [batch, seq_len] and target weights [batch, seq_len] (weight of predicting ids[:, t])."""
+    """Returns ids [batch, seq_len], target weights [batch, seq_len] (weight of predicting ids[:, t])
+    and each row's kind."""
     kinds, probs = list(mix), np.array([mix[k] for k in mix])
     ids = np.zeros((batch, seq_len), np.int64)
     wts = np.zeros((batch, seq_len), np.float32)
     n = seq_len - 1
+    row_kinds = []
     for r in range(batch):
         kind = kinds[int(rng.choice(len(kinds), p=probs / probs.sum()))]
-        if kind == "text":
+        row_kinds.append(kind)
+        if kind == "induct":
+            body, w = row_induct(rng, n)
+        elif kind == "text":
             body, w = row_text(text, rng, n)
         elif kind == "rcopy":
             body, w = row_rcopy(text, rng, n, repeat_only)
@@ -217,7 +235,17 @@ def make_batch(text, rng, batch, seq_len, mix, answer_weight, repeat_only=False)
         ids[r, 0] = BOS
         ids[r, 1:] = np.frombuffer(body, dtype=np.uint8)
         wts[r, 1:] = w
-    return torch.from_numpy(ids), torch.from_numpy(wts)
+    return torch.from_numpy(ids), torch.from_numpy(wts), row_kinds
+
+
+@torch.no_grad()
+def probe_induct(model, seed, length, count=16):
+    """mean NLL (nats) of the repeats of `count` held-out induction rows (a seed the training never draws)."""
+    rng = np.random.default_rng(seed)
+    x, w, _ = make_batch("", rng, count, length, MIX_I, 1.0)
+    lp = torch.log_softmax(model(input_ids=x).logits[:, :-1].float(), -1)
+    nll = -lp.gather(2, x[:, 1:, None])[..., 0]
+    return float((nll * w[:, 1:]).sum() / w[:, 1:].sum())
 
 
 # ---- probes (held-out) -----------------------------------------------------------------------
@@ -336,6 +364,8 @@ def main():
     ap.add_argument("--save-minutes", type=float, default=4.0)
     ap.add_argument("--stage-steps", default="", help="override the stages' step counts, e.g. 1200,250,100")
     ap.add_argument("--finish-only", action="store_true", help="write the shipped model and card from the state")
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: torch.autocast on the CPU (fast only with AVX512-BF16 or AMX)")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
 
@@ -394,17 +424,22 @@ def main():
         model.train()
         while st["step"] < steps:
             step = st["step"]
-            mix = MIX_A2 if (name == "A" and st["recipe_a2"]) else MIX
+            mix = MIX_I if name == "I" else (MIX_A2 if (name == "A" and st["recipe_a2"]) else MIX)
             lr_now = lr_at(step, steps, lr * (0.5 if (name == "A" and st["recipe_a2"]) else 1.0), warmup)
             for g in opt.param_groups:
                 g["lr"] = lr_now
-            x, w = make_batch(train_text, rng, batch, seq_len, mix, args.answer_weight,
-                              repeat_only=(name == "A" and st["recipe_a2"]))
-            logits = model(input_ids=x).logits  # fp32: an AVX2 CPU has no bf16 arithmetic (10x slower)
+            x, w, row_kinds = make_batch(train_text, rng, batch, seq_len, mix, args.answer_weight,
+                                         repeat_only=(name == "A" and st["recipe_a2"]))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
+                logits = model(input_ids=x).logits
             nll = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, VOCAB), x[:, 1:].reshape(-1),
                                                     reduction="none").view(batch, seq_len - 1)
             wt = w[:, 1:]
             loss = (nll * wt).sum() / wt.sum()
+            per_kind = {}  # the batch's loss per row kind (a stall shows in its own column)
+            for kind in set(row_kinds):
+                rows = torch.tensor([k == kind for k in row_kinds])
+                per_kind[kind] = float(((nll[rows] * wt[rows]).sum() / wt[rows].sum().clamp_min(1e-9)).detach())
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -417,9 +452,23 @@ def main():
             row = {"stage": name, "recipe": "A2" if (name == "A" and st["recipe_a2"]) else name,
                    "step": st["global_step"], "tokens": st["tokens"], "wall_s": round(st["wall_s"], 1),
                    "lr": lr_now, "train_loss": float(loss.detach()),
+                   **{f"loss_{k}": round(per_kind.get(k, float("nan")), 4) for k in ("induct", "text", "rcopy", "tcopy", "passkey")},
+                   "induct_probe": "",
                    "max_over_mean_load": max(ratios) if ratios else 0.0,
                    "heldout_bpb": "", "copy_first": "", "copy_repeat": "", "copy_ratio": "", "passkey": ""}
-            if st["step"] % args.eval_every == 0 or st["step"] == steps:
+            if name == "I" and (st["step"] % 50 == 0 or st["step"] == steps):
+                model.eval()
+                row["induct_probe"] = probe_induct(model, args.seed + 11, seq_len)
+                model.train()
+                print(f"I {st['step']}/{steps} L{seq_len}  held-out induction repeat loss {row['induct_probe']:.3f} nats "
+                      f"(chance {math.log(len(ALPHABET)):.2f})", flush=True)
+                if row["induct_probe"] < INDUCT_DONE_NATS:
+                    ev = (f"stage I done at step {st['step']}: held-out induction repeat loss "
+                          f"{row['induct_probe']:.3f} < {INDUCT_DONE_NATS} nats")
+                    st["events"].append(ev)
+                    print(ev, flush=True)
+                    steps = st["step"]  # ends the stage after this step
+            elif st["step"] % args.eval_every == 0 or st["step"] == steps:
                 model.eval()
                 row["heldout_bpb"] = heldout_bpb(model, windows)
                 # at the stage's own length (positions past it are untrained): 64-byte spans at 256
@@ -437,7 +486,7 @@ def main():
             if st["step"] % 10 == 0 or row["heldout_bpb"] != "" or args.smoke:
                 st["log"].append(row)
                 el = st["wall_s"]
-                extra = ""
+                extra = "  " + " ".join(f"{k}={v:.3f}" for k, v in sorted(per_kind.items()))
                 if row["heldout_bpb"] != "":
                     extra = (f"  held-out {row['heldout_bpb']:.3f} bpb  copy {row['copy_first']:.2f}->"
                              f"{row['copy_repeat']:.2f} ({row['copy_ratio']:.2f})  passkey {row['passkey']:.2f}")
