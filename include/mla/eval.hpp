@@ -97,17 +97,26 @@ struct EvalRun {
   TensorF logits;                       // [N, V] with keep_logits
 };
 
+// Per (policy, budget) over W windows (docs/eval.md §3.1). Means over windows are means over
+// positions too (every window decodes N positions). The intervals come from the W paired
+// per-window differences against full (mla/stats.hpp: Student t, 95 %); with one window they
+// are NaN (written as empty fields and "n/a").
 struct EvalSummary {
   std::string policy;          // the policy's label
   int64_t budget = 0;
+  int64_t windows = 1;         // W
   double mean_nll = 0;
   double delta_nll = 0;        // mean_nll - full's (exactly 0 for full)
+  double delta_nll_se = 0;     // standard error of the mean of the W per-window ΔNLL (0 for full)
+  double delta_nll_low = 0, delta_nll_high = 0;  // its 95 % t-interval
   double ppl_ratio = 1;        // exp(delta_nll)
-  double mean_kl = 0;
+  double mean_kl = 0;          // over every decoded position of every window
+  double kl_median = 0, kl_p99 = 0, kl_max = 0;  // the same positions' KL (quantile_linear)
   double top1_agreement = 1;   // share of positions whose argmax equals full's
+  double top1_agreement_se = 0;  // standard error over the W per-window shares
   double top1_accuracy = 0;    // share whose argmax is the true next token
-  double passkey_accuracy = -1;  // share of the key's digits predicted top-1; -1 when not a passkey input
-  int64_t passkey_digits = 0;    // digits scored (those whose predicting position was decoded)
+  double passkey_accuracy = -1;  // share of the key's digits predicted top-1; -1 when no window is a passkey input
+  int64_t passkey_digits = 0;    // digits scored (those whose predicting position was decoded), all windows
   double mean_cache_len = 0;     // over layers and steps
   double mean_mass_recall = 1;   // over layers and steps
 };
@@ -127,22 +136,43 @@ struct EvalResult {
 EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::vector<int64_t>& tokens,
                     const EvalOptions& opt);
 
+// One window of the input (--windows W: W windows of P + N + 1 tokens, spread evenly and without
+// overlap over the input; docs/eval.md §1) and its evaluation. Every window's EvalResult has the
+// same runs in the same order.
+struct EvalWindow {
+  std::string source;   // the file it was cut from (--text), or "--tokens"
+  int64_t offset = 0;   // its first byte (--text, the BOS not counted) or id (--tokens) in the source
+  EvalResult result;
+};
+
 // One row per (policy, budget): full first at each budget, then the runs in options order.
-std::vector<EvalSummary> summarize(const EvalResult& r, const std::vector<int64_t>& budgets);
+std::vector<EvalSummary> summarize(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets);
+std::vector<EvalSummary> summarize(const EvalResult& r, const std::vector<int64_t>& budgets);  // one window
 
 // ---- outputs (src/eval/eval_report.cpp) -------------------------------------------------------
-// eval.csv:    policy,budget,position,token,nll,kl,top1_agree
-std::string eval_csv(const EvalResult& r, const std::vector<int64_t>& budgets);
-// layers.csv:  policy,budget,layer,layer_budget,mean_cache_len,mean_held,mean_mass_recall,min_mass_recall,
+// eval.csv:    window,policy,budget,position,token,nll,kl,top1_agree
+std::string eval_csv(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets);
+// layers.csv:  window,policy,budget,layer,layer_budget,mean_cache_len,mean_held,mean_mass_recall,min_mass_recall,
 //              mean_attn_rel_error,max_attn_rel_error,mean_hidden_rel_error
-std::string eval_layers_csv(const EvalResult& r, const std::vector<int64_t>& budgets);
-// summary.csv: policy,budget,mean_nll,delta_nll,ppl_ratio,mean_kl,top1_agreement,top1_accuracy,
-//              passkey_accuracy,mean_cache_len,mean_mass_recall
+std::string eval_layers_csv(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets);
+// windows.csv: window,source,offset,policy,budget,mean_nll,delta_nll,mean_kl,top1_agreement,top1_accuracy,
+//              passkey_accuracy
+std::string eval_windows_csv(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets);
+// summary.csv: policy,budget,windows,mean_nll,delta_nll,delta_nll_ci_low,delta_nll_ci_high,ppl_ratio,mean_kl,
+//              kl_median,kl_p99,kl_max,top1_agreement,top1_agreement_se,top1_accuracy,passkey_accuracy,
+//              mean_cache_len,mean_mass_recall
 std::string eval_summary_csv(const std::vector<EvalSummary>& s);
+// leaderboard.csv, per budget the policies other than full sorted by ΔNLL (ties: label):
+//   budget,rank,policy,delta_nll,delta_nll_ci_low,delta_nll_ci_high,overlaps,next,diff_to_next,
+//   diff_ci_low,diff_ci_high,distinct_from_next
+// overlaps: the ranking neighbours (above, below) whose ΔNLL interval overlaps this one's, ';'-joined;
+// diff_to_next: the paired per-window mean of (next's ΔNLL - this one's) with its 95 % t-interval;
+// distinct_from_next: 1 when that interval excludes 0, 0 when it does not, empty with one window.
+std::string eval_leaderboard_csv(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets);
 std::string eval_summary_table(const std::vector<EvalSummary>& s);
 // ΔNLL against K, one line per policy (needs >= 2 budgets for a line; points otherwise).
 std::string eval_budget_svg(const std::vector<EvalSummary>& s, const std::string& title);
-// mean mass recall per layer, one line per policy, at budget `budget`.
-std::string eval_layers_svg(const EvalResult& r, int64_t budget, const std::string& title);
+// mean mass recall per layer (mean over windows), one line per policy, at budget `budget`.
+std::string eval_layers_svg(const std::vector<EvalWindow>& w, int64_t budget, const std::string& title);
 
 }  // namespace mla

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -50,13 +51,16 @@ CommandSpec eval_spec() {
       "cache managed by the policy at budget K; NLL, KL and top-1 agreement against the full cache, per layer the\n"
       "attention error and mass recall (docs/eval.md).";
   spec.usage =
-      "mla-h2o eval --checkpoint DIR (--tokens IDS|FILE | --text FILE) --prompt-len P --steps N --cache-budget K[,K2,...] "
-      "[options]";
+      "mla-h2o eval --checkpoint DIR (--tokens IDS|FILE | --text FILE|DIR) --prompt-len P --steps N --cache-budget K[,K2,...] "
+      "[--windows W] [options]";
   spec.flags = {
       {"checkpoint", "DIR", "checkpoint directory or .safetensors file of a whole model (required)", ""},
       {"config", "FILE", "config.json to use instead of the one beside the checkpoint", ""},
       {"tokens", "IDS|FILE", "token ids: 3,17,250 or a file of ids", ""},
-      {"text", "FILE", "a text file, for byte-level models (config.json \"byte_level_vocab\": true): BOS, then its bytes", ""},
+      {"text", "FILE|DIR", "a text file, or a directory of them (regular files, sorted by name), for byte-level models "
+       "(config.json \"byte_level_vocab\": true): each window is BOS, then its bytes", ""},
+      {"windows", "W", "W windows of P + N + 1 tokens, spread evenly and without overlap over the input (a window never "
+       "straddles two files); every figure is a mean over them, ΔNLL with a 95 % t-interval (docs/eval.md §3.1)", "1"},
       {"prompt-len", "P", "prompt positions (causal prefill with the full cache) (required)", ""},
       {"steps", "N", "decoded positions after the prompt; the input needs P + N + 1 tokens (required)", ""},
       {"cache-budget", "K[,K2,...]", "per-layer cache budgets, strictly increasing (required)", ""},
@@ -96,6 +100,7 @@ EvalPlan read_eval_plan(const Args& a) {
   plan.config_path = a.str("config");
   plan.tokens = a.str("tokens");
   plan.text = a.str("text");
+  plan.windows = a.integer("windows", 1, 1, int64_t{1} << 20);
   plan.eval.prompt_len = a.integer("prompt-len", 0, 1, int64_t{1} << 40);
   plan.eval.steps = a.integer("steps", 0, 1, int64_t{1} << 40);
   plan.eval.budgets = a.int_list("cache-budget", {});
@@ -114,10 +119,23 @@ void summary_json(JsonWriter& j, const EvalSummary& s) {
   j.key("policy").value(s.policy);
   j.key("budget").value(s.budget);
   j.key("mean_nll").value(s.mean_nll);
+  j.key("windows").value(s.windows);
   j.key("delta_nll").value(s.delta_nll);
+  const auto maybe = [&](const char* k, double v) {
+    j.key(k);
+    if (std::isnan(v)) j.null();
+    else j.value(v);
+  };
+  maybe("delta_nll_se", s.delta_nll_se);
+  maybe("delta_nll_ci_low", s.delta_nll_low);
+  maybe("delta_nll_ci_high", s.delta_nll_high);
   j.key("ppl_ratio").value(s.ppl_ratio);
   j.key("mean_kl").value(s.mean_kl);
+  j.key("kl_median").value(s.kl_median);
+  j.key("kl_p99").value(s.kl_p99);
+  j.key("kl_max").value(s.kl_max);
   j.key("top1_agreement").value(s.top1_agreement);
+  maybe("top1_agreement_se", s.top1_agreement_se);
   j.key("top1_accuracy").value(s.top1_accuracy);
   if (s.passkey_accuracy >= 0) j.key("passkey_accuracy").value(s.passkey_accuracy);
   else j.key("passkey_accuracy").null();
@@ -137,6 +155,95 @@ std::vector<std::string> eval_caveats(const std::string& synthetic) {
   return c;
 }
 
+
+// One window's ids and where they came from.
+struct WindowInput {
+  std::string source;  // the file, or "--tokens"
+  int64_t offset = 0;  // first byte (the BOS not counted) or id in the source
+  std::vector<int64_t> tokens;
+};
+
+// The windows of --windows W (docs/eval.md §1). The input is a list of sources: the --tokens ids,
+// the --text file, or the regular files of the --text directory sorted by name. A window takes
+// w units of a source (ids; or bytes: P + N + 1 tokens less the BOS), so source f holds
+// floor(len_f / w) consecutive non-overlapping slots, S in all, and window i is slot
+// floor(i S / W): spread evenly, never overlapping, never straddling two files. One window of one
+// source is its beginning (a source too short for it reaches check_eval_options, which names it).
+std::vector<WindowInput> cut_windows(const EvalPlan& plan, const ModelConfig& cfg) {
+  const int64_t P = plan.eval.prompt_len, N = plan.eval.steps, W = plan.windows;
+  const bool text = !plan.text.empty();
+  const bool bos = text && cfg.bos_token_id >= 0;
+  const int64_t need = P + N + 1, unit = need - (bos ? 1 : 0);  // units a window takes from its source
+  struct Source {
+    std::string name, bytes;
+    std::vector<int64_t> ids;
+    int64_t size() const { return static_cast<int64_t>(bytes.empty() ? ids.size() : bytes.size()); }
+  };
+  std::vector<Source> sources;
+  std::error_code ec;
+  if (text && std::filesystem::is_directory(plan.text, ec)) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(plan.text, ec))
+      if (std::filesystem::is_regular_file(e.path(), ec)) names.push_back(e.path().string());
+    if (ec) fail(ErrorKind::Io, "--text " + plan.text + ": cannot list the directory (" + ec.message() + ")");
+    std::sort(names.begin(), names.end());
+    if (names.empty()) fail(ErrorKind::InvalidArgument, "--text " + plan.text + " is a directory without regular files");
+    for (const std::string& f : names) sources.push_back(Source{f, read_bytes(f, "--text"), {}});
+  } else if (text) {
+    // one window: only as far as it reaches (the file may be large)
+    sources.push_back(Source{plan.text, read_bytes(plan.text, "--text", W == 1 ? unit : 0), {}});
+  } else {
+    sources.push_back(Source{"--tokens", "", parse_token_ids(plan.tokens)});
+  }
+  const auto window_of = [&](const Source& src, int64_t offset, int64_t len) {
+    WindowInput in{src.name, offset, {}};
+    if (text) {
+      in.tokens = byte_level_token_ids(cfg, std::string_view(src.bytes).substr(static_cast<size_t>(offset), static_cast<size_t>(len)),
+                                       "--text " + src.name);
+    } else {
+      in.tokens.assign(src.ids.begin() + offset, src.ids.begin() + offset + len);
+    }
+    return in;
+  };
+  int64_t slots = 0;
+  for (const Source& src : sources) slots += src.size() / unit;
+  if (W == 1 && sources.size() == 1 && slots == 0) return {window_of(sources[0], 0, sources[0].size())};
+  if (slots < W) {
+    int64_t units = 0;
+    for (const Source& src : sources) units += src.size();
+    fail(ErrorKind::InvalidArgument,
+         "--windows " + std::to_string(W) + " needs " + std::to_string(W) + " windows of " + std::to_string(unit) +
+             (text ? " bytes" : " ids") + " (P + N + 1 tokens" + (bos ? ", the BOS added" : "") + ") without overlap, but " +
+             (text ? "--text " + plan.text : std::string("--tokens")) + " holds " + std::to_string(slots) + " (" +
+             std::to_string(units) + (text ? " bytes" : " ids") +
+             (sources.size() > 1 ? " in " + std::to_string(sources.size()) + " files" : "") +
+             "); fewer windows, or a shorter --prompt-len or --steps, would fit");
+  }
+  std::vector<WindowInput> out;
+  for (int64_t i = 0; i < W; ++i) {
+    int64_t slot = i * slots / W;  // no overflow: W <= 2^20 and slots <= 2^30 bytes per file
+    for (const Source& src : sources) {
+      const int64_t here = src.size() / unit;
+      if (slot < here) {
+        out.push_back(window_of(src, slot * unit, unit));
+        break;
+      }
+      slot -= here;
+    }
+  }
+  return out;
+}
+
+// The input line of report.json and stdout.
+std::string windows_description(const EvalPlan& plan, const ModelConfig& cfg, const std::vector<WindowInput>& in) {
+  const bool text = !plan.text.empty();
+  const int64_t len = static_cast<int64_t>(in.front().tokens.size());
+  std::string what = text ? (cfg.bos_token_id >= 0 ? "BOS + " + std::to_string(len - 1) + " bytes" : std::to_string(len) + " bytes, no BOS")
+                          : std::to_string(len) + " ids";
+  if (in.size() == 1) return (text ? "--text " + plan.text : std::string("--tokens")) + " (" + what + ")";
+  return (text ? "--text " + plan.text : std::string("--tokens")) + ": " + std::to_string(in.size()) + " windows of " + what;
+}
+
 }  // namespace
 
 std::vector<std::string> eval_inputs(const EvalPlan& plan) {
@@ -152,23 +259,16 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   const std::vector<std::string> caveats = eval_caveats(synthetic);
   const std::string tag = synthetic.empty() ? "" : "[synthetic weights] ";
   check_model_tensors(ckpt, cfg, "--checkpoint " + plan.checkpoint);
-  std::vector<int64_t> tokens;
-  std::string input_text;
-  if (!plan.text.empty()) {
-    // only as far as the run needs: P + N + 1 tokens (the last one a target), the BOS among them
-    const int64_t needed = plan.eval.prompt_len + plan.eval.steps + 1 - (cfg.bos_token_id >= 0 ? 1 : 0);
-    tokens = byte_level_token_ids(cfg, read_bytes(plan.text, "--text", needed), "--text " + plan.text);
-    input_text = "--text " + plan.text + (cfg.bos_token_id >= 0 ? " (BOS + " + std::to_string(tokens.size() - 1) + " bytes)"
-                                                                : " (" + std::to_string(tokens.size()) + " bytes, no BOS)");
-  } else {
-    tokens = parse_token_ids(plan.tokens);
-    input_text = "--tokens (" + std::to_string(tokens.size()) + " ids)";
-  }
-  for (size_t i = 0; i < tokens.size(); ++i)
-    if (tokens[i] >= cfg.attention.vocab_size)
-      fail(ErrorKind::InvalidArgument, "token id " + std::to_string(tokens[i]) + " (position " + std::to_string(i) +
-                                           ") is past the vocabulary (vocab_size " +
-                                           std::to_string(cfg.attention.vocab_size) + ")");
+  const std::vector<WindowInput> inputs = cut_windows(plan, cfg);
+  const std::string input_text = windows_description(plan, cfg, inputs);
+  for (const WindowInput& in : inputs)
+    for (size_t i = 0; i < in.tokens.size(); ++i)
+      if (in.tokens[i] >= cfg.attention.vocab_size)
+        fail(ErrorKind::InvalidArgument, "token id " + std::to_string(in.tokens[i]) + " (position " + std::to_string(i) +
+                                             (inputs.size() > 1 ? " of the window at " + in.source + ":" + std::to_string(in.offset) : "") +
+                                             ") is past the vocabulary (vocab_size " +
+                                             std::to_string(cfg.attention.vocab_size) + ")");
+  const std::vector<int64_t>& tokens = inputs.front().tokens;
   EvalOptions opt = plan.eval;
   std::string eps_mode;
   opt.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg.attention, eps_mode);
@@ -194,23 +294,45 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
                                      budget.host_source + "); a smaller --prompt-len or --steps, or fewer budgets or "
                                      "policies, would need less");
 
-  // ---- eval ----
+  // ---- eval: the windows one after another, one progress line for all of them ----
   ProgressLine progress("eval", plan.quiet);
-  opt.progress = progress.callback();
-  const EvalResult result = timed(stages, "eval", [&] { return run_eval(ckpt, cfg, tokens, opt); });
+  const int64_t W = static_cast<int64_t>(inputs.size()), L_count = cfg.attention.num_hidden_layers;
+  std::vector<EvalWindow> windows;
+  timed(stages, "eval", [&] {
+    for (int64_t w = 0; w < W; ++w) {
+      EvalOptions wopt = opt;
+      wopt.keep_full_states = opt.keep_full_states && w == 0;  // --dump-tensors: the first window's
+      if (!plan.quiet) {
+        // decode steps of every layer of every window: (w L + layers done) N + steps done of W L N
+        wopt.progress = [&progress, w, W, L_count, N, layers_done = int64_t{0}](const char* stage, int64_t done,
+                                                                               int64_t) mutable {
+          if (std::string(stage) == "layers") layers_done = done;
+          const int64_t steps = (w * L_count + layers_done) * N + (std::string(stage) == "layers" ? 0 : done);
+          progress.update(W > 1 ? "decode steps (all layers, all windows)" : "decode steps (all layers)", steps,
+                          W * L_count * N);
+        };
+      }
+      windows.push_back(EvalWindow{inputs[static_cast<size_t>(w)].source, inputs[static_cast<size_t>(w)].offset,
+                                   run_eval(ckpt, cfg, inputs[static_cast<size_t>(w)].tokens, wopt)});
+    }
+    return 0;
+  });
   progress.finish();
+  const EvalResult& result = windows.front().result;  // the first window: engine, passkey, --dump-tensors
 
   // ---- outputs ----
-  const std::vector<EvalSummary> summaries = summarize(result, opt.budgets);
+  const std::vector<EvalSummary> summaries = summarize(windows, opt.budgets);
   {
     StageTimer t(stages, "outputs");
-    out.write("eval.csv", eval_csv(result, opt.budgets));
-    out.write("layers.csv", eval_layers_csv(result, opt.budgets));
+    out.write("eval.csv", eval_csv(windows, opt.budgets));
+    out.write("layers.csv", eval_layers_csv(windows, opt.budgets));
+    out.write("windows.csv", eval_windows_csv(windows, opt.budgets));
     out.write("summary.csv", eval_summary_csv(summaries));
+    out.write("leaderboard.csv", eval_leaderboard_csv(windows, opt.budgets));
     const std::string what = std::string(precision_name(opt.precision)) + ", P = " + std::to_string(P) + ", N = " +
-                             std::to_string(N);
+                             std::to_string(N) + (W > 1 ? ", " + std::to_string(W) + " windows" : "");
     out.write("budget.svg", eval_budget_svg(summaries, tag + "ΔNLL against the cache budget (" + what + ")"));
-    out.write("layers.svg", eval_layers_svg(result, opt.budgets.front(),
+    out.write("layers.svg", eval_layers_svg(windows, opt.budgets.front(),
                                             tag + "attention mass kept per layer at K = " + std::to_string(opt.budgets.front()) +
                                                 " (" + what + ")"));
     if (plan.dump_tensors) {
@@ -245,6 +367,14 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   j.end_array();
   j.key("input").value(input_text);
   j.key("tokens").value(static_cast<int64_t>(tokens.size()));
+  j.key("windows").begin_array();
+  for (const EvalWindow& w : windows) {
+    j.begin_object().key("source").value(w.source).key("offset").value(w.offset).key("passkey");
+    if (w.result.passkey.key.empty()) j.null();
+    else j.value(w.result.passkey.key);
+    j.end_object();
+  }
+  j.end_array();
   j.key("prompt_len").value(P);
   j.key("steps").value(N);
   j.key("precision").value(precision_name(opt.precision));
@@ -286,7 +416,10 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   j.end_object();
   j.key("timing_s").begin_object();
   for (const auto& [name, s] : stages) j.key(name).value(s);
-  for (const auto& [name, s] : result.stage_seconds) j.key("eval: " + name).value(s);
+  std::map<std::string, double> eval_stages;  // summed over the windows
+  for (const EvalWindow& w : windows)
+    for (const auto& [name, s] : w.result.stage_seconds) eval_stages[name] += s;
+  for (const auto& [name, s] : eval_stages) j.key("eval: " + name).value(s);
   j.end_object();
   j.key("files").begin_array();
   for (const std::string& f : files) j.value(f);
@@ -298,7 +431,7 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   std::printf("mla-h2o eval: %s, %s, P = %lld, N = %lld, %s, %s\n", plan.checkpoint.c_str(), input_text.c_str(),
               static_cast<long long>(P), static_cast<long long>(N), precision_name(opt.precision), result.engine.c_str());
   for (const std::string& c : caveats) std::printf("CAVEAT: %s\n", c.c_str());
-  if (!result.passkey.key.empty()) std::printf("passkey input: key %s\n", result.passkey.key.c_str());
+  if (W == 1 && !result.passkey.key.empty()) std::printf("passkey input: key %s\n", result.passkey.key.c_str());
   std::fputs(eval_summary_table(summaries).c_str(), stdout);
   std::printf("outputs: %s\n", plan.out_dir.c_str());
   return 0;

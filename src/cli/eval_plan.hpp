@@ -13,6 +13,7 @@ namespace mla::cli {
 struct EvalPlan {
   std::string checkpoint, config_path, tokens, text, out_dir = "mla-h2o-eval", latent_eps_arg = "hf";
   EvalOptions eval;  // P, N, budgets, policies, precision, threads
+  int64_t windows = 1;  // --windows W: W windows of P + N + 1 tokens, spread evenly without overlap
   bool dump_tensors = false, quiet = false;
 };
 

@@ -1,20 +1,24 @@
 // src/eval/eval_report.cpp — the summaries and outputs of `mla-h2o eval` (mla/eval.hpp,
-// docs/eval.md), each a pure function of the EvalResult, so tests check them on small runs:
-//   summary     per (policy, budget): mean NLL, ΔNLL, perplexity ratio, KL, top-1, passkey
-//   eval.csv    one row per (policy, budget, position)
-//   layers.csv  one row per (policy, budget, layer)
+// docs/eval.md), each a pure function of the windows' EvalResults, so tests check them on small runs:
+//   summary     per (policy, budget) over the W windows: mean NLL, ΔNLL with its 95 % t-interval from the
+//               paired per-window differences, perplexity ratio, KL mean/median/p99/max, top-1 ± se, passkey
+//   eval.csv    one row per (window, policy, budget, position)
+//   layers.csv  one row per (window, policy, budget, layer)
+//   windows.csv one row per (window, policy, budget);  leaderboard.csv  per budget, sorted by ΔNLL
 //   summary.csv and the stdout table
 //   budget.svg  ΔNLL against K, one line per policy;  layers.svg  mass recall per layer
 // Numbers in the CSVs are %.17g (they parse back to the same double).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "mla/eval.hpp"
 #include "mla/report.hpp"
+#include "mla/stats.hpp"
 #include "src/report/svg_util.hpp"
 
 namespace mla {
@@ -30,9 +34,34 @@ void for_each_run(const EvalResult& r, const std::vector<int64_t>& budgets, F&& 
   }
 }
 
-double passkey_share(const EvalRun& run, const Passkey& key, int64_t& scored) {
+// The runs of every window in for_each_run order: runs[j][w] is run j of window w.
+struct RunColumn {
+  std::string policy;
+  int64_t budget = 0;
+  bool full = false;
+  std::vector<const EvalRun*> of_window;  // [W]
+};
+std::vector<RunColumn> run_columns(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets) {
+  std::vector<RunColumn> cols;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    size_t j = 0;
+    for_each_run(windows[w].result, budgets, [&](const EvalRun& run, int64_t K) {
+      if (w == 0) cols.push_back(RunColumn{run.policy.label, K, &run == &windows[w].result.full, {}});
+      cols.at(j++).of_window.push_back(&run);
+    });
+  }
+  return cols;
+}
+
+double mean_nll(const EvalRun& run) {
+  double s = 0;
+  for (const EvalPosition& p : run.positions) s += p.nll;
+  return s / static_cast<double>(run.positions.size());
+}
+
+double passkey_share(const EvalRun& run, const Passkey& key, int64_t& scored, int64_t& correct) {
   scored = 0;
-  int64_t correct = 0;
+  correct = 0;
   for (int64_t digit : key.digits)
     for (const EvalPosition& p : run.positions)
       if (p.position + 1 == digit) {  // the logits at digit - 1 predict the digit
@@ -42,82 +71,198 @@ double passkey_share(const EvalRun& run, const Passkey& key, int64_t& scored) {
   return scored > 0 ? static_cast<double>(correct) / static_cast<double>(scored) : -1.0;
 }
 
+// One run of one window, against the same window's full run.
+struct WindowFigures {
+  double mean_nll = 0, delta_nll = 0, mean_kl = 0, top1_agreement = 0, top1_accuracy = 0, passkey_accuracy = -1;
+  int64_t passkey_scored = 0, passkey_correct = 0;
+};
+WindowFigures window_figures(const EvalRun& run, const EvalResult& window) {
+  WindowFigures f;
+  const double N = static_cast<double>(run.positions.size());
+  for (const EvalPosition& p : run.positions) {
+    f.mean_kl += p.kl;
+    f.top1_agreement += p.top1_agree;
+    f.top1_accuracy += p.top1_correct;
+  }
+  f.mean_kl /= N;
+  f.top1_agreement /= N;
+  f.top1_accuracy /= N;
+  f.mean_nll = mean_nll(run);
+  f.delta_nll = f.mean_nll - mean_nll(window.full);
+  f.passkey_accuracy = passkey_share(run, window.passkey, f.passkey_scored, f.passkey_correct);
+  return f;
+}
+
+// "" for NaN (an empty CSV field), else %.17g
+std::string field(double v) { return std::isnan(v) ? std::string() : format_double(v); }
+
 }  // namespace
 
-std::vector<EvalSummary> summarize(const EvalResult& r, const std::vector<int64_t>& budgets) {
-  const auto mean_nll = [](const EvalRun& run) {
-    double s = 0;
-    for (const EvalPosition& p : run.positions) s += p.nll;
-    return s / static_cast<double>(run.positions.size());
-  };
-  const double full_nll = mean_nll(r.full);
+std::vector<EvalSummary> summarize(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets) {
   std::vector<EvalSummary> out;
-  for_each_run(r, budgets, [&](const EvalRun& run, int64_t K) {
+  const double W = static_cast<double>(windows.size());
+  for (const RunColumn& col : run_columns(windows, budgets)) {
     EvalSummary s;
-    s.policy = run.policy.label;
-    s.budget = K;
-    const double N = static_cast<double>(run.positions.size());
-    double kl = 0, agree = 0, correct = 0;
-    for (const EvalPosition& p : run.positions) {
-      kl += p.kl;
-      agree += p.top1_agree;
-      correct += p.top1_correct;
+    s.policy = col.policy;
+    s.budget = col.budget;
+    s.windows = static_cast<int64_t>(windows.size());
+    std::vector<double> delta, agree, kl;
+    double nll = 0, correct = 0, cache = 0, recall = 0;
+    int64_t key_scored = 0, key_correct = 0;
+    for (size_t w = 0; w < windows.size(); ++w) {
+      const EvalRun& run = *col.of_window[w];
+      const WindowFigures f = window_figures(run, windows[w].result);
+      nll += f.mean_nll;
+      delta.push_back(f.delta_nll);
+      agree.push_back(f.top1_agreement);
+      correct += f.top1_accuracy;
+      key_scored += f.passkey_scored;
+      key_correct += f.passkey_correct;
+      for (const EvalPosition& p : run.positions) kl.push_back(p.kl);
+      double c = 0, m = 0;
+      for (const EvalLayer& l : run.layers) {
+        c += l.mean_cache_len;
+        m += l.mean_mass_recall;
+      }
+      cache += c / static_cast<double>(run.layers.size());
+      recall += m / static_cast<double>(run.layers.size());
     }
-    s.mean_nll = mean_nll(run);
-    s.delta_nll = s.mean_nll - full_nll;
+    s.mean_nll = nll / W;
+    const MeanInterval d = mean_t_interval(delta);
+    s.delta_nll = d.mean;
+    s.delta_nll_se = d.se;
+    s.delta_nll_low = d.low;
+    s.delta_nll_high = d.high;
     s.ppl_ratio = std::exp(s.delta_nll);
-    s.mean_kl = kl / N;
-    s.top1_agreement = agree / N;
-    s.top1_accuracy = correct / N;
-    s.passkey_accuracy = passkey_share(run, r.passkey, s.passkey_digits);
-    double cache = 0, recall = 0;
-    for (const EvalLayer& l : run.layers) {
-      cache += l.mean_cache_len;
-      recall += l.mean_mass_recall;
-    }
-    s.mean_cache_len = cache / static_cast<double>(run.layers.size());
-    s.mean_mass_recall = recall / static_cast<double>(run.layers.size());
+    double kl_sum = 0;
+    for (double v : kl) kl_sum += v;
+    s.mean_kl = kl_sum / static_cast<double>(kl.size());
+    s.kl_median = quantile_linear(kl, 0.5);
+    s.kl_p99 = quantile_linear(kl, 0.99);
+    s.kl_max = *std::max_element(kl.begin(), kl.end());
+    const MeanInterval a = mean_t_interval(agree);
+    s.top1_agreement = a.mean;
+    s.top1_agreement_se = a.se;
+    s.top1_accuracy = correct / W;
+    s.passkey_digits = key_scored;
+    s.passkey_accuracy = key_scored > 0 ? static_cast<double>(key_correct) / static_cast<double>(key_scored) : -1.0;
+    s.mean_cache_len = cache / W;
+    s.mean_mass_recall = recall / W;
     out.push_back(s);
-  });
+  }
   return out;
 }
 
-std::string eval_csv(const EvalResult& r, const std::vector<int64_t>& budgets) {
-  std::string out = "policy,budget,position,token,nll,kl,top1_agree\n";
-  for_each_run(r, budgets, [&](const EvalRun& run, int64_t K) {
-    for (const EvalPosition& p : run.positions)
-      out += csv_field(run.policy.label) + "," + std::to_string(K) + "," + std::to_string(p.position) + "," +
-             std::to_string(p.token) + "," + format_double(p.nll) + "," + format_double(p.kl) + "," +
-             (p.top1_agree ? "1" : "0") + "\n";
-  });
+std::vector<EvalSummary> summarize(const EvalResult& r, const std::vector<int64_t>& budgets) {
+  std::vector<EvalWindow> one(1);
+  one[0].result = r;  // a copy: summaries are small next to a run's positions
+  return summarize(one, budgets);
+}
+
+std::string eval_csv(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets) {
+  std::string out = "window,policy,budget,position,token,nll,kl,top1_agree\n";
+  for (size_t w = 0; w < windows.size(); ++w)
+    for_each_run(windows[w].result, budgets, [&](const EvalRun& run, int64_t K) {
+      for (const EvalPosition& p : run.positions)
+        out += std::to_string(w) + "," + csv_field(run.policy.label) + "," + std::to_string(K) + "," +
+               std::to_string(p.position) + "," + std::to_string(p.token) + "," + format_double(p.nll) + "," +
+               format_double(p.kl) + "," + (p.top1_agree ? "1" : "0") + "\n";
+    });
   return out;
 }
 
-std::string eval_layers_csv(const EvalResult& r, const std::vector<int64_t>& budgets) {
+std::string eval_layers_csv(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets) {
   std::string out =
-      "policy,budget,layer,layer_budget,mean_cache_len,mean_held,mean_mass_recall,min_mass_recall,mean_attn_rel_error,"
-      "max_attn_rel_error,mean_hidden_rel_error\n";
-  for_each_run(r, budgets, [&](const EvalRun& run, int64_t K) {
-    for (const EvalLayer& l : run.layers)
-      out += csv_field(run.policy.label) + "," + std::to_string(K) + "," + std::to_string(l.layer) + "," +
-             std::to_string(run.policy.kind == PolicyKind::Full ? 0 : l.budget) + "," + format_double(l.mean_cache_len) +
-             "," + format_double(l.mean_held) + "," + format_double(l.mean_mass_recall) + "," +
-             format_double(l.min_mass_recall) + "," + format_double(l.mean_attn_rel_error) + "," +
-             format_double(l.max_attn_rel_error) + "," + format_double(l.mean_hidden_rel_error) + "\n";
-  });
+      "window,policy,budget,layer,layer_budget,mean_cache_len,mean_held,mean_mass_recall,min_mass_recall,"
+      "mean_attn_rel_error,max_attn_rel_error,mean_hidden_rel_error\n";
+  for (size_t w = 0; w < windows.size(); ++w)
+    for_each_run(windows[w].result, budgets, [&](const EvalRun& run, int64_t K) {
+      for (const EvalLayer& l : run.layers)
+        out += std::to_string(w) + "," + csv_field(run.policy.label) + "," + std::to_string(K) + "," +
+               std::to_string(l.layer) + "," + std::to_string(run.policy.kind == PolicyKind::Full ? 0 : l.budget) +
+               "," + format_double(l.mean_cache_len) + "," + format_double(l.mean_held) + "," +
+               format_double(l.mean_mass_recall) + "," + format_double(l.min_mass_recall) + "," +
+               format_double(l.mean_attn_rel_error) + "," + format_double(l.max_attn_rel_error) + "," +
+               format_double(l.mean_hidden_rel_error) + "\n";
+    });
+  return out;
+}
+
+std::string eval_windows_csv(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets) {
+  std::string out =
+      "window,source,offset,policy,budget,mean_nll,delta_nll,mean_kl,top1_agreement,top1_accuracy,passkey_accuracy\n";
+  for (size_t w = 0; w < windows.size(); ++w)
+    for_each_run(windows[w].result, budgets, [&](const EvalRun& run, int64_t K) {
+      const WindowFigures f = window_figures(run, windows[w].result);
+      out += std::to_string(w) + "," + csv_field(windows[w].source) + "," + std::to_string(windows[w].offset) + "," +
+             csv_field(run.policy.label) + "," + std::to_string(K) + "," + format_double(f.mean_nll) + "," +
+             format_double(f.delta_nll) + "," + format_double(f.mean_kl) + "," + format_double(f.top1_agreement) + "," +
+             format_double(f.top1_accuracy) + "," + (f.passkey_accuracy < 0 ? "" : format_double(f.passkey_accuracy)) +
+             "\n";
+    });
   return out;
 }
 
 std::string eval_summary_csv(const std::vector<EvalSummary>& sum) {
   std::string out =
-      "policy,budget,mean_nll,delta_nll,ppl_ratio,mean_kl,top1_agreement,top1_accuracy,passkey_accuracy,"
-      "mean_cache_len,mean_mass_recall\n";
+      "policy,budget,windows,mean_nll,delta_nll,delta_nll_ci_low,delta_nll_ci_high,ppl_ratio,mean_kl,kl_median,kl_p99,"
+      "kl_max,top1_agreement,top1_agreement_se,top1_accuracy,passkey_accuracy,mean_cache_len,mean_mass_recall\n";
   for (const EvalSummary& s : sum)
-    out += csv_field(s.policy) + "," + std::to_string(s.budget) + "," + format_double(s.mean_nll) + "," +
-           format_double(s.delta_nll) + "," + format_double(s.ppl_ratio) + "," + format_double(s.mean_kl) + "," +
-           format_double(s.top1_agreement) + "," + format_double(s.top1_accuracy) + "," +
-           (s.passkey_accuracy < 0 ? std::string() : format_double(s.passkey_accuracy)) + "," +
+    out += csv_field(s.policy) + "," + std::to_string(s.budget) + "," + std::to_string(s.windows) + "," +
+           format_double(s.mean_nll) + "," + format_double(s.delta_nll) + "," + field(s.delta_nll_low) + "," +
+           field(s.delta_nll_high) + "," + format_double(s.ppl_ratio) + "," + format_double(s.mean_kl) + "," +
+           format_double(s.kl_median) + "," + format_double(s.kl_p99) + "," + format_double(s.kl_max) + "," +
+           format_double(s.top1_agreement) + "," + field(s.top1_agreement_se) + "," + format_double(s.top1_accuracy) +
+           "," + (s.passkey_accuracy < 0 ? std::string() : format_double(s.passkey_accuracy)) + "," +
            format_double(s.mean_cache_len) + "," + format_double(s.mean_mass_recall) + "\n";
+  return out;
+}
+
+std::string eval_leaderboard_csv(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets) {
+  std::string out =
+      "budget,rank,policy,delta_nll,delta_nll_ci_low,delta_nll_ci_high,overlaps,next,diff_to_next,diff_ci_low,"
+      "diff_ci_high,distinct_from_next\n";
+  const std::vector<RunColumn> cols = run_columns(windows, budgets);
+  for (int64_t K : budgets) {
+    struct Row {
+      std::string policy;
+      std::vector<double> delta;  // [W]
+      MeanInterval d;
+    };
+    std::vector<Row> rows;
+    for (const RunColumn& col : cols) {
+      if (col.budget != K || col.full) continue;
+      Row r{col.policy, {}, {}};
+      for (size_t w = 0; w < windows.size(); ++w) r.delta.push_back(window_figures(*col.of_window[w], windows[w].result).delta_nll);
+      r.d = mean_t_interval(r.delta);
+      rows.push_back(std::move(r));
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+      return a.d.mean < b.d.mean || (a.d.mean == b.d.mean && a.policy < b.policy);
+    });
+    const auto overlap = [](const MeanInterval& a, const MeanInterval& b) {
+      return !std::isnan(a.low) && !std::isnan(b.low) && a.low <= b.high && b.low <= a.high;
+    };
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::string overlaps;
+      if (i > 0 && overlap(rows[i].d, rows[i - 1].d)) overlaps = rows[i - 1].policy;
+      if (i + 1 < rows.size() && overlap(rows[i].d, rows[i + 1].d)) overlaps += (overlaps.empty() ? "" : ";") + rows[i + 1].policy;
+      std::string next, diff, lo, hi, distinct;
+      if (i + 1 < rows.size()) {
+        std::vector<double> paired;
+        for (size_t w = 0; w < windows.size(); ++w) paired.push_back(rows[i + 1].delta[w] - rows[i].delta[w]);
+        const MeanInterval p = mean_t_interval(paired);
+        next = rows[i + 1].policy;
+        diff = format_double(p.mean);
+        lo = field(p.low);
+        hi = field(p.high);
+        if (!std::isnan(p.low)) distinct = (p.low > 0 || p.high < 0) ? "1" : "0";
+      }
+      out += std::to_string(K) + "," + std::to_string(i + 1) + "," + csv_field(rows[i].policy) + "," +
+             format_double(rows[i].d.mean) + "," + field(rows[i].d.low) + "," + field(rows[i].d.high) + "," +
+             csv_field(overlaps) + "," + csv_field(next) + "," + diff + "," + lo + "," + hi + "," + distinct + "\n";
+    }
+  }
   return out;
 }
 
@@ -125,15 +270,28 @@ std::string eval_summary_table(const std::vector<EvalSummary>& sum) {
   size_t width = 6;
   for (const EvalSummary& s : sum) width = std::max(width, s.policy.size());
   const bool passkey = std::any_of(sum.begin(), sum.end(), [](const EvalSummary& s) { return s.passkey_accuracy >= 0; });
+  const bool intervals = std::any_of(sum.begin(), sum.end(), [](const EvalSummary& s) { return s.windows > 1; });
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%-*s %6s %9s %10s %9s %10s %7s %8s %8s%s\n", static_cast<int>(width), "policy",
-                "budget", "mean NLL", "delta NLL", "ppl ratio", "KL", "top-1", "recall", "cache", passkey ? "  passkey" : "");
+  std::snprintf(line, sizeof line, "%-*s %6s %9s %10s%s %9s %10s %10s %7s%s %8s %8s%s\n", static_cast<int>(width),
+                "policy", "budget", "mean NLL", "delta NLL", intervals ? "  95% CI (t, windows)  " : "", "ppl ratio",
+                "KL", "KL p99", "top-1", intervals ? "    se " : "", "recall", "cache", passkey ? "  passkey" : "");
   out += line;
   for (const EvalSummary& s : sum) {
-    std::snprintf(line, sizeof line, "%-*s %6lld %9.4f %+10.5f %9.4f %10.3e %7.4f %8.4f %8.1f", static_cast<int>(width),
-                  s.policy.c_str(), static_cast<long long>(s.budget), s.mean_nll, s.delta_nll, s.ppl_ratio, s.mean_kl,
-                  s.top1_agreement, s.mean_mass_recall, s.mean_cache_len);
+    std::snprintf(line, sizeof line, "%-*s %6lld %9.4f %+10.5f", static_cast<int>(width), s.policy.c_str(),
+                  static_cast<long long>(s.budget), s.mean_nll, s.delta_nll);
+    out += line;
+    if (intervals) {
+      std::snprintf(line, sizeof line, "  [%+9.5f, %+9.5f]", s.delta_nll_low, s.delta_nll_high);
+      out += line;
+    }
+    std::snprintf(line, sizeof line, " %9.4f %10.3e %10.3e %7.4f", s.ppl_ratio, s.mean_kl, s.kl_p99, s.top1_agreement);
+    out += line;
+    if (intervals) {
+      std::snprintf(line, sizeof line, " %6.4f", s.top1_agreement_se);
+      out += line;
+    }
+    std::snprintf(line, sizeof line, " %8.4f %8.1f", s.mean_mass_recall, s.mean_cache_len);
     out += line;
     if (passkey) {
       if (s.passkey_accuracy >= 0) {
@@ -145,6 +303,9 @@ std::string eval_summary_table(const std::vector<EvalSummary>& sum) {
     }
     out += "\n";
   }
+  if (intervals)
+    out += "95% CI: Student-t interval of the mean of the per-window ΔNLL (paired with full in each window); se: "
+           "standard error of top-1 agreement over windows (docs/eval.md §3.1)\n";
   return out;
 }
 
@@ -162,14 +323,21 @@ std::string eval_budget_svg(const std::vector<EvalSummary>& sum, const std::stri
                          series);
 }
 
-std::string eval_layers_svg(const EvalResult& r, int64_t budget, const std::string& title) {
+std::string eval_layers_svg(const std::vector<EvalWindow>& windows, int64_t budget, const std::string& title) {
   std::vector<svg::Series> series;
-  for_each_run(r, {budget}, [&](const EvalRun& run, int64_t) {
-    svg::Series s{run.policy.label, "", {}};
-    for (const EvalLayer& l : run.layers) s.points.emplace_back(static_cast<double>(l.layer), l.mean_mass_recall);
+  for (const RunColumn& col : run_columns(windows, {budget})) {
+    svg::Series s{col.policy, "", {}};
+    const size_t layers = col.of_window.front()->layers.size();
+    for (size_t l = 0; l < layers; ++l) {
+      double recall = 0;
+      for (const EvalRun* run : col.of_window) recall += run->layers[l].mean_mass_recall;
+      s.points.emplace_back(static_cast<double>(col.of_window.front()->layers[l].layer),
+                            recall / static_cast<double>(col.of_window.size()));
+    }
     series.push_back(std::move(s));
-  });
-  return svg::line_chart(title, "layer", "full attention mass the cache holds (mean over steps and heads)", series);
+  }
+  return svg::line_chart(title, "layer", "full attention mass the cache holds (mean over steps, heads and windows)",
+                         series);
 }
 
 }  // namespace mla

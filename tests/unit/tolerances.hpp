@@ -309,6 +309,15 @@ inline constexpr Tolerance kTolerances[] = {
    "a decode metric (mass recall, rel_error, cosine) of a hand-made table vs the same few "
    "operations written out in the test: at most ~20 double operations on O(1) values, each "
    "u64 = 1.1e-16 relative: < 3e-15; 3x margin"},
+  {"t_quantile", "ours-vs-scipy", "double", 0.0, 1e-12, kNoBound, -1.0,
+   "Student-t quantiles (mla/stats.hpp: the closed-form integer-df CDF, bisected to 1e-15 relative) "
+   "vs scipy.stats.t.ppf's (incomplete-beta inversion, ~1e-14 relative); the series has <= df/2 "
+   "terms, each u64 = 1.1e-16 relative, and the CDF's slope near 0.975 turns a CDF error e into a "
+   "quantile error of ~e / pdf(t) < 20 e for df >= 1: < 1e-13; bound 10x that"},
+  {"*", "eval-stats-hand-worked", "double", 0.0, 1e-13, kNoBound, -1.0,
+   "eval's window statistics (means, t-interval, quantiles) vs the same few operations written "
+   "out in the test: ~30 double operations on O(1) values, u64 each, plus the t quantile's "
+   "1e-13 (row above): < 2e-13 absolute on O(1) values; relative 1e-13 on values ~1"},
   {"token_features", "fp32-vs-double", "fp32", 0.0, 2e-5, kNoBound, -1.0,
    "key / value / output norms from fp32 GEMMs (kv_b_proj, the Gram matrix of o_proj's head block) "
    "vs double loops on the same weights: sums of K <= 128 squared fp32 products, each term "

@@ -1,0 +1,35 @@
+// mla/stats.hpp — the statistics `eval` reports over windows (docs/eval.md §3.1): a mean with
+// its Student-t confidence interval, the t quantile it needs, and an order-statistic quantile.
+// Every function is one formula, computed in double; the tests check them against tabulated
+// values and a hand computation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace mla {
+
+// P(|T| <= t) for Student's t with `df` >= 1 degrees of freedom: the closed form for integer df
+// (a finite series in cos^2 of theta = atan(t / sqrt(df)); Abramowitz & Stegun 26.7.3-26.7.4).
+double student_t_two_sided_cdf(double t, int64_t df);
+
+// The t with P(|T| <= t) = `coverage` (0 < coverage < 1), by bisection on the closed form to
+// double precision: 12.706 for df 1, 2.262 for df 9, 1.960 as df grows, at 0.95.
+double student_t_quantile(double coverage, int64_t df);
+
+// The mean of n paired differences (or any sample) with its two-sided Student-t interval:
+//   mean = sum x_i / n,  s^2 = sum (x_i - mean)^2 / (n - 1),  se = s / sqrt(n),
+//   [mean - t se, mean + t se] with t = student_t_quantile(coverage, n - 1).
+// n = 1: se, low and high are NaN (one sample has no spread). n = 0: everything NaN.
+struct MeanInterval {
+  int64_t n = 0;
+  double mean = 0, se = 0, low = 0, high = 0;
+};
+MeanInterval mean_t_interval(const std::vector<double>& x, double coverage = 0.95);
+
+// The q-quantile (0 <= q <= 1) by linear interpolation between order statistics (Hyndman-Fan
+// type 7, numpy's default): h = (n - 1) q, x_(floor h) + (h - floor h)(x_(floor h + 1) - x_(floor h)).
+// NaN for an empty sample.
+double quantile_linear(std::vector<double> x, double q);
+
+}  // namespace mla
