@@ -40,11 +40,19 @@
 
 namespace mla {
 
+// When a policy evicts (docs/eval.md §2.1):
+//   Decode   after every decode step, down to K (the cache never holds more than K + 1)
+//   Prefill  kvpress's protocol: each layer's prompt cache is cut to K once, by the policy's
+//            prefill rule; every decoded position then joins and nothing more is evicted
+enum class Compression { Decode, Prefill };
+const char* compression_name(Compression c);  // "decode" | "prefill"
+
 struct EvalOptions {
   int64_t prompt_len = 0;                // P >= 1
   int64_t steps = 0;                     // N >= 1; P + N + 1 <= T
   std::vector<int64_t> budgets;          // K, strictly increasing
   std::vector<PolicySettings> policies;  // full is always computed (the reference of every metric)
+  Compression compress = Compression::Decode;
   Precision precision = Precision::BF16;
   int threads = 0;                       // 0 = all cores
   double latent_norm_eps = 1e-6;

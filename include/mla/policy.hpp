@@ -134,6 +134,10 @@ struct PolicyContext {
   int64_t prompt_len = 0;  // P
   int64_t positions = 0;   // T: positions 0 .. T-1 may occur
   const TokenFeatures* features = nullptr;  // outlives the managers; may be null if nothing is needed
+  // false: kvpress's protocol (eval --compress prefill, docs/eval.md §2.1): prefill() cuts the
+  // prompt to K once, then every decoded position joins and end_step evicts nothing (the oracle
+  // keeps its K best prompt tokens for the current query, plus every decoded one).
+  bool evict_while_decoding = true;
 };
 
 class CacheManager {

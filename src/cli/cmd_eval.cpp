@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -52,7 +53,7 @@ CommandSpec eval_spec() {
       "attention error and mass recall (docs/eval.md).";
   spec.usage =
       "mla-h2o eval --checkpoint DIR (--tokens IDS|FILE | --text FILE|DIR) --prompt-len P --steps N --cache-budget K[,K2,...] "
-      "[--windows W] [options]";
+      "[--windows W] [--compress decode|prefill] [options]";
   spec.flags = {
       {"checkpoint", "DIR", "checkpoint directory or .safetensors file of a whole model (required)", ""},
       {"config", "FILE", "config.json to use instead of the one beside the checkpoint", ""},
@@ -63,7 +64,12 @@ CommandSpec eval_spec() {
        "straddles two files); every figure is a mean over them, ΔNLL with a 95 % t-interval (docs/eval.md §3.1)", "1"},
       {"prompt-len", "P", "prompt positions (causal prefill with the full cache) (required)", ""},
       {"steps", "N", "decoded positions after the prompt; the input needs P + N + 1 tokens (required)", ""},
-      {"cache-budget", "K[,K2,...]", "per-layer cache budgets, strictly increasing (required)", ""},
+      {"cache-budget", "K[,K2,...]", "per-layer cache budgets, strictly increasing (this or --compression-ratio is required)", ""},
+      {"compression-ratio", "r[,r2,...]",
+       "budgets as kvpress gives them: K = round((1 - r) P) for each r in [0, 1), instead of --cache-budget", ""},
+      {"compress", "decode|prefill",
+       "decode: the policy evicts down to K after every decode step; prefill: kvpress's protocol, each layer's prompt "
+       "cache is cut to K once and every decoded position joins it (docs/eval.md §2.1)", "decode"},
       {"policy", "a,b:key=v,...",
        "as decode: presets with each paper's settings (full, h2o, h2o-normalized, tova, streaming, snapkv, snapkv-maxpool, "
        "pyramidkv, knorm, expected-attention, scissorhands, value-aware, random, oracle) or all; name:key=value changes a "
@@ -84,6 +90,51 @@ CommandSpec eval_spec() {
 }
 
 
+// --compression-ratio r[,r2,...]: each r a number in [0, 1).
+std::vector<double> parse_ratios(const std::string& text) {
+  std::vector<double> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    char* end = nullptr;
+    const double r = item.empty() ? 0.0 : std::strtod(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(r))
+      fail(ErrorKind::InvalidArgument, "--compression-ratio: '" + item + "' is not a number (give r[,r2,...], each in [0, 1))");
+    if (!(r >= 0 && r < 1))
+      fail(ErrorKind::InvalidArgument, "--compression-ratio " + item + " is outside [0, 1): it is the share of the prompt "
+                                       "evicted (kvpress's compression_ratio)");
+    out.push_back(r);
+    at = comma + 1;
+  }
+  return out;
+}
+
+// K = round((1 - r) P) for each ratio, ascending (ratios reordered to match); a ratio leaving no
+// token, or two ratios giving one K, is one error line.
+std::vector<int64_t> ratio_budgets(std::vector<double>& ratios, int64_t P) {
+  std::vector<std::pair<int64_t, double>> kr;
+  for (double r : ratios) {
+    const int64_t K = std::llround((1.0 - r) * static_cast<double>(P));
+    if (K < 1)
+      fail(ErrorKind::InvalidArgument, "--compression-ratio " + format_double(r) + " leaves K = round((1 - r) P) = 0 of --prompt-len " +
+                                           std::to_string(P) + " tokens");
+    kr.emplace_back(K, r);
+  }
+  std::sort(kr.begin(), kr.end());
+  std::vector<int64_t> budgets;
+  ratios.clear();
+  for (size_t i = 0; i < kr.size(); ++i) {
+    if (i > 0 && kr[i].first == kr[i - 1].first)
+      fail(ErrorKind::InvalidArgument, "--compression-ratio " + format_double(kr[i - 1].second) + " and " +
+                                           format_double(kr[i].second) + " both give K = " + std::to_string(kr[i].first) +
+                                           " at --prompt-len " + std::to_string(P));
+    budgets.push_back(kr[i].first);
+    ratios.push_back(kr[i].second);
+  }
+  return budgets;
+}
+
 EvalPlan read_eval_plan(const Args& a) {
   EvalPlan plan;
   plan.checkpoint = a.str("checkpoint");
@@ -93,7 +144,9 @@ EvalPlan read_eval_plan(const Args& a) {
   required("checkpoint", "DIR");
   required("prompt-len", "P");
   required("steps", "N");
-  required("cache-budget", "K");
+  if (a.has("cache-budget") && a.has("compression-ratio"))
+    fail(ErrorKind::InvalidArgument, "--cache-budget and --compression-ratio are two ways to give the budgets: give one");
+  if (!a.has("compression-ratio")) required("cache-budget", "K");
   if (a.has("tokens") == a.has("text"))
     fail(ErrorKind::InvalidArgument, a.has("tokens") ? "--tokens and --text are two input sources: give one"
                                                      : "no input: give --tokens IDS|FILE or --text FILE");
@@ -103,7 +156,14 @@ EvalPlan read_eval_plan(const Args& a) {
   plan.windows = a.integer("windows", 1, 1, int64_t{1} << 20);
   plan.eval.prompt_len = a.integer("prompt-len", 0, 1, int64_t{1} << 40);
   plan.eval.steps = a.integer("steps", 0, 1, int64_t{1} << 40);
-  plan.eval.budgets = a.int_list("cache-budget", {});
+  plan.eval.compress = a.choice("compress", {"decode", "prefill"}, "decode") == "prefill" ? Compression::Prefill
+                                                                                         : Compression::Decode;
+  if (a.has("compression-ratio")) {
+    plan.ratios = parse_ratios(a.str("compression-ratio"));
+    plan.eval.budgets = ratio_budgets(plan.ratios, plan.eval.prompt_len);  // sorts plan.ratios by K
+  } else {
+    plan.eval.budgets = a.int_list("cache-budget", {});
+  }
   plan.eval.policies = read_policies(a);
   plan.eval.precision = a.choice("precision", {"bf16", "fp32"}, "bf16") == "bf16" ? Precision::BF16 : Precision::FP32;
   plan.eval.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
@@ -329,7 +389,8 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
     out.write("windows.csv", eval_windows_csv(windows, opt.budgets));
     out.write("summary.csv", eval_summary_csv(summaries));
     out.write("leaderboard.csv", eval_leaderboard_csv(windows, opt.budgets));
-    const std::string what = std::string(precision_name(opt.precision)) + ", P = " + std::to_string(P) + ", N = " +
+    const std::string what = std::string(precision_name(opt.precision)) + ", --compress " + compression_name(opt.compress) +
+                             ", P = " + std::to_string(P) + ", N = " +
                              std::to_string(N) + (W > 1 ? ", " + std::to_string(W) + " windows" : "");
     out.write("budget.svg", eval_budget_svg(summaries, tag + "ΔNLL against the cache budget (" + what + ")"));
     out.write("layers.svg", eval_layers_svg(windows, opt.budgets.front(),
@@ -395,9 +456,19 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   j.key("byte_level_vocab").value(cfg.byte_level_vocab);
   j.key("parameters").value(model_parameter_count(cfg));
   j.end_object();
+  j.key("compress").value(compression_name(opt.compress));
   j.key("budgets").begin_array();
   for (int64_t K : opt.budgets) j.value(K);
   j.end_array();
+  j.key("compression_ratios");
+  if (plan.ratios.empty()) {
+    j.null();
+  } else {
+    j.begin_array();
+    for (size_t i = 0; i < plan.ratios.size(); ++i)
+      j.begin_object().key("ratio").value(plan.ratios[i]).key("budget").value(opt.budgets[i]).end_object();
+    j.end_array();
+  }
   j.key("policies").begin_array();
   for (const PolicySettings& s : opt.policies) policy_settings_json(j, s, opt.budgets);
   j.end_array();
@@ -428,8 +499,12 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   out.write("report.json", j.str() + "\n");
   out.commit();  // the set replaces --out's contents in one step
 
-  std::printf("mla-h2o eval: %s, %s, P = %lld, N = %lld, %s, %s\n", plan.checkpoint.c_str(), input_text.c_str(),
-              static_cast<long long>(P), static_cast<long long>(N), precision_name(opt.precision), result.engine.c_str());
+  std::printf("mla-h2o eval: %s, %s, P = %lld, N = %lld, --compress %s, %s, %s\n", plan.checkpoint.c_str(),
+              input_text.c_str(), static_cast<long long>(P), static_cast<long long>(N), compression_name(opt.compress),
+              precision_name(opt.precision), result.engine.c_str());
+  for (size_t i = 0; i < plan.ratios.size(); ++i)
+    std::printf("compression ratio %g: K = round((1 - %g) x %lld) = %lld\n", plan.ratios[i], plan.ratios[i],
+                static_cast<long long>(P), static_cast<long long>(opt.budgets[i]));
   for (const std::string& c : caveats) std::printf("CAVEAT: %s\n", c.c_str());
   if (W == 1 && !result.passkey.key.empty()) std::printf("passkey input: key %s\n", result.passkey.key.c_str());
   std::fputs(eval_summary_table(summaries).c_str(), stdout);

@@ -14,6 +14,7 @@ struct EvalPlan {
   std::string checkpoint, config_path, tokens, text, out_dir = "mla-h2o-eval", latent_eps_arg = "hf";
   EvalOptions eval;  // P, N, budgets, policies, precision, threads
   int64_t windows = 1;  // --windows W: W windows of P + N + 1 tokens, spread evenly without overlap
+  std::vector<double> ratios;  // --compression-ratio, aligned with eval.budgets (K = round((1 - r) P)); empty with --cache-budget
   bool dump_tensors = false, quiet = false;
 };
 

@@ -387,7 +387,7 @@ std::vector<int64_t> CacheManager::end_step(std::span<const double> probs) {
     bad("cache manager: " + std::to_string(probs.size()) + " probabilities for " + std::to_string(ctx_.heads) +
         " heads x " + std::to_string(m) + " cached tokens");
   observe(probs);
-  if (m <= budget_) return {};
+  if (!ctx_.evict_while_decoding || m <= budget_) return {};
   std::vector<double> primary, secondary;
   scores(primary, secondary);
   return evict(m - budget_, primary, secondary);
@@ -720,6 +720,19 @@ class OracleCache final : public CacheManager {
       bad("cache manager: oracle needs the full attention [n, x+1] at position " + std::to_string(x));
     CacheManager::begin_step(x, {});
     last_ = aggregate(full, x + 1);  // [x+1]
+    if (!ctx_.evict_while_decoding) {  // prefill protocol: the K best prompt tokens, then every decoded one
+      const int64_t P = ctx_.prompt_len;
+      std::vector<int64_t> order(idx(P));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return last_[idx(a)] != last_[idx(b)] ? last_[idx(a)] > last_[idx(b)] : a > b;
+      });
+      order.resize(idx(std::min(budget_, P)));
+      std::sort(order.begin(), order.end());
+      for (int64_t t = P; t <= x; ++t) order.push_back(t);
+      cache_ = std::move(order);
+      return cache_;
+    }
     std::vector<int64_t> order(idx(x + 1));
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {

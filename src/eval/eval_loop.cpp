@@ -123,6 +123,8 @@ TensorF to_tensor(const std::string& name, const MatrixRM& m) {
 
 }  // namespace
 
+const char* compression_name(Compression c) { return c == Compression::Prefill ? "prefill" : "decode"; }
+
 void check_eval_options(const EvalOptions& opt, int64_t tokens, int64_t num_layers) {
   const auto bad = [](const std::string& what) { fail(ErrorKind::InvalidArgument, what); };
   if (opt.prompt_len < 1) bad("--prompt-len " + std::to_string(opt.prompt_len) + " must be >= 1");
@@ -261,6 +263,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
       pctx.prompt_len = P;
       pctx.positions = P + N;
       pctx.features = &r.features;
+      pctx.evict_while_decoding = opt.compress == Compression::Decode;
       r.manager = make_cache_manager(r.policy, eval::layer_budget(r.policy, r.budget, L, L_count, P), pctx);
       eval::prefill_manager(*r.manager, *layer, prompt);
     }

@@ -38,6 +38,7 @@
 #include "src/decoder/decoder_layer.hpp"
 #include "src/eval/eval_layer.hpp"
 #include "test_util.hpp"
+#include "compare.hpp"
 #include "tolerances.hpp"
 
 namespace {
@@ -157,6 +158,77 @@ BOOST_AUTO_TEST_CASE(full_and_nothing_evicted_are_the_plain_forward) {
       }
     }
   }
+}
+
+// ---- the prefill protocol (--compress prefill, docs/eval.md §2.1) --------------------------------
+
+// kvpress's protocol: the prompt cut to K once, then every decoded position joins and nothing is
+// evicted. At K = P nothing is cut: every policy's logits are full's bit for bit. At K = 6 the
+// cache grows by one per step (K + i + 1 attended at step i, none evicted) and some policy differs.
+BOOST_AUTO_TEST_CASE(prefill_protocol_is_exact_at_the_prompt_and_grows) {
+  const Model m;
+  const std::vector<int64_t> ids = fixture_tokens();
+  for (Precision precision : {Precision::BF16, Precision::FP32}) {
+    BOOST_TEST_CONTEXT(mla::precision_name(precision)) {
+      EvalOptions o = options(kPolicies, {6, kP}, precision);
+      o.compress = mla::Compression::Prefill;
+      const EvalResult r = mla::run_eval(m.ckpt, m.cfg, ids, o);
+      bool some_differ = false;
+      for (const mla::EvalRun& run : r.runs) {
+        BOOST_TEST_CONTEXT(run.policy.label << " at K = " << run.budget) {
+          if (run.budget == kP) {
+            BOOST_TEST(same_bits(run.logits.data, r.full.logits.data));
+            for (size_t i = 0; i < run.positions.size(); ++i) BOOST_TEST(run.positions[i].kl == 0.0);
+            continue;
+          }
+          some_differ = some_differ || !same_bits(run.logits.data, r.full.logits.data);
+          for (const mla::EvalLayer& l : run.layers) {
+            // mean over steps i = 0 .. N-1 of K_layer + i + 1
+            BOOST_TEST(l.mean_cache_len == static_cast<double>(l.budget) + (kN + 1) / 2.0, "layer " << l.layer);
+            BOOST_TEST(l.mean_held == l.mean_cache_len, "layer " << l.layer);
+          }
+        }
+      }
+      BOOST_TEST(some_differ, "no policy changed the logits at K = 6 under prefill: the comparison cannot fail");
+      for (const mla::EvalSummary& s : mla::summarize(r, o.budgets))
+        if (s.budget == kP) BOOST_TEST((s.delta_nll == 0.0 && s.mean_kl == 0.0), s.policy);
+    }
+  }
+}
+
+// streaming under prefill is one mask, the same in every layer and head: sinks s = 2 and the
+// K - s = 4 newest prompt tokens, then the decoded ones. transformers' fp32 logits under that 4D
+// mask (reference/python/make_prefill_mask_fixture.py) against eval's, P = 12, N = 7, K = 6.
+BOOST_AUTO_TEST_CASE(prefill_streaming_matches_transformers_masked) {
+  const Model m;
+  const std::string dir = mla::test::data_dir() + "/golden/whole-model";
+  const mla::SafetensorsFile fx = mla::SafetensorsFile::open(dir + "/streaming-prefill.safetensors");
+  std::vector<int64_t> ids;
+  for (float v : fx.to_float(fx.at("input_ids"))) ids.push_back(static_cast<int64_t>(v));
+  BOOST_REQUIRE(ids.size() == 20u);
+  EvalOptions o;
+  o.prompt_len = 12;
+  o.steps = 7;
+  o.budgets = {6};
+  o.policies = mla::parse_policy_list("streaming:sinks=2");
+  o.precision = Precision::FP32;
+  o.threads = 2;
+  o.keep_logits = true;
+  o.compress = mla::Compression::Prefill;
+  const EvalResult r = mla::run_eval(m.ckpt, m.cfg, ids, o);
+  BOOST_REQUIRE(r.runs.size() == 1u);
+  const std::vector<float> hf = fx.to_float(fx.at("logits"));  // [20, V]
+  const int64_t V = m.cfg.attention.vocab_size;
+  const std::vector<double> ref(hf.begin() + 12 * V, hf.begin() + 19 * V);
+  const auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  const mla::test::Tolerance& tol = mla::test::tolerance("logits", "model-cpu-vs-hf", "fp32");
+  const mla::test::CompareResult c = mla::test::compare("logits", {7, V}, ref, widen(r.runs[0].logits.data), tol);
+  BOOST_TEST(c.ok, c.message);
+  BOOST_TEST_MESSAGE("prefill streaming vs transformers' masked fp32 logits: norm error " << c.norm_error);
+  // the check has power: the full cache's logits are far from the masked ones
+  const mla::test::CompareResult f = mla::test::compare("logits", {7, V}, ref, widen(r.full.logits.data), tol);
+  BOOST_TEST(!f.ok);
+  BOOST_TEST(f.norm_error > 1e-2);
 }
 
 // ---- the order of computation ---------------------------------------------------------------
@@ -685,6 +757,34 @@ BOOST_AUTO_TEST_CASE(cli_windows) {
   expect_error("--tokens '" + dir + "/ids.txt' --windows 0" + common, "--windows");
 }
 
+// --compression-ratio r: K = round((1 - r) P), budgets ascending whatever the order given; the
+// report records the protocol and each ratio with its K.
+BOOST_AUTO_TEST_CASE(cli_compression_ratio_and_protocol) {
+  const std::string out = scratch_dir("eval-ratio");
+  const RunResult r = run_cli("eval --checkpoint '" + fixture() + "' --tokens " + ids_text() +
+                              " --prompt-len 16 --steps 12 --compression-ratio 0.25,0.5 --compress prefill "
+                              "--policy h2o:sinks=1,recent=2 --quiet --out '" + out + "'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.out, "--compress prefill"), r.out);
+  BOOST_TEST(contains(r.out, "compression ratio 0.5: K = round((1 - 0.5) x 16) = 8"), r.out);
+  simdjson::dom::parser parser;
+  simdjson::dom::element j = parser.load(out + "/report.json");
+  BOOST_TEST(std::string_view(j["compress"].get_string().value()) == "prefill");
+  BOOST_TEST(int64_t(j["budgets"].at(0).get_int64()) == 8);
+  BOOST_TEST(int64_t(j["budgets"].at(1).get_int64()) == 12);
+  BOOST_TEST(double(j["compression_ratios"].at(0)["ratio"].get_double()) == 0.5);
+  BOOST_TEST(int64_t(j["compression_ratios"].at(1)["budget"].get_int64()) == 12);
+  // decode is the default protocol, and a run with --cache-budget records no ratios
+  const std::string out_d = scratch_dir("eval-ratio-d");
+  const RunResult d = run_cli("eval --checkpoint '" + fixture() + "' --tokens " + ids_text() +
+                              " --prompt-len 16 --steps 12 --cache-budget 8 --policy h2o:sinks=1,recent=2 --quiet --out '" +
+                              out_d + "'");
+  BOOST_REQUIRE_MESSAGE(d.exit_code == 0, d.err);
+  simdjson::dom::element jd = parser.load(out_d + "/report.json");
+  BOOST_TEST(std::string_view(jd["compress"].get_string().value()) == "decode");
+  BOOST_TEST(jd["compression_ratios"].is_null());
+}
+
 // --text DIR: its regular files sorted by name (a subdirectory is not read), windows never
 // straddling two files: a.txt holds 1 slot of 6 bytes (BOS + 6 = P + N + 1 = 7), b.txt 3; W = 2
 // takes slots 0 and 2: a.txt at 0 and b.txt at 6.
@@ -865,6 +965,14 @@ BOOST_AUTO_TEST_CASE(cli_errors) {
   // two inputs, none
   expect_error(ids + " --text '" + text + "' --prompt-len 4 --steps 2 --cache-budget 4", "two input sources");
   expect_error("--prompt-len 4 --steps 2 --cache-budget 4", "no input");
+  // the compression ratio: outside [0, 1), with --cache-budget, not a number, no token left, two giving one K
+  expect_error(ids + " --prompt-len 16 --steps 4 --compression-ratio 1", "outside [0, 1)");
+  expect_error(ids + " --prompt-len 16 --steps 4 --compression-ratio -0.1", "outside [0, 1)");
+  expect_error(ids + " --prompt-len 16 --steps 4 --compression-ratio 0.5 --cache-budget 8", "two ways to give the budgets");
+  expect_error(ids + " --prompt-len 16 --steps 4 --compression-ratio 0.5x", "not a number");
+  expect_error(ids + " --prompt-len 16 --steps 4 --compression-ratio 0.99", "leaves K = round((1 - r) P) = 0");
+  expect_error(ids + " --prompt-len 16 --steps 4 --compression-ratio 0.5,0.51", "both give K = 8");
+  expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 8 --compress sometimes", "--compress");
   // budgets that leave no room after sinks and recent
   expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 6 --policy h2o --sinks 3 --recent 3", "never evicts");
   expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 8,6", "strictly increasing");
