@@ -24,6 +24,7 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mla/error.hpp"
@@ -939,6 +940,42 @@ BOOST_AUTO_TEST_CASE(cli_passkey_on_the_shipped_model) {
   BOOST_TEST(!contains(plain.out, "passkey input"), plain.out);
   BOOST_TEST(contains(mla::test::read_text(plain_out + "/summary.csv"), "\nfull,24,1,"));
   BOOST_TEST(parser.load(plain_out + "/report.json")["passkey"].is_null());
+}
+
+// models/tiny-mla-recall: every file its card lists has the card's sha256, and eval with the full
+// cache predicts every digit of its five 1 k-byte needles (the card: 95-100 % per depth at 1 k).
+BOOST_AUTO_TEST_CASE(shipped_recall_model_matches_its_card) {
+  const std::string model = mla::test::data_dir() + "/../../models/tiny-mla-recall";
+  const std::string card = mla::test::read_text(model + "/README.md");
+  int files = 0;
+  for (size_t at = 0; (at = card.find("\n| `", at)) != std::string::npos; ++at) {
+    const size_t name_end = card.find('`', at + 4);
+    const size_t hash_at = card.find("| `", name_end);
+    if (name_end == std::string::npos || hash_at == std::string::npos || card[hash_at + 3 + 64] != '`') continue;
+    const std::string name = card.substr(at + 4, name_end - at - 4), hash = card.substr(hash_at + 3, 64);
+    BOOST_TEST(mla::file_digests({model + "/" + name}).at(0).sha256 == hash, name);
+    ++files;
+  }
+  BOOST_TEST(files == 19);  // 8 model files and 11 eval inputs
+  const std::string dir = scratch_dir("eval-recall");
+  std::filesystem::create_directories(dir + "/needles");
+  for (const char* d : {"10", "30", "50", "70", "90"})
+    std::filesystem::copy_file(model + "/eval/passkey-1024-d" + d + ".txt", dir + "/needles/passkey-1024-d" + d + ".txt");
+  const RunResult r = run_cli("eval --checkpoint '" + model + "' --text '" + dir + "/needles' --windows 5 --prompt-len 984 "
+                              "--steps 38 --cache-budget 128 --policy h2o --quiet --out '" + dir + "/o'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string summary = mla::test::read_text(dir + "/o/summary.csv");
+  const size_t full = summary.find("\nfull,128,5,");
+  BOOST_REQUIRE(full != std::string::npos);
+  std::vector<std::string> fields;
+  std::string field;
+  for (size_t i = full + 1; i < summary.size() && summary[i] != '\n'; ++i) {
+    if (summary[i] == ',') fields.push_back(std::exchange(field, std::string()));
+    else field += summary[i];
+  }
+  fields.push_back(field);
+  BOOST_REQUIRE(fields.size() == 18u);
+  BOOST_TEST(fields[15] == "1");  // passkey_accuracy of the full cache: 25 of 25 digits
 }
 
 BOOST_AUTO_TEST_CASE(cli_errors) {
