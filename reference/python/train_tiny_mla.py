@@ -472,6 +472,9 @@ def write_card(out, args, cfg, log, stats, summary):
     a("Reproduce: `python reference/python/train_tiny_mla.py --out models/tiny-mla` (both phases) with the venv of")
     a("`reference/python/requirements.txt` on a 2-thread CPU (the same machine class and thread count give")
     a("the same weights; another CPU's kernels may round differently).")
+    a("")
+    a("`eval/heldout-corpus/` (written by `reference/python/make_heldout_corpus.py`, not by training):")
+    a("the first 4096 bytes of each of the 25 held-out files, for `mla-h2o eval --text DIR --windows W`.")
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
