@@ -24,7 +24,6 @@
 #include <map>
 #include <numeric>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "mla/error.hpp"
@@ -603,6 +602,18 @@ std::string ids_text() {
   return s;
 }
 
+// The fields of the first row of `csv` that starts with `prefix` (no quoted fields); empty when none.
+std::vector<std::string> csv_row(const std::string& csv, const std::string& prefix) {
+  const size_t at = csv.find("\n" + prefix);
+  if (at == std::string::npos) return {};
+  std::vector<std::string> fields(1);
+  for (size_t i = at + 1; i < csv.size() && csv[i] != '\n'; ++i) {
+    if (csv[i] == ',') fields.emplace_back();
+    else fields.back() += csv[i];
+  }
+  return fields;
+}
+
 size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 
 void expect_error(const std::string& args, const std::string& word, const std::string& checkpoint = fixture()) {
@@ -917,19 +928,7 @@ BOOST_AUTO_TEST_CASE(cli_passkey_on_the_shipped_model) {
     correct += std::max_element(row, row + V) - row == static_cast<int64_t>(text[static_cast<size_t>(d - 1)]);
   }
   const std::string summary = mla::test::read_text(out + "/summary.csv");
-  const size_t at = summary.find("\nfull,24,");
-  BOOST_REQUIRE(at != std::string::npos);
-  std::vector<std::string> fields;
-  std::string field;
-  for (size_t i = at + 1; i < summary.size() && summary[i] != '\n'; ++i) {
-    if (summary[i] == ',') {
-      fields.push_back(field);
-      field.clear();
-    } else {
-      field += summary[i];
-    }
-  }
-  fields.push_back(field);
+  const std::vector<std::string> fields = csv_row(summary, "full,24,");
   BOOST_REQUIRE(fields.size() == 18u);
   BOOST_TEST(std::stod(fields[15]) == static_cast<double>(correct) / 5.0);  // passkey_accuracy
   // a text that is not a passkey input: the column is empty, the table says n/a only when some row has one
@@ -965,15 +964,7 @@ BOOST_AUTO_TEST_CASE(shipped_recall_model_matches_its_card) {
                               "--steps 38 --cache-budget 128 --policy h2o --quiet --out '" + dir + "/o'");
   BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const std::string summary = mla::test::read_text(dir + "/o/summary.csv");
-  const size_t full = summary.find("\nfull,128,5,");
-  BOOST_REQUIRE(full != std::string::npos);
-  std::vector<std::string> fields;
-  std::string field;
-  for (size_t i = full + 1; i < summary.size() && summary[i] != '\n'; ++i) {
-    if (summary[i] == ',') fields.push_back(std::exchange(field, std::string()));
-    else field += summary[i];
-  }
-  fields.push_back(field);
+  const std::vector<std::string> fields = csv_row(summary, "full,128,5,");
   BOOST_REQUIRE(fields.size() == 18u);
   BOOST_TEST(fields[15] == "1");  // passkey_accuracy of the full cache: 25 of 25 digits
 }
