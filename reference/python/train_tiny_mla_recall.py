@@ -92,6 +92,18 @@ MIX_I = {"induct": 1.0}
 INDUCT_DONE_NATS = 1.0  # stage I ends when the held-out induction rows' repeat loss falls below this
 MIX = {"text": 0.35, "rcopy": 0.40, "tcopy": 0.10, "passkey": 0.15}
 MIX_A2 = {"text": 0.20, "rcopy": 0.65, "tcopy": 0.05, "passkey": 0.10}
+# Recipe 3 (docs/recall-model.md, "What the next attempt should do"): stages A-C keep 10 % of
+# stage I's induction rows, stage A starts at stage I's final lr without a fresh warm-up (attempt
+# 2's copy ratio rose from 0.05 to 0.69 after a warm-up to 2e-3), and stage C, where the failing
+# 2 k needles train, runs 300 steps instead of 100.
+STAGES3 = [
+    ("I", 128, 16, 3000, 3e-3, 100),
+    ("A", 256, 16, 1200, 1e-3, 0),
+    ("B", 1024, 4, 250, 1e-3, 20),
+    ("C", 2048, 2, 300, 5e-4, 20),
+]
+MIX3 = {"text": 0.30, "rcopy": 0.35, "tcopy": 0.10, "passkey": 0.15, "induct": 0.10}
+RECIPES = {"2": (STAGES, MIX), "3": (STAGES3, MIX3)}
 
 
 def build_config():
@@ -365,6 +377,8 @@ def main():
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--stall-check", type=int, default=600, help="stage-A step of the stall rule")
     ap.add_argument("--save-minutes", type=float, default=4.0)
+    ap.add_argument("--recipe", choices=sorted(RECIPES), default="2",
+                    help="2: the shipped attempt 2; 3: induction rows kept, no stage-A warm-up, longer stage C")
     ap.add_argument("--stage-steps", default="", help="override the stages' step counts, e.g. 1200,250,100")
     ap.add_argument("--finish-only", action="store_true", help="write the shipped model and card from the state")
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
@@ -375,7 +389,9 @@ def main():
     import transformers
     from transformers import DeepseekV3ForCausalLM
 
-    stages = [list(s) for s in STAGES]
+    stages = [list(s) for s in RECIPES[args.recipe][0]]
+    mix_main = RECIPES[args.recipe][1]
+    args.stages, args.mix = stages, mix_main
     if args.stage_steps:
         for s, n in zip(stages, args.stage_steps.split(",")):
             s[3] = int(n)
@@ -403,13 +419,15 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
     st = {"stage": 0, "step": 0, "global_step": 0, "tokens": 0, "wall_s": 0.0, "log": [], "events": [],
-          "recipe_a2": False, "rng": np.random.default_rng(args.seed).bit_generator.state}
+          "recipe_a2": False, "recipe": args.recipe, "rng": np.random.default_rng(args.seed).bit_generator.state}
     if os.path.exists(state_path):
         saved = torch.load(state_path, weights_only=False)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         torch.set_rng_state(saved["torch_rng"])
         st = saved["st"]
+        if st.get("recipe", "2") != args.recipe:
+            sys.exit(f"error: {state_path} was trained with --recipe {st.get('recipe', '2')}, not {args.recipe}")
         print(f"resumed: stage {stages[st['stage']][0] if st['stage'] < len(stages) else 'done'} step {st['step']}, "
               f"{st['tokens']:,} tokens, {st['wall_s'] / 60:.1f} min so far", flush=True)
     rng = np.random.default_rng()
@@ -427,7 +445,7 @@ def main():
         model.train()
         while st["step"] < steps:
             step = st["step"]
-            mix = MIX_I if name == "I" else (MIX_A2 if (name == "A" and st["recipe_a2"]) else MIX)
+            mix = MIX_I if name == "I" else (MIX_A2 if (name == "A" and st["recipe_a2"]) else mix_main)
             lr_now = lr_at(step, steps, lr * (0.5 if (name == "A" and st["recipe_a2"]) else 1.0), warmup)
             for g in opt.param_groups:
                 g["lr"] = lr_now
@@ -615,8 +633,9 @@ def write_card(out, cfg, args, st, res, heads, stats):
     a("- Rows: text (every byte a target), random-string copy (1-4 strings of 8-48 [A-Za-z0-9] written once")
     a("  and repeated; only the repeat is a target), text-span copy (a 32-256 byte span repeated), passkey")
     a(f"  (the key in the needle is no target; the 5 answer digits weigh {args.answer_weight}).")
-    a("- Stages: " + "; ".join(f"{s[0]}: L {s[1]}, batch {s[2]}, {s[3]} steps, lr {s[4]}" for s in STAGES) + ".")
-    a(f"  Mix {MIX}.")
+    a(f"- Recipe {args.recipe}. Stages: " + "; ".join(f"{s[0]}: L {s[1]}, batch {s[2]}, {s[3]} steps, lr {s[4]}, "
+                                                  f"warm-up {s[5]}" for s in args.stages) + ".")
+    a(f"  Mix {args.mix}.")
     for ev in res["events"] or ["the stall rule did not fire (recipe A ran as planned)"]:
         a(f"- {ev}")
     a(f"- {res['tokens']:,} tokens in {res['wall_s'] / 60:.0f} min on {res['threads']} threads of {res['cpu']}"
