@@ -178,9 +178,13 @@ std::string eval_summary_csv(const std::vector<EvalSummary>& s);
 // distinct_from_next: 1 when that interval excludes 0, 0 when it does not, empty with one window.
 std::string eval_leaderboard_csv(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets);
 std::string eval_summary_table(const std::vector<EvalSummary>& s);
-// ΔNLL against K, one line per policy (needs >= 2 budgets for a line; points otherwise).
+// budget.svg: ΔNLL against K, one line per policy, 95 % intervals as whiskers (W >= 2); a policy
+// more than 5x the median of the others' upper bounds gets a second panel with its own axis.
 std::string eval_budget_svg(const std::vector<EvalSummary>& s, const std::string& title);
-// mean mass recall per layer (mean over windows), one line per policy, at budget `budget`.
-std::string eval_layers_svg(const std::vector<EvalWindow>& w, int64_t budget, const std::string& title);
+// layers.svg: one panel per budget, mean mass recall per layer (mean over windows), one line per policy.
+std::string eval_layers_svg(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets, const std::string& title);
+// leaderboard.svg: per budget, the policies other than full best first, mean ΔNLL with its 95 % interval.
+std::string eval_leaderboard_svg(const std::vector<EvalSummary>& s, const std::vector<int64_t>& budgets,
+                                 const std::string& title);
 
 }  // namespace mla

@@ -5,7 +5,7 @@
 //   load      output directory, checkpoint, model config, token ids (--tokens / --text), every check
 //             before any work (tensors present, options, ids within the vocabulary), the memory plan
 //   eval      run_eval: layers streamed one at a time, every run's decode rows (progress on stderr)
-//   outputs   eval.csv, layers.csv, summary.csv, budget.svg, layers.svg, tensors.safetensors
+//   outputs   eval.csv, layers.csv, summary.csv, budget.svg, layers.svg, leaderboard.svg, tensors.safetensors
 //             (--dump-tensors), report.json; the summary table on stdout
 //
 // Shape legend: T tokens, P prompt rows, N steps, V vocab_size, H hidden_size.
@@ -393,9 +393,9 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
                              ", P = " + std::to_string(P) + ", N = " +
                              std::to_string(N) + (W > 1 ? ", " + std::to_string(W) + " windows" : "");
     out.write("budget.svg", eval_budget_svg(summaries, tag + "ΔNLL against the cache budget (" + what + ")"));
-    out.write("layers.svg", eval_layers_svg(windows, opt.budgets.front(),
-                                            tag + "attention mass kept per layer at K = " + std::to_string(opt.budgets.front()) +
-                                                " (" + what + ")"));
+    out.write("layers.svg", eval_layers_svg(windows, opt.budgets, tag + "attention mass kept per layer (" + what + ")"));
+    out.write("leaderboard.svg", eval_leaderboard_svg(summaries, opt.budgets,
+                                                      tag + "policies ranked by ΔNLL, 95 % intervals (" + what + ")"));
     if (plan.dump_tensors) {
       std::vector<std::vector<std::byte>> payloads;
       std::vector<TensorToWrite> tensors;

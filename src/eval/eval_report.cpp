@@ -6,7 +6,8 @@
 //   layers.csv  one row per (window, policy, budget, layer)
 //   windows.csv one row per (window, policy, budget);  leaderboard.csv  per budget, sorted by ΔNLL
 //   summary.csv and the stdout table
-//   budget.svg  ΔNLL against K, one line per policy;  layers.svg  mass recall per layer
+//   budget.svg  ΔNLL against K, one line per policy (intervals, outliers apart);  layers.svg  mass
+//   recall per layer, a panel per budget;  leaderboard.svg  per budget, ranked, with intervals
 // Numbers in the CSVs are %.17g (they parse back to the same double).
 #include <algorithm>
 #include <cmath>
@@ -309,35 +310,94 @@ std::string eval_summary_table(const std::vector<EvalSummary>& sum) {
   return out;
 }
 
+// budget.svg: ΔNLL against K per policy, with each point's 95 % interval as a whisker (W >= 2).
+// A policy whose largest upper bound exceeds 5x the median of the others' (with at least 3
+// policies besides full) is off their scale: it is drawn in a second panel with its own axis,
+// so that the rest can be told apart. Series keep their style index in both panels.
 std::string eval_budget_svg(const std::vector<EvalSummary>& sum, const std::string& title) {
   std::vector<svg::Series> series;
+  std::vector<double> top;  // per series: its largest upper bound (or value)
   for (const EvalSummary& s : sum) {
     auto it = std::find_if(series.begin(), series.end(), [&](const svg::Series& x) { return x.label == s.policy; });
     if (it == series.end()) {
       series.push_back(svg::Series{s.policy, "", {}});
+      series.back().style = static_cast<int64_t>(series.size() - 1);
+      top.push_back(-INFINITY);
       it = series.end() - 1;
     }
     it->points.emplace_back(static_cast<double>(s.budget), s.delta_nll);
+    const bool interval = s.windows > 1 && s.policy != "full" && std::isfinite(s.delta_nll_high);  // full: exactly 0
+    it->intervals.emplace_back(interval ? s.delta_nll_low : NAN, interval ? s.delta_nll_high : NAN);
+    double& t = top[static_cast<size_t>(it - series.begin())];
+    t = std::max(t, interval ? s.delta_nll_high : s.delta_nll);
   }
-  return svg::line_chart(title, "cache budget K per layer (tokens)", "ΔNLL against the full cache (nats per token)",
-                         series);
+  std::vector<double> others;  // the tops of the policies other than full
+  for (size_t k = 0; k < series.size(); ++k)
+    if (series[k].label != "full" && std::isfinite(top[k])) others.push_back(top[k]);
+  std::vector<double> sorted = others;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0.0 : quantile_linear(sorted, 0.5);
+  std::vector<svg::Series> main, apart;
+  for (size_t k = 0; k < series.size(); ++k)
+    (others.size() >= 3 && median > 0 && series[k].label != "full" && top[k] > 5 * median ? apart : main)
+        .push_back(series[k]);
+  const std::string x_label = "cache budget K per layer (tokens)", y_label = "ΔNLL against the full cache (nats per token)";
+  if (apart.empty()) return svg::line_chart(title, x_label, y_label, main);
+  return svg::panel_chart(title, {svg::Panel{"the policies on a common scale", x_label, y_label, main},
+                                  svg::Panel{"off that scale (more than 5x the median upper bound): own axis", x_label,
+                                             y_label, apart}});
 }
 
-std::string eval_layers_svg(const std::vector<EvalWindow>& windows, int64_t budget, const std::string& title) {
-  std::vector<svg::Series> series;
-  for (const RunColumn& col : run_columns(windows, {budget})) {
-    svg::Series s{col.policy, "", {}};
-    const size_t layers = col.of_window.front()->layers.size();
-    for (size_t l = 0; l < layers; ++l) {
-      double recall = 0;
-      for (const EvalRun* run : col.of_window) recall += run->layers[l].mean_mass_recall;
-      s.points.emplace_back(static_cast<double>(col.of_window.front()->layers[l].layer),
-                            recall / static_cast<double>(col.of_window.size()));
+// layers.svg: one panel per budget, the mass recall of every policy per layer (mean over
+// windows). Polyline ids are "label@K=k" (unique in the file).
+std::string eval_layers_svg(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
+                            const std::string& title) {
+  std::vector<svg::Panel> panels;
+  for (int64_t K : budgets) {
+    svg::Panel panel{"K = " + std::to_string(K), "layer",
+                     "full attention mass the cache holds (mean over steps, heads and windows)", {}};
+    for (const RunColumn& col : run_columns(windows, {K})) {
+      svg::Series s{col.policy, "", {}};
+      s.id = col.policy + "@K=" + std::to_string(K);
+      const size_t layers = col.of_window.front()->layers.size();
+      for (size_t l = 0; l < layers; ++l) {
+        double recall = 0;
+        for (const EvalRun* run : col.of_window) recall += run->layers[l].mean_mass_recall;
+        s.points.emplace_back(static_cast<double>(col.of_window.front()->layers[l].layer),
+                              recall / static_cast<double>(col.of_window.size()));
+      }
+      panel.series.push_back(std::move(s));
     }
-    series.push_back(std::move(s));
+    panels.push_back(std::move(panel));
   }
-  return svg::line_chart(title, "layer", "full attention mass the cache holds (mean over steps, heads and windows)",
-                         series);
+  return svg::panel_chart(title, panels);
+}
+
+// leaderboard.svg: per budget, the policies other than full in leaderboard.csv's order (mean
+// ΔNLL ascending, ties by label), each a dot at its mean ΔNLL and its 95 % interval (W >= 2).
+std::string eval_leaderboard_svg(const std::vector<EvalSummary>& sum, const std::vector<int64_t>& budgets,
+                                 const std::string& title) {
+  std::vector<std::string> order;  // the policies in options order: their colours
+  for (const EvalSummary& s : sum)
+    if (std::find(order.begin(), order.end(), s.policy) == order.end()) order.push_back(s.policy);
+  std::vector<svg::IntervalPanel> panels;
+  for (int64_t K : budgets) {
+    std::vector<const EvalSummary*> rows;
+    for (const EvalSummary& s : sum)
+      if (s.budget == K && s.policy != "full") rows.push_back(&s);
+    std::stable_sort(rows.begin(), rows.end(), [](const EvalSummary* a, const EvalSummary* b) {
+      return a->delta_nll < b->delta_nll || (a->delta_nll == b->delta_nll && a->policy < b->policy);
+    });
+    svg::IntervalPanel panel{"K = " + std::to_string(K) + " (best first)", "ΔNLL against the full cache (nats per token)", {}};
+    for (const EvalSummary* s : rows) {
+      const size_t k = static_cast<size_t>(std::find(order.begin(), order.end(), s->policy) - order.begin());
+      const bool interval = s->windows > 1;
+      panel.rows.push_back(svg::IntervalRow{s->policy, s->delta_nll, interval ? s->delta_nll_low : NAN,
+                                            interval ? s->delta_nll_high : NAN, svg::series_style(k).colour});
+    }
+    panels.push_back(std::move(panel));
+  }
+  return svg::interval_chart(title, panels);
 }
 
 }  // namespace mla

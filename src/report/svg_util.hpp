@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -63,16 +64,51 @@ inline std::vector<double> ticks(double from, double to, double step) {
   return out;
 }
 
-// One line of a line chart: its legend label, its colour ("" = series_colour of its index) and
-// its (x, y) points (a non-finite y is skipped).
+// One line of a line chart: its legend label, its colour ("" = its style's), its (x, y) points
+// (a non-finite y is skipped), optionally one (low, high) interval per point drawn as a whisker
+// (a non-finite bound: no whisker), the id of its polyline ("" = the label; ids are unique in a
+// file) and its style index (-1 = its index in the chart: panels of one figure pass the index
+// the series has in the whole figure, so a policy keeps its colour and dash in every panel).
 struct Series {
   std::string label;
   std::string colour;
   std::vector<std::pair<double, double>> points;
+  std::vector<std::pair<double, double>> intervals = {};
+  std::string id = {};
+  int64_t style = -1;
 };
-const char* series_colour(size_t k);
-// 960 x 480 SVG, one polyline (with dots) per series, legend on the right (line_chart.cpp).
+// Style k: 8 colours, solid for k < 8, dashed for 8 <= k < 16, dotted after: 24 series are told
+// apart by colour and dash together.
+struct SeriesStyle {
+  const char* colour;
+  const char* dash;  // SVG stroke-dasharray, "" = solid
+};
+SeriesStyle series_style(size_t k);
+// One panel of a figure (line_chart.cpp).
+struct Panel {
+  std::string title, x_label, y_label;
+  std::vector<Series> series;
+};
+// 1120 x 480 SVG, one polyline (with dots and whiskers) per series, legend on the right. x ticks
+// are integers when every x is (layers, budgets, steps).
 std::string line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
                        const std::vector<Series>& series);
+// The panels stacked top to bottom in one 1120 x (480 x panels) SVG under one title.
+std::string panel_chart(const std::string& title, const std::vector<Panel>& panels);
+
+// One row of an interval chart (a forest plot): a label, a point and its (low, high) interval
+// (non-finite: none), and the colour of its dot.
+struct IntervalRow {
+  std::string label;
+  double value = 0, low = NAN, high = NAN;
+  std::string colour = "#000000";
+};
+struct IntervalPanel {
+  std::string title, x_label;
+  std::vector<IntervalRow> rows;  // drawn top to bottom in this order
+};
+// Each panel: one row per entry, labels on the left, a dot and a horizontal whisker on a shared
+// x axis with a line at 0; panels stacked (line_chart.cpp).
+std::string interval_chart(const std::string& title, const std::vector<IntervalPanel>& panels);
 
 }  // namespace mla::svg

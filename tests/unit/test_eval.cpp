@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #include "mla/checkpoint.hpp"
 #include "src/decoder/decoder_layer.hpp"
 #include "src/eval/eval_layer.hpp"
+#include "src/report/svg_util.hpp"
 #include "test_util.hpp"
 #include "compare.hpp"
 #include "tolerances.hpp"
@@ -687,12 +689,16 @@ BOOST_AUTO_TEST_CASE(cli_outputs) {
   const std::string summary = mla::test::read_text(out + "/summary.csv");
   BOOST_TEST(lines(summary) == 1u + 8u);
   BOOST_TEST(contains(summary, "\nfull,6,1,"));
-  for (const char* svg : {"/budget.svg", "/layers.svg"}) {
+  for (const char* svg : {"/budget.svg", "/layers.svg", "/leaderboard.svg"}) {
     const std::string s = mla::test::read_text(out + svg);
     BOOST_TEST(s.rfind("<svg", 0) == 0u);
     BOOST_TEST(contains(s, "</svg>"));
-    BOOST_TEST(contains(s, "<polyline id=\"tova:sinks=1,recent=2\""), svg);
   }
+  BOOST_TEST(contains(mla::test::read_text(out + "/budget.svg"), "<polyline id=\"tova:sinks=1,recent=2\""));
+  const std::string layers_svg = mla::test::read_text(out + "/layers.svg");  // one panel per budget
+  BOOST_TEST(contains(layers_svg, "<polyline id=\"tova:sinks=1,recent=2@K=6\""));
+  BOOST_TEST(contains(layers_svg, "<polyline id=\"tova:sinks=1,recent=2@K=9\""));
+  BOOST_TEST(contains(mla::test::read_text(out + "/leaderboard.svg"), ">K = 9 (best first)</text>"));
   simdjson::dom::parser parser;
   simdjson::dom::element j = parser.load(out + "/report.json");
   BOOST_TEST(std::string_view(j["command"].get_string().value()) == "eval");
@@ -1016,6 +1022,46 @@ BOOST_AUTO_TEST_CASE(cli_errors) {
                rewritten_fixture("eval-experts", "model.layers.2.mlp.experts.5.up_proj.weight", {}));
   expect_error(ids + " --prompt-len 16 --steps 4 --cache-budget 8", "model.layers.1.self_attn.kv_a_proj_with_mqa.weight",
                rewritten_fixture("eval-attn", "model.layers.1.self_attn.kv_a_proj_with_mqa.weight", {}));
+}
+
+// budget.svg's rules (issue 26 item 5): whiskers at the 95 % interval when W >= 2; a policy whose
+// upper bound is over 5x the median of the others' upper bounds is drawn in a second panel; ids
+// stay the labels; 16 series have 16 distinct (colour, dash) styles; integer x ticks.
+BOOST_AUTO_TEST_CASE(budget_svg_draws_intervals_and_sets_an_outlier_apart) {
+  const auto summary = [](const std::string& policy, int64_t K, double d, double lo, double hi) {
+    mla::EvalSummary s;
+    s.policy = policy;
+    s.budget = K;
+    s.windows = 4;
+    s.delta_nll = d;
+    s.delta_nll_low = lo;
+    s.delta_nll_high = hi;
+    return s;
+  };
+  std::vector<mla::EvalSummary> sum = {summary("full", 2, 0, 0, 0),         summary("a", 2, 0.10, 0.05, 0.15),
+                                       summary("b", 2, 0.20, 0.10, 0.30),   summary("c", 2, 0.15, 0.12, 0.18),
+                                       summary("far", 2, 3.00, 2.00, 4.00), summary("full", 3, 0, 0, 0),
+                                       summary("a", 3, 0.05, 0.01, 0.09),   summary("b", 3, 0.10, 0.0, 0.2),
+                                       summary("c", 3, 0.08, 0.07, 0.09),   summary("far", 3, 2.0, 1.0, 3.0)};
+  const std::string two = mla::eval_budget_svg(sum, "t");
+  const size_t apart = two.find("off that scale");
+  BOOST_REQUIRE(apart != std::string::npos);
+  BOOST_TEST(two.find("<polyline id=\"far\"") > apart);  // the outlier in the second panel
+  BOOST_TEST(two.find("<polyline id=\"b\"") < apart);
+  BOOST_TEST(contains(two, "height=\"1000.00\""));         // 40 + 2 x 480
+  // whiskers: one path per point with an interval (4 policies x 2 budgets; full has none)
+  size_t paths = 0;
+  for (size_t at = two.find("<path d=\"M"); at != std::string::npos; at = two.find("<path d=\"M", at + 1)) ++paths;
+  BOOST_TEST(paths == 8u);
+  // x ticks at the integer budgets only (a span of 1 would otherwise step by 0.1)
+  BOOST_TEST(!contains(two, "text-anchor=\"middle\">2.5</text>"));  // x tick labels are centred
+  BOOST_TEST(contains(two, "text-anchor=\"middle\">3</text>"));
+  // without the outlier (median 0.15 x 5 = 0.75 > 0.3): one panel
+  sum.erase(std::remove_if(sum.begin(), sum.end(), [](const mla::EvalSummary& s) { return s.policy == "far"; }), sum.end());
+  BOOST_TEST(!contains(mla::eval_budget_svg(sum, "t"), "off that scale"));
+  std::set<std::pair<std::string, std::string>> styles;
+  for (size_t k = 0; k < 16; ++k) styles.insert({mla::svg::series_style(k).colour, mla::svg::series_style(k).dash});
+  BOOST_TEST(styles.size() == 16u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
