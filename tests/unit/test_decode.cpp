@@ -356,40 +356,81 @@ BOOST_AUTO_TEST_CASE(invariants_every_policy_every_step) {
   }
 }
 
-// A policy's figures are the same alone and next to every other policy and budget: every
-// number, and every output row, compared with ==. fp32 and bf16, absorbed and naive, on a
-// geometry whose per-head products go to BLAS.
+// A policy's figures are the same alone and next to every other policy and budget (issue 28
+// item 6): every number, and every output row, compared with ==. Every preset of kSmallPolicies
+// (window settings included) alone against (a) the batch of all of them at six budgets and
+// (b) a batch of two whose other member holds a different observation window (snapkv:window=4,
+// which moves query_begin, the first held prompt query). fp32 and bf16, absorbed and naive, the
+// cpu stages' inputs (the CLI's) and the reference backend's two forwards, on a geometry whose
+// per-head products go to BLAS and on DeepSeek-V2-Lite's head shape (no q LoRA).
+void check_same_trace(const PolicyTrace& in_batch, const PolicyTrace& alone) {
+  BOOST_TEST(in_batch.prefill_kept == alone.prefill_kept, boost::test_tools::per_element());
+  BOOST_TEST(in_batch.attn_output.data == alone.attn_output.data, boost::test_tools::per_element());
+  BOOST_REQUIRE(in_batch.steps.size() == alone.steps.size());
+  for (size_t i = 0; i < alone.steps.size(); ++i) {
+    BOOST_TEST(in_batch.steps[i].rel_error == alone.steps[i].rel_error);
+    BOOST_TEST((in_batch.steps[i].residual_error == alone.steps[i].residual_error ||
+                (std::isnan(in_batch.steps[i].residual_error) && std::isnan(alone.steps[i].residual_error))));
+    BOOST_TEST(in_batch.steps[i].cosine == alone.steps[i].cosine);
+    BOOST_TEST(in_batch.steps[i].mass_recall == alone.steps[i].mass_recall);
+    BOOST_TEST(in_batch.steps[i].evicted == alone.steps[i].evicted);
+    BOOST_TEST(in_batch.steps[i].held == alone.steps[i].held);
+  }
+}
+
+const PolicyTrace& trace_of(const DecodeResult& r, const std::string& label, int64_t K) {
+  const auto it = std::find_if(r.traces.begin(), r.traces.end(),
+                               [&](const PolicyTrace& t) { return t.budget == K && t.policy.label == label; });
+  BOOST_REQUIRE(it != r.traces.end());
+  return *it;
+}
+
 BOOST_AUTO_TEST_CASE(policy_alone_equals_policy_in_a_batch) {
   const int64_t P = 24, N = 6;
+  const std::vector<PolicySettings> every = parse_policy_list(kSmallPolicies);
   for (const Layer& l : {medium_layer(P + N), lite_layer(P + N)})
-  for (Precision p : {Precision::FP32, Precision::BF16})
-    for (DecodeAttention a : {DecodeAttention::Absorbed, DecodeAttention::Naive}) {
-      auto b = make_cpu_backend();
-      const DecodeOptions batch = options(P, N, {10, 12, 14, 16, 18, 40}, kSmallPolicies);
-      const DecodeInputs in = inputs_of(*b, l, batch, p);
-      const DecodeResult all = decode_with(l, in, batch, false, a, p);
-      for (const char* one : {"h2o:sinks=2,recent=4", "snapkv:window=8", "oracle"})
-        for (int64_t K : {12, 40}) {
-          // its own inputs, as the CLI computes them: a run alone holds fewer prompt queries
-          // (the batch's largest observation window sets query_begin)
-          const DecodeOptions o = options(P, N, {K}, one);
-          const DecodeResult alone = decode_with(l, inputs_of(*b, l, o, p), o, false, a, p);
-          const PolicyTrace& x = alone.traces[0];
-          const auto it = std::find_if(all.traces.begin(), all.traces.end(), [&](const PolicyTrace& t) {
-            return t.budget == K && t.policy.label == x.policy.label;
-          });
-          BOOST_REQUIRE(it != all.traces.end());
-          BOOST_TEST_CONTEXT(l.cfg.kv_lora_rank << "-rank layer, " << one << " K=" << K << " " << precision_name(p) << " " << decode_attention_name(a)) {
-            BOOST_TEST(it->prefill_kept == x.prefill_kept, boost::test_tools::per_element());
-            BOOST_TEST(it->attn_output.data == x.attn_output.data, boost::test_tools::per_element());
-            for (size_t i = 0; i < x.steps.size(); ++i) {
-              BOOST_TEST(it->steps[i].rel_error == x.steps[i].rel_error);
-              BOOST_TEST(it->steps[i].mass_recall == x.steps[i].mass_recall);
-              BOOST_TEST(it->steps[i].evicted == x.steps[i].evicted);
+    for (bool reference_inputs : {false, true})
+      for (Precision p : {Precision::FP32, Precision::BF16}) {
+        auto b = reference_inputs ? make_reference_backend() : make_cpu_backend();
+        const DecodeOptions batch = options(P, N, {10, 12, 14, 16, 18, 40}, kSmallPolicies);
+        const DecodeInputs in = inputs_of(*b, l, batch, p);
+        for (DecodeAttention a : {DecodeAttention::Absorbed, DecodeAttention::Naive}) {
+          const DecodeResult all = decode_with(l, in, batch, false, a, p);
+          for (const PolicySettings& one : every) {
+            if (one.kind == PolicyKind::Full) continue;
+            const int64_t K = 12;
+            // its own inputs, as the CLI computes them: alone, a run holds fewer (or more) prompt
+            // queries than in a batch (the batch's largest observation window sets query_begin)
+            const DecodeOptions o = options(P, N, {K}, one.label);
+            const DecodeResult alone = decode_with(l, inputs_of(*b, l, o, p), o, false, a, p);
+            const DecodeOptions pair = options(P, N, {K}, one.label + ",snapkv:window=4");
+            const DecodeResult beside = decode_with(l, inputs_of(*b, l, pair, p), pair, false, a, p);
+            BOOST_TEST_CONTEXT(l.cfg.kv_lora_rank << "-rank layer, " << one.label << " K=" << K << " "
+                                                   << precision_name(p) << " " << decode_attention_name(a)
+                                                   << (reference_inputs ? ", reference inputs" : ", cpu inputs")) {
+              check_same_trace(trace_of(all, one.label, K), alone.traces[0]);
+              check_same_trace(trace_of(beside, one.label, K), alone.traces[0]);
             }
           }
         }
+      }
+}
+
+// The hidden case of issue 28 (a V2-Lite-shaped layer, P = 20, fp32, the h2o preset at K = 8
+// beside snapkv:window=4): step by step the same alone and in the pair.
+BOOST_AUTO_TEST_CASE(h2o_preset_beside_a_small_snapkv_window) {
+  const int64_t P = 20, N = 24;
+  const Layer l = lite_layer(P + N, 5);
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    auto b = make_cpu_backend();
+    const DecodeOptions o = options(P, N, {8}, "h2o"), pair = options(P, N, {8}, "h2o,snapkv:window=4");
+    for (DecodeAttention a : {DecodeAttention::Absorbed, DecodeAttention::Naive}) {
+      const DecodeResult alone = decode_with(l, inputs_of(*b, l, o, p), o, false, a, p);
+      const DecodeResult beside = decode_with(l, inputs_of(*b, l, pair, p), pair, false, a, p);
+      BOOST_TEST_CONTEXT(precision_name(p) << " " << decode_attention_name(a))
+      check_same_trace(trace_of(beside, "h2o", 8), alone.traces[0]);
     }
+  }
 }
 
 // A budget larger than every cache: nothing is evicted, so every policy attends over 0..x,

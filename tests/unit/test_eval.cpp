@@ -369,17 +369,34 @@ BOOST_AUTO_TEST_CASE(layer_by_layer_equals_token_by_token) {
   }
 }
 
+// Issue 28 item 6: every preset's logits (window settings included) are the same bits alone, in
+// the batch of every preset at two budgets, and beside one other policy with another
+// observation window (snapkv:window=3), in bf16 and fp32, one thread and two.
 BOOST_AUTO_TEST_CASE(a_policy_alone_equals_the_policy_among_others) {
   const Model m;
   const std::vector<int64_t> ids = fixture_tokens();
-  const EvalResult all = mla::run_eval(m.ckpt, m.cfg, ids, options(kPolicies, {6, 9}, Precision::BF16));
-  EvalOptions o = options("tova:sinks=1,recent=2", {9}, Precision::BF16);
-  o.threads = 1;
-  const EvalResult one = mla::run_eval(m.ckpt, m.cfg, ids, o);
-  BOOST_REQUIRE(one.runs.size() == 1u);
-  for (const mla::EvalRun& run : all.runs)
-    if (run.budget == 9 && run.policy.label == "tova:sinks=1,recent=2")
-      BOOST_TEST(same_bits(run.logits.data, one.runs[0].logits.data));
+  for (Precision precision : {Precision::BF16, Precision::FP32}) {
+    const EvalResult all = mla::run_eval(m.ckpt, m.cfg, ids, options(kPolicies, {6, 9}, precision));
+    for (const mla::PolicySettings& s : mla::parse_policy_list(kPolicies)) {
+      if (s.kind == mla::PolicyKind::Full) continue;
+      EvalOptions o = options(s.label, {9}, precision);
+      o.threads = 1;
+      const EvalResult one = mla::run_eval(m.ckpt, m.cfg, ids, o);
+      const EvalResult pair = mla::run_eval(m.ckpt, m.cfg, ids, options(s.label + ",snapkv:window=3", {9}, precision));
+      BOOST_REQUIRE(one.runs.size() == 1u);
+      BOOST_TEST_CONTEXT(mla::precision_name(precision) << " " << s.label) {
+        bool found = false;
+        for (const mla::EvalRun& run : all.runs)
+          if (run.budget == 9 && run.policy.label == s.label) {
+            found = true;
+            BOOST_TEST(same_bits(run.logits.data, one.runs[0].logits.data));
+          }
+        BOOST_TEST(found);
+        BOOST_TEST(pair.runs[0].policy.label == s.label);
+        BOOST_TEST(same_bits(pair.runs[0].logits.data, one.runs[0].logits.data));
+      }
+    }
+  }
 }
 
 // ---- metrics by their definitions -----------------------------------------------------------
