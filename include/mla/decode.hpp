@@ -62,9 +62,9 @@ void check_decode_options(const DecodeOptions& opt, int64_t total_rows);
 // The checks of check_decode_options that need neither the input's row count nor the layer
 // (pyramidkv's budget), for the flags right after they are read (before any work).
 void check_decode_flags(const DecodeOptions& opt);
-// The budget (policy, K) holds on this layer: pyramid_budget for pyramidkv, else K.
+// The budget (policy, K) holds on this layer (mla/policy.hpp's layer_budget at opt.layer).
 int64_t layer_budget(const PolicySettings& s, int64_t budget, const DecodeOptions& opt);
-// The number of the last prompt queries whose attention the policies read (observation_window).
+// The number of the last prompt queries whose attention the policies read (policy_observation_window).
 int64_t prompt_query_window(const DecodeOptions& opt);
 
 // ---- inputs of one layer (do not depend on eviction: computed once) ---------------------

@@ -4,7 +4,7 @@
 // an H2O cache keeps:
 //   sinks   = the first `sinks` tokens                       (StreamingLLM attention sinks)
 //   recent  = the last `recent` tokens that are not sinks     (a token in both windows is a sink)
-//   heavy   = the `budget` highest scores among the rest      (ties go to the lower index)
+//   heavy   = the `heavy` highest scores among the rest      (ties go to the lower index)
 //   evicted = everything else.
 // Windows longer than the sequence, a budget larger than the middle, and zero sizes all work.
 // NaN, infinite or negative scores are rejected (Error InvalidValue naming the index).
@@ -23,7 +23,7 @@ const char* category_name(TokenCategory c);  // "sink" | "recent" | "heavy" | "e
 struct H2OOptions {
   int64_t sinks = 4;
   int64_t recent = 32;
-  int64_t budget = 64;
+  int64_t heavy = 64;  // heavy hitters kept besides sinks and recent (the CLI's --budget)
 };
 
 struct H2ODecision {

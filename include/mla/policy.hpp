@@ -1,5 +1,7 @@
 // mla/policy.hpp — KV-cache eviction policies on one layer's MLA latent cache, independent of
-// how the attention is computed (docs/decode.md §2 gives every definition and its source).
+// how the attention is computed (docs/decode.md §2 gives every definition and its source). One
+// file per policy in src/policies/, each opening with its score equation, source and settings;
+// src/policies/registry.cpp lists them.
 //
 // One CacheManager per (policy, settings, budget) and layer. It is told what the attention
 // did and answers which tokens the next query attends over:
@@ -39,7 +41,7 @@ namespace mla {
 
 enum class PolicyKind {
   Full, H2O, H2ONormalized, Tova, Streaming, SnapKV, PyramidKV, Knorm, ExpectedAttention, Scissorhands, ValueAware,
-  Random, Oracle
+  KeyDiff, Random, Oracle
 };
 // How per-head scores become one score per token (the latent is shared by all heads, so a
 // token is kept or evicted for every head at once): sum over heads (H2O, TOVA as MLA engines
@@ -73,7 +75,7 @@ struct PolicySettings {
 
 // The presets, in the order `--policy all` runs them:
 //   full, h2o, h2o-normalized, tova, streaming, snapkv, snapkv-maxpool, pyramidkv, knorm,
-//   expected-attention, scissorhands, value-aware, random, oracle
+//   expected-attention, scissorhands, value-aware, keydiff, random, oracle
 const std::vector<std::string>& policy_preset_names();
 // Error(InvalidArgument) naming the unknown policy and listing the presets.
 PolicySettings policy_preset(std::string_view name);
@@ -97,6 +99,19 @@ void check_budgets_and_policies(const std::vector<int64_t>& budgets, const std::
 // The tokens a policy protects at budget K: sinks + recent (recent_tokens), or sinks + window.
 int64_t recent_tokens(const PolicySettings& s, int64_t budget);
 int64_t protected_tokens(const PolicySettings& s, int64_t budget);
+bool policy_window_is_recent(PolicyKind k);  // snapkv, pyramidkv: the window is the recent set
+bool policy_protects_nothing(PolicyKind k);  // full, oracle
+
+// The one observation-window rule: how many of the last prompt queries a policy reads before
+// its prefill cut (tova 1; snapkv, pyramidkv, scissorhands their window; others 0). A run holds
+// min(P, the largest over its policies) prompt queries.
+int64_t policy_observation_window(const PolicySettings& s);
+
+// The one layer-budget rule: the budget of `layer` (of `num_layers`) when the mean over layers is
+// K; K for every policy but pyramidkv, whose pyramid_budget is raised to one more than it
+// protects where the pyramid's smallest budget would leave nothing evictable. decode (one layer)
+// and eval (every layer) both use it.
+int64_t layer_budget(const PolicySettings& s, int64_t budget, int64_t layer, int64_t num_layers, int64_t prompt_len);
 
 // PyramidKV's budget of `layer` (of `num_layers`) when the mean budget over layers is K, as
 // kvpress's PyramidKVPress.get_layer_budget computes it (window w, steepness beta, prompt P):
@@ -114,19 +129,21 @@ int64_t pyramid_budget(int64_t layer, int64_t num_layers, int64_t budget, int64_
 //   value_norm[h, t]          ||W_UV^h c_t||                      expected-attention (vnorm)
 //   output_norm[h, t]         ||W_O^h W_UV^h c_t||               value-aware
 //   expected_attention[h, t]  kvpress's expected attention of head h on token t
+//   key_diff[h, t]            -cos(k_h,t, a_h), a_h = mean_{t<P} k_h,t/||k_h,t||   keydiff
 struct TokenFeatures {
   int64_t heads = 0, tokens = 0;  // n, T
-  std::vector<double> key_norm, value_norm, output_norm, expected_attention;
+  std::vector<double> key_norm, value_norm, output_norm, expected_attention, key_diff;
 };
 struct FeatureNeeds {
-  bool key_norm = false, value_norm = false, output_norm = false, expected_attention = false;
+  bool key_norm = false, value_norm = false, output_norm = false, expected_attention = false, key_diff = false;
   int64_t expected_sinks = 0;    // expected-attention: prompt rows [0, sinks) left out of the query statistics
   int64_t expected_future = 0;   // expected-attention: future positions averaged
-  bool any() const { return key_norm || value_norm || output_norm || expected_attention; }
+  bool any() const { return key_norm || value_norm || output_norm || expected_attention || key_diff; }
 };
 // What the policies of a run need (several expected-attention settings must agree on sinks
-// and future: Error(InvalidArgument) otherwise).
+// and future: Error(InvalidArgument) otherwise); add_feature_needs adds one policy's.
 FeatureNeeds feature_needs(const std::vector<PolicySettings>& policies);
+void add_feature_needs(const PolicySettings& s, FeatureNeeds& needs);
 
 // What every manager of one layer is built with.
 struct PolicyContext {
@@ -146,8 +163,9 @@ class CacheManager {
   const PolicySettings& settings() const { return settings_; }
   int64_t budget() const { return budget_; }  // K held after every step (pyramidkv: its layer's)
 
-  // Prefill. observation_window(): how many of the last prompt queries it reads (0: none).
-  virtual int64_t observation_window() const { return 0; }
+  // Prefill. observation_window(): how many of the last prompt queries it reads (0: none), by
+  // policy_observation_window.
+  int64_t observation_window() const;
   // probs: [n, q+1], the causal attention of prompt row q over [0, q]; rows ascending. The
   // caller keeps probs alive until prefill() returns (a manager may keep a view).
   virtual void observe_prompt_query(int64_t q, std::span<const double> probs);

@@ -67,7 +67,7 @@ CommandSpec decode_spec() {
       {"cache-budget", "K[,K2,...]", "cache budgets, strictly increasing; each policy needs K > what it never evicts (required)", ""},
       {"policy", "a,b:key=v,...",
        "presets (each paper's settings, docs/decode.md §2): full, h2o, h2o-normalized, tova, streaming, snapkv, "
-       "snapkv-maxpool, pyramidkv, knorm, expected-attention, scissorhands, value-aware, random, oracle, or all; "
+       "snapkv-maxpool, pyramidkv, knorm, expected-attention, scissorhands, value-aware, keydiff, random, oracle, or all; "
        "name:key=value,key=value changes a setting (sinks, recent=N|N%, heads=sum|max|mean, window, pool=avgN|maxN|none, "
        "future, vnorm=0|1, beta, seed); full is always computed", "all"},
       {"sinks", "N", "first N positions never evicted, for every policy that has sinks (overrides the presets)", ""},

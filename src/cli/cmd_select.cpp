@@ -234,7 +234,7 @@ int cmd_select(const std::vector<std::string>& argv) {
   H2OOptions opt;
   opt.sinks = a.integer("sinks", 4, 0);
   opt.recent = a.integer("recent", 32, 0);
-  opt.budget = a.integer("budget", 64, 0);
+  opt.heavy = a.integer("budget", 64, 0);
   const std::string out_dir = a.str("out", "mla-h2o-out");
   if (!std::filesystem::exists(path)) fail(ErrorKind::Io, "--scores " + path + ": no such file");
   OutputSet out(out_dir, "select", OutputSet::Lock::FailIfHeld, {path});

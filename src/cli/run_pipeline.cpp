@@ -77,7 +77,7 @@ void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default
   plan.latent_eps_arg = a.str("latent-norm-eps", "hf");
   plan.h2o.sinks = a.integer("sinks", plan.h2o.sinks, 0);
   plan.h2o.recent = a.integer("recent", plan.h2o.recent, 0);
-  plan.h2o.budget = a.integer("budget", plan.h2o.budget, 0);
+  plan.h2o.heavy = a.integer("budget", plan.h2o.heavy, 0);
   plan.per_head = a.has("per-head");
   plan.dump_tensors = a.has("dump-tensors");
   plan.quiet = a.has("quiet");

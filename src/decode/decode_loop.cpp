@@ -1,5 +1,5 @@
 // src/decode/decode_loop.cpp — the decode step loop (include/mla/decode.hpp; docs/decode.md §1,
-// §4). The policies themselves live in policies.cpp behind CacheManager; this file drives them
+// §4). The policies themselves live in src/policies/ behind CacheManager; this file drives them
 // with a DecodeKernel's attention and measures what their caches do to the output:
 //
 //   prefill  the last w prompt queries' attention (w = the largest observation window), once,
@@ -48,8 +48,7 @@ struct Run {
 const char* decode_attention_name(DecodeAttention a) { return a == DecodeAttention::Absorbed ? "absorbed" : "naive"; }
 
 int64_t layer_budget(const PolicySettings& s, int64_t K, const DecodeOptions& opt) {
-  if (s.kind != PolicyKind::PyramidKV) return K;
-  return pyramid_budget(opt.layer, opt.num_layers, K, s.window, s.beta, opt.prompt_len);
+  return layer_budget(s, K, opt.layer, opt.num_layers, opt.prompt_len);
 }
 
 void check_decode_flags(const DecodeOptions& opt) {
@@ -94,11 +93,7 @@ void check_decode_options(const DecodeOptions& opt, int64_t T) {
 
 int64_t prompt_query_window(const DecodeOptions& opt) {
   int64_t w = 0;
-  for (const PolicySettings& s : opt.policies) {
-    if (s.kind == PolicyKind::Tova) w = std::max<int64_t>(w, 1);
-    if (s.kind == PolicyKind::SnapKV || s.kind == PolicyKind::PyramidKV || s.kind == PolicyKind::Scissorhands)
-      w = std::max(w, s.window);
-  }
+  for (const PolicySettings& s : opt.policies) w = std::max(w, policy_observation_window(s));
   return std::min(w, opt.prompt_len);
 }
 

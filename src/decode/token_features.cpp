@@ -1,4 +1,4 @@
-// src/decode/token_features.cpp — the per-token quantities some policies read (knorm,
+// src/decode/token_features.cpp — the per-token quantities some policies read (knorm, keydiff,
 // expected-attention, value-aware; mla/policy.hpp TokenFeatures, docs/decode.md §2), computed
 // once per layer from the latent cache and the layer's kv_b_proj and o_proj, and the
 // pre-RoPE query statistics expected-attention needs. fp32 GEMMs (Eigen + OpenBLAS), results
@@ -123,6 +123,7 @@ TokenFeatures compute_token_features(const AttentionConfig& cfg, const LayerWeig
   if (needs.key_norm) f.key_norm.assign(size, 0.0);
   if (needs.value_norm) f.value_norm.assign(size, 0.0);
   if (needs.output_norm) f.output_norm.assign(size, 0.0);
+  if (needs.key_diff) f.key_diff.assign(size, 0.0);
   std::vector<double> z;  // [n, T] expected-attention logits
   if (needs.expected_attention) z.assign(size, 0.0);
 
@@ -147,21 +148,49 @@ TokenFeatures compute_token_features(const AttentionConfig& cfg, const LayerWeig
     }
   }
 
-  MatrixRM latent, kv, keys(kBlockRows, d_qk), y;
-  for (int64_t b0 = 0; b0 < T; b0 += kBlockRows) {
-    const int64_t rows = std::min(kBlockRows, T - b0);
+  MatrixRM latent, kv, k_pe, keys(kBlockRows, d_qk), y;
+  // rows [b0, b0 + rows): latent and k_pe from the cache, kv [rows, n*w] = per head k_nope | v
+  const auto expand = [&](int64_t b0, int64_t rows) {
     latent.resize(rows, r_kv);
-    MatrixRM k_pe(rows, d_r);
+    k_pe.resize(rows, d_r);
     for (int64_t s = 0; s < rows; ++s) {
       const double* row = latent_cache.ptr() + (b0 + s) * (r_kv + d_r);
       for (int64_t c = 0; c < r_kv; ++c) latent(s, c) = static_cast<float>(row[c]);
       for (int64_t d = 0; d < d_r; ++d) k_pe(s, d) = static_cast<float>(row[r_kv + d]);
     }
-    kv.noalias() = latent * kv_b.transpose();  // [rows, n*w]: per head k_nope | v
+    kv.noalias() = latent * kv_b.transpose();
     keys.resize(rows, d_qk);
+  };
+  // keys [rows, d_qk] = head h's k_h,t = [k_nope | k_pe] of the expanded rows
+  const auto head_keys = [&](int64_t h) {
+    keys.leftCols(d_n) = kv.middleCols(h * wh, d_n);
+    keys.rightCols(d_r) = k_pe;
+  };
+  // keydiff's anchor a_h = mean over the prompt tokens of k_h,t / ||k_h,t|| (double sums, rows in order)
+  MatrixD anchor;  // [n, d_qk]
+  std::vector<double> anchor_norm;  // [n]
+  if (needs.key_diff) {
+    anchor = MatrixD::Zero(n, d_qk);
+    for (int64_t b0 = 0; b0 < P; b0 += kBlockRows) {
+      const int64_t rows = std::min(kBlockRows, P - b0);
+      expand(b0, rows);
+      for (int64_t h = 0; h < n; ++h) {
+        head_keys(h);
+        for (int64_t s = 0; s < rows; ++s) {
+          const double norm = static_cast<double>(keys.row(s).norm());
+          if (norm > 0)
+            for (int64_t d = 0; d < d_qk; ++d) anchor(h, d) += static_cast<double>(keys(s, d)) / norm;
+        }
+      }
+    }
+    anchor /= static_cast<double>(P);
+    for (int64_t h = 0; h < n; ++h) anchor_norm.push_back(anchor.row(h).norm());
+  }
+  for (int64_t b0 = 0; b0 < T; b0 += kBlockRows) {
+    const int64_t rows = std::min(kBlockRows, T - b0);
+    expand(b0, rows);
     for (int64_t h = 0; h < n; ++h) {
-      keys.leftCols(d_n) = kv.middleCols(h * wh, d_n);
-      keys.rightCols(d_r) = k_pe;
+      head_keys(h);
       const auto v = kv.middleCols(h * wh + d_n, d_v);
       Eigen::VectorXf lin;
       if (needs.expected_attention) {
@@ -171,6 +200,12 @@ TokenFeatures compute_token_features(const AttentionConfig& cfg, const LayerWeig
       for (int64_t s = 0; s < rows; ++s) {
         const size_t at = idx(h * T + b0 + s);
         if (needs.key_norm) f.key_norm[at] = static_cast<double>(keys.row(s).norm());
+        if (needs.key_diff) {  // -cos(k_h,t, a_h); 0 for a zero key or anchor
+          double dot = 0;
+          for (int64_t d = 0; d < d_qk; ++d) dot += static_cast<double>(keys(s, d)) * anchor(h, d);
+          const double den = static_cast<double>(keys.row(s).norm()) * anchor_norm[idx(h)];
+          f.key_diff[at] = den > 0 ? -dot / den : 0.0;
+        }
         if (needs.value_norm) f.value_norm[at] = static_cast<double>(v.row(s).norm());
         if (needs.output_norm) {
           const double q2 = static_cast<double>((v.row(s) * gram[idx(h)]).dot(v.row(s)));

@@ -63,14 +63,6 @@ TokenFeatures run_features(const AttentionConfig& cfg, const LayerWeights& w, co
   return compute_token_features(cfg, w, all, P, needs, prompt.statistics);
 }
 
-int64_t layer_budget(const PolicySettings& s, int64_t budget, int64_t layer, int64_t num_layers, int64_t prompt_len) {
-  if (s.kind != PolicyKind::PyramidKV) return budget;
-  // the pyramid's smallest budget may equal the window it protects (min = 2K - (P - w) = w):
-  // a cache that holds only what it never evicts has no choice left, so it gets one token more
-  const int64_t pyramid = pyramid_budget(layer, num_layers, budget, s.window, s.beta, prompt_len);
-  return pyramid > protected_tokens(s, budget) ? pyramid : protected_tokens(s, budget) + 1;
-}
-
 void prefill_manager(CacheManager& manager, const decoder::PreparedLayer& layer, const PromptLayer& prompt) {
   const int64_t P = prompt.keys.rows, w = std::min(manager.observation_window(), prompt.window);
   if (manager.observation_window() > prompt.window)

@@ -45,9 +45,6 @@ TokenFeatures run_features(const AttentionConfig& cfg, const LayerWeights& w, co
 // The causal attention of prompt row q (P - window <= q < P) over [0, q]: [n*(q+1)] in double.
 std::vector<double> prompt_query_probs(const decoder::PreparedLayer& layer, const PromptLayer& prompt, int64_t q);
 
-// The budget a policy's cache holds at `layer` when the run's budget is K (pyramidkv: its layer's
-// pyramid_budget, at least one more than the sinks and window it protects).
-int64_t layer_budget(const PolicySettings& s, int64_t budget, int64_t layer, int64_t num_layers, int64_t prompt_len);
 
 // Reads the prompt into a policy's manager at one layer: the attention of its observation
 // window's prompt queries, then the prefill cut by the prompt's per-head mass.

@@ -110,7 +110,7 @@ TokenFeatures placeholder_features(int64_t heads, int64_t positions) {
   TokenFeatures f;
   f.heads = heads;
   f.tokens = positions;
-  for (std::vector<double>* v : {&f.key_norm, &f.value_norm, &f.output_norm, &f.expected_attention})
+  for (std::vector<double>* v : {&f.key_norm, &f.value_norm, &f.output_norm, &f.expected_attention, &f.key_diff})
     v->assign(idx(heads * positions), 0.0);
   return f;
 }
@@ -144,7 +144,7 @@ void check_eval_options(const EvalOptions& opt, int64_t tokens, int64_t num_laye
   for (const PolicySettings& s : opt.policies)
     for (int64_t K : opt.budgets)
       for (int64_t L = 0; L < num_layers; ++L)
-        (void)make_cache_manager(s, eval::layer_budget(s, K, L, num_layers, opt.prompt_len), ctx);
+        (void)make_cache_manager(s, layer_budget(s, K, L, num_layers, opt.prompt_len), ctx);
 }
 
 Passkey find_passkey(const std::vector<int64_t>& tokens, const ModelConfig& cfg) {
@@ -229,20 +229,10 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     }
     ckpt.release_mappings();
 
-    // 2a. the managers' observation windows decide which prompt queries are kept
+    // 2a. the policies' observation windows decide which prompt queries are kept
     int64_t window = 0;
-    {
-      PolicyContext probe;
-      probe.heads = n;
-      probe.prompt_len = P;
-      probe.positions = P + N;
-      const TokenFeatures none = placeholder_features(n, P + N);
-      probe.features = &none;
-      for (const RunState& r : runs)
-        if (!r.full)
-          window = std::max(window, make_cache_manager(r.policy, eval::layer_budget(r.policy, r.budget, L, L_count, P), probe)
-                                        ->observation_window());
-    }
+    for (const RunState& r : runs)
+      if (!r.full) window = std::max(window, policy_observation_window(r.policy));
     // 1. the prompt
     const eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs);
     check_finite(h_prompt, "layer " + std::to_string(L) + " output (the prompt's hidden states)", 0);
@@ -264,7 +254,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
       pctx.positions = P + N;
       pctx.features = &r.features;
       pctx.evict_while_decoding = opt.compress == Compression::Decode;
-      r.manager = make_cache_manager(r.policy, eval::layer_budget(r.policy, r.budget, L, L_count, P), pctx);
+      r.manager = make_cache_manager(r.policy, layer_budget(r.policy, r.budget, L, L_count, P), pctx);
       eval::prefill_manager(*r.manager, *layer, prompt);
     }
     // 3. the steps, every run at step x
@@ -330,7 +320,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
       if (r.full) full_attn = attn;
       EvalLayer st;
       st.layer = L;
-      st.budget = r.full ? 0 : eval::layer_budget(r.policy, r.budget, L, L_count, P);
+      st.budget = r.full ? 0 : layer_budget(r.policy, r.budget, L, L_count, P);
       double attn_err = 0, max_err = 0;
       st.mean_mass_recall = 0;
       for (int64_t i = 0; i < N; ++i) {

@@ -151,7 +151,7 @@ void option_fields(JsonWriter& w, const RunInfo& in, const H2OOptions& h2o) {
   else w.null();
   w.key("sinks").value(h2o.sinks);
   w.key("recent").value(h2o.recent);
-  w.key("budget").value(h2o.budget);
+  w.key("budget").value(h2o.heavy);
 }
 
 // "backend": {name, requested, reason, description, computed_in_double}
@@ -337,7 +337,7 @@ std::string report_json(const Report& r) {
   w.key("h2o").begin_object();
   w.key("sinks").value(r.h2o.sinks);
   w.key("recent").value(r.h2o.recent);
-  w.key("budget").value(r.h2o.budget);
+  w.key("budget").value(r.h2o.heavy);
   write_decision(w, r.scores, r.decision, 10);
   w.end_object();
 

@@ -101,7 +101,7 @@ std::string settings_block(const Report& r) {
     s += line("latent norm eps", fmt("%g", *in.latent_norm_eps) + " (" + in.latent_norm_eps_mode +
                                      "; q_a_layernorm and kv_a_layernorm)");
   s += line("H2O", fmt("n_sink=%lld  n_recent=%lld  budget=%lld%s", static_cast<long long>(r.h2o.sinks),
-                       static_cast<long long>(r.h2o.recent), static_cast<long long>(r.h2o.budget),
+                       static_cast<long long>(r.h2o.recent), static_cast<long long>(r.h2o.heavy),
                        r.n_heads > 0 ? "  (+ per-head decisions)" : ""));
   for (const auto& n : in.notes) s += line("note", n);
   return s;

@@ -293,7 +293,7 @@ const char* kSmallPolicies =
     "full,h2o:sinks=2,recent=4,h2o-normalized:sinks=2,recent=4,tova:sinks=2,recent=4,streaming:sinks=2,"
     "snapkv:window=8,snapkv-maxpool:window=8,pyramidkv:window=8,knorm:sinks=2,recent=4,"
     "expected-attention:sinks=2,recent=4,scissorhands:sinks=2,recent=4,window=8,value-aware:sinks=2,recent=4,"
-    "random:sinks=2,recent=4,oracle";
+    "keydiff:sinks=2,recent=4,random:sinks=2,recent=4,oracle";
 
 }  // namespace
 
@@ -500,7 +500,7 @@ BOOST_AUTO_TEST_CASE(token_features_by_definition) {
   const AttentionConfig& cfg = l.cfg;
   const int64_t n = cfg.num_attention_heads, d_qk = cfg.qk_head_dim(), d_v = cfg.v_head_dim, H = cfg.hidden_size;
   FeatureNeeds needs;
-  needs.key_norm = needs.value_norm = needs.output_norm = true;
+  needs.key_norm = needs.value_norm = needs.output_norm = needs.key_diff = true;
   auto ref = make_reference_backend();
   ForwardOptions f;
   f.keep_states = true;
@@ -525,6 +525,25 @@ BOOST_AUTO_TEST_CASE(token_features_by_definition) {
       BOOST_TEST(std::abs(tf.value_norm[at] - std::sqrt(v2)) <= norm_tol.rtol * std::sqrt(v2));
       BOOST_TEST(std::abs(tf.output_norm[at] - std::sqrt(o2)) <= norm_tol.rtol * std::sqrt(o2));
     }
+  // key_diff = -cos(k_h,t, a_h), a_h = the mean of the prompt's unit keys (double loops); a cosine
+  // is at most 1, so the row's relative bound is used as an absolute one
+  for (int64_t h = 0; h < n; ++h) {
+    const auto key = [&](int64_t t) { return r.key_states.ptr() + (h * T + t) * d_qk; };
+    const auto norm = [&](const double* k) {
+      double s = 0;
+      for (int64_t d = 0; d < d_qk; ++d) s += k[d] * k[d];
+      return std::sqrt(s);
+    };
+    std::vector<double> a(static_cast<size_t>(d_qk), 0.0);
+    for (int64_t t = 0; t < P; ++t)
+      for (int64_t d = 0; d < d_qk; ++d) a[static_cast<size_t>(d)] += key(t)[d] / norm(key(t)) / static_cast<double>(P);
+    for (int64_t t = 0; t < T; ++t) {
+      double dot = 0;
+      for (int64_t d = 0; d < d_qk; ++d) dot += key(t)[d] * a[static_cast<size_t>(d)];
+      const double want = -dot / (norm(key(t)) * norm(a.data()));
+      BOOST_TEST(std::abs(tf.key_diff[static_cast<size_t>(h * T + t)] - want) <= norm_tol.rtol, "head " << h << " token " << t);
+    }
+  }
   // expected attention on equal rows
   for (int64_t t = 1; t < T; ++t)
     std::copy(l.hidden.data.begin(), l.hidden.data.begin() + H, l.hidden.data.begin() + t * H);

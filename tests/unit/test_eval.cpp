@@ -96,7 +96,7 @@ EvalOptions options(const std::string& policies, std::vector<int64_t> budgets, P
 const std::string kPolicies =
     "full,h2o:sinks=1,recent=2,h2o-normalized:sinks=1,recent=2,tova:sinks=1,recent=2,streaming:sinks=1,"
     "snapkv:window=4,snapkv-maxpool:window=4,pyramidkv:window=4,beta=2,knorm:sinks=1,recent=2,"
-    "expected-attention:sinks=1,recent=2,future=8,scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,random,oracle";
+    "expected-attention:sinks=1,recent=2,future=8,scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,keydiff:sinks=1,recent=2,random,oracle";
 
 }  // namespace
 
@@ -276,21 +276,14 @@ std::vector<float> token_by_token(const Model& m, const std::vector<int64_t>& id
       l.prompt = mla::eval::prefill_layer(*l.prepared, h_prompt, 0, needs);
       continue;
     }
-    const int64_t K = mla::eval::layer_budget(policy, budget, L, L_count, kP);
+    const int64_t K = mla::layer_budget(policy, budget, L, L_count, kP);
     mla::PolicyContext ctx;
     ctx.heads = n;
     ctx.prompt_len = kP;
     ctx.positions = kP + kN;
-    // the observation window first (from a manager on zero features), then the prompt with the
-    // window's queries kept, then the features: the prompt's, and zeros for the decode rows
-    // until each token arrives
-    mla::TokenFeatures zeros;
-    zeros.heads = n;
-    zeros.tokens = kP + kN;
-    for (std::vector<double>* v : {&zeros.key_norm, &zeros.value_norm, &zeros.output_norm, &zeros.expected_attention})
-      v->assign(static_cast<size_t>(n * (kP + kN)), 0.0);
-    ctx.features = &zeros;
-    const int64_t window = mla::make_cache_manager(policy, K, ctx)->observation_window();
+    // the observation window first, then the prompt with the window's queries kept, then the
+    // features: the prompt's, and zeros for the decode rows until each token arrives
+    const int64_t window = mla::policy_observation_window(policy);
     l.prompt = mla::eval::prefill_layer(*l.prepared, h_prompt, window, needs);
     l.features = mla::eval::run_features(a, l.attention, l.prompt, l.latent, needs);
     ctx.features = &l.features;
@@ -321,7 +314,8 @@ std::vector<float> token_by_token(const Model& m, const std::vector<int64_t>& id
           const mla::TokenFeatures f = mla::eval::run_features(a, l.attention, l.prompt, l.latent, needs);
           for (auto [dst, src] : {std::pair{&l.features.key_norm, &f.key_norm}, std::pair{&l.features.value_norm, &f.value_norm},
                                   std::pair{&l.features.output_norm, &f.output_norm},
-                                  std::pair{&l.features.expected_attention, &f.expected_attention}})
+                                  std::pair{&l.features.expected_attention, &f.expected_attention},
+                                  std::pair{&l.features.key_diff, &f.key_diff}})
             for (int64_t hd = 0; hd < n && !src->empty(); ++hd)
               (*dst)[static_cast<size_t>(hd * (kP + kN) + x)] = (*src)[static_cast<size_t>(hd * (kP + kN) + x)];
         }

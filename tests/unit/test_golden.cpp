@@ -200,7 +200,7 @@ void check_h2o(const std::string& what, const std::vector<double>& hf_tokens, co
   const mla::H2ODecision hf = mla::h2o_select(hf_tokens, opt);
   const mla::H2ODecision ours = mla::h2o_select(our_tokens, opt);
   BOOST_CHECK_MESSAGE(letters(hf) == letters(ours), what << " H2O (sinks " << opt.sinks << ", recent " << opt.recent
-                                                         << ", budget " << opt.budget << "): HF " << letters(hf)
+                                                         << ", budget " << opt.heavy << "): HF " << letters(hf)
                                                          << " vs ours " << letters(ours));
   const auto hf_per_head = mla::h2o_select_per_head(hf_heads, n_heads, opt);
   const auto our_per_head = mla::h2o_select_per_head(our_heads, n_heads, opt);

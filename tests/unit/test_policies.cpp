@@ -181,6 +181,20 @@ BOOST_AUTO_TEST_CASE(six_tokens_knorm) {
   check(drive(with("knorm:sinks=1,recent=1"), 3, {kW}, kMass, &f), {0, 1, 3}, {0, 1, 3, 4}, {0, 1, 4, 5}, {3}, {4});
 }
 
+// keydiff (sinks 1, recent 1): score = -cos(k_t, anchor), given: -.9, .2, -.1, .5, 0, -.3 (the
+// feature itself is checked against its definition in suite decode). Prefill: evictable {1, 2}:
+// 2 (-.1 < .2) goes. Step 4: {1, 3}: 1 (.2 < .5) goes. Step 5: {3, 4}: 4 (0 < .5) goes. The key
+// most like the anchor goes; 3, the most unlike, stays throughout.
+BOOST_AUTO_TEST_CASE(six_tokens_keydiff) {
+  TokenFeatures f;
+  f.heads = 1;
+  f.tokens = 6;
+  f.key_diff = {-.9, .2, -.1, .5, 0, -.3};
+  check(drive(with("keydiff:sinks=1,recent=1"), 3, {kW}, kMass, &f), {0, 1, 3}, {0, 1, 3, 4}, {0, 3, 4, 5}, {1}, {4});
+  BOOST_TEST((policy_preset("keydiff").sinks == 0 && policy_preset("keydiff").recent == 1 &&
+              policy_preset("keydiff").heads == HeadAggregation::Mean));  // kvpress's KeyDiffPress
+}
+
 // expected-attention (sinks 1, recent 1): score = expected attention x ||v||:
 // .5 x 1, .1 x 4, .2 x 1, .2 x 1, .3 x 2, .4 x 1 = .5, .4, .2, .2, .6, .4.
 // Prefill {1, 2}: 2 goes. Step 4 {1, 3}: 3 goes. Step 5 {1, 4}: 1 (.4 < .6) goes.
@@ -286,6 +300,7 @@ BOOST_AUTO_TEST_CASE(every_policy_holds_its_budget) {
   f.key_norm = {3, 1, 2, 4, 1.5, 5};
   f.expected_attention = {.5, .1, .2, .2, .3, .4};
   f.value_norm = f.output_norm = {1, 2, 1, 1, 4, 1};
+  f.key_diff = {-.9, .2, -.1, .5, 0, -.3};
   for (const std::string& name : policy_preset_names()) {
     if (name == "full") continue;
     PolicySettings s = policy_preset(name);

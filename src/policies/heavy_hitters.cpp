@@ -1,4 +1,4 @@
-// src/h2o/h2o.cpp — the standalone H2O heavy-hitter selector (include/mla/h2o.hpp).
+// src/policies/heavy_hitters.cpp — the standalone H2O heavy-hitter selector (include/mla/h2o.hpp).
 //
 // Given one accumulated attention score per token (the mass the token received, summed
 // over heads and queries — H2O, Zhang et al. 2023, §3 "heavy hitters"), split the tokens
@@ -7,7 +7,7 @@
 //   pass 1  sinks   = [0, n_sink)                n_sink   = min(sinks, S)
 //   pass 2  recent  = [recent_begin, S)          recent_begin = max(n_sink, S - recent)
 //                     (a token in both windows stays a sink)
-//   pass 3  heavy   = the min(budget, M) highest scores of the middle [n_sink, recent_begin),
+//   pass 3  heavy   = the min(heavy, M) highest scores of the middle [n_sink, recent_begin),
 //                     M = recent_begin - n_sink; ties go to the lower index
 //   pass 4  evicted = the rest of the middle.
 //
@@ -48,7 +48,7 @@ namespace {
 void check_options(const H2OOptions& opt) {
   if (opt.sinks < 0) fail(ErrorKind::InvalidArgument, "H2O sinks must be >= 0, got " + std::to_string(opt.sinks));
   if (opt.recent < 0) fail(ErrorKind::InvalidArgument, "H2O recent must be >= 0, got " + std::to_string(opt.recent));
-  if (opt.budget < 0) fail(ErrorKind::InvalidArgument, "H2O budget must be >= 0, got " + std::to_string(opt.budget));
+  if (opt.heavy < 0) fail(ErrorKind::InvalidArgument, "H2O heavy-hitter count (--budget) must be >= 0, got " + std::to_string(opt.heavy));
 }
 
 // A score must be a finite, non-negative number (it is a sum of probabilities).
@@ -77,10 +77,10 @@ H2ODecision select_validated(std::span<const double> scores, const H2OOptions& o
   const int64_t recent_begin = std::max(n_sink, seq_len - std::min(opt.recent, seq_len));
   for (int64_t i = recent_begin; i < seq_len; ++i) d.category[static_cast<size_t>(i)] = TokenCategory::Recent;
 
-  // pass 3: top `budget` of the middle by (score desc, index asc)
+  // pass 3: top `heavy` of the middle by (score desc, index asc)
   std::vector<int64_t> middle;  // [M] token indices
   for (int64_t i = n_sink; i < recent_begin; ++i) middle.push_back(i);
-  const int64_t n_heavy = std::min<int64_t>(opt.budget, static_cast<int64_t>(middle.size()));
+  const int64_t n_heavy = std::min<int64_t>(opt.heavy, static_cast<int64_t>(middle.size()));
   auto before = [&](int64_t a, int64_t b) {
     const double sa = scores[static_cast<size_t>(a)], sb = scores[static_cast<size_t>(b)];
     return sa != sb ? sa > sb : a < b;

@@ -1,0 +1,148 @@
+// src/policies/policy_entry.hpp — what the policy files share (private to src/policies):
+// the registry's entry type, each policy file's entry function, and the three score families
+// that several policies derive from.
+//
+// Adding a policy: one file `NAME.cpp` that opens with its score equation and source, defines its
+// class and `PolicyEntry NAME_entry()`, one line in registry.cpp's table, one PolicyKind value
+// (mla/policy.hpp) and one meson.build line.
+//
+// Shape legend: n heads, P prompt rows, T positions, K budget, m = |cache|, w window.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mla/policy.hpp"
+
+namespace mla::policies {
+
+inline size_t idx(int64_t i) { return static_cast<size_t>(i); }
+[[noreturn]] void bad(const std::string& what);  // Error(InvalidArgument)
+
+using MakeManager = std::unique_ptr<CacheManager> (*)(const PolicySettings& s, int64_t budget, const PolicyContext& ctx);
+template <class Manager>
+std::unique_ptr<CacheManager> make_manager(const PolicySettings& s, int64_t budget, const PolicyContext& ctx) {
+  return std::make_unique<Manager>(s, budget, ctx);
+}
+
+// One preset: its name, its paper's settings, the settings a user may change, and how its
+// manager is made. Several presets may share a kind (snapkv, snapkv-maxpool).
+struct PolicyEntry {
+  const char* name = "";
+  PolicySettings settings;          // kind, and the paper's defaults
+  std::vector<std::string> keys;    // the `key=value` settings it accepts
+  MakeManager make = nullptr;
+  // the prompt queries it reads before the cut (null: none)
+  int64_t (*observation_window)(const PolicySettings&) = nullptr;
+  bool has_window = false;          // a `window` setting, checked >= 1
+  bool window_is_recent = false;    // its window is what it protects (snapkv, pyramidkv): recent = window
+  bool protects_nothing = false;    // full, oracle: no sinks or recent window
+  void (*needs)(const PolicySettings&, FeatureNeeds&) = nullptr;  // the token features it reads
+  // its budget at `layer` of `num_layers` when the mean over layers is K (null: K at every layer)
+  int64_t (*layer_budget)(const PolicySettings&, int64_t K, int64_t layer, int64_t num_layers, int64_t P) = nullptr;
+};
+
+// A preset's settings from its kind and the three settings every policy has.
+PolicySettings base_settings(PolicyKind kind, int64_t sinks, int64_t recent, HeadAggregation heads);
+
+// One entry function per policy file, in registry order.
+PolicyEntry full_entry();
+PolicyEntry h2o_entry();
+PolicyEntry h2o_normalized_entry();
+PolicyEntry tova_entry();
+PolicyEntry streaming_entry();
+PolicyEntry snapkv_entry();
+PolicyEntry snapkv_maxpool_entry();
+PolicyEntry pyramidkv_entry();
+PolicyEntry knorm_entry();
+PolicyEntry keydiff_entry();
+PolicyEntry expected_attention_entry();
+PolicyEntry scissorhands_entry();
+PolicyEntry value_aware_entry();
+PolicyEntry random_entry();
+PolicyEntry oracle_entry();
+
+// ---- accumulated attention (h2o.cpp): h2o, h2o-normalized, value-aware --------------------------
+// mass_[h, t] = prefill mass * weight(h, t) + sum over the decode queries that held t of
+// p[h, t] * weight(h, t); score = normalise(heads(mass)).
+class AccumulatedAttention : public CacheManager {
+ protected:
+  AccumulatedAttention(PolicySettings s, int64_t K, const PolicyContext& c);
+  void prefill_scores(std::span<const double> head_mass, std::vector<double>& primary, std::vector<double>&) override;
+  void observe(std::span<const double> p) override;
+  void scores(std::vector<double>& primary, std::vector<double>&) override;
+  virtual double weight(int64_t h, int64_t t) const { (void)h; (void)t; return 1.0; }
+  virtual void normalise(std::vector<double>& primary) const { (void)primary; }
+
+ private:
+  void score(std::vector<double>& primary) const;
+  std::vector<double> mass_;  // [n, T]
+};
+
+// ---- the last w queries' attention (snapkv.cpp): snapkv, pyramidkv, scissorhands ----------------
+// A sliding window of the last w queries (prompt rows first, then decode rows). Per head and
+// token, sum_[h, t] = sum over the window's queries that held t of value(p[h, t]), the entries
+// of tokens not held zero; score() turns sum_ into the scores.
+class WindowAttention : public CacheManager {
+ public:
+  // Keeps a view of probs until prefill() (the caller keeps them alive until then).
+  void observe_prompt_query(int64_t q, std::span<const double> probs) override;
+
+ protected:
+  struct Query {
+    std::vector<int64_t> positions;  // [m] the tokens it attended over, ascending
+    std::vector<double> probs;       // [n, m] its attention (owned), or
+    std::span<const double> view;    //        the caller's (a prompt query until prefill())
+    int64_t seen = 0;                // tokens it attended over when it ran (scissorhands' 1/m)
+    double p(int64_t i) const { return view.empty() ? probs[idx(i)] : view[idx(i)]; }
+  };
+  WindowAttention(PolicySettings s, int64_t K, const PolicyContext& c);
+  void prefill_scores(std::span<const double>, std::vector<double>& primary, std::vector<double>& secondary) override {
+    score(primary, secondary);
+  }
+  void scores(std::vector<double>& primary, std::vector<double>& secondary) override { score(primary, secondary); }
+  void after_prefill() override;
+  void observe(std::span<const double> p) override;
+  std::vector<int64_t> evict(int64_t count, const std::vector<double>& primary, const std::vector<double>& secondary) override;
+  virtual double value(const Query& e, int64_t i) const = 0;  // the term query e adds for its entry i
+  virtual void score(std::vector<double>& primary, std::vector<double>& secondary) const = 0;
+  std::vector<double> sum_;  // [n, T]
+
+ private:
+  bool held(int64_t t) const;
+  void add(const Query& e, double sign);  // +1: a query joins (all its tokens held); -1: it leaves
+  std::vector<Query> window_;             // the last w queries, oldest first
+};
+int64_t window_observation(const PolicySettings& s);  // settings.window
+
+// SnapKV's score (snapkv.cpp), which PyramidKV shares: primary = heads(pool(sum)) over positions
+// <= x - w (the window itself is neither pooled nor evictable), secondary = heads(sum).
+class SnapKVCache : public WindowAttention {
+ public:
+  SnapKVCache(PolicySettings s, int64_t K, const PolicyContext& c) : WindowAttention(std::move(s), K, c) {}
+
+ protected:
+  double value(const Query& e, int64_t i) const override { return e.p(i); }
+  void score(std::vector<double>& primary, std::vector<double>& secondary) const override;
+};
+std::vector<std::string> snapkv_keys();
+
+// ---- static per-token scores (knorm.cpp): knorm, keydiff, expected-attention ---------------------
+// score = heads(per_head(h, t)) at the tokens the cache holds. The features are read when scored:
+// a caller may write a token's features when it arrives (eval's token-by-token check does).
+class StaticScore : public CacheManager {
+ protected:
+  StaticScore(PolicySettings s, int64_t K, const PolicyContext& c) : CacheManager(std::move(s), K, c) {}
+  void prefill_scores(std::span<const double>, std::vector<double>& primary, std::vector<double>&) override { score(primary); }
+  void scores(std::vector<double>& primary, std::vector<double>&) override { score(primary); }
+  virtual double per_head(size_t at) const = 0;  // at = h * T + position
+  // Error(InvalidArgument) unless every feature holds n * T values: "<preset> needs <what> of T tokens"
+  void require(std::initializer_list<std::vector<double> TokenFeatures::*> features, const std::string& what) const;
+
+ private:
+  void score(std::vector<double>& primary) const;
+};
+
+}  // namespace mla::policies

@@ -1,0 +1,157 @@
+// src/policies/settings.cpp — the `--policy` language (mla/policy.hpp): a list of presets with
+// `key=value` settings, parsed into PolicySettings; the protected sets and the checks every run
+// makes of its budgets and policies. No policy's arithmetic lives here.
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "src/policies/policy_entry.hpp"
+
+namespace mla {
+
+using policies::bad;
+
+namespace {
+
+int64_t parse_int(std::string_view key, std::string_view v, int64_t lo) {
+  int64_t out = 0;
+  bool ok = !v.empty() && v.size() <= 18;  // <= kPolicySettingMax
+  for (char c : v) {
+    if (c < '0' || c > '9') ok = false;
+    else out = out * 10 + (c - '0');
+  }
+  if (!ok || out < lo)
+    bad("--policy: " + std::string(key) + "=" + std::string(v) + " is not an integer in [" + std::to_string(lo) + ", " +
+        std::to_string(kPolicySettingMax) + "]");
+  return out;
+}
+
+}  // namespace
+
+const char* head_aggregation_name(HeadAggregation a) {
+  return a == HeadAggregation::Sum ? "sum" : a == HeadAggregation::Max ? "max" : "mean";
+}
+
+void apply_policy_setting(PolicySettings& s, std::string_view key, std::string_view value) {
+  const std::vector<std::string> keys = policy_setting_keys(s.kind);
+  if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+    std::string list;
+    for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+    bad("--policy: '" + std::string(key) + "' is not a setting of " + s.preset + " (its settings: " +
+        (list.empty() ? "none" : list) + ")");
+  }
+  const std::string k(key), v(value);
+  // one value per key: h2o:sinks=4,sinks=8 is refused, as h2o,h2o is (the label holds what was set)
+  if (const std::string set = s.label.substr(std::min(s.label.size(), s.preset.size()));
+      set.find(":" + k + "=") != std::string::npos || set.find("," + k + "=") != std::string::npos)
+    bad("--policy: '" + k + "' given twice for " + s.preset + " (" + s.label + "," + k + "=" + v + ")");
+  if (k == "sinks") {
+    s.sinks = parse_int(k, v, 0);
+  } else if (k == "recent") {
+    if (!v.empty() && v.back() == '%') {
+      s.recent_percent = parse_int(k, std::string_view(v).substr(0, v.size() - 1), 1);
+      if (s.recent_percent > 99) bad("--policy: recent=" + v + " must be below 100%");
+    } else {
+      s.recent = parse_int(k, v, 1);
+      s.recent_percent = 0;
+    }
+  } else if (k == "heads") {
+    if (v == "sum") s.heads = HeadAggregation::Sum;
+    else if (v == "max") s.heads = HeadAggregation::Max;
+    else if (v == "mean") s.heads = HeadAggregation::Mean;
+    else bad("--policy: heads=" + v + " is not sum, max or mean");
+  } else if (k == "window") {
+    s.window = parse_int(k, v, 1);
+  } else if (k == "pool") {
+    if (v == "none") {
+      s.pool = Pooling::None;
+      s.pool_width = 1;
+    } else if (v.rfind("max", 0) == 0 || v.rfind("avg", 0) == 0) {
+      s.pool = v[0] == 'm' ? Pooling::Max : Pooling::Avg;
+      s.pool_width = parse_int(k, std::string_view(v).substr(3), 1);
+      if (s.pool_width % 2 == 0) bad("--policy: pool=" + v + ": the pooling width must be odd (centred)");
+    } else {
+      bad("--policy: pool=" + v + " is not none, maxN or avgN (N odd, e.g. avg5)");
+    }
+  } else if (k == "future") {
+    s.future = parse_int(k, v, 1);
+  } else if (k == "vnorm") {
+    if (v != "0" && v != "1") bad("--policy: vnorm=" + v + " is not 0 or 1");
+    s.vnorm = v == "1";
+  } else if (k == "beta") {
+    s.beta = parse_int(k, v, 1);
+  } else if (k == "seed") {
+    s.seed = static_cast<uint64_t>(parse_int(k, v, 0));
+  }
+  s.label += (s.label == s.preset ? ":" : ",") + k + "=" + v;
+}
+
+std::vector<PolicySettings> parse_policy_list(std::string_view list) {
+  std::vector<PolicySettings> out;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    const std::string_view item = list.substr(begin, end - begin);
+    if (item.empty()) bad("--policy: empty item in '" + std::string(list) + "'");
+    const size_t colon = item.find(':'), eq = item.find('=');
+    if (eq != std::string_view::npos && (colon == std::string_view::npos || colon > eq)) {  // key=value of the last policy
+      if (out.empty()) bad("--policy: '" + std::string(item) + "' comes before any policy name");
+      apply_policy_setting(out.back(), item.substr(0, eq), item.substr(eq + 1));
+    } else {
+      const std::string_view name = item.substr(0, colon);
+      if (name == "all") {
+        if (colon != std::string_view::npos) bad("--policy: 'all' takes no settings");
+        for (const std::string& p : policy_preset_names()) out.push_back(policy_preset(p));
+      } else {
+        out.push_back(policy_preset(name));
+        if (colon != std::string_view::npos) {
+          const std::string_view kv = item.substr(colon + 1);
+          const size_t e = kv.find('=');
+          if (e == std::string_view::npos) bad("--policy: '" + std::string(item) + "': expected name:key=value");
+          apply_policy_setting(out.back(), kv.substr(0, e), kv.substr(e + 1));
+        }
+      }
+    }
+    begin = end + 1;
+  }
+  for (size_t i = 0; i < out.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (out[i].label == out[j].label) bad("--policy: '" + out[i].label + "' given twice");
+  return out;
+}
+
+int64_t recent_tokens(const PolicySettings& s, int64_t K) {
+  if (policy_window_is_recent(s.kind)) return s.window;
+  // floor(K * pct / 100) without the product (K may be near 2^63): K = 100a + b
+  if (s.recent_percent > 0) return std::max<int64_t>(1, K / 100 * s.recent_percent + K % 100 * s.recent_percent / 100);
+  return s.recent;
+}
+
+void check_budgets_and_policies(const std::vector<int64_t>& budgets, const std::vector<PolicySettings>& policies) {
+  if (budgets.empty()) bad("--cache-budget: no budget given");
+  for (size_t i = 0; i < budgets.size(); ++i) {
+    if (budgets[i] < 1) bad("--cache-budget " + std::to_string(budgets[i]) + " must be >= 1");
+    if (i > 0 && budgets[i] <= budgets[i - 1])
+      bad("--cache-budget: budgets must be strictly increasing (" + std::to_string(budgets[i - 1]) + " then " +
+          std::to_string(budgets[i]) + ")");
+  }
+  if (policies.empty()) bad("--policy: no policy given");
+  for (size_t i = 0; i < policies.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (policies[i].label == policies[j].label) bad("--policy: '" + policies[i].label + "' given twice");
+}
+
+int64_t protected_tokens(const PolicySettings& s, int64_t K) {
+  if (policy_protects_nothing(s.kind)) return 0;
+  int64_t p = 0;  // sinks + recent, saturated at 2^63 - 1 (flags near 2^63 never wrap into a pass)
+  if (__builtin_add_overflow(s.sinks, recent_tokens(s, K), &p)) return std::numeric_limits<int64_t>::max();
+  return p;
+}
+
+FeatureNeeds feature_needs(const std::vector<PolicySettings>& policies) {
+  FeatureNeeds f;
+  for (const PolicySettings& s : policies) add_feature_needs(s, f);
+  return f;
+}
+
+}  // namespace mla
