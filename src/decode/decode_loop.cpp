@@ -4,9 +4,10 @@
 //
 //   prefill  the last w prompt queries' attention (w = the largest observation window), once,
 //            shown to every manager; then each manager cuts the prompt (prefill(head_mass))
-//   step i   x = P + i: kernel.begin_query(x); full: attend(0..x) -> p_full (slot 0)
-//            each manager: cache = begin_step(x [, p_full]); attend(cache) -> p (its slot);
-//                          mass recall from p_full; end_step(p) evicts
+//   steps    the one step loop (mla/step_loop.hpp) with the kernel's attention: at x = P + i
+//            kernel.begin_query(x); full: attend(0..x) -> p_full (slot 0); each manager:
+//            cache = begin_step(x [, p_full]); attend(cache) -> p (its slot); mass recall from
+//            p_full; end_step(p) evicts; kernel.end_query()
 //   outputs  per slot: attn_output (o_proj) -> rel_error, cosine, residual_error; the
 //            outputs are kept only with keep_outputs
 //
@@ -22,6 +23,7 @@
 
 #include "mla/decode.hpp"
 #include "mla/error.hpp"
+#include "mla/step_loop.hpp"
 
 namespace mla {
 namespace {
@@ -103,18 +105,11 @@ int64_t decode_slots(const DecodeOptions& opt) {
   return 1 + static_cast<int64_t>(opt.budgets.size()) * others;
 }
 
-DecodeResult run_decode(const DecodeOptions& opt, const DecodeContext& dc, DecodeKernel& kernel,
-                        const std::function<void(int64_t, int64_t)>& progress, const AttendObserver& observe) {
-  const int64_t P = opt.prompt_len, N = opt.steps, T = P + N, n = kernel.heads();
-  check_decode_options(opt, T);
-  if (static_cast<int64_t>(dc.head_mass.size()) != n * P)
-    fail(ErrorKind::InvalidArgument, "decode: the prefill mass holds " + std::to_string(dc.head_mass.size()) +
-                                         " values for " + std::to_string(n) + " heads x " + std::to_string(P) + " tokens");
-  if (!dc.residual_norm.empty() && static_cast<int64_t>(dc.residual_norm.size()) != N)
-    fail(ErrorKind::InvalidArgument, "decode: " + std::to_string(dc.residual_norm.size()) + " residual norms for " +
-                                         std::to_string(N) + " steps");
+namespace {
 
-  // ---- the managers ----
+// The (budget, policy) runs other than full, budget-major, each with its manager and slot.
+std::vector<Run> make_runs(const DecodeOptions& opt, const DecodeContext& dc, int64_t n) {
+  const int64_t P = opt.prompt_len, T = P + opt.steps;
   const PolicyContext pc{n, P, T, dc.features};
   std::vector<Run> runs;
   int64_t slot = 1;
@@ -133,7 +128,12 @@ DecodeResult run_decode(const DecodeOptions& opt, const DecodeContext& dc, Decod
       runs.push_back(std::move(r));
     }
 
-  // ---- prefill: the prompt queries they read (once), then each cut ----
+  return runs;
+}
+
+// The prompt queries the managers read (once, by the kernel), then each manager's cut.
+void prefill_runs(const DecodeOptions& opt, const DecodeContext& dc, DecodeKernel& kernel, std::vector<Run>& runs) {
+  const int64_t P = opt.prompt_len;
   {
     int64_t w = 0;
     for (const Run& r : runs) w = std::max(w, std::min(P, r.cache->observation_window()));
@@ -153,57 +153,76 @@ DecodeResult run_decode(const DecodeOptions& opt, const DecodeContext& dc, Decod
     }
   }
 
-  // ---- the steps ----
-  PolicyTrace full;
-  full.policy = policy_preset("full");
-  std::vector<double> p_full, p, recall(idx(n));  // [n, x+1], [n, m], [n]
-  for (int64_t i = 0; i < N; ++i) {
-    const int64_t x = P + i;
-    kernel.begin_query(x);
+}
+
+// The kernel's attention for the step loop: slot 0 is full, run k has its slot.
+class KernelSteps final : public StepAttention {
+ public:
+  KernelSteps(DecodeKernel& k, const std::vector<Run>& r, int64_t P) : kernel_(k), runs_(r), P_(P) {}
+  void begin_position(int64_t x) override { kernel_.begin_query(x); }
+  void full(int64_t x, std::vector<double>& probs) override {
     std::vector<int64_t> all(idx(x + 1));
     std::iota(all.begin(), all.end(), 0);
-    kernel.attend(all, p_full, 0, i);
-    std::vector<double> row_sum(idx(n), 0.0);  // per head: sum_t p_full[h, t]
-    for (int64_t h = 0; h < n; ++h)
-      for (int64_t t = 0; t <= x; ++t) row_sum[idx(h)] += p_full[idx(h * (x + 1) + t)];
+    kernel_.attend(all, probs, 0, x - P_);
+  }
+  void attend(size_t run, int64_t x, std::span<const int64_t> cache, std::vector<double>& probs, int) override {
+    kernel_.attend(cache, probs, runs_[run].slot, x - P_);
+  }
+  void end_position(int64_t) override { kernel_.end_query(); }
+
+ private:
+  DecodeKernel& kernel_;
+  const std::vector<Run>& runs_;
+  int64_t P_;
+};
+
+// The steps of every run (mla/step_loop.hpp); returns the full run's trace.
+PolicyTrace step_runs(const DecodeOptions& opt, DecodeKernel& kernel, std::vector<Run>& runs,
+                      const std::function<void(int64_t, int64_t)>& progress, const AttendObserver& observe) {
+  const int64_t P = opt.prompt_len, N = opt.steps, n = kernel.heads();
+  KernelSteps steps(kernel, runs, P);
+  std::vector<CacheManager*> managers;
+  for (Run& r : runs) managers.push_back(r.cache.get());
+  StepLoopOptions so;
+  so.prompt_len = P;
+  so.steps = N;
+  so.heads = n;
+  so.threads = 1;  // the kernel keeps one position's state
+  so.progress = progress;
+  so.observe = observe;
+  const std::vector<std::vector<StepFigures>> figures = run_steps(managers, steps, so);
+  PolicyTrace full;
+  full.policy = policy_preset("full");
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t x = P + i;
     DecodeStep fs;
     fs.step = i;
     fs.position = x;
     fs.cache_len = fs.held = x + 1;
     full.steps.push_back(fs);
-
     for (size_t k = 0; k < runs.size(); ++k) {
-      Run& r = runs[k];
-      const std::span<const int64_t> cache =
-          r.cache->begin_step(x, r.cache->needs_full_attention() ? std::span<const double>(p_full) : std::span<const double>());
-      const int64_t m = static_cast<int64_t>(cache.size());
-      kernel.attend(cache, p, r.slot, i);
-      if (observe) observe(k, i, cache);
+      const StepFigures& f = figures[k][idx(i)];
       DecodeStep st;
       st.step = i;
       st.position = x;
-      st.cache_len = m;
-      st.visible = static_cast<double>(m) / static_cast<double>(x + 1);
-      for (int64_t h = 0; h < n; ++h) {  // the full-cache mass on the cache, in the order row_sum adds it
-        double kept = 0.0;
-        for (int64_t j = 0; j < m; ++j) kept += p_full[idx(h * (x + 1) + cache[idx(j)])];
-        recall[idx(h)] = row_sum[idx(h)] > 0 ? kept / row_sum[idx(h)] : 1.0;
-      }
-      st.mass_recall = std::accumulate(recall.begin(), recall.end(), 0.0) / static_cast<double>(n);
-      std::vector<double> sorted = recall;
-      std::sort(sorted.begin(), sorted.end());
-      st.mass_recall_min = sorted.front();
-      st.mass_recall_p5 = sorted[idx(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(0.05 * static_cast<double>(n)))) - 1)];
-      const std::vector<int64_t> gone = r.cache->end_step(p);
-      st.evicted = gone.empty() ? -1 : gone.front();
-      st.held = static_cast<int64_t>(r.cache->cache().size());
-      r.trace.steps.push_back(st);
+      st.cache_len = f.cache_len;
+      st.visible = static_cast<double>(f.cache_len) / static_cast<double>(x + 1);
+      st.mass_recall = f.mass_recall;
+      st.mass_recall_min = f.mass_recall_min;
+      st.mass_recall_p5 = f.mass_recall_p5;
+      st.evicted = f.evicted;
+      st.held = f.held;
+      runs[k].trace.steps.push_back(st);
     }
-    kernel.end_query();
-    if (progress) progress(i + 1, N);
   }
 
-  // ---- outputs and errors against the full cache ----
+  return full;
+}
+
+// Every run's outputs (o_proj) and their errors against the full cache, in the runs' order.
+DecodeResult measure_outputs(const DecodeOptions& opt, const DecodeContext& dc, DecodeKernel& kernel, std::vector<Run>& runs,
+                             PolicyTrace& full) {
+  const int64_t N = opt.steps;
   DecodeResult result;
   TensorD full_output = kernel.outputs(0);
   const int64_t H = full_output.dim(1);
@@ -245,6 +264,25 @@ DecodeResult run_decode(const DecodeOptions& opt, const DecodeContext& dc, Decod
     }
   if (opt.keep_outputs) result.full_output = std::move(full_output);
   return result;
+}
+
+}  // namespace
+
+DecodeResult run_decode(const DecodeOptions& opt, const DecodeContext& dc, DecodeKernel& kernel,
+                        const std::function<void(int64_t, int64_t)>& progress, const AttendObserver& observe) {
+  const int64_t P = opt.prompt_len, N = opt.steps, T = P + N, n = kernel.heads();
+  check_decode_options(opt, T);
+  if (static_cast<int64_t>(dc.head_mass.size()) != n * P)
+    fail(ErrorKind::InvalidArgument, "decode: the prefill mass holds " + std::to_string(dc.head_mass.size()) +
+                                         " values for " + std::to_string(n) + " heads x " + std::to_string(P) + " tokens");
+  if (!dc.residual_norm.empty() && static_cast<int64_t>(dc.residual_norm.size()) != N)
+    fail(ErrorKind::InvalidArgument, "decode: " + std::to_string(dc.residual_norm.size()) + " residual norms for " +
+                                         std::to_string(N) + " steps");
+
+  std::vector<Run> runs = make_runs(opt, dc, n);
+  prefill_runs(opt, dc, kernel, runs);
+  PolicyTrace full = step_runs(opt, kernel, runs, progress, observe);
+  return measure_outputs(opt, dc, kernel, runs, full);
 }
 
 std::vector<DecodeSummary> summarize(const DecodeResult& r) {

@@ -6,8 +6,9 @@
 //   1. the prompt rows [0, P): the causal forward, shared by every run (prefill_layer)
 //   2. every run's decode rows [P, T): input_norm and the projections of its N rows at once; its
 //      manager reads the prompt (observation window, prefill cut)
-//   3. the steps x = P .. T-1 in order, every run at step x (runs in parallel): the full run
-//      attends [0, x]; a policy run attends the cache its manager gives, which then evicts
+//   3. the steps x = P .. T-1 in order, every run at step x (runs in parallel), by the one step
+//      loop (mla/step_loop.hpp): the full run attends [0, x]; a policy run attends the cache its
+//      manager gives, which then evicts
 //   4. every run: o_proj, residual, post_norm, MLP/MoE, residual over its N rows at once
 // then the final norm and lm_head of every run's rows, and the metrics against the full run.
 // Every sum is a fixed-order fma chain (src/cpu/fixed_order.hpp): this order of computation gives
@@ -25,6 +26,7 @@
 #include "mla/error.hpp"
 #include "mla/eval.hpp"
 #include "mla/model_forward.hpp"
+#include "mla/step_loop.hpp"
 #include "src/cpu/cpu_kernels.hpp"
 
 namespace mla {
@@ -121,6 +123,51 @@ TensorF to_tensor(const std::string& name, const MatrixRM& m) {
   return t;
 }
 
+// eval's attention for the step loop: every run's own query row against the prompt's keys and
+// its own decode keys (cpu::attend_row, fixed-order sums); the full run is runs[0], run k of the
+// loop is runs[k + 1]. Each worker has its own scratch.
+class RowSteps final : public StepAttention {
+ public:
+  RowSteps(const decoder::PreparedLayer& layer, const eval::PromptLayer& prompt, std::vector<RunState>& runs, int threads)
+      : layer_(layer), prompt_(prompt), runs_(runs), scratch_(idx(threads)), rowp_(idx(threads)) {}
+  void full(int64_t x, std::vector<double>& probs) override {
+    RunState& f = runs_[0];
+    row(f, x, all(x), f.ctx.data() + (x - prompt_.keys.rows) * f.ctx.cols(), 0, probs);
+  }
+  std::span<const double> own_full(size_t run, int64_t x, std::span<const double>, int worker,
+                                   std::vector<double>& out) override {
+    RunState& r = runs_[run + 1];
+    std::vector<float> unused(idx(r.ctx.cols()));
+    row(r, x, all(x), unused.data(), worker, out);
+    return out;
+  }
+  void attend(size_t run, int64_t x, std::span<const int64_t> cache, std::vector<double>& probs, int worker) override {
+    RunState& r = runs_[run + 1];
+    row(r, x, cache, r.ctx.data() + (x - prompt_.keys.rows) * r.ctx.cols(), worker, probs);
+  }
+
+ private:
+  static std::vector<int64_t> all(int64_t x) {
+    std::vector<int64_t> v(idx(x + 1));
+    std::iota(v.begin(), v.end(), 0);
+    return v;
+  }
+  // query row x of run r over `cache` -> probs [n, |cache|] (fp32 values widened), context row -> ctx
+  void row(RunState& r, int64_t x, std::span<const int64_t> cache, float* ctx, int worker, std::vector<double>& probs) {
+    const int64_t P = prompt_.keys.rows, n = layer_.config().attention.num_attention_heads;
+    std::vector<float>& p = rowp_[idx(worker)];
+    p.resize(idx(n) * cache.size());
+    cpu::attend_row(layer_.attention_spec(), r.q.data() + (x - P) * r.q.cols(), cpu::KeyView{&prompt_.keys, &r.keys, P}, cache,
+                    p.data(), ctx, scratch_[idx(worker)]);
+    probs.assign(p.begin(), p.end());
+  }
+  const decoder::PreparedLayer& layer_;
+  const eval::PromptLayer& prompt_;
+  std::vector<RunState>& runs_;
+  std::vector<cpu::RowScratch> scratch_;
+  std::vector<std::vector<float>> rowp_;  // [worker] fp32 probabilities
+};
+
 }  // namespace
 
 const char* compression_name(Compression c) { return c == Compression::Prefill ? "prefill" : "decode"; }
@@ -167,26 +214,13 @@ Passkey find_passkey(const std::vector<int64_t>& tokens, const ModelConfig& cfg)
   return p;
 }
 
-EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::vector<int64_t>& tokens,
-                    const EvalOptions& opt) {
-  const AttentionConfig& a = cfg.attention;
-  const int64_t T = static_cast<int64_t>(tokens.size()), P = opt.prompt_len, N = opt.steps;
-  const int64_t L_count = a.num_hidden_layers, H = a.hidden_size, n = a.num_attention_heads, d_v = a.v_head_dim;
-  check_model_tensors(ckpt, cfg, "eval");
-  check_eval_options(opt, T, L_count);
-  const int threads = cpu::resolve_threads(opt.threads);
-  EvalResult result;
-  result.engine = std::string("fixed-order fp32 FMA chains (") + cpu::fixed_order_isa() + ")";
-  result.passkey = find_passkey(tokens, cfg);
-
-  // ---- runs: full first, then per budget, per policy other than full ----
+// The runs: full first, then per budget, per policy other than full.
+std::vector<RunState> make_runs(const EvalOptions& opt) {
   std::vector<RunState> runs;
-  {
-    RunState full;
-    full.policy = policy_preset("full");
-    full.full = true;
-    runs.push_back(std::move(full));
-  }
+  RunState full;
+  full.policy = policy_preset("full");
+  full.full = true;
+  runs.push_back(std::move(full));
   for (int64_t K : opt.budgets)
     for (const PolicySettings& s : opt.policies) {
       if (s.kind == PolicyKind::Full) continue;
@@ -195,171 +229,125 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
       r.budget = K;
       runs.push_back(std::move(r));
     }
-  const int64_t R = static_cast<int64_t>(runs.size());
+  return runs;
+}
 
-  // ---- embeddings: prompt rows shared, decode rows per run ----
-  const std::vector<int64_t> prompt_ids(tokens.begin(), tokens.begin() + P), decode_ids(tokens.begin() + P, tokens.begin() + P + N);
-  MatrixRM h_prompt = timed(result.stage_seconds, "embed", [&] { return decoder::embed(ckpt, prompt_ids, opt.precision); });
-  {
-    const MatrixRM h_decode = decoder::embed(ckpt, decode_ids, opt.precision);
-    for (RunState& r : runs) r.h = h_decode;
-  }
-  const FeatureNeeds needs = feature_needs(opt.policies);
-  decoder::LayerSettings settings;
-  settings.precision = opt.precision;
-  settings.threads = threads;
-  settings.latent_norm_eps = opt.latent_norm_eps;
+// What every phase of one layer reads.
+struct LayerPass {
+  decoder::PreparedLayer& layer;
+  const eval::PromptLayer& prompt;
+  const LayerWeights& attention;  // fp32 attention weights for the token features
+  const FeatureNeeds& needs;
+  const EvalOptions& opt;
+  int64_t L, L_count, threads;
+};
+
+// 2b. every run's decode rows projected; its manager (with the run's own token features) reads the prompt
+void start_runs(const LayerPass& lp, std::vector<RunState>& runs) {
+  const AttentionConfig& a = lp.layer.config().attention;
+  const int64_t P = lp.opt.prompt_len, N = lp.opt.steps, n = a.num_attention_heads, d_v = a.v_head_dim;
   std::vector<int64_t> decode_positions(idx(N));
   std::iota(decode_positions.begin(), decode_positions.end(), P);
-
-  for (int64_t L = 0; L < L_count; ++L) {
-    StageTimer layer_timer(result.stage_seconds, "layer " + std::to_string(L));
-    if (opt.keep_full_states) {
-      MatrixRM all(P + N, H);
-      all.topRows(P) = h_prompt;
-      all.bottomRows(N) = runs[0].h;
-      result.hidden_states.push_back(to_tensor("hidden_states." + std::to_string(L), all));
-    }
-    std::unique_ptr<decoder::PreparedLayer> layer;
-    LayerWeights attention;  // the fp32 attention weights the policies' token features read
-    {
-      DecoderLayerWeights w = load_decoder_layer(ckpt, cfg, L, /*experts=*/true);
-      layer = std::make_unique<decoder::PreparedLayer>(cfg, w, settings);
-      if (needs.any()) attention = std::move(w.self_attn);
-    }
-    ckpt.release_mappings();
-
-    // 2a. the policies' observation windows decide which prompt queries are kept
-    int64_t window = 0;
-    for (const RunState& r : runs)
-      if (!r.full) window = std::max(window, policy_observation_window(r.policy));
-    // 1. the prompt
-    const eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs);
-    check_finite(h_prompt, "layer " + std::to_string(L) + " output (the prompt's hidden states)", 0);
-    // 2b. every run's decode rows projected; its manager (with the run's own token features) reads the prompt
-    for (RunState& r : runs) {
-      const decoder::PreparedLayer::Projected p = layer->project(layer->input_norm(r.h), decode_positions);
-      r.keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, P, N);
-      r.keys.set_rows(P, N, p.kv.data(), p.kv.cols(), p.k_pe_roped.data(), p.k_pe_roped.cols());
-      r.q = p.q;
-      r.ctx.resize(N, n * d_v);
-      r.recall.assign(idx(N), 1.0);
-      r.cache_len.assign(idx(N), 0);
-      r.held.assign(idx(N), 0);
-      if (r.full) continue;
-      r.features = eval::run_features(a, attention, prompt, p.latent, needs);
-      PolicyContext pctx;
-      pctx.heads = n;
-      pctx.prompt_len = P;
-      pctx.positions = P + N;
-      pctx.features = &r.features;
-      pctx.evict_while_decoding = opt.compress == Compression::Decode;
-      r.manager = make_cache_manager(r.policy, layer_budget(r.policy, r.budget, L, L_count, P), pctx);
-      eval::prefill_manager(*r.manager, *layer, prompt);
-    }
-    // 3. the steps, every run at step x
-    std::vector<cpu::RowScratch> scratch(idx(threads));
-    std::vector<std::vector<float>> probs(idx(threads));
-    std::vector<std::vector<double>> probs_d(idx(threads)), oracle(idx(threads));
-    std::vector<float> p_full;        // [n, x+1] the full run's attention at this step
-    std::vector<double> p_full_total;  // [n] its sum per head
-    for (int64_t i = 0; i < N; ++i) {
-      const int64_t x = P + i;
-      std::vector<int64_t> all(idx(x + 1));
-      std::iota(all.begin(), all.end(), 0);
-      {
-        RunState& f = runs[0];
-        p_full.resize(idx(n * (x + 1)));
-        cpu::attend_row(layer->attention_spec(), f.q.data() + i * f.q.cols(), cpu::KeyView{&prompt.keys, &f.keys, P}, all,
-                        p_full.data(), f.ctx.data() + i * n * d_v, scratch[0]);
-        f.cache_len[idx(i)] = f.held[idx(i)] = x + 1;
-        p_full_total.assign(idx(n), 0.0);
-        for (int64_t h = 0; h < n; ++h)
-          for (int64_t t = 0; t <= x; ++t) p_full_total[idx(h)] += p_full[idx(h * (x + 1) + t)];
-      }
-      cpu::parallel_for(R - 1, threads, [&](int64_t k, int worker) {
-        RunState& r = runs[idx(k + 1)];
-        const cpu::KeyView keys{&prompt.keys, &r.keys, P};
-        std::span<const int64_t> cache;
-        if (r.manager->needs_full_attention()) {  // the oracle: its own query's attention over every token
-          std::vector<float>& pf = probs[idx(worker)];
-          pf.resize(idx(n * (x + 1)));
-          std::vector<float> unused(idx(n * d_v));
-          cpu::attend_row(layer->attention_spec(), r.q.data() + i * r.q.cols(), keys, all, pf.data(), unused.data(),
-                          scratch[idx(worker)]);
-          oracle[idx(worker)].assign(pf.begin(), pf.end());
-          cache = r.manager->begin_step(x, oracle[idx(worker)]);
-        } else {
-          cache = r.manager->begin_step(x);
-        }
-        const int64_t m = static_cast<int64_t>(cache.size());
-        std::vector<float>& p = probs[idx(worker)];
-        p.resize(idx(n * m));
-        cpu::attend_row(layer->attention_spec(), r.q.data() + i * r.q.cols(), keys, cache, p.data(),
-                        r.ctx.data() + i * n * d_v, scratch[idx(worker)]);
-        // the full run's mass on this cache, mean over heads
-        double recall = 0;
-        for (int64_t h = 0; h < n; ++h) {
-          double kept = 0;
-          for (int64_t t : cache) kept += p_full[idx(h * (x + 1) + t)];
-          recall += (p_full_total[idx(h)] > 0 ? kept / p_full_total[idx(h)] : 1.0) / static_cast<double>(n);
-        }
-        r.recall[idx(i)] = recall;
-        r.cache_len[idx(i)] = m;
-        probs_d[idx(worker)].assign(p.begin(), p.end());
-        r.manager->end_step(probs_d[idx(worker)]);
-        r.held[idx(i)] = static_cast<int64_t>(r.manager->cache().size());
-      });
-      if (opt.progress) opt.progress("decode steps", i + 1, N);
-    }
-    // 4. o_proj, MLP; the errors against full at this layer
-    MatrixRM full_attn;
-    for (RunState& r : runs) {
-      const MatrixRM attn = layer->o_proj(r.ctx);
-      check_finite(attn, "layer " + std::to_string(L) + " self_attn output (" + run_name(r.policy, r.budget, r.full) + ")", P);
-      if (r.full) full_attn = attn;
-      EvalLayer st;
-      st.layer = L;
-      st.budget = r.full ? 0 : layer_budget(r.policy, r.budget, L, L_count, P);
-      double attn_err = 0, max_err = 0;
-      st.mean_mass_recall = 0;
-      for (int64_t i = 0; i < N; ++i) {
-        const double e = r.full ? 0.0 : rel_error(attn.data() + i * H, full_attn.data() + i * H, H);
-        attn_err += e;
-        max_err = std::max(max_err, e);
-        st.mean_cache_len += static_cast<double>(r.cache_len[idx(i)]);
-        st.mean_held += static_cast<double>(r.held[idx(i)]);
-        st.mean_mass_recall += r.recall[idx(i)];
-        st.min_mass_recall = std::min(st.min_mass_recall, r.recall[idx(i)]);
-      }
-      st.mean_attn_rel_error = attn_err / static_cast<double>(N);
-      st.max_attn_rel_error = max_err;
-      st.mean_cache_len /= static_cast<double>(N);
-      st.mean_held /= static_cast<double>(N);
-      st.mean_mass_recall /= static_cast<double>(N);
-      layer->residual_add(r.h, attn);
-      const MatrixRM f = layer->mlp(layer->post_norm(r.h), nullptr);
-      layer->residual_add(r.h, f);
-      check_finite(r.h, "layer " + std::to_string(L) + " output (" + run_name(r.policy, r.budget, r.full) + ")", P);
-      double hidden_err = 0;
-      for (int64_t i = 0; i < N && !r.full; ++i) hidden_err += rel_error(r.h.data() + i * H, runs[0].h.data() + i * H, H);
-      st.mean_hidden_rel_error = hidden_err / static_cast<double>(N);
-      r.layers.push_back(st);
-      r.manager.reset();
-      r.features = TokenFeatures();
-      r.keys = cpu::RowKeys();
-      r.q = MatrixRM();
-      r.ctx = MatrixRM();
-    }
-    layer.reset();
-    if (opt.progress) opt.progress("layers", L + 1, L_count);
+  for (RunState& r : runs) {
+    const decoder::PreparedLayer::Projected p = lp.layer.project(lp.layer.input_norm(r.h), decode_positions);
+    r.keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, P, N);
+    r.keys.set_rows(P, N, p.kv.data(), p.kv.cols(), p.k_pe_roped.data(), p.k_pe_roped.cols());
+    r.q = p.q;
+    r.ctx.resize(N, n * d_v);
+    r.recall.assign(idx(N), 1.0);
+    r.cache_len.assign(idx(N), 0);
+    r.held.assign(idx(N), 0);
+    if (r.full) continue;
+    r.features = eval::run_features(a, lp.attention, lp.prompt, p.latent, lp.needs);
+    PolicyContext pctx;
+    pctx.heads = n;
+    pctx.prompt_len = P;
+    pctx.positions = P + N;
+    pctx.features = &r.features;
+    pctx.evict_while_decoding = lp.opt.compress == Compression::Decode;
+    r.manager = make_cache_manager(r.policy, layer_budget(r.policy, r.budget, lp.L, lp.L_count, P), pctx);
+    eval::prefill_manager(*r.manager, lp.layer, lp.prompt);
   }
+}
 
+// 3. the steps, every run at step x (the one step loop, mla/step_loop.hpp)
+void step_runs(const LayerPass& lp, std::vector<RunState>& runs) {
+  const int64_t P = lp.opt.prompt_len, N = lp.opt.steps;
+  RowSteps steps(lp.layer, lp.prompt, runs, static_cast<int>(lp.threads));
+  std::vector<CacheManager*> managers;
+  for (size_t k = 1; k < runs.size(); ++k) managers.push_back(runs[k].manager.get());
+  StepLoopOptions so;
+  so.prompt_len = P;
+  so.steps = N;
+  so.heads = lp.layer.config().attention.num_attention_heads;
+  so.threads = static_cast<int>(lp.threads);
+  if (lp.opt.progress) so.progress = [&](int64_t done, int64_t total) { lp.opt.progress("decode steps", done, total); };
+  const std::vector<std::vector<StepFigures>> figures = run_steps(managers, steps, so);
+  for (int64_t i = 0; i < N; ++i) {
+    runs[0].cache_len[idx(i)] = runs[0].held[idx(i)] = P + i + 1;
+    for (size_t k = 1; k < runs.size(); ++k) {
+      const StepFigures& f = figures[k - 1][idx(i)];
+      runs[k].recall[idx(i)] = f.mass_recall;
+      runs[k].cache_len[idx(i)] = f.cache_len;
+      runs[k].held[idx(i)] = f.held;
+    }
+  }
+}
+
+// 4. every run: o_proj, residual, MLP/MoE, residual; its errors against full at this layer
+void finish_layer(const LayerPass& lp, std::vector<RunState>& runs) {
+  decoder::PreparedLayer& layer = lp.layer;
+  const int64_t P = lp.opt.prompt_len, N = lp.opt.steps, H = layer.config().attention.hidden_size, L = lp.L;
+  MatrixRM full_attn;
+  for (RunState& r : runs) {
+    const MatrixRM attn = layer.o_proj(r.ctx);
+    check_finite(attn, "layer " + std::to_string(L) + " self_attn output (" + run_name(r.policy, r.budget, r.full) + ")", P);
+    if (r.full) full_attn = attn;
+    EvalLayer st;
+    st.layer = L;
+    st.budget = r.full ? 0 : layer_budget(r.policy, r.budget, L, lp.L_count, P);
+    double attn_err = 0, max_err = 0;
+    st.mean_mass_recall = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      const double e = r.full ? 0.0 : rel_error(attn.data() + i * H, full_attn.data() + i * H, H);
+      attn_err += e;
+      max_err = std::max(max_err, e);
+      st.mean_cache_len += static_cast<double>(r.cache_len[idx(i)]);
+      st.mean_held += static_cast<double>(r.held[idx(i)]);
+      st.mean_mass_recall += r.recall[idx(i)];
+      st.min_mass_recall = std::min(st.min_mass_recall, r.recall[idx(i)]);
+    }
+    st.mean_attn_rel_error = attn_err / static_cast<double>(N);
+    st.max_attn_rel_error = max_err;
+    st.mean_cache_len /= static_cast<double>(N);
+    st.mean_held /= static_cast<double>(N);
+    st.mean_mass_recall /= static_cast<double>(N);
+    layer.residual_add(r.h, attn);
+    const MatrixRM f = layer.mlp(layer.post_norm(r.h), nullptr);
+    layer.residual_add(r.h, f);
+    check_finite(r.h, "layer " + std::to_string(L) + " output (" + run_name(r.policy, r.budget, r.full) + ")", P);
+    double hidden_err = 0;
+    for (int64_t i = 0; i < N && !r.full; ++i) hidden_err += rel_error(r.h.data() + i * H, runs[0].h.data() + i * H, H);
+    st.mean_hidden_rel_error = hidden_err / static_cast<double>(N);
+    r.layers.push_back(st);
+    r.manager.reset();
+    r.features = TokenFeatures();
+    r.keys = cpu::RowKeys();
+    r.q = MatrixRM();
+    r.ctx = MatrixRM();
+  }
+}
+
+// The final norm and lm_head of every run's rows; NLL, KL and top-1 against the full run.
+void head_and_metrics(const Checkpoint& ckpt, const ModelConfig& cfg, const std::vector<int64_t>& tokens,
+                      const EvalOptions& opt, int threads, const MatrixRM& h_prompt, std::vector<RunState>& runs,
+                      EvalResult& result) {
+  const int64_t P = opt.prompt_len, N = opt.steps, H = cfg.attention.hidden_size, L_count = cfg.attention.num_hidden_layers;
   // ---- logits and metrics ----
   StageTimer head_timer(result.stage_seconds, "head and metrics");
   const decoder::PreparedHead head(cfg, load_model_head(ckpt, cfg), opt.precision, threads);
   ckpt.release_mappings();
-  const int64_t V = a.vocab_size;
+  const int64_t V = cfg.attention.vocab_size;
   const MatrixRM full_logits = head.logits(runs[0].h);  // [N, V]
   check_finite(full_logits, "logits (the full cache)", P);
   if (opt.keep_full_states) {
@@ -410,6 +398,71 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     else result.runs.push_back(std::move(out));
     r.h = MatrixRM();
   }
+}
+
+EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::vector<int64_t>& tokens,
+                    const EvalOptions& opt) {
+  const AttentionConfig& a = cfg.attention;
+  const int64_t T = static_cast<int64_t>(tokens.size()), P = opt.prompt_len, N = opt.steps;
+  const int64_t L_count = a.num_hidden_layers, H = a.hidden_size;
+  check_model_tensors(ckpt, cfg, "eval");
+  check_eval_options(opt, T, L_count);
+  const int threads = cpu::resolve_threads(opt.threads);
+  EvalResult result;
+  result.engine = std::string("fixed-order fp32 FMA chains (") + cpu::fixed_order_isa() + ")";
+  result.passkey = find_passkey(tokens, cfg);
+
+  std::vector<RunState> runs = make_runs(opt);
+
+  // ---- embeddings: prompt rows shared, decode rows per run ----
+  const std::vector<int64_t> prompt_ids(tokens.begin(), tokens.begin() + P), decode_ids(tokens.begin() + P, tokens.begin() + P + N);
+  MatrixRM h_prompt = timed(result.stage_seconds, "embed", [&] { return decoder::embed(ckpt, prompt_ids, opt.precision); });
+  {
+    const MatrixRM h_decode = decoder::embed(ckpt, decode_ids, opt.precision);
+    for (RunState& r : runs) r.h = h_decode;
+  }
+  const FeatureNeeds needs = feature_needs(opt.policies);
+  decoder::LayerSettings settings;
+  settings.precision = opt.precision;
+  settings.threads = threads;
+  settings.latent_norm_eps = opt.latent_norm_eps;
+  std::vector<int64_t> decode_positions(idx(N));
+  std::iota(decode_positions.begin(), decode_positions.end(), P);
+
+  for (int64_t L = 0; L < L_count; ++L) {
+    StageTimer layer_timer(result.stage_seconds, "layer " + std::to_string(L));
+    if (opt.keep_full_states) {
+      MatrixRM all(P + N, H);
+      all.topRows(P) = h_prompt;
+      all.bottomRows(N) = runs[0].h;
+      result.hidden_states.push_back(to_tensor("hidden_states." + std::to_string(L), all));
+    }
+    std::unique_ptr<decoder::PreparedLayer> layer;
+    LayerWeights attention;  // the fp32 attention weights the policies' token features read
+    {
+      DecoderLayerWeights w = load_decoder_layer(ckpt, cfg, L, /*experts=*/true);
+      layer = std::make_unique<decoder::PreparedLayer>(cfg, w, settings);
+      if (needs.any()) attention = std::move(w.self_attn);
+    }
+    ckpt.release_mappings();
+
+    // 2a. the policies' observation windows decide which prompt queries are kept
+    int64_t window = 0;
+    for (const RunState& r : runs)
+      if (!r.full) window = std::max(window, policy_observation_window(r.policy));
+    // 1. the prompt
+    const eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs);
+    check_finite(h_prompt, "layer " + std::to_string(L) + " output (the prompt's hidden states)", 0);
+    // 2b, 3, 4: the runs start, step and finish the layer
+    const LayerPass lp{*layer, prompt, attention, needs, opt, L, L_count, threads};
+    start_runs(lp, runs);
+    step_runs(lp, runs);
+    finish_layer(lp, runs);
+    layer.reset();
+    if (opt.progress) opt.progress("layers", L + 1, L_count);
+  }
+
+  head_and_metrics(ckpt, cfg, tokens, opt, threads, h_prompt, runs, result);
   return result;
 }
 
