@@ -75,8 +75,18 @@ int64_t prompt_query_window(const DecodeOptions& opt);
 struct QueryStatistics {
   int64_t first = 0, rows = 0;
   std::vector<double> mean, cov;
+  // [d_r, d_r] row-major: the mean RoPE rotation over the `future` positions after the prompt
+  // (mean_rope_rotation), when the caller computed it once for many layers or runs; empty:
+  // compute_token_features computes it
+  std::vector<double> future_rotation;
   bool empty() const { return rows == 0; }
 };
+// The mean of RoPE's rotation matrix R(p) on the de-interleaved rope half over positions
+// [begin, begin + count), [d_r, d_r] row-major: expected-attention's R-bar. It depends only on
+// the rope config, begin and count (not on the layer or the run), and costs O(count d_r): at
+// future = 10^8 minutes, so `progress(done, count)` is told after every 4096 positions.
+std::vector<double> mean_rope_rotation(const AttentionConfig& cfg, int64_t begin, int64_t count,
+                                       const std::function<void(int64_t, int64_t)>& progress = {});
 // q: [S, n*d_qk] roped queries (HF order, head-major) of positions `positions`; the rows
 // [first, S) are un-rotated (their cos/sin of rope_tables) and summarised.
 QueryStatistics prerope_query_statistics(const AttentionConfig& cfg, const float* q, int64_t rows,

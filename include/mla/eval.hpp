@@ -60,6 +60,9 @@ struct EvalOptions {
   bool keep_full_states = false;         // the full run's logits [T, V] and hidden states [L+1][T, H]
   // (stage, done, total): ("layers", L+1, num_hidden_layers) and ("decode steps", i, N) within a layer
   std::function<void(const char* stage, int64_t done, int64_t total)> progress;
+  // expected-attention's mean RoPE rotation over the future positions (mean_rope_rotation(cfg, P,
+  // future)), when the caller computed it once for many windows; empty: run_eval computes it once
+  std::vector<double> future_rotation;
 };
 
 // Error(InvalidArgument) with one line for every bad option: P < 1, N < 1, P + N + 1 > T, no

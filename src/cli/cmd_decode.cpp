@@ -228,12 +228,17 @@ int execute_decode(const DecodePlan& plan, OutputSet& out) {
     backend->prepare(cfg, in.weights, fopt);
     return compute_decode_inputs(*backend, cfg, hidden, req, fopt);
   });
-  progress.finish();
-
-  // the per-token features some policies read
+  // the per-token features some policies read (expected-attention's future rotation with progress:
+  // O(future) work, minutes at future = 10^8)
   const TokenFeatures features = timed(stages, "token features", [&] {
-    return compute_token_features(cfg, in.weights, inputs.latent_cache, P, needs, inputs.query_statistics);
+    QueryStatistics stats = inputs.query_statistics;
+    if (needs.expected_attention)
+      stats.future_rotation = mean_rope_rotation(cfg, P, needs.expected_future, [&](int64_t done, int64_t total) {
+        progress.update("expected-attention: mean RoPE rotation over the future positions", done, total);
+      });
+    return compute_token_features(cfg, in.weights, inputs.latent_cache, P, needs, stats);
   });
+  progress.finish();
 
   // decode: the kernel, then every step of every policy and budget
   DecodeKernelSpec ks;

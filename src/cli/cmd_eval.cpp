@@ -358,6 +358,12 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   ProgressLine progress("eval", plan.quiet);
   const int64_t W = static_cast<int64_t>(inputs.size()), L_count = cfg.attention.num_hidden_layers;
   std::vector<EvalWindow> windows;
+  if (const FeatureNeeds needs = feature_needs(opt.policies); needs.expected_attention)  // once for every window and layer
+    opt.future_rotation = timed(stages, "expected-attention future rotation", [&] {
+      return mean_rope_rotation(cfg.attention, opt.prompt_len, needs.expected_future, [&](int64_t done, int64_t total) {
+        progress.update("expected-attention: mean RoPE rotation over the future positions", done, total);
+      });
+    });
   timed(stages, "eval", [&] {
     for (int64_t w = 0; w < W; ++w) {
       EvalOptions wopt = opt;

@@ -29,10 +29,12 @@ using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::Row
 size_t idx(int64_t i) { return static_cast<size_t>(i); }
 constexpr int64_t kBlockRows = 256;
 
+}  // namespace
+
 // RoPE's rotation at one position on HF's de-interleaved rope half (d_r values), as a matrix:
-// y = cos * x + sin * rotate_half(x), rotate_half(x) = [-x_2nd_half, x_1st_half].
-// Returns the mean of R(p) over positions [begin, begin + count).
-MatrixD mean_rotation(const AttentionConfig& cfg, int64_t begin, int64_t count) {
+// y = cos * x + sin * rotate_half(x), rotate_half(x) = [-x_2nd_half, x_1st_half]; averaged.
+std::vector<double> mean_rope_rotation(const AttentionConfig& cfg, int64_t begin, int64_t count,
+                                       const std::function<void(int64_t, int64_t)>& progress) {
   const int64_t d_r = cfg.qk_rope_head_dim, half = d_r / 2;
   MatrixD R = MatrixD::Zero(d_r, d_r);
   // the tables by chunks of positions, so that expected-attention:future=10^8 needs no 10^8-row
@@ -48,11 +50,11 @@ MatrixD mean_rotation(const AttentionConfig& cfg, int64_t begin, int64_t count) 
         if (i < half) R(i, i + half) -= s;  // (rotate_half x)_i = -x_{i+half}
         else R(i, i - half) += s;           // (rotate_half x)_{i+half} = x_i
       }
+    if (progress) progress(c0 + rows, count);
   }
-  return R / static_cast<double>(count);
+  R /= static_cast<double>(count);
+  return std::vector<double>(R.data(), R.data() + R.size());
 }
-
-}  // namespace
 
 QueryStatistics prerope_query_statistics(const AttentionConfig& cfg, const float* q, int64_t rows,
                                          const std::vector<int64_t>& positions, int64_t first) {
@@ -139,7 +141,12 @@ TokenFeatures compute_token_features(const AttentionConfig& cfg, const LayerWeig
   const double scale = softmax_scale(cfg);
   if (needs.expected_attention) {
     MatrixD B = MatrixD::Identity(d_qk, d_qk);
-    B.bottomRightCorner(d_r, d_r) = mean_rotation(cfg, P, needs.expected_future);
+    const std::vector<double> rotation =
+        stats.future_rotation.empty() ? mean_rope_rotation(cfg, P, needs.expected_future) : stats.future_rotation;
+    if (rotation.size() != idx(d_r * d_r))
+      fail(ErrorKind::Shape, "token features: the future rotation holds " + std::to_string(rotation.size()) + " values for d_r " +
+                                 std::to_string(d_r));
+    B.bottomRightCorner(d_r, d_r) = Eigen::Map<const MatrixD>(rotation.data(), d_r, d_r);
     for (int64_t h = 0; h < n; ++h) {
       const Eigen::Map<const Eigen::VectorXd> m(stats.mean.data() + h * d_qk, d_qk);
       const Eigen::Map<const MatrixD> S(stats.cov.data() + h * d_qk * d_qk, d_qk, d_qk);

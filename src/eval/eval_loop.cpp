@@ -422,6 +422,10 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     for (RunState& r : runs) r.h = h_decode;
   }
   const FeatureNeeds needs = feature_needs(opt.policies);
+  // expected-attention's future rotation depends on neither the layer nor the run: once
+  std::vector<double> future_rotation = opt.future_rotation;
+  if (needs.expected_attention && future_rotation.empty())
+    future_rotation = mean_rope_rotation(a, P, needs.expected_future);
   decoder::LayerSettings settings;
   settings.precision = opt.precision;
   settings.threads = threads;
@@ -451,7 +455,8 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     for (const RunState& r : runs)
       if (!r.full) window = std::max(window, policy_observation_window(r.policy));
     // 1. the prompt
-    const eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs);
+    eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs);
+    if (needs.expected_attention) prompt.statistics.future_rotation = future_rotation;
     check_finite(h_prompt, "layer " + std::to_string(L) + " output (the prompt's hidden states)", 0);
     // 2b, 3, 4: the runs start, step and finish the layer
     const LayerPass lp{*layer, prompt, attention, needs, opt, L, L_count, threads};

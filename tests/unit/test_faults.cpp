@@ -827,6 +827,23 @@ BOOST_AUTO_TEST_CASE(inputs_are_read_only_as_far_as_the_run_needs) {
   BOOST_TEST(peak_mib(dir + "/ea/report.json") < peak_mib(dir + "/ea0/report.json") + 64.0);
 }
 
+// Issue 29: expected-attention at a huge `future` was silent for minutes (its mean RoPE rotation is
+// O(future), and eval computed it again for every run at every layer). It is computed once per
+// command, with its own progress stage, and the report times it.
+BOOST_AUTO_TEST_CASE(expected_attention_future_rotation_shows_progress) {
+  const std::string dir = scratch_dir("faults-ea-progress");
+  const std::string text = shipped() + "/eval/heldout.txt";
+  for (const std::string cmd : {"eval", "decode"}) {
+    const RunResult r = mla::test::run_cli_after(
+        "MLA_PROGRESS_AFTER=0 exec timeout 120",
+        cmd + " --checkpoint '" + shipped() + "' --text '" + text + "' --prompt-len 16 --steps 8 --cache-budget 8 " +
+            "--policy expected-attention:future=1000000,h2o --out '" + dir + "/" + cmd + "'");
+    BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+    BOOST_TEST(contains(r.err, "expected-attention: mean RoPE rotation over the future positions 1.00M/1.00M (100.0%)"), cmd << ": " << r.err);
+  }
+  BOOST_TEST(contains(read_text(dir + "/eval/report.json"), "\"expected-attention future rotation\""));
+}
+
 // The smaller ones: "BOS + N bytes" for a config without bos_token_id; the advice of a plan that
 // cannot fit names --prompt-len when the prompt is what does not fit; a valid 250-byte --out name
 // (its staging name was over NAME_MAX).
