@@ -86,6 +86,8 @@ struct EvalPosition {
   double kl = 0;          // KL(full || this run) of the next-token distributions (0 for full)
   bool top1_agree = true; // argmax equals full's (the lower id on ties)
   bool top1_correct = false;  // argmax equals the true next token
+  int64_t predicted = 0;  // the argmax (the lower id on ties): what greedy decoding would emit
+  double predicted_prob = 0;  // its probability, exp(log_softmax)
 };
 
 struct EvalLayer {

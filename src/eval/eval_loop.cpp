@@ -391,6 +391,8 @@ void head_and_metrics(const Checkpoint& ckpt, const ModelConfig& cfg, const std:
       const int64_t top = argmax(l, V);
       e.top1_agree = top == full_top[idx(i)];
       e.top1_correct = top == target;
+      e.predicted = top;
+      e.predicted_prob = std::exp(logp[idx(top)]);
       out.positions.push_back(e);
     }
     if (opt.keep_logits) out.logits = to_tensor("logits", logits);

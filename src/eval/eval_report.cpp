@@ -161,13 +161,14 @@ std::vector<EvalSummary> summarize(const EvalResult& r, const std::vector<int64_
 }
 
 std::string eval_csv(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets) {
-  std::string out = "window,policy,budget,position,token,nll,kl,top1_agree\n";
+  std::string out = "window,policy,budget,position,token,nll,kl,top1_agree,predicted,predicted_prob\n";
   for (size_t w = 0; w < windows.size(); ++w)
     for_each_run(windows[w].result, budgets, [&](const EvalRun& run, int64_t K) {
       for (const EvalPosition& p : run.positions)
         out += std::to_string(w) + "," + csv_field(run.policy.label) + "," + std::to_string(K) + "," +
                std::to_string(p.position) + "," + std::to_string(p.token) + "," + format_double(p.nll) + "," +
-               format_double(p.kl) + "," + (p.top1_agree ? "1" : "0") + "\n";
+               format_double(p.kl) + "," + (p.top1_agree ? "1" : "0") + "," + std::to_string(p.predicted) + "," +
+               format_double(p.predicted_prob) + "\n";
     });
   return out;
 }

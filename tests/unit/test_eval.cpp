@@ -424,6 +424,8 @@ BOOST_AUTO_TEST_CASE(metrics_by_definition) {
       const int64_t top = std::max_element(lp.begin(), lp.end()) - lp.begin();
       const int64_t top_full = std::max_element(lf.begin(), lf.end()) - lf.begin();
       BOOST_TEST(e.top1_agree == (top == top_full));
+      BOOST_TEST(e.predicted == top);  // greedy decoding's token and its probability
+      BOOST_TEST(e.predicted_prob == static_cast<double>(std::exp(lp[static_cast<size_t>(top)])), boost::test_tools::tolerance(1e-12));
       nll += e.nll;
       kl_sum += e.kl;
       agree += e.top1_agree;
@@ -691,7 +693,7 @@ BOOST_AUTO_TEST_CASE(cli_outputs) {
   BOOST_TEST(contains(r.out, "h2o:sinks=1,recent=2"), r.out);
   // eval.csv: (full + 3 policies) x 2 budgets x 12 positions + header
   const std::string csv = mla::test::read_text(out + "/eval.csv");
-  BOOST_TEST(csv.rfind("window,policy,budget,position,token,nll,kl,top1_agree\n", 0) == 0u);
+  BOOST_TEST(csv.rfind("window,policy,budget,position,token,nll,kl,top1_agree,predicted,predicted_prob\n", 0) == 0u);
   BOOST_TEST(lines(csv) == 1u + 4u * 2u * 12u);
   BOOST_TEST(contains(csv, "\n0,full,6,16," + std::to_string(fixture_tokens()[17]) + ","));
   BOOST_TEST(contains(csv, "\n0,\"h2o:sinks=1,recent=2\",9,27,"));
