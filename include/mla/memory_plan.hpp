@@ -107,7 +107,7 @@ std::vector<MemoryPart> forward_result_memory(const MemoryDims& d, const MemoryR
 
 MemoryEstimate estimate_memory(const AttentionConfig& cfg, const MemoryRequest& req);
 
-// The pieces every plan is made of (a forward's above, decode's in src/decode/decode_memory.cpp):
+// The pieces every plan is made of (a forward's above, decode's in src/layer_eviction/decode_memory.cpp):
 // the peak of `phases` plus the process allowance;
 MemoryEstimate estimate_of_phases(std::vector<MemoryPhase> phases, int64_t device_peak_bytes = 0);
 // what the pipeline holds while a layer runs: its weights as loaded, the input rows [S, H],
@@ -137,7 +137,7 @@ struct MemoryPlan {
 // --dump-tensors, the largest --seq-len).
 MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, const MemoryBudget& budget);
 
-// ---- decode (src/decode/decode_memory.cpp: the buffers of `mla-h2o decode`) ---------------
+// ---- decode (src/layer_eviction/decode_memory.cpp: the buffers of `mla-h2o decode`) ---------------
 
 struct DecodeMemoryRequest {
   BackendKind backend = BackendKind::Cpu;  // Cpu | Reference

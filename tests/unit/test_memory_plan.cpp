@@ -178,7 +178,7 @@ BOOST_AUTO_TEST_CASE(decision_fits_drops_attn_weights_or_refuses) {
   BOOST_TEST(p.estimate.host_peak_bytes > 0);
 }
 
-// The plan of `mla-h2o decode` (src/decode/decode_memory.cpp): it grows with what decode holds
+// The plan of `mla-h2o decode` (src/layer_eviction/decode_memory.cpp): it grows with what decode holds
 // (prompt, steps, budgets x policies, naive's per-head k/v, the reference's doubles) and refuses
 // Kimi at P = 99000 on a 21 GiB machine (issue 20: it ran 24.5 s, then died "out of memory"),
 // naming what would fit.

@@ -1,4 +1,4 @@
-// src/decode/decode_memory.cpp — the memory plan of `mla-h2o decode` (mla/memory_plan.hpp):
+// src/layer_eviction/decode_memory.cpp — the memory plan of `mla-h2o decode` (mla/memory_plan.hpp):
 // the buffers of src/cpu/cpu_decode.cpp and decode_inputs.cpp (the prefill and the kernel),
 // token_features.cpp, src/policies/ (each cache manager's state) and decode_loop.cpp (the
 // traces), phase by phase, sized from the geometry and the flags; keep

@@ -1,4 +1,4 @@
-// src/decoder/routing.cpp — the group-limited top-k of DeepseekV3TopkRouter for one token
+// src/whole_model/routing.cpp — the group-limited top-k of DeepseekV3TopkRouter for one token
 // (mla/model.hpp select_experts; docs/math.md §15.2), shared by the reference and the CPU forward.
 //
 // Shape legend: E = n_routed_experts, G = n_group, k = num_experts_per_tok.

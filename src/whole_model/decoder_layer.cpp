@@ -1,4 +1,4 @@
-// src/decoder/decoder_layer.cpp — one DeepseekV3DecoderLayer on the CPU (decoder_layer.hpp):
+// src/whole_model/decoder_layer.cpp — one DeepseekV3DecoderLayer on the CPU (decoder_layer.hpp):
 // norms, the attention's projections on the fixed-order engine, o_proj, residual adds, the dense
 // SwiGLU MLP and DeepseekV3MoE (router, routed experts, shared experts).
 //

@@ -1,4 +1,4 @@
-// src/decode/step_loop.cpp — the one decode step loop (mla/step_loop.hpp).
+// src/layer_eviction/step_loop.cpp — the one decode step loop (mla/step_loop.hpp).
 //
 // Shape legend: n heads, x position, m = |cache|.
 #include "mla/step_loop.hpp"

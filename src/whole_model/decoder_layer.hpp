@@ -1,4 +1,4 @@
-// src/decoder/decoder_layer.hpp — one DeepseekV3DecoderLayer on the CPU, one function per
+// src/whole_model/decoder_layer.hpp — one DeepseekV3DecoderLayer on the CPU, one function per
 // equation (docs/math.md §15), every one row-wise in the fixed-order arithmetic of
 // src/cpu/fixed_order.hpp, so that a row's result does not depend on which other rows are
 // computed with it. The plain forward (model_forward.cpp) and `mla-h2o eval`
