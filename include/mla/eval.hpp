@@ -35,6 +35,7 @@
 #include "mla/checkpoint.hpp"
 #include "mla/model.hpp"
 #include "mla/policy.hpp"
+#include "mla/provenance.hpp"
 #include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
@@ -161,6 +162,28 @@ struct EvalWindow {
 // One row per (policy, budget): full first at each budget, then the runs in options order.
 std::vector<EvalSummary> summarize(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets);
 std::vector<EvalSummary> summarize(const EvalResult& r, const std::vector<int64_t>& budgets);  // one window
+
+// What eval's report.json says besides the results (cmd_eval.cpp fills it).
+struct EvalRunInfo {
+  std::string checkpoint;
+  std::string synthetic_weights;        // Checkpoint::synthetic_origin(): "" for real weights
+  std::vector<std::string> caveats;     // what the figures do not mean
+  std::string input;                    // the windows' description
+  int64_t tokens = 0;                   // the first window's ids
+  std::string latent_norm_eps_mode;
+  int threads = 0;                      // resolved
+  std::vector<double> compression_ratios;  // --compression-ratio, in budget order (empty: --cache-budget)
+  std::vector<FileDigest> model_files;  // the model files read, with their sha256
+  int64_t memory_planned_bytes = -1, memory_peak_rss_bytes = -1;
+  StageSeconds stages;                  // the command's stages (the windows' own are summed from EvalResult)
+  std::vector<std::string> files;       // the output set
+};
+// report.json (format "mla-h2o eval report v1"): provenance, checkpoint, caveats, input, windows,
+// P, N, precision, eps, engine, threads, config, model keys, protocol, budgets and ratios, every
+// policy's settings as run, passkey, summary (intervals null with one window), memory, timing_s,
+// files.
+std::string eval_report_json(const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,
+                             const std::vector<EvalWindow>& windows, const std::vector<EvalSummary>& summaries);
 
 // ---- outputs (src/eval/eval_report.cpp) -------------------------------------------------------
 // eval.csv:    window,policy,budget,position,token,nll,kl,top1_agree

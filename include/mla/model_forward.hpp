@@ -5,8 +5,8 @@
 // memory-mapped shards, prepared, run over all tokens and freed before layer L+1 is read, and
 // the shards are unmapped after each load, so the resident set is one layer plus the
 // activations whatever the model size (with resident_experts = false even one layer's routed
-// experts are read one at a time, when a token is routed to them). plan_model_memory says
-// beforehand what that needs.
+// experts are read one at a time, when a token is routed to them). estimate_model_memory
+// (below) says beforehand what that needs.
 //
 // Two implementations of the same equations:
 //   model_forward       CPU, fp32 or PyTorch-bf16 rounding, every sum a fixed-order fp32 fma

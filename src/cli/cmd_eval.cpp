@@ -174,37 +174,6 @@ EvalPlan read_eval_plan(const Args& a) {
   return plan;
 }
 
-void summary_json(JsonWriter& j, const EvalSummary& s) {
-  j.begin_object();
-  j.key("policy").value(s.policy);
-  j.key("budget").value(s.budget);
-  j.key("mean_nll").value(s.mean_nll);
-  j.key("windows").value(s.windows);
-  j.key("delta_nll").value(s.delta_nll);
-  const auto maybe = [&](const char* k, double v) {
-    j.key(k);
-    if (std::isnan(v)) j.null();
-    else j.value(v);
-  };
-  maybe("delta_nll_se", s.delta_nll_se);
-  maybe("delta_nll_ci_low", s.delta_nll_low);
-  maybe("delta_nll_ci_high", s.delta_nll_high);
-  j.key("ppl_ratio").value(s.ppl_ratio);
-  j.key("mean_kl").value(s.mean_kl);
-  j.key("kl_median").value(s.kl_median);
-  j.key("kl_p99").value(s.kl_p99);
-  j.key("kl_max").value(s.kl_max);
-  j.key("top1_agreement").value(s.top1_agreement);
-  maybe("top1_agreement_se", s.top1_agreement_se);
-  j.key("top1_accuracy").value(s.top1_accuracy);
-  if (s.passkey_accuracy >= 0) j.key("passkey_accuracy").value(s.passkey_accuracy);
-  else j.key("passkey_accuracy").null();
-  j.key("passkey_digits").value(s.passkey_digits);
-  j.key("mean_cache_len").value(s.mean_cache_len);
-  j.key("mean_mass_recall").value(s.mean_mass_recall);
-  j.end_object();
-}
-
 // What the figures do not mean.
 std::vector<std::string> eval_caveats(const std::string& synthetic) {
   std::vector<std::string> c;
@@ -419,90 +388,22 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   }
   const std::vector<FileDigest> model_files =
       timed(stages, "sha256 of the model files", [&] { return model_file_digests(ckpt, "eval", plan.quiet); });
-  const std::vector<std::string> files = out.paths_with({"report.json"});
-  JsonWriter j;
-  j.begin_object();
-  j.key("format").value("mla-h2o eval report v1");
-  j.key("command").value("eval");
-  write_provenance(j, &model_files);
-  j.key("checkpoint").value(plan.checkpoint);
-  j.key("synthetic_weights");
-  if (synthetic.empty()) j.value(false);
-  else j.value(synthetic);
-  j.key("caveats").begin_array();
-  for (const std::string& c : caveats) j.value(c);
-  j.end_array();
-  j.key("input").value(input_text);
-  j.key("tokens").value(static_cast<int64_t>(tokens.size()));
-  j.key("windows").begin_array();
-  for (const EvalWindow& w : windows) {
-    j.begin_object().key("source").value(w.source).key("offset").value(w.offset).key("passkey");
-    if (w.result.passkey.key.empty()) j.null();
-    else j.value(w.result.passkey.key);
-    j.end_object();
-  }
-  j.end_array();
-  j.key("prompt_len").value(P);
-  j.key("steps").value(N);
-  j.key("precision").value(precision_name(opt.precision));
-  j.key("latent_norm_eps").value(opt.latent_norm_eps);
-  j.key("latent_norm_eps_mode").value(eps_mode);
-  j.key("engine").value(result.engine);
-  j.key("threads").value(static_cast<int64_t>(cpu::resolve_threads(opt.threads)));
-  j.key("config");
-  write_config(j, cfg.attention, std::nullopt);
-  j.key("model").begin_object();
-  j.key("first_k_dense_replace").value(cfg.first_k_dense_replace);
-  j.key("n_routed_experts").value(cfg.n_routed_experts);
-  j.key("num_experts_per_tok").value(cfg.num_experts_per_tok);
-  j.key("n_group").value(cfg.n_group);
-  j.key("topk_group").value(cfg.topk_group);
-  j.key("n_shared_experts").value(cfg.n_shared_experts);
-  j.key("routed_scaling_factor").value(cfg.routed_scaling_factor);
-  j.key("byte_level_vocab").value(cfg.byte_level_vocab);
-  j.key("parameters").value(model_parameter_count(cfg));
-  j.end_object();
-  j.key("compress").value(compression_name(opt.compress));
-  j.key("budgets").begin_array();
-  for (int64_t K : opt.budgets) j.value(K);
-  j.end_array();
-  j.key("compression_ratios");
-  if (plan.ratios.empty()) {
-    j.null();
-  } else {
-    j.begin_array();
-    for (size_t i = 0; i < plan.ratios.size(); ++i)
-      j.begin_object().key("ratio").value(plan.ratios[i]).key("budget").value(opt.budgets[i]).end_object();
-    j.end_array();
-  }
-  j.key("policies").begin_array();
-  for (const PolicySettings& s : opt.policies) policy_settings_json(j, s, opt.budgets);
-  j.end_array();
-  j.key("passkey");
-  if (result.passkey.key.empty()) {
-    j.null();
-  } else {
-    j.begin_object().key("key").value(result.passkey.key).key("first_digit_position").value(result.passkey.digits.front()).end_object();
-  }
-  j.key("summary").begin_array();
-  for (const EvalSummary& s : summaries) summary_json(j, s);
-  j.end_array();
-  j.key("memory").begin_object();
-  j.key("planned_peak_bytes").value(mem.host_peak_bytes);
-  j.key("measured_peak_rss_bytes").value(peak_rss_bytes());
-  j.end_object();
-  j.key("timing_s").begin_object();
-  for (const auto& [name, s] : stages) j.key(name).value(s);
-  std::map<std::string, double> eval_stages;  // summed over the windows
-  for (const EvalWindow& w : windows)
-    for (const auto& [name, s] : w.result.stage_seconds) eval_stages[name] += s;
-  for (const auto& [name, s] : eval_stages) j.key("eval: " + name).value(s);
-  j.end_object();
-  j.key("files").begin_array();
-  for (const std::string& f : files) j.value(f);
-  j.end_array();
-  j.end_object();
-  out.write("report.json", j.str() + "\n");
+  EvalRunInfo info;
+  info.checkpoint = plan.checkpoint;
+  info.synthetic_weights = synthetic;
+  info.caveats = caveats;
+  info.input = input_text;
+  info.tokens = static_cast<int64_t>(tokens.size());
+  info.latent_norm_eps_mode = eps_mode;
+  info.threads = cpu::resolve_threads(opt.threads);
+  info.compression_ratios = plan.ratios;
+  info.model_files = model_files;
+  info.memory_planned_bytes = mem.host_peak_bytes;
+  info.memory_peak_rss_bytes = peak_rss_bytes();
+  info.stages = stages;
+  info.files = out.paths_with({"report.json"});
+  out.write("report.json", eval_report_json(info, cfg, opt, windows, summaries));
+
   out.commit();  // the set replaces --out's contents in one step
 
   std::printf("mla-h2o eval: %s, %s, P = %lld, N = %lld, --compress %s, %s, %s\n", plan.checkpoint.c_str(),
