@@ -130,15 +130,19 @@ class RowSteps final : public StepAttention {
  public:
   RowSteps(const decoder::PreparedLayer& layer, const eval::PromptLayer& prompt, std::vector<RunState>& runs, int threads)
       : layer_(layer), prompt_(prompt), runs_(runs), scratch_(idx(threads)), rowp_(idx(threads)) {}
+  void begin_position(int64_t x) override {  // every token [0, x], shared by the full run and the oracle
+    all_.resize(idx(x + 1));
+    std::iota(all_.begin(), all_.end(), 0);
+  }
   void full(int64_t x, std::vector<double>& probs) override {
     RunState& f = runs_[0];
-    row(f, x, all(x), f.ctx.data() + (x - prompt_.keys.rows) * f.ctx.cols(), 0, probs);
+    row(f, x, all_, f.ctx.data() + (x - prompt_.keys.rows) * f.ctx.cols(), 0, probs);
   }
   std::span<const double> own_full(size_t run, int64_t x, std::span<const double>, int worker,
                                    std::vector<double>& out) override {
     RunState& r = runs_[run + 1];
     std::vector<float> unused(idx(r.ctx.cols()));
-    row(r, x, all(x), unused.data(), worker, out);
+    row(r, x, all_, unused.data(), worker, out);
     return out;
   }
   void attend(size_t run, int64_t x, std::span<const int64_t> cache, std::vector<double>& probs, int worker) override {
@@ -147,11 +151,6 @@ class RowSteps final : public StepAttention {
   }
 
  private:
-  static std::vector<int64_t> all(int64_t x) {
-    std::vector<int64_t> v(idx(x + 1));
-    std::iota(v.begin(), v.end(), 0);
-    return v;
-  }
   // query row x of run r over `cache` -> probs [n, |cache|] (fp32 values widened), context row -> ctx
   void row(RunState& r, int64_t x, std::span<const int64_t> cache, float* ctx, int worker, std::vector<double>& probs) {
     const int64_t P = prompt_.keys.rows, n = layer_.config().attention.num_attention_heads;
@@ -166,6 +165,7 @@ class RowSteps final : public StepAttention {
   std::vector<RunState>& runs_;
   std::vector<cpu::RowScratch> scratch_;
   std::vector<std::vector<float>> rowp_;  // [worker] fp32 probabilities
+  std::vector<int64_t> all_;              // [x+1] positions 0 .. x of this step
 };
 
 }  // namespace

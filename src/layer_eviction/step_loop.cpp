@@ -69,11 +69,7 @@ std::vector<std::vector<StepFigures>> run_steps(std::span<CacheManager* const> m
       f.evicted = gone.empty() ? -1 : gone.front();
       f.held = static_cast<int64_t>(m.cache().size());
     };
-    if (workers == 1) {
-      for (int64_t k = 0; k < R; ++k) step(k, 0);
-    } else {
-      cpu::parallel_for(R, workers, step);
-    }
+    cpu::parallel_for(R, workers, step);  // inline, in run order, for one worker
     attention.end_position(x);
     if (opt.progress) opt.progress(i + 1, N);
   }

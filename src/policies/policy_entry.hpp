@@ -127,7 +127,6 @@ class SnapKVCache : public WindowAttention {
   double value(const Query& e, int64_t i) const override { return e.p(i); }
   void score(std::vector<double>& primary, std::vector<double>& secondary) const override;
 };
-std::vector<std::string> snapkv_keys();
 
 // ---- static per-token scores (knorm.cpp): knorm, keydiff, expected-attention ---------------------
 // score = heads(per_head(h, t)) at the tokens the cache holds. The features are read when scored:

@@ -112,8 +112,6 @@ void SnapKVCache::score(std::vector<double>& primary, std::vector<double>& secon
   primary = aggregate(pooled, m);
 }
 
-std::vector<std::string> snapkv_keys() { return {"sinks", "window", "pool", "heads"}; }
-
 namespace {
 
 PolicyEntry snapkv_like(const char* name, int64_t window, Pooling pool, int64_t width) {
@@ -123,7 +121,7 @@ PolicyEntry snapkv_like(const char* name, int64_t window, Pooling pool, int64_t 
   e.settings.window = window;
   e.settings.pool = pool;
   e.settings.pool_width = width;
-  e.keys = snapkv_keys();
+  e.keys = {"sinks", "window", "pool", "heads"};
   e.observation_window = window_observation;
   e.has_window = true;
   e.window_is_recent = true;
