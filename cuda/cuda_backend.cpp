@@ -287,6 +287,11 @@ class CudaBackend final : public Backend {
   void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
     weights_.reset();  // old layer freed first (peak = one layer); stays empty if this throws
     validate_layer(cfg, w, opt);
+    // rope.cu implements DeepseekV3's rotate_half RoPE on storage-typed tables; DeepseekV2's
+    // complex product in fp32 runs on the CPU backends only.
+    if (cfg.rope_style() == RopeStyle::Complex)
+      fail(ErrorKind::Unsupported, std::string("cuda: ") + family_class_name(cfg.family) +
+                                       "'s RoPE (complex pairs in fp32) is not implemented on the CUDA backend; use --backend cpu");
     cfg_ = cfg;
     storage_ = opt.precision == Precision::BF16 ? Storage::BF16 : Storage::F32;
     precision_ = opt.precision;
@@ -494,10 +499,10 @@ void CudaBackend::rope(const RunSettings& run) {
   const AttentionConfig& c = cfg_;
   const int64_t S = run.S, n = c.num_attention_heads, d_n = c.qk_nope_head_dim, d_r = c.qk_rope_head_dim;
   MLA_CUDA_CHECK(launch_build_query_states(storage_, slot(kQ), slot(kCos), slot(kSin), slot(kQueryStates), S, n, d_n,
-                                           d_r, c.rope_interleave, stream_.get()));
+                                           d_r, c.rope_style() == RopeStyle::Interleave, stream_.get()));
   MLA_CUDA_CHECK(launch_build_key_value_states(storage_, slot(kKv), slot(kCompressedKv), c.kv_lora_rank, slot(kCos),
                                                slot(kSin), slot(kKeyStates), slot(kValueStates), S, n, d_n, d_r,
-                                               c.v_head_dim, c.rope_interleave, stream_.get()));
+                                               c.v_head_dim, c.rope_style() == RopeStyle::Interleave, stream_.get()));
 }
 
 void CudaBackend::attend(const RunSettings& run, void* attn_weights) {

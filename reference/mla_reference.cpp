@@ -151,26 +151,48 @@ KvHeads split_kv_heads(const AttentionConfig& cfg, const TensorD& kv) {
   return out;
 }
 
-// cos/sin = HF rotary tables (fp32, src/math/rope.cpp), `.to(x.dtype)`   §4, §7 #8
+// cos/sin = HF rotary tables (fp32, src/math/rope.cpp), `.to(x.dtype)` for DeepseekV3;
+// DeepseekV2's freqs_cis stays fp32                                          §4, §7 #8
 CosSin rope_cos_sin(const AttentionConfig& cfg, const std::vector<int64_t>& positions, Precision p) {
   const RopeTables t = rope_tables(cfg, positions);
+  const Precision table = cfg.rope_style() == RopeStyle::Complex ? Precision::FP32 : p;
   CosSin cs{TensorD("cos", {t.seq_len, t.rope_dim}), TensorD("sin", {t.seq_len, t.rope_dim})};
   for (size_t i = 0; i < t.cos.size(); ++i) {
-    cs.cos.data[i] = round_as(p, t.cos[i]);
-    cs.sin.data[i] = round_as(p, t.sin[i]);
+    cs.cos.data[i] = round_as(table, t.cos[i]);
+    cs.sin.data[i] = round_as(table, t.sin[i]);
   }
   return cs;
 }
 
-// out = y*cos + rotate_half(y)*sin, y = de-interleave(x) or x    §6, §7 #9
+// DeepseekV3: out = y*cos + rotate_half(y)*sin, y = de-interleave(x) or x    §6, §7 #9
 //   torch (interleave): b, h, s, d = q.shape
 //                       q = q.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d)
 //                       q_embed = (q * cos) + (rotate_half(q) * sin)
+// DeepseekV2: out[2j] + i out[2j+1] = (x[2j] + i x[2j+1]) (cos[j] + i sin[j])
+//   torch: view_as_real(view_as_complex(x.float().reshape(..., -1, 2)) * freqs_cis).flatten(3).type_as(x)
+//   in fp32 whatever the model dtype (each product and each sum an fp32 op), one rounding to
+//   bf16 in bf16 mode; exact in the double reference.
 // x: [..., S, d_r] -> same shape
-TensorD apply_rope(const std::string& name, const TensorD& x, const CosSin& cs, bool interleave, Precision p) {
+TensorD apply_rope(const std::string& name, const TensorD& x, const CosSin& cs, RopeStyle style, Precision p) {
   const int64_t S = cs.cos.dim(0), d_r = cs.cos.dim(1), half = d_r / 2;
   const int64_t rows = x.numel() / d_r;
   TensorD out(name, x.shape);
+  if (style == RopeStyle::Complex) {
+    const auto fp32 = [&](double v) { return p == Precision::BF16 ? f32(v) : v; };  // the fp32 ops of a bf16 model
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t s = r % S;
+      const double* xr = &x.data[idx(r * d_r)];
+      for (int64_t j = 0; j < half; ++j) {
+        const double a = xr[2 * j], b = xr[2 * j + 1];
+        const double c = cs.cos.data[idx(s * d_r + j)], sn = cs.sin.data[idx(s * d_r + j)];
+        const double re = fp32(fp32(a * c) - fp32(b * sn)), im = fp32(fp32(a * sn) + fp32(b * c));
+        out.data[idx(r * d_r + 2 * j)] = round_as(p, re);
+        out.data[idx(r * d_r + 2 * j + 1)] = round_as(p, im);
+      }
+    }
+    return out;
+  }
+  const bool interleave = style == RopeStyle::Interleave;
   std::vector<double> y(idx(d_r)), rotated(idx(d_r));  // [d_r] each
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t s = r % S;
@@ -342,8 +364,8 @@ void rope(const AttentionConfig& cfg, const ForwardOptions& opt, Activations& a)
   const int64_t S = a.hidden.dim(0), n = cfg.num_attention_heads, d_n = cfg.qk_nope_head_dim,
                 d_r = cfg.qk_rope_head_dim, d_qk = cfg.qk_head_dim();
   CosSin cs = rope_cos_sin(cfg, position_ids(opt.position_offset, S), p);         // [S, d_r] each
-  a.q_pe_roped = apply_rope("q_pe_roped", a.q_pe, cs, cfg.rope_interleave, p);   // [n, S, d_r]
-  a.k_pe_roped = apply_rope("k_pe_roped", a.k_pe, cs, cfg.rope_interleave, p);   // [S, d_r]
+  a.q_pe_roped = apply_rope("q_pe_roped", a.q_pe, cs, cfg.rope_style(), p);   // [n, S, d_r]
+  a.k_pe_roped = apply_rope("k_pe_roped", a.k_pe, cs, cfg.rope_style(), p);   // [S, d_r]
   a.cos = std::move(cs.cos);
   a.sin = std::move(cs.sin);
   a.query_states = TensorD("query_states", {n, S, d_qk});

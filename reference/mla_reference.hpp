@@ -93,13 +93,15 @@ struct CosSin {
 };
 CosSin rope_cos_sin(const AttentionConfig& cfg, const std::vector<int64_t>& positions, Precision p);
 
-// out = y*cos + rotate_half(y)*sin, rotate_half(y) = cat(-y[d_r/2:], y[:d_r/2])
-//   interleave = true:  y = de-interleaved x (y[j] = x[2j], y[d_r/2 + j] = x[2j+1]),
-//                       torch: apply_rotary_pos_emb_interleave (§6)
-//   interleave = false: y = x,  torch: apply_rotary_pos_emb
+// DeepseekV3: out = y*cos + rotate_half(y)*sin, rotate_half(y) = cat(-y[d_r/2:], y[:d_r/2])
+//   Interleave: y = de-interleaved x (y[j] = x[2j], y[d_r/2 + j] = x[2j+1]),
+//               torch: apply_rotary_pos_emb_interleave (§6)
+//   Split:      y = x,  torch: apply_rotary_pos_emb
+//   bf16 mode: t1 = bf16(y*cos), t2 = bf16(rotate_half(y)*sin), out = bf16(t1 + t2) (§7 #9).
+// DeepseekV2 (Complex): pair (x[2j], x[2j+1]) times cos[j] + i sin[j], in place of the pair, in
+//   fp32 whatever the dtype, one bf16 rounding in bf16 mode (torch: apply_rotary_emb).
 // x: [..., S, d_r] (last two dims; row r is position r % S) -> same shape, in HF's order.
-// bf16 mode: t1 = bf16(y*cos), t2 = bf16(rotate_half(y)*sin), out = bf16(t1 + t2) (§7 #9).
-TensorD apply_rope(const std::string& name, const TensorD& x, const CosSin& cs, bool interleave, Precision p);
+TensorD apply_rope(const std::string& name, const TensorD& x, const CosSin& cs, RopeStyle style, Precision p);
 
 // scores[h, s, t] = (q[h, s, :] . k[h, t, :]) * scale
 //   torch: attn_weights = torch.matmul(query, key.transpose(2, 3)) * self.scaling
@@ -151,7 +153,7 @@ struct Activations {
   TensorD kv;              // [S, n*(d_n+d_v)] kv_b_proj(latent_normed)
   TensorD k_nope;          // [n, S, d_n]     kv split per head: HF k_pass
   TensorD cos, sin;        // [S, d_r]        rotary tables (bf16 in bf16 mode)
-  TensorD q_pe_roped;      // [n, S, d_r]     HF order (de-interleaved if rope_interleave)
+  TensorD q_pe_roped;      // [n, S, d_r]     HF order (de-interleaved if rope_interleave; V2: pairs in place)
   TensorD k_pe_roped;      // [S, d_r]        HF order, shared by all heads
   TensorD query_states;    // [n, S, d_qk]    cat(q_nope, q_pe_roped)
   TensorD key_states;      // [n, S, d_qk]    cat(k_nope, k_pe_roped expanded over heads)

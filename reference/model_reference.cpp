@@ -62,7 +62,7 @@ TensorD swiglu(const std::string& name, const TensorD& x, const MlpWeights& w, P
   return linear(name + ".down_proj", act, w.down_proj, kNoBias, p);  // [S, H]
 }
 
-// DeepseekV3TopkRouter                                             §15.2, §15.3 #8
+// DeepseekV3TopkRouter / DeepseekV2TopkRouter                     §15.2, §15.3 #8
 RouterOutput router(const ModelConfig& cfg, const TensorD& x, const RouterWeights& w, Precision p) {
   const int64_t S = x.dim(0), H = x.dim(1), E = cfg.n_routed_experts, k = cfg.num_experts_per_tok;
   const bool fp32 = p == Precision::BF16;  // a bf16 model runs its router in fp32
@@ -71,8 +71,6 @@ RouterOutput router(const ModelConfig& cfg, const TensorD& x, const RouterWeight
   r.logits = TensorD("router_logits", {S, E});
   r.experts.resize(idx(S * k));
   r.weights.resize(idx(S * k));
-  std::vector<double> scores(idx(E)), choice(idx(E));
-  std::vector<float> choice32(idx(E));
   for (int64_t s = 0; s < S; ++s) {
     // 1. logits = x.float() @ weight.T (fp32 weights, never rounded to bf16)
     for (int64_t e = 0; e < E; ++e) {
@@ -80,25 +78,10 @@ RouterOutput router(const ModelConfig& cfg, const TensorD& x, const RouterWeight
       for (int64_t i = 0; i < H; ++i) acc += x.data[idx(s * H + i)] * static_cast<double>(w.weight.data[idx(e * H + i)]);
       r.logits.data[idx(s * E + e)] = op(acc);
     }
-    // 2. scores = sigmoid(logits); choice = scores + e_score_correction_bias
-    for (int64_t e = 0; e < E; ++e) {
-      scores[idx(e)] = op(1.0 / (1.0 + std::exp(-r.logits.data[idx(s * E + e)])));
-      choice[idx(e)] = op(scores[idx(e)] + static_cast<double>(w.e_score_correction_bias.data[idx(e)]));
-      choice32[idx(e)] = static_cast<float>(choice[idx(e)]);
-    }
-    // 3. group-limited top-k (group sums in fp32 for a bf16 model, in double for exact math)
-    const std::vector<int32_t> chosen = fp32 ? select_experts(choice32.data(), cfg) : select_experts(choice.data(), cfg);
-    // 4. weights = scores of the chosen, normalised, scaled
-    double sum = 0.0;
-    for (int64_t j = 0; j < k; ++j) sum = op(sum + scores[idx(chosen[idx(j)])]);
-    const double denominator = op(sum + (fp32 ? static_cast<double>(1e-20f) : 1e-20));
-    const double scaling = fp32 ? f32(cfg.routed_scaling_factor) : cfg.routed_scaling_factor;
-    for (int64_t j = 0; j < k; ++j) {
-      double v = scores[idx(chosen[idx(j)])];
-      if (cfg.norm_topk_prob) v = op(v / denominator);
-      r.experts[idx(s * k + j)] = chosen[idx(j)];
-      r.weights[idx(s * k + j)] = op(v * scaling);
-    }
+    // 2. scores, selection, weights: the family's router
+    const TokenRoute<double> t = route_token(&r.logits.data[idx(s * E)], w.e_score_correction_bias.data.data(), cfg, fp32);
+    std::copy(t.experts.begin(), t.experts.end(), r.experts.begin() + s * k);
+    std::copy(t.weights.begin(), t.weights.end(), r.weights.begin() + s * k);
   }
   return r;
 }

@@ -41,9 +41,8 @@ TensorD silu(const TensorD& x, Precision p);
 // x: [S, H] -> [S, H]; bf16: every Linear output, silu and the product rounded.
 TensorD swiglu(const std::string& name, const TensorD& x, const MlpWeights& w, Precision p);
 
-// DeepseekV3TopkRouter.forward: logits = x W^T (fp32 weights), scores = sigmoid(logits),
-// choice = scores + e_score_correction_bias, group-limited top-k of choice (select_experts),
-// weights = scores of the chosen / (their sum + 1e-20) if norm_topk_prob, * routed_scaling_factor.
+// DeepseekV3TopkRouter / DeepseekV2TopkRouter.forward: logits = x W^T (fp32 weights), then the
+// family's scores, selection and weights (route_token, mla/model.hpp).
 // bf16: every step an fp32 op (logits the fp32 rounding of the exact dot). x: [S, H].
 struct RouterOutput {
   TensorD logits;                // [S, E]

@@ -141,7 +141,7 @@ class Checkpoint {
 // The __metadata__ key synth writes into every shard (Checkpoint::synthetic_origin).
 inline constexpr const char* kSynthMetadataKey = "mla_h2o_synth";
 struct SynthOptions {
-  std::string preset = "tiny";   // "kimi-k2.6" or "tiny"
+  std::string preset = "tiny";   // one of synth_presets()
   std::string out_dir;
   std::string dtype = "bf16";    // "bf16" | "f32" | "f8_e4m3"
   std::vector<int64_t> layers = {0};
@@ -171,6 +171,10 @@ void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg,
 // name synth does not write.
 std::vector<float> synthesized_values(const SynthOptions& opts, const AttentionConfig& cfg, const std::string& name,
                                       const DecoderKeys* decoder = nullptr);
+// The presets: kimi-k2.6, deepseek-v3, deepseek-v2-lite, moonlight-16b-a3b (published geometries,
+// mla/config.hpp) and tiny; synth_preset_names() joins them with ", ".
+const std::vector<std::string>& synth_presets();
+std::string synth_preset_names();
 // The preset's config with opts.vocab applied, and (when asked) its decoder keys; no files written.
 AttentionConfig synth_preset_config(const SynthOptions& opts, DecoderKeys* decoder = nullptr);
 // The checkpoint's files into an open output set (opts.out_dir is not used), which the caller

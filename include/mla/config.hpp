@@ -1,7 +1,8 @@
 // mla/config.hpp — the attention geometry and RoPE settings of a checkpoint's config.json.
 //
 // Field names are the config.json keys. Accepted layouts:
-//   * flat (DeepSeek-V3, Kimi K2/K2-0905/K2-Thinking: model_type deepseek_v3 / kimi_k2)
+//   * flat (DeepSeek-V3, Kimi K2/K2-0905/K2-Thinking, Moonlight: model_type deepseek_v3 / kimi_k2;
+//     DeepSeek-V2 / V2-Lite: model_type deepseek_v2)
 //   * nested under "text_config" (Kimi K2.5 / K2.6: model_type kimi_k25)
 //   * RoPE under "rope_scaling" (transformers 4.x) or "rope_parameters" (transformers 5,
 //     which may also hold rope_theta); the type under "type" or "rope_type";
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mla {
@@ -65,8 +67,27 @@ struct PackQuantization {
   bool operator==(const PackQuantization&) const = default;
 };
 
+// The transformers model class a config.json names: it fixes how RoPE is applied and how the
+// MoE router scores and picks experts (docs/math.md §6, §15.2). model_type "deepseek_v2" (or,
+// without a model_type, architectures ["DeepseekV2ForCausalLM"]) is DeepseekV2; everything else
+// this project reads (deepseek_v3, kimi_k2, kimi_k25) is DeepseekV3.
+enum class ModelFamily { DeepseekV3, DeepseekV2 };
+// "DeepseekV3ForCausalLM" / "DeepseekV2ForCausalLM"
+const char* family_class_name(ModelFamily family);
+
+// How the rope half (d_r values of q_pe / k_pe) is rotated (docs/math.md §6). Pair i turns by
+// frequency i; where its two values sit before and after:
+//   Split       DeepseekV3, rope_interleave false: (i, i + d_r/2) in and out (rotate_half)
+//   Interleave  DeepseekV3, rope_interleave true:  (2i, 2i + 1) in, (i, i + d_r/2) out
+//   Complex     DeepseekV2 (apply_rotary_emb):     (2i, 2i + 1) in and out, one complex product
+//               in fp32 whatever the model dtype, rounded once to it
+enum class RopeStyle { Split, Interleave, Complex };
+// "split" / "interleave" / "complex"
+const char* rope_style_name(RopeStyle style);
+
 struct AttentionConfig {
   std::string model_type;          // as found (outer one for nested configs)
+  ModelFamily family = ModelFamily::DeepseekV3;
   bool nested_text_config = false;  // true when read from "text_config"
   int64_t hidden_size = 0;          // H
   int64_t num_attention_heads = 0;  // n_h
@@ -81,11 +102,20 @@ struct AttentionConfig {
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   bool attention_bias = false;   // biases on q_a_proj / q_proj? / kv_a_proj_with_mqa / o_proj
-  bool rope_interleave = true;   // HF default; Kimi configs don't set it
+  bool rope_interleave = true;   // HF DeepseekV3 default; Kimi configs don't set it; DeepseekV2 does not read it
   RopeConfig rope;
   PackQuantization quantization;  // present only for compressed-tensors checkpoints
 
   bool has_q_lora() const { return q_lora_rank > 0; }
+  RopeStyle rope_style() const {
+    if (family == ModelFamily::DeepseekV2) return RopeStyle::Complex;
+    return rope_interleave ? RopeStyle::Interleave : RopeStyle::Split;
+  }
+  // Where pair i of the roped half sits: {i, i + d_r/2} for DeepseekV3, {2i, 2i + 1} for V2.
+  std::pair<int64_t, int64_t> rope_pair(int64_t i) const {
+    if (rope_style() == RopeStyle::Complex) return {2 * i, 2 * i + 1};
+    return {i, i + qk_rope_head_dim / 2};
+  }
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   bool operator==(const AttentionConfig&) const = default;  // field by field, exact
 };
@@ -112,15 +142,24 @@ AttentionConfig load_config(const std::string& path);
 // The Kimi K2.6 geometry (Kimi K2.5 values where K2.6's are unpublished) and a tiny one.
 AttentionConfig kimi_k26_config();
 AttentionConfig tiny_config();
+// Published geometries, from each model's config.json (docs/checkpoints.md §8 cites them):
+//   deepseek_v3_config        deepseek-ai/DeepSeek-V3 (DeepseekV3ForCausalLM, 61 layers, 128 heads)
+//   deepseek_v2_lite_config   deepseek-ai/DeepSeek-V2-Lite (DeepseekV2ForCausalLM, q_proj, yarn 40)
+//   moonlight_config          moonshotai/Moonlight-16B-A3B (DeepseekV3ForCausalLM, q_proj, plain RoPE)
+AttentionConfig deepseek_v3_config();
+AttentionConfig deepseek_v2_lite_config();
+AttentionConfig moonlight_config();
 
 // The compressed-tensors scheme of Kimi K2-Thinking / K2.5 / K2.6's routed experts: pack-quantized,
 // int, 4 bits, symmetric, strategy group, group_size 32, targets Linear, Kimi's ignore list.
 PackQuantization kimi_int4_quantization();
 
 // The decoder keys beyond the attention that `mla-h2o synth --experts` writes into config.json
-// (transformers' DeepseekV3Config names; what the whole-model forward reads): dense MLP width,
-// MoE geometry and routing. Routing is always sigmoid scores with bias-corrected, group-limited
-// top-k (scoring_func "sigmoid", topk_method "noaux_tc", hidden_act "silu", moe_layer_freq 1).
+// (transformers' DeepseekV3Config / DeepseekV2Config names; what the whole-model forward reads):
+// dense MLP width, MoE geometry and routing. The scoring function follows the config's family:
+// sigmoid for DeepseekV3 (topk_method "noaux_tc": bias-corrected, group-limited top-k), softmax
+// for DeepseekV2 (topk_method "greedy" or "group_limited_greedy"); hidden_act "silu",
+// moe_layer_freq 1.
 struct DecoderKeys {
   int64_t intermediate_size = 0;       // dense MLP width (layers < first_k_dense_replace)
   int64_t moe_intermediate_size = 0;   // width of each routed expert
@@ -132,13 +171,18 @@ struct DecoderKeys {
   int64_t topk_group = 1;              // groups a token may route into
   bool norm_topk_prob = true;
   double routed_scaling_factor = 1.0;
+  std::string topk_method = "noaux_tc";
   bool operator==(const DecoderKeys&) const = default;
 };
 
-// Kimi K2's (every release from K2-Instruct to K2.6): intermediate 18432, experts 384 of width
+// The published models' (the geometries above) and Kimi K2's (every release from K2-Instruct to
+// K2.6): intermediate 18432, experts 384 of width
 // 2048, first_k_dense_replace 1, one shared expert, 8 per token, n_group = topk_group = 1,
 // norm_topk_prob, routed_scaling_factor 2.827.
 DecoderKeys kimi_k2_decoder_keys();
+DecoderKeys deepseek_v3_decoder_keys();
+DecoderKeys deepseek_v2_lite_decoder_keys();
+DecoderKeys moonlight_decoder_keys();
 // tiny_config()'s: intermediate 96, experts 8 of width 32 in 2 groups, top-1 group, 2 per token,
 // one shared expert, first_k_dense_replace 1, routed_scaling_factor 2.827.
 DecoderKeys tiny_decoder_keys();

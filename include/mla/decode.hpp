@@ -71,7 +71,7 @@ int64_t prompt_query_window(const DecodeOptions& opt);
 
 // The pre-RoPE queries of prompt rows [first, P) per head (expected-attention's statistics):
 // mean [n, d_qk] and covariance [n, d_qk, d_qk] = (1/rows) sum (q - mean)(q - mean)^T, the
-// rope half in HF's de-interleaved order, not rotated.
+// rope half in HF's order (DeepseekV3: de-interleaved; V2: pairs in place), not rotated.
 struct QueryStatistics {
   int64_t first = 0, rows = 0;
   std::vector<double> mean, cov;
@@ -81,7 +81,7 @@ struct QueryStatistics {
   std::vector<double> future_rotation;
   bool empty() const { return rows == 0; }
 };
-// The mean of RoPE's rotation matrix R(p) on the de-interleaved rope half over positions
+// The mean of RoPE's rotation matrix R(p) on the rope half (in HF's order) over positions
 // [begin, begin + count), [d_r, d_r] row-major: expected-attention's R-bar. It depends only on
 // the rope config, begin and count (not on the layer or the run), and costs O(count d_r): at
 // future = 10^8 minutes, so `progress(done, count)` is told after every 4096 positions.

@@ -1,11 +1,13 @@
-// mla/model.hpp — the whole transformers `DeepseekV3ForCausalLM` (the model class of DeepSeek-V3
-// and the Kimi K2 family) beyond one attention layer: its config.json keys, the tensors of a
-// decoder layer and of the model head, and how they are loaded (docs/math.md §15).
+// mla/model.hpp — the whole transformers `DeepseekV3ForCausalLM` (the model class of DeepSeek-V3,
+// Moonlight and the Kimi K2 family) and `DeepseekV2ForCausalLM` (DeepSeek-V2, V2-Lite) beyond one
+// attention layer: their config.json keys, the tensors of a decoder layer and of the model head,
+// and how they are loaded (docs/math.md §15). The two differ in RoPE (mla/config.hpp RopeStyle)
+// and in the router (below); the rest of the layer is the same.
 //
 //   embed_tokens -> for each layer L:
 //       h = h + self_attn(input_layernorm(h))
 //       h = h + mlp(post_attention_layernorm(h))   mlp: dense SwiGLU for L < first_k_dense_replace,
-//                                                     else DeepseekV3MoE (router + routed + shared experts)
+//                                                     else MoE (router + routed + shared experts)
 //   -> norm -> lm_head (embed_tokens when tie_word_embeddings)
 //
 // Tensor names under <prefix>layers.L. (prefix "model." or "language_model.model."):
@@ -14,7 +16,7 @@
 //   mlp.gate_proj.weight / up_proj         [I, H]          dense layers (I = intermediate_size)
 //   mlp.down_proj.weight                   [H, I]
 //   mlp.gate.weight                        [E, H]          MoE layers: router (fp32 in transformers)
-//   mlp.gate.e_score_correction_bias       [E]             router bias (fp32)
+//   mlp.gate.e_score_correction_bias       [E]             router bias (fp32; DeepseekV3 only)
 //   mlp.experts.{e}.{gate,up}_proj.weight  [I_m, H]        routed expert e (I_m = moe_intermediate_size)
 //   mlp.experts.{e}.down_proj.weight       [H, I_m]
 //   mlp.shared_experts.{gate,up}_proj      [I_m * n_shared_experts, H]
@@ -39,10 +41,12 @@
 
 namespace mla {
 
-// config.json keys of the decoder beyond the attention. Defaults are DeepseekV3Config's (what
-// transformers uses for a key that is absent). scoring_func / topk_method are not read by
-// transformers' DeepseekV3 code, which always runs sigmoid scores with group-limited,
-// bias-corrected selection ("noaux_tc"); a config that asks for anything else is refused.
+// config.json keys of the decoder beyond the attention. Defaults are DeepseekV3Config's or
+// DeepseekV2Config's (what transformers uses for a key that is absent), by the config's family.
+// transformers reads no scoring_func and no topk_method for DeepseekV3, whose router always runs
+// sigmoid scores with group-limited, bias-corrected selection ("noaux_tc"); DeepseekV2's runs
+// softmax scores with topk_method "greedy" or "group_limited_greedy". A config that asks its
+// family for anything else is refused, naming the key and what the family supports.
 struct ModelConfig {
   AttentionConfig attention;             // the keys of mla/config.hpp
   int64_t intermediate_size = 18432;     // dense MLP width
@@ -66,14 +70,16 @@ struct ModelConfig {
   int64_t eos_token_id = -1;
 
   bool is_moe_layer(int64_t layer) const { return layer >= first_k_dense_replace; }
+  // DeepseekV3's router adds e_score_correction_bias to its sigmoid scores; DeepseekV2's has none.
+  bool router_has_correction_bias() const { return attention.family == ModelFamily::DeepseekV3; }
   int64_t experts_per_group() const { return n_group > 0 ? n_routed_experts / n_group : 0; }
   int64_t shared_intermediate_size() const { return moe_intermediate_size * n_shared_experts; }
 };
 
 // Parses config.json text (flat or nested under text_config, as parse_config). Error(Config)
 // naming the file and key for a missing or inconsistent key, and for what the forward cannot
-// honour (hidden_act other than silu, scoring_func other than sigmoid, topk_method other than
-// noaux_tc, a routing that cannot pick k experts).
+// honour (hidden_act other than silu, a scoring_func or topk_method the family does not run,
+// DeepseekV2 with norm_topk_prob true, a routing that cannot pick k experts).
 ModelConfig parse_model_config(std::string_view json, const std::string& source_name = "config.json");
 ModelConfig load_model_config(const std::string& path);
 
@@ -88,14 +94,26 @@ std::string byte_level_token_text(const ModelConfig& cfg, int64_t id);
 
 // ---- routing ---------------------------------------------------------------------------------
 
-// The group-limited top-k of transformers' DeepseekV3TopkRouter for one token, on its
-// bias-corrected scores choice [E] (sigmoid(logits) + e_score_correction_bias):
-//   group score = the sum of the group's two largest values (an add in T: fp32 or double);
-//   keep the topk_group groups with the largest scores; then the num_experts_per_tok largest
-//   values among their experts. Ties go to the lower index (torch.topk leaves them unspecified).
-// Returns the chosen experts ascending. T = float or double.
+// One token's routing from its router logits [E] (docs/math.md §15.2; src/whole_model/routing.cpp
+// writes out both routers):
+//   DeepseekV3: sigmoid scores; the group-limited top-k of scores + e_score_correction_bias
+//               (group score: the sum of its top 2); weights = the chosen scores, divided by
+//               their sum + 1e-20 when norm_topk_prob
+//   DeepseekV2: softmax scores; the top k of all ("greedy") or of the topk_group groups of largest
+//               maximum score ("group_limited_greedy"); weights = the chosen scores
+// then weights *= routed_scaling_factor. Ties go to the lower index (torch.topk leaves them
+// unspecified). `experts` ascending, weights[j] that of experts[j]. correction_bias [E] is read
+// for DeepseekV3 only (nullptr allowed for V2).
 template <class T>
-std::vector<int32_t> select_experts(const T* choice, const ModelConfig& cfg);
+struct TokenRoute {
+  std::vector<int32_t> experts;  // [k]
+  std::vector<T> weights;        // [k]
+};
+// fp32 arithmetic (the CPU forward).
+TokenRoute<float> route_token(const float* logits, const float* correction_bias, const ModelConfig& cfg);
+// double arithmetic (the reference), every result rounded to fp32 when `fp32` (a bf16 model's
+// router runs in fp32), else exact.
+TokenRoute<double> route_token(const double* logits, const float* correction_bias, const ModelConfig& cfg, bool fp32);
 
 // ---- weights ------------------------------------------------------------------------------
 

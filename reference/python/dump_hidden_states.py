@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """dump_hidden_states.py — every decoder layer's inputs and attention weights from transformers'
-DeepseekV3ForCausalLM, in the safetensors layout `mla-h2o sweep` and `mla-h2o run --residual` read.
+DeepseekV3ForCausalLM (or DeepseekV2ForCausalLM, for a model_type deepseek_v2 config), in the safetensors layout `mla-h2o sweep` and `mla-h2o run --residual` read.
 
 Purpose
   `mla-h2o run --tokens` feeds embed_tokens rows to the layer it runs, which is the real
@@ -65,10 +65,19 @@ def parse_tokens(arg: str) -> list[int]:
     return ids
 
 
+def model_class(raw: dict):
+    """DeepseekV2ForCausalLM for a config whose model_type is deepseek_v2, else DeepseekV3ForCausalLM
+    (the rule mla-h2o applies, mla/config.hpp ModelFamily)."""
+    from transformers import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
+
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    name = text.get("model_type") or (text.get("architectures") or [""])[0]
+    return DeepseekV2ForCausalLM if name in ("deepseek_v2", "DeepseekV2ForCausalLM") else DeepseekV3ForCausalLM
+
+
 def load_model(torch, checkpoint: str, dtype, device_map: str | None, experts: str | None = None):
-    """DeepseekV3ForCausalLM in `dtype`, eager attention, eval mode (experts: transformers'
-    experts_implementation, None = its default, grouped_mm)."""
-    from transformers import DeepseekV3ForCausalLM
+    """DeepseekV3ForCausalLM (or DeepseekV2ForCausalLM) in `dtype`, eager attention, eval mode
+    (experts: transformers' experts_implementation, None = its default, grouped_mm)."""
 
     kwargs = {"dtype": dtype, "attn_implementation": "eager"}
     if experts:
@@ -82,7 +91,7 @@ def load_model(torch, checkpoint: str, dtype, device_map: str | None, experts: s
 
         kwargs["config"] = build_hf_config(raw["text_config"])
         kwargs["key_mapping"] = {r"^language_model\.model\.": "model.", r"^language_model\.lm_head\.": "lm_head."}
-    model = DeepseekV3ForCausalLM.from_pretrained(checkpoint, **kwargs).eval()
+    model = model_class(raw).from_pretrained(checkpoint, **kwargs).eval()
     if model.config._attn_implementation != "eager":
         sys.exit(f"dump_hidden_states: attention implementation is {model.config._attn_implementation!r}, not eager")
     return model
@@ -120,7 +129,7 @@ def run_model(torch, model, ids: list[int], with_attentions: bool) -> dict:
         handles.append(layer.register_forward_pre_hook(layer_hook(idx), with_kwargs=True))
         handles.append(layer.self_attn.register_forward_pre_hook(attn_hook(idx), with_kwargs=True))
         gate = getattr(layer.mlp, "gate", None)
-        if gate is not None and hasattr(gate, "e_score_correction_bias"):
+        if gate is not None and hasattr(gate, "top_k"):  # the MoE router (DeepseekV3 or V2)
             handles.append(gate.register_forward_hook(router_hook(idx)))
     handles.append(model.model.norm.register_forward_pre_hook(norm_hook, with_kwargs=True))
     device = model.model.embed_tokens.weight.device
@@ -201,7 +210,7 @@ def main(argv=None) -> int:
         config_text = f.read()
     n_layers = len(model.model.layers)
     meta = {
-        "producer": "reference/python/dump_hidden_states.py (HF DeepseekV3ForCausalLM, eager)",
+        "producer": f"reference/python/dump_hidden_states.py (HF {type(model).__name__}, eager)",
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
         "safetensors_version": safetensors.__version__,

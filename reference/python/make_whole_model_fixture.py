@@ -17,6 +17,14 @@ Fixtures (DIR = tests/data/golden):
   whole-model-groups  16 experts in 4 groups, topk_group 2, 4 per token: group-limited routing
                       that really excludes groups (checked: for some tokens the 4 best experts
                       overall are not the 4 chosen); 3 layers (1 dense, 2 MoE)
+  whole-model-v2      transformers DeepseekV2ForCausalLM shaped as DeepSeek-V2-Lite: q_lora_rank
+                      null (q_proj), softmax routing, topk_method greedy, norm_topk_prob false,
+                      2 shared experts, yarn factor 40 with mscale = mscale_all_dim = 0.707
+                      (V2-Lite's rope_scaling); 3 layers (1 dense, 2 MoE), 8 experts, 2 per token
+  whole-model-v2-groups  DeepseekV2ForCausalLM shaped as DeepSeek-V2: q_lora_rank 32,
+                      group_limited_greedy over 16 experts in 4 groups, topk_group 2, 4 per token
+                      (checked to exclude groups somewhere), routed_scaling_factor 16, mscale 1.0
+                      beside mscale_all_dim 0.707 (so the cos/sin attention factor is not 1)
 
 Output of each (DIR/<name>):
   model/            what save_pretrained wrote (config.json, generation_config.json,
@@ -46,6 +54,27 @@ import sys
 
 SEED = 20261130
 TOKENS = [1, 17, 93, 5, 42, 42, 7, 120, 64, 3, 17, 88, 101, 9, 56, 77, 2, 42, 127, 30]
+
+
+def build_v2_config(**overrides):
+    """A tiny DeepseekV2Config with V2-Lite's conventions (overrides change them)."""
+    from transformers import DeepseekV2Config
+
+    keys = dict(
+        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=24, num_hidden_layers=3,
+        first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=2,
+        n_routed_experts=8, num_experts_per_tok=2, n_group=None, topk_group=None, topk_method="greedy",
+        routed_scaling_factor=1.0, norm_topk_prob=False, q_lora_rank=None, kv_lora_rank=24,
+        qk_nope_head_dim=12, qk_rope_head_dim=8, v_head_dim=12, max_position_embeddings=1280,
+        rms_norm_eps=1e-6, attention_bias=False, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                         "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "mscale": 0.707, "mscale_all_dim": 0.707},
+    )
+    keys.update(overrides)
+    cfg = DeepseekV2Config(**keys)
+    cfg._attn_implementation = "eager"
+    return cfg
 
 
 def build_config(**overrides):
@@ -104,6 +133,14 @@ FIXTURES = {
                                 moe_intermediate_size=16, intermediate_size=64, q_lora_rank=32, kv_lora_rank=16,
                                 routed_scaling_factor=2.827),
                            ["DeepseekV3MLP", "DeepseekV3MoE", "DeepseekV3MoE"]),
+    "whole-model-v2": (dict(family="v2"), ["DeepseekV2MLP", "DeepseekV2Moe", "DeepseekV2Moe"]),
+    "whole-model-v2-groups": (dict(family="v2", hidden_size=48, n_routed_experts=16, n_group=4, topk_group=2,
+                                   num_experts_per_tok=4, topk_method="group_limited_greedy", moe_intermediate_size=16,
+                                   intermediate_size=64, q_lora_rank=32, kv_lora_rank=16, routed_scaling_factor=16.0,
+                                   rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                                                    "original_max_position_embeddings": 32, "beta_fast": 32.0,
+                                                    "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.707}),
+                              ["DeepseekV2MLP", "DeepseekV2Moe", "DeepseekV2Moe"]),
 }
 
 
@@ -137,7 +174,9 @@ def fp32_routers(torch, model):
         with torch.no_grad():
             w = torch.randn(gate.weight.shape, dtype=torch.float32) / math.sqrt(gate.weight.shape[-1])
             gate.weight.data = w
-            gate.e_score_correction_bias.data = 0.1 * torch.randn(gate.e_score_correction_bias.shape, dtype=torch.float32)
+            if hasattr(gate, "e_score_correction_bias"):  # DeepseekV3's router; V2's has none
+                gate.e_score_correction_bias.data = 0.1 * torch.randn(gate.e_score_correction_bias.shape,
+                                                                      dtype=torch.float32)
 
 
 def groups_excluded_somewhere(torch, model, tokens) -> int:
@@ -148,7 +187,10 @@ def groups_excluded_somewhere(torch, model, tokens) -> int:
     def hook(idx):
         def h(module, args, output):
             x = args[0].view(-1, module.hidden_dim).float()
-            choice = (x @ module.weight.float().T).sigmoid() + module.e_score_correction_bias
+            if hasattr(module, "e_score_correction_bias"):
+                choice = (x @ module.weight.float().T).sigmoid() + module.e_score_correction_bias
+            else:  # DeepseekV2: softmax scores, no bias
+                choice = (x @ module.weight.float().T).softmax(dim=-1)
             best = choice.topk(module.top_k, dim=-1)[1].sort(dim=-1)[0]
             chosen[idx] = (best, output[2].sort(dim=-1)[0])
         return h
@@ -165,12 +207,15 @@ def groups_excluded_somewhere(torch, model, tokens) -> int:
 
 
 def make_fixture(torch, name, out_dir, here):
-    from transformers import DeepseekV3ForCausalLM
+    from transformers import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
 
     overrides, expected_mlps = FIXTURES[name]
+    overrides = dict(overrides)
+    v2 = overrides.pop("family", "v3") == "v2"
+    model_class = DeepseekV2ForCausalLM if v2 else DeepseekV3ForCausalLM
     torch.manual_seed(SEED)
-    cfg = build_config(**overrides)
-    model = DeepseekV3ForCausalLM(cfg).eval()
+    cfg = build_v2_config(**overrides) if v2 else build_config(**overrides)
+    model = model_class(cfg).eval()
     init_weights(torch, model)
     model = model.to(torch.bfloat16)
     if name != "whole-model":
@@ -182,7 +227,7 @@ def make_fixture(torch, name, out_dir, here):
     model.save_pretrained(model_dir)
 
     # from_pretrained must give back exactly the saved weights.
-    back = DeepseekV3ForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+    back = model_class.from_pretrained(model_dir, dtype=torch.bfloat16)
     saved = model.state_dict()
     for key, t in back.state_dict().items():
         if key in saved and not torch.equal(saved[key].float(), t.float()):
@@ -191,7 +236,7 @@ def make_fixture(torch, name, out_dir, here):
     print(f"make_whole_model_fixture: {name}: layers' MLPs: {layer_types}")
     if layer_types != expected_mlps:
         sys.exit(f"make_whole_model_fixture: {name}: expected {expected_mlps}")
-    if name == "whole-model-groups":
+    if name in ("whole-model-groups", "whole-model-v2-groups"):
         changed = groups_excluded_somewhere(torch, back, TOKENS)
         print(f"make_whole_model_fixture: {name}: {changed} token-layers routed differently than ungrouped top-k")
         if changed == 0:

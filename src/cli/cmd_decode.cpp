@@ -329,7 +329,9 @@ int execute_decode(const DecodePlan& plan, OutputSet& out) {
           {"attention", info.attention},
           {"backend", info.backend + " (" + info.backend_description + ")"},
           {"synthetic_weights", info.synthetic_weights.empty() ? "no" : info.synthetic_weights},
-          {"rope_order", "latent_cache rope half in HF's de-interleaved order (as key_states)"},
+          {"rope_order", cfg.rope_style() == RopeStyle::Complex
+                             ? "latent_cache rope half in HF DeepseekV2's order: pairs (2i, 2i+1) in place (as its cache)"
+                             : "latent_cache rope half in HF's de-interleaved order (as key_states)"},
           {"config", config_to_json(cfg, false)},
       };
       write_decode_tensors(out.add("decode_tensors.safetensors"), inputs, cfg.num_attention_heads, result, meta);

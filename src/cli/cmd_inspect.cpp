@@ -136,6 +136,7 @@ int inspect_file(const std::string& path, bool json) {
 std::vector<std::pair<std::string, std::string>> geometry(const AttentionConfig& c) {
   std::vector<std::pair<std::string, std::string>> g = {
       {"model_type", json_quote(c.model_type)},
+      {"family", json_quote(family_class_name(c.family))},
       {"nested_text_config", c.nested_text_config ? "true" : "false"},
       {"hidden_size", std::to_string(c.hidden_size)},
       {"num_attention_heads", std::to_string(c.num_attention_heads)},
@@ -152,6 +153,7 @@ std::vector<std::pair<std::string, std::string>> geometry(const AttentionConfig&
       {"rms_norm_eps", num(c.rms_norm_eps)},
       {"attention_bias", c.attention_bias ? "true" : "false"},
       {"rope_interleave", c.rope_interleave ? "true" : "false"},
+      {"rope_style", json_quote(rope_style_name(c.rope_style()))},
       {"rope_type", json_quote(c.rope.rope_type)},
       {"rope_theta", num(c.rope.rope_theta)},
   };

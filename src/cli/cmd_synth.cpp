@@ -19,22 +19,25 @@ namespace {
 
 const CommandSpec kSpec = {
     "synth",
-    "write a synthetic checkpoint with the real Kimi K2.6 layout (deterministic for a seed)",
-    "mla-h2o synth --out DIR [--preset kimi-k2.6|tiny] [--dtype bf16|f32|f8_e4m3] [--layers 0,1] [--experts N] [options]",
+    "write a synthetic checkpoint in a published model's layout (deterministic for a seed)",
+    "mla-h2o synth --out DIR [--preset NAME] [--dtype bf16|f32|f8_e4m3] [--layers 0,1] [--experts N] [options]",
     {
         {"out", "DIR", "output directory (created if missing; existing files of the same names are replaced)", ""},
-        {"preset", "NAME", "geometry: kimi-k2.6 (hidden 7168, 64 heads, ~200 MB per bf16 layer) or tiny (hidden 64, 4 heads)",
+        {"preset", "NAME",
+         "geometry, from the model's published config.json: kimi-k2.6 (hidden 7168, 64 heads, ~200 MB per bf16 layer), "
+         "deepseek-v3 (7168, 128 heads), deepseek-v2-lite (DeepseekV2ForCausalLM: 2048, 16 heads, q_proj, softmax "
+         "routing), moonlight-16b-a3b (2048, 16 heads, q_proj, plain RoPE); or tiny (hidden 64, 4 heads)",
          "tiny"},
         {"dtype", "TYPE", "bf16, f32, or f8_e4m3 (F8_E4M3 weights + F32 weight_scale_inv, 128x128 blocks; norms BF16)",
          "bf16"},
         {"layers", "LIST", "layers to write, e.g. 0,1,5 (config.json still says num_hidden_layers of the preset)", "0"},
-        {"vocab", "N", "rows of embed_tokens written; config.json's vocab_size is set to it", "1024 (kimi-k2.6), 97 (tiny)"},
+        {"vocab", "N", "rows of embed_tokens written; config.json's vocab_size is set to it", "97 (tiny), else 1024"},
         {"seed", "N", "random seed (mla::Rng, one documented stream per tensor)", "0"},
         {"shards", "N", "number of shards, >= 2: layers spread over 1..N-1, embed_tokens (and norm, lm_head) in the last", "2"},
     {"experts", "N",
-     "write the whole model in Kimi K2.6's published layout with N routed experts per MoE layer: attention, norms, "
-     "dense MLP, router, shared expert, embed_tokens, lm_head in --dtype, routed experts compressed-tensors "
-     "pack-quantized INT4; --layers must then be 0..L-1 (config.json says num_hidden_layers L)",
+     "write the whole model with N routed experts per MoE layer: attention, norms, dense MLP, router, shared "
+     "expert, embed_tokens, lm_head in --dtype, routed experts in Kimi K2.6's compressed-tensors pack-quantized "
+     "INT4 whatever the preset; --layers must then be 0..L-1 (config.json says num_hidden_layers L)",
      "off (attention only)"},
     {"group-size", "G", "INT4 group size of the routed experts (with --experts); must divide hidden_size and "
                         "moe_intermediate_size", "32 (Kimi's)"},
@@ -51,14 +54,20 @@ int cmd_synth(const std::vector<std::string>& argv) {
   SynthOptions opts;
   opts.out_dir = args.str("out");
   if (opts.out_dir.empty()) fail(ErrorKind::InvalidArgument, "synth: --out DIR is required");
-  opts.preset = args.choice("preset", {"kimi-k2.6", "tiny"}, "tiny");
+  opts.preset = args.choice("preset", synth_presets(), "tiny");
   opts.dtype = args.choice("dtype", {"bf16", "f32", "f8_e4m3"}, "bf16");
   opts.experts = args.integer("experts", 0, 1, int64_t{1} << 16);
   opts.group_size = args.integer("group-size", 32, 1, int64_t{1} << 20);
   if (args.has("group-size") && opts.experts == 0)
     fail(ErrorKind::InvalidArgument, "synth: --group-size applies to the INT4 experts of --experts N; give --experts");
-  // A whole model needs a MoE layer: layers 0 (dense in both presets) and 1 unless listed.
-  opts.layers = args.int_list("layers", opts.experts > 0 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0});
+  // A whole model needs a MoE layer: layers 0 .. first_k_dense_replace (the first MoE one) unless listed.
+  std::vector<int64_t> whole;
+  if (opts.experts > 0) {
+    DecoderKeys keys;
+    (void)synth_preset_config(opts, &keys);
+    for (int64_t L = 0; L <= keys.first_k_dense_replace; ++L) whole.push_back(L);
+  }
+  opts.layers = args.int_list("layers", opts.experts > 0 ? whole : std::vector<int64_t>{0});
   opts.vocab = args.integer("vocab", 0, 1, kConfigLimits.vocab);
   opts.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
   opts.shards = args.integer("shards", 2, 2, 99999);

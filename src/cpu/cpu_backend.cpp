@@ -152,10 +152,11 @@ KvPath kv_path(const Layer& L, const MatrixRM& x) {
 
 namespace {
 
-// cos/sin [S, d_r] for the positions, fp32 as HF's rotary module, rounded to bf16 in bf16 mode.
+// cos/sin [S, d_r] for the positions, fp32 as HF's rotary module, rounded to bf16 in bf16 mode
+// (DeepseekV3's `.to(x.dtype)`; DeepseekV2 multiplies by its fp32 freqs_cis unrounded).
 RopeTables run_rope_tables(const Layer& L, const std::vector<int64_t>& positions) {
   RopeTables tables = rope_tables(L.cfg, positions);
-  if (L.bf16) {
+  if (L.bf16 && L.cfg.rope_style() != RopeStyle::Complex) {
     round_to_bf16_inplace(tables.cos.data(), static_cast<int64_t>(tables.cos.size()));
     round_to_bf16_inplace(tables.sin.data(), static_cast<int64_t>(tables.sin.size()));
   }
@@ -177,7 +178,7 @@ void rope_query(const Layer& L, const std::vector<int64_t>& positions, MatrixRM&
     for (int64_t h = 0; h < n; ++h) {
       float* q_rope_half = q.data() + s * n * d_qk + h * d_qk + d_n;
       std::copy_n(q_rope_half, d_r, q_pe_s);
-      cpu::rope(q_pe_s, q_rope_half, cos, sin, d_r, cfg.rope_interleave, L.bf16);
+      cpu::rope(q_pe_s, q_rope_half, cos, sin, d_r, cfg.rope_style(), L.bf16);
     }
   });
 }
@@ -189,7 +190,7 @@ MatrixRM rope_key(const Layer& L, const std::vector<int64_t>& positions, const M
   MatrixRM k_pe_roped(S, d_r);  // [S, d_r]  one roped key per token, shared by all heads
   parallel_for(S, L.threads, [&](int64_t s, int) {
     cpu::rope(compressed_kv.data() + s * (r_kv + d_r) + r_kv, k_pe_roped.data() + s * d_r, tables.cos.data() + s * d_r,
-              tables.sin.data() + s * d_r, d_r, cfg.rope_interleave, L.bf16);
+              tables.sin.data() + s * d_r, d_r, cfg.rope_style(), L.bf16);
   });
   return k_pe_roped;
 }

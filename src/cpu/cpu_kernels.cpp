@@ -138,9 +138,19 @@ void rms_norm(const float* x, int64_t ld_x, int64_t rows, int64_t width, const f
 
 // ---- RoPE ------------------------------------------------------------------------------------
 
-void rope(const float* x, float* out, const float* cos, const float* sin, int64_t d_r, bool interleave,
-          bool bf16) {
+void rope(const float* x, float* out, const float* cos, const float* sin, int64_t d_r, RopeStyle style, bool bf16) {
   const int64_t half = d_r / 2;
+  if (style == RopeStyle::Complex) {
+    for (int64_t j = 0; j < half; ++j) {
+      const float a = x[2 * j], b = x[2 * j + 1], c = cos[j], s = sin[j];
+      const float ac = a * c, bs = b * s, as = a * s, bc = b * c;  // four fp32 products, then one add each
+      const float re = ac - bs, im = as + bc;
+      out[2 * j] = bf16 ? round_to_bf16(re) : re;
+      out[2 * j + 1] = bf16 ? round_to_bf16(im) : im;
+    }
+    return;
+  }
+  const bool interleave = style == RopeStyle::Interleave;
   // y = the de-interleaved view of x, read in place (no copy, so no size limit)
   auto y = [&](int64_t i) { return !interleave ? x[i] : i < half ? x[2 * i] : x[2 * (i - half) + 1]; };
   for (int64_t i = 0; i < d_r; ++i) {

@@ -28,6 +28,8 @@
 
 #include <Eigen/Core>
 
+#include "mla/config.hpp"
+
 namespace mla::cpu {
 
 using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -93,16 +95,19 @@ void rms_norm(const float* x, int64_t ld_x, int64_t rows, int64_t width, const f
 
 // ---- §3.4 / §6 RoPE -------------------------------------------------------------------------
 
-// Rotates one d_r-wide vector x into out, HF apply_rotary_pos_emb(_interleave):
-//   interleave: y[j] = x[2j], y[d_r/2 + j] = x[2j+1]   (de-interleave, exact)
-//   else:       y = x
-//   out = y * cos + rotate_half(y) * sin,  rotate_half(y) = [-y[d_r/2:], y[:d_r/2]]
-//   bf16: t1 = bf16(y*cos), t2 = bf16(rotate_half(y)*sin), out = bf16(t1 + t2)  (§7 row 9)
-// cos/sin: the token's d_r-wide table rows (already bf16 values in bf16 mode, §7 row 8).
-// out (d_r floats) must not overlap x. It is in HF's (de-interleaved) order, as HF's
-// query/key states hold it.
-void rope(const float* x, float* out, const float* cos, const float* sin, int64_t d_r, bool interleave,
-          bool bf16);
+// Rotates one d_r-wide vector x into out (mla/config.hpp RopeStyle; docs/math.md §6):
+//   Split / Interleave (HF DeepseekV3 apply_rotary_pos_emb(_interleave)):
+//     y = x (Split), or y[j] = x[2j], y[d_r/2 + j] = x[2j+1] (Interleave: de-interleave, exact)
+//     out = y * cos + rotate_half(y) * sin,  rotate_half(y) = [-y[d_r/2:], y[:d_r/2]]
+//     bf16: t1 = bf16(y*cos), t2 = bf16(rotate_half(y)*sin), out = bf16(t1 + t2)  (§7 row 9)
+//     cos/sin: the token's d_r-wide table rows (already bf16 values in bf16 mode, §7 row 8);
+//     out is in HF's (de-interleaved) order, as HF's query/key states hold it.
+//   Complex (HF DeepseekV2 apply_rotary_emb): pair (a, b) = (x[2j], x[2j+1]) times c + i s,
+//     c = cos[j], s = sin[j] (fp32 tables, never rounded to bf16):
+//     out[2j] = fp32(fp32(a c) - fp32(b s)),  out[2j+1] = fp32(fp32(a s) + fp32(b c)),
+//     then one bf16 rounding of each in bf16 mode (torch: x.float() * freqs_cis, .type_as(x)).
+// out (d_r floats) must not overlap x.
+void rope(const float* x, float* out, const float* cos, const float* sin, int64_t d_r, RopeStyle style, bool bf16);
 
 // ---- §3.6 attention of one head ---------------------------------------------------------------
 

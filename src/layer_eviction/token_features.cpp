@@ -31,8 +31,9 @@ constexpr int64_t kBlockRows = 256;
 
 }  // namespace
 
-// RoPE's rotation at one position on HF's de-interleaved rope half (d_r values), as a matrix:
-// y = cos * x + sin * rotate_half(x), rotate_half(x) = [-x_2nd_half, x_1st_half]; averaged.
+// RoPE's rotation at one position on the roped half in HF's order (d_r values), as a matrix: pair
+// i = (a, b) = cfg.rope_pair(i) ((i, i + d_r/2) for DeepseekV3, (2i, 2i+1) for V2) turns by
+// y_a = c x_a - s x_b, y_b = s x_a + c x_b (rotate_half, or the complex product); averaged.
 std::vector<double> mean_rope_rotation(const AttentionConfig& cfg, int64_t begin, int64_t count,
                                        const std::function<void(int64_t, int64_t)>& progress) {
   const int64_t d_r = cfg.qk_rope_head_dim, half = d_r / 2;
@@ -44,11 +45,13 @@ std::vector<double> mean_rope_rotation(const AttentionConfig& cfg, int64_t begin
     const int64_t rows = std::min(kChunk, count - c0);
     const RopeTables t = rope_tables(cfg, position_ids(begin + c0, rows));
     for (int64_t p = 0; p < rows; ++p)
-      for (int64_t i = 0; i < d_r; ++i) {
+      for (int64_t i = 0; i < half; ++i) {
         const double c = t.cos[idx(p * d_r + i)], s = t.sin[idx(p * d_r + i)];
-        R(i, i) += c;
-        if (i < half) R(i, i + half) -= s;  // (rotate_half x)_i = -x_{i+half}
-        else R(i, i - half) += s;           // (rotate_half x)_{i+half} = x_i
+        const auto [a, b] = cfg.rope_pair(i);
+        R(a, a) += c;
+        R(a, b) -= s;
+        R(b, a) += s;
+        R(b, b) += c;
       }
     if (progress) progress(c0 + rows, count);
   }
@@ -85,12 +88,14 @@ QueryStatistics prerope_query_statistics(const AttentionConfig& cfg, const Query
       query(first + s, h, head_row.data());
       const float* row = head_row.data();
       for (int64_t d = 0; d < d_n; ++d) X(s, d) = row[d];
-      // undo y = c x + s rotate_half(x): x_i = (c y_i + s y_{i+half}) / (c^2 + s^2), x_{i+half} = (c y_{i+half} - s y_i) / (...)
+      // undo pair i's turn (y_a = c x_a - s x_b, y_b = s x_a + c x_b):
+      //   x_a = (c y_a + s y_b) / (c^2 + s^2), x_b = (c y_b - s y_a) / (c^2 + s^2)
       for (int64_t i = 0; i < half; ++i) {
         const double c = t.cos[idx(s * d_r + i)], sn = t.sin[idx(s * d_r + i)], r = c * c + sn * sn;
-        const double y0 = row[d_n + i], y1 = row[d_n + i + half];
-        X(s, d_n + i) = (c * y0 + sn * y1) / r;
-        X(s, d_n + i + half) = (c * y1 - sn * y0) / r;
+        const auto [a, b] = cfg.rope_pair(i);
+        const double y0 = row[d_n + a], y1 = row[d_n + b];
+        X(s, d_n + a) = (c * y0 + sn * y1) / r;
+        X(s, d_n + b) = (c * y1 - sn * y0) / r;
       }
     }
     const Eigen::RowVectorXd mu = X.colwise().mean();

@@ -314,6 +314,40 @@ std::string PackQuantization::unsupported_reason() const {
   return "";
 }
 
+namespace {
+
+// The family of the language model's section: its model_type as transformers' AutoConfig reads
+// it, else (no model_type) its architectures' first class.
+ModelFamily model_family(const Section& text) {
+  std::string name;
+  if (text.has_value("model_type")) {
+    name = text.string("model_type");
+  } else if (text.has_value("architectures")) {
+    const element e = text.get("architectures");
+    if (e.type() == element_type::ARRAY)
+      for (element item : simdjson::dom::array(e)) {
+        if (item.type() == element_type::STRING) name = std::string(std::string_view(item));
+        break;
+      }
+  }
+  return name == "deepseek_v2" || name == "DeepseekV2ForCausalLM" ? ModelFamily::DeepseekV2 : ModelFamily::DeepseekV3;
+}
+
+}  // namespace
+
+const char* family_class_name(ModelFamily family) {
+  return family == ModelFamily::DeepseekV2 ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM";
+}
+
+const char* rope_style_name(RopeStyle style) {
+  switch (style) {
+    case RopeStyle::Split: return "split";
+    case RopeStyle::Interleave: return "interleave";
+    case RopeStyle::Complex: return "complex";
+  }
+  return "?";
+}
+
 AttentionConfig parse_config(std::string_view json, const std::string& source_name) {
   simdjson::dom::parser parser;
   simdjson::padded_string padded(json);
@@ -333,6 +367,7 @@ AttentionConfig parse_config(std::string_view json, const std::string& source_na
     text = top.child("text_config");
     cfg.nested_text_config = true;
   }
+  cfg.family = model_family(text);
 
   cfg.hidden_size = text.positive("hidden_size", kConfigLimits.hidden_size);
   cfg.num_attention_heads = text.positive("num_attention_heads", kConfigLimits.heads);
@@ -400,11 +435,73 @@ int64_t count_or(const Section& text, const std::string& key, int64_t fallback, 
   return v;
 }
 
+// DeepseekV2Config's defaults for the keys whose DeepseekV3Config default differs (what
+// transformers uses for an absent key); num_experts_per_tok, n_group and topk_group are None
+// there, so a V2 config must give what its routing reads.
+void deepseek_v2_defaults(ModelConfig& m) {
+  m.intermediate_size = 11008;
+  m.moe_intermediate_size = 1407;
+  m.first_k_dense_replace = 0;
+  m.n_routed_experts = 64;
+  m.n_shared_experts = 2;
+  m.norm_topk_prob = false;
+  m.routed_scaling_factor = 1.0;
+  m.scoring_func = "softmax";
+  m.topk_method = "greedy";
+  m.n_group = 1;
+  m.topk_group = 1;
+}
+
+// What DeepseekV3's router implements (transformers' DeepseekV3TopkRouter): sigmoid scores,
+// bias-corrected group-limited top-k with a group scored by its top 2.
+void check_deepseek_v3_routing(const Section& text, ModelConfig& m) {
+  if (text.has_value("scoring_func")) m.scoring_func = text.string("scoring_func");
+  if (m.scoring_func != "sigmoid")
+    text.bad("scoring_func", "is \"" + m.scoring_func +
+                                 "\"; DeepseekV3ForCausalLM routes with \"sigmoid\" only (\"softmax\" is DeepSeek-V2's: "
+                                 "model_type deepseek_v2)");
+  if (text.has_value("topk_method")) m.topk_method = text.string("topk_method");
+  if (m.topk_method != "noaux_tc")
+    text.bad("topk_method", "is \"" + m.topk_method +
+                                "\"; DeepseekV3ForCausalLM implements only \"noaux_tc\" (group-limited top-k on bias-corrected "
+                                "scores); \"greedy\" and \"group_limited_greedy\" are DeepSeek-V2's (model_type deepseek_v2)");
+  if (m.experts_per_group() < 2)
+    text.bad("n_group", "leaves " + std::to_string(m.experts_per_group()) +
+                            " expert per group; a group's score is the sum of its top 2, so it needs at least 2");
+}
+
+// What DeepseekV2's router implements (transformers' DeepseekV2TopkRouter): softmax scores, top-k
+// over all experts ("greedy") or within the topk_group groups of largest maximum score
+// ("group_limited_greedy"), weights = scores * routed_scaling_factor, never normalised.
+void check_deepseek_v2_routing(const Section& text, ModelConfig& m) {
+  if (text.has_value("scoring_func")) m.scoring_func = text.string("scoring_func");
+  if (m.scoring_func != "softmax")
+    text.bad("scoring_func", "is \"" + m.scoring_func + "\"; DeepseekV2ForCausalLM routes with \"softmax\" only");
+  if (text.has_value("topk_method")) m.topk_method = text.string("topk_method");
+  if (m.topk_method != "greedy" && m.topk_method != "group_limited_greedy")
+    text.bad("topk_method", "is \"" + m.topk_method +
+                                "\"; DeepseekV2ForCausalLM implements \"greedy\" and \"group_limited_greedy\"");
+  if (m.norm_topk_prob)
+    text.bad("norm_topk_prob", "is true; transformers' DeepseekV2 never normalises the top-k weights (DeepSeek's own "
+                               "V2 code normalises instead of scaling), so the two disagree; only false is supported");
+  if (m.first_k_dense_replace < m.attention.num_hidden_layers && !text.has_value("num_experts_per_tok"))
+    text.bad("num_experts_per_tok", "is missing (DeepseekV2Config has no default)");
+  if (m.topk_method == "greedy") {
+    m.n_group = 1;  // not read: the top k of all experts
+    m.topk_group = 1;
+    return;
+  }
+  for (const char* key : {"n_group", "topk_group"})
+    if (!text.has_value(key)) text.bad(key, "is missing (group_limited_greedy needs it; DeepseekV2Config has no default)");
+}
+
 }  // namespace
 
 ModelConfig parse_model_config(std::string_view json, const std::string& source_name) {
   ModelConfig m;
   m.attention = parse_config(json, source_name);  // validates the JSON and the attention keys
+  const bool v2 = m.attention.family == ModelFamily::DeepseekV2;
+  if (v2) deepseek_v2_defaults(m);
   simdjson::dom::parser parser;
   simdjson::padded_string padded(json);
   element root;
@@ -433,17 +530,10 @@ ModelConfig parse_model_config(std::string_view json, const std::string& source_
   m.bos_token_id = token_id(text, "bos_token_id");
   m.eos_token_id = token_id(text, "eos_token_id");
 
-  // What the forward implements (transformers' DeepseekV3 code), refused otherwise.
+  // What the forward implements (transformers' DeepseekV3 / DeepseekV2 code), refused otherwise.
   if (text.has_value("hidden_act")) m.hidden_act = text.string("hidden_act");
   if (m.hidden_act != "silu")
-    text.bad("hidden_act", "is \"" + m.hidden_act + "\"; only \"silu\" (the SwiGLU of DeepSeek-V3 / Kimi) is implemented");
-  if (text.has_value("scoring_func")) m.scoring_func = text.string("scoring_func");
-  if (m.scoring_func != "sigmoid")
-    text.bad("scoring_func", "is \"" + m.scoring_func + "\"; only \"sigmoid\" (DeepSeek-V3 / Kimi routing) is implemented");
-  if (text.has_value("topk_method")) m.topk_method = text.string("topk_method");
-  if (m.topk_method != "noaux_tc")
-    text.bad("topk_method", "is \"" + m.topk_method +
-                                "\"; only \"noaux_tc\" (group-limited top-k on bias-corrected scores) is implemented");
+    text.bad("hidden_act", "is \"" + m.hidden_act + "\"; only \"silu\" (the SwiGLU of DeepSeek-V2 / V3 / Kimi) is implemented");
   if (text.has_value("moe_layer_freq") && text.integer("moe_layer_freq") != 1)
     text.bad("moe_layer_freq", "must be 1 (every layer from first_k_dense_replace on is MoE, as transformers builds it)");
 
@@ -452,9 +542,8 @@ ModelConfig parse_model_config(std::string_view json, const std::string& source_
   if (m.n_routed_experts % m.n_group != 0)
     text.bad("n_group", "(" + std::to_string(m.n_group) + ") must divide n_routed_experts (" +
                             std::to_string(m.n_routed_experts) + ")");
-  if (m.experts_per_group() < 2)
-    text.bad("n_group", "leaves " + std::to_string(m.experts_per_group()) +
-                            " expert per group; a group's score is the sum of its top 2, so it needs at least 2");
+  if (v2) check_deepseek_v2_routing(text, m);
+  else check_deepseek_v3_routing(text, m);
   if (m.topk_group > m.n_group)
     text.bad("topk_group", "(" + std::to_string(m.topk_group) + ") must be <= n_group (" + std::to_string(m.n_group) + ")");
   if (m.num_experts_per_tok > m.topk_group * m.experts_per_group())
@@ -505,6 +594,80 @@ AttentionConfig kimi_k26_config() {
   return c;
 }
 
+// deepseek-ai/DeepSeek-V3 config.json: hidden 7168, 128 heads, q_lora_rank 1536, kv_lora_rank 512,
+// 128 / 64 / 128, 61 layers, vocab 129280, max_position_embeddings 163840, rms_norm_eps 1e-6,
+// rope_theta 10000, yarn factor 40 (original 4096, beta 32 / 1, mscale = mscale_all_dim = 1).
+AttentionConfig deepseek_v3_config() {
+  AttentionConfig c;
+  c.model_type = "deepseek_v3";
+  c.hidden_size = 7168;
+  c.num_attention_heads = c.num_key_value_heads = 128;
+  c.q_lora_rank = 1536;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  c.num_hidden_layers = 61;
+  c.vocab_size = 129280;
+  c.max_position_embeddings = 163840;
+  c.rms_norm_eps = 1e-6;
+  c.rope.rope_type = "yarn";
+  c.rope.rope_theta = 10000.0;
+  c.rope.factor = 40.0;
+  c.rope.original_max_position_embeddings = 4096;
+  c.rope.mscale = 1.0;
+  c.rope.mscale_all_dim = 1.0;
+  return c;
+}
+
+// deepseek-ai/DeepSeek-V2-Lite config.json: hidden 2048, 16 heads, q_lora_rank null, kv_lora_rank
+// 512, 128 / 64 / 128, 27 layers, vocab 102400, max_position_embeddings 163840, rms_norm_eps 1e-6,
+// rope_theta 10000, yarn factor 40 (original 4096, beta 32 / 1, mscale = mscale_all_dim = 0.707).
+AttentionConfig deepseek_v2_lite_config() {
+  AttentionConfig c;
+  c.model_type = "deepseek_v2";
+  c.family = ModelFamily::DeepseekV2;
+  c.hidden_size = 2048;
+  c.num_attention_heads = c.num_key_value_heads = 16;
+  c.q_lora_rank = 0;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  c.num_hidden_layers = 27;
+  c.vocab_size = 102400;
+  c.max_position_embeddings = 163840;
+  c.rms_norm_eps = 1e-6;
+  c.rope.rope_type = "yarn";
+  c.rope.rope_theta = 10000.0;
+  c.rope.factor = 40.0;
+  c.rope.original_max_position_embeddings = 4096;
+  c.rope.mscale = 0.707;
+  c.rope.mscale_all_dim = 0.707;
+  return c;
+}
+
+// moonshotai/Moonlight-16B-A3B config.json: hidden 2048, 16 heads, q_lora_rank null, kv_lora_rank
+// 512, 128 / 64 / 128, 27 layers, vocab 163840, max_position_embeddings 8192, rms_norm_eps 1e-5,
+// rope_theta 50000, no rope_scaling (plain RoPE).
+AttentionConfig moonlight_config() {
+  AttentionConfig c;
+  c.model_type = "deepseek_v3";
+  c.hidden_size = 2048;
+  c.num_attention_heads = c.num_key_value_heads = 16;
+  c.q_lora_rank = 0;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  c.num_hidden_layers = 27;
+  c.vocab_size = 163840;
+  c.max_position_embeddings = 8192;
+  c.rms_norm_eps = 1e-5;
+  c.rope.rope_theta = 50000.0;
+  return c;
+}
+
 PackQuantization kimi_int4_quantization() {
   PackQuantization q;
   q.present = true;
@@ -528,6 +691,58 @@ DecoderKeys kimi_k2_decoder_keys() {
   d.topk_group = 1;
   d.norm_topk_prob = true;
   d.routed_scaling_factor = 2.827;
+  return d;
+}
+
+// DeepSeek-V3: intermediate 18432, 256 experts of width 2048 in 8 groups, topk_group 4, 8 per
+// token, one shared, first_k_dense_replace 3, norm_topk_prob, routed_scaling_factor 2.5.
+DecoderKeys deepseek_v3_decoder_keys() {
+  DecoderKeys d;
+  d.intermediate_size = 18432;
+  d.moe_intermediate_size = 2048;
+  d.first_k_dense_replace = 3;
+  d.n_routed_experts = 256;
+  d.n_shared_experts = 1;
+  d.num_experts_per_tok = 8;
+  d.n_group = 8;
+  d.topk_group = 4;
+  d.norm_topk_prob = true;
+  d.routed_scaling_factor = 2.5;
+  return d;
+}
+
+// DeepSeek-V2-Lite: intermediate 10944, 64 experts of width 1408, 6 per token (greedy, softmax),
+// two shared, first_k_dense_replace 1, norm_topk_prob false, routed_scaling_factor 1.
+DecoderKeys deepseek_v2_lite_decoder_keys() {
+  DecoderKeys d;
+  d.intermediate_size = 10944;
+  d.moe_intermediate_size = 1408;
+  d.first_k_dense_replace = 1;
+  d.n_routed_experts = 64;
+  d.n_shared_experts = 2;
+  d.num_experts_per_tok = 6;
+  d.n_group = 1;
+  d.topk_group = 1;
+  d.norm_topk_prob = false;
+  d.routed_scaling_factor = 1.0;
+  d.topk_method = "greedy";
+  return d;
+}
+
+// Moonlight-16B-A3B: intermediate 11264, 64 experts of width 1408, 6 per token (noaux_tc, one
+// group), two shared, first_k_dense_replace 1, norm_topk_prob, routed_scaling_factor 2.446.
+DecoderKeys moonlight_decoder_keys() {
+  DecoderKeys d;
+  d.intermediate_size = 11264;
+  d.moe_intermediate_size = 1408;
+  d.first_k_dense_replace = 1;
+  d.n_routed_experts = 64;
+  d.n_shared_experts = 2;
+  d.num_experts_per_tok = 6;
+  d.n_group = 1;
+  d.topk_group = 1;
+  d.norm_topk_prob = true;
+  d.routed_scaling_factor = 2.446;
   return d;
 }
 
@@ -630,7 +845,7 @@ void append_quantization(std::ostringstream& os, const PackQuantization& q, cons
 }
 
 // The whole model's keys beyond the attention, as Kimi K2's config.json has them.
-void append_decoder_keys(std::ostringstream& os, const DecoderKeys& d, const std::string& ind) {
+void append_decoder_keys(std::ostringstream& os, const DecoderKeys& d, ModelFamily family, const std::string& ind) {
   os << ind << "\"intermediate_size\": " << d.intermediate_size << ",\n";
   os << ind << "\"moe_intermediate_size\": " << d.moe_intermediate_size << ",\n";
   os << ind << "\"first_k_dense_replace\": " << d.first_k_dense_replace << ",\n";
@@ -642,8 +857,8 @@ void append_decoder_keys(std::ostringstream& os, const DecoderKeys& d, const std
   os << ind << "\"topk_group\": " << d.topk_group << ",\n";
   os << ind << "\"norm_topk_prob\": " << (d.norm_topk_prob ? "true" : "false") << ",\n";
   os << ind << "\"routed_scaling_factor\": " << json_number(d.routed_scaling_factor) << ",\n";
-  os << ind << "\"scoring_func\": \"sigmoid\",\n";
-  os << ind << "\"topk_method\": \"noaux_tc\",\n";
+  os << ind << "\"scoring_func\": " << (family == ModelFamily::DeepseekV2 ? "\"softmax\"" : "\"sigmoid\"") << ",\n";
+  os << ind << "\"topk_method\": " << json_quote(d.topk_method) << ",\n";
   os << ind << "\"hidden_act\": \"silu\",\n";
   os << ind << "\"num_nextn_predict_layers\": 0,\n";
   os << ind << "\"tie_word_embeddings\": false,\n";
@@ -667,10 +882,11 @@ void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const st
   os << ind << "\"max_position_embeddings\": " << c.max_position_embeddings << ",\n";
   os << ind << "\"rms_norm_eps\": " << json_number(c.rms_norm_eps) << ",\n";
   os << ind << "\"attention_bias\": " << (c.attention_bias ? "true" : "false") << ",\n";
-  os << ind << "\"rope_interleave\": " << (c.rope_interleave ? "true" : "false") << ",\n";
+  if (c.family == ModelFamily::DeepseekV3)  // DeepseekV2Config has no such key
+    os << ind << "\"rope_interleave\": " << (c.rope_interleave ? "true" : "false") << ",\n";
   append_rope(os, c.rope, ind);
   os << ind << "\"rope_theta\": " << json_number(c.rope.rope_theta) << ",\n";
-  if (decoder) append_decoder_keys(os, *decoder, ind);
+  if (decoder) append_decoder_keys(os, *decoder, c.family, ind);
   if (c.quantization.present) append_quantization(os, c.quantization, ind);
   os << ind << "\"torch_dtype\": \"bfloat16\"";
 }
@@ -690,8 +906,9 @@ std::string config_to_json(const AttentionConfig& cfg, bool nested, const Decode
     append_text_keys(os, cfg, "    ", decoder);
     os << "\n  }\n";
   } else {
-    const std::string type = cfg.model_type.empty() ? "deepseek_v3" : cfg.model_type;
-    os << "  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n";
+    const bool v2 = cfg.family == ModelFamily::DeepseekV2;
+    const std::string type = !cfg.model_type.empty() ? cfg.model_type : v2 ? "deepseek_v2" : "deepseek_v3";
+    os << "  \"architectures\": [\"" << family_class_name(cfg.family) << "\"],\n";
     os << "  \"model_type\": " << json_quote(type) << ",\n";
     append_text_keys(os, cfg, "  ", decoder);
     os << "\n";

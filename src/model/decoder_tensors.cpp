@@ -65,8 +65,9 @@ DecoderLayerWeights load_decoder_layer(const Checkpoint& ckpt, const ModelConfig
   const int64_t E = cfg.n_routed_experts;
   w.gate.weight = ckpt.load_tensor(decoder_tensor_name(ckpt, layer, "mlp.gate.weight"), {E, H},
                                    "[n_routed_experts, hidden_size]", &w.source_dtype);
-  w.gate.e_score_correction_bias = ckpt.load_tensor(decoder_tensor_name(ckpt, layer, "mlp.gate.e_score_correction_bias"),
-                                                    {E}, "[n_routed_experts]", &w.source_dtype);
+  if (cfg.router_has_correction_bias())
+    w.gate.e_score_correction_bias = ckpt.load_tensor(decoder_tensor_name(ckpt, layer, "mlp.gate.e_score_correction_bias"),
+                                                      {E}, "[n_routed_experts]", &w.source_dtype);
   if (cfg.n_shared_experts > 0)
     w.shared_experts = load_mlp(ckpt, layer, "mlp.shared_experts.", cfg.shared_intermediate_size(),
                                 "moe_intermediate_size * n_shared_experts", H, w.source_dtype);
@@ -107,7 +108,8 @@ void check_model_tensors(const Checkpoint& ckpt, const ModelConfig& cfg, const s
       mlps.push_back("mlp.");
     } else {
       names.push_back(decoder_tensor_name(ckpt, L, "mlp.gate.weight"));
-      names.push_back(decoder_tensor_name(ckpt, L, "mlp.gate.e_score_correction_bias"));
+      if (cfg.router_has_correction_bias())
+        names.push_back(decoder_tensor_name(ckpt, L, "mlp.gate.e_score_correction_bias"));
       if (cfg.n_shared_experts > 0) mlps.push_back("mlp.shared_experts.");
       for (int64_t e = 0; e < cfg.n_routed_experts; ++e) mlps.push_back(expert_base(e));
     }

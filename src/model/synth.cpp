@@ -382,7 +382,7 @@ std::vector<PlannedTensor> plan_layer(const AttentionConfig& c, int64_t L, uint6
   }
   const int64_t E = d->n_routed_experts, I_m = d->moe_intermediate_size, I_s = I_m * d->n_shared_experts;
   add("mlp.gate.weight", kRouter, {E, H});
-  add("mlp.gate.e_score_correction_bias", kRouterBias, {E});
+  if (c.family == ModelFamily::DeepseekV3) add("mlp.gate.e_score_correction_bias", kRouterBias, {E});  // V2: none
   if (I_s > 0) {
     add("mlp.shared_experts.gate_proj.weight", kSharedGate, {I_s, H});
     add("mlp.shared_experts.up_proj.weight", kSharedUp, {I_s, H});
@@ -493,7 +493,7 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& 
     if (opts.experts % d.n_group != 0)
       fail(ErrorKind::InvalidArgument, "synth: --experts " + E + " is not divisible by n_group " + std::to_string(d.n_group) +
                                            " (experts are routed in n_group equal groups)");
-    if (opts.experts / d.n_group < 2)
+    if (d.topk_method == "noaux_tc" && opts.experts / d.n_group < 2)
       fail(ErrorKind::InvalidArgument, "synth: --experts " + E + " leaves " + std::to_string(opts.experts / d.n_group) +
                                            " expert per group of n_group " + std::to_string(d.n_group) +
                                            "; a group's score is the sum of its top 2, so it needs at least 2");
@@ -631,20 +631,39 @@ void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_
   out.commit();
 }
 
+const std::vector<std::string>& synth_presets() {
+  static const std::vector<std::string> names = {"kimi-k2.6", "deepseek-v3", "deepseek-v2-lite", "moonlight-16b-a3b", "tiny"};
+  return names;
+}
+
+std::string synth_preset_names() {
+  std::string s;
+  for (const std::string& n : synth_presets()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 AttentionConfig synth_preset_config(const SynthOptions& opts, DecoderKeys* decoder) {
   AttentionConfig cfg;
-  int64_t default_vocab = 0;
+  int64_t default_vocab = 1024;  // a real vocabulary (~100-160 k rows) would dominate the file
   DecoderKeys keys;
   if (opts.preset == "kimi-k2.6") {
     cfg = kimi_k26_config();
     keys = kimi_k2_decoder_keys();
-    default_vocab = 1024;
+  } else if (opts.preset == "deepseek-v3") {
+    cfg = deepseek_v3_config();
+    keys = deepseek_v3_decoder_keys();
+  } else if (opts.preset == "deepseek-v2-lite") {
+    cfg = deepseek_v2_lite_config();
+    keys = deepseek_v2_lite_decoder_keys();
+  } else if (opts.preset == "moonlight-16b-a3b") {
+    cfg = moonlight_config();
+    keys = moonlight_decoder_keys();
   } else if (opts.preset == "tiny") {
     cfg = tiny_config();
     keys = tiny_decoder_keys();
     default_vocab = 97;
   } else {
-    fail(ErrorKind::InvalidArgument, "synth: preset '" + opts.preset + "' is not one of kimi-k2.6, tiny");
+    fail(ErrorKind::InvalidArgument, "synth: preset '" + opts.preset + "' is not one of " + synth_preset_names());
   }
   cfg.vocab_size = opts.vocab > 0 ? opts.vocab : default_vocab;
   if (decoder) *decoder = keys;

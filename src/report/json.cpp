@@ -213,6 +213,7 @@ void scores_object(JsonWriter& w, std::span<const double> scores) {
 void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale) {
   w.begin_object();
   w.key("model_type").value(c.model_type);
+  w.key("family").value(family_class_name(c.family));
   w.key("nested_text_config").value(c.nested_text_config);
   w.key("hidden_size").value(c.hidden_size);
   w.key("num_attention_heads").value(c.num_attention_heads);
@@ -231,6 +232,7 @@ void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<d
   w.key("rms_norm_eps").value(c.rms_norm_eps);
   w.key("attention_bias").value(c.attention_bias);
   w.key("rope_interleave").value(c.rope_interleave);
+  w.key("rope_style").value(rope_style_name(c.rope_style()));
   w.key("rope").begin_object();
   w.key("rope_type").value(c.rope.rope_type);
   w.key("rope_theta").value(c.rope.rope_theta);

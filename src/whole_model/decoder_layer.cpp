@@ -1,12 +1,16 @@
-// src/whole_model/decoder_layer.cpp — one DeepseekV3DecoderLayer on the CPU (decoder_layer.hpp):
-// norms, the attention's projections on the fixed-order engine, o_proj, residual adds, the dense
-// SwiGLU MLP and DeepseekV3MoE (router, routed experts, shared experts).
+// src/whole_model/decoder_layer.cpp — one DeepseekV3DecoderLayer (or DeepseekV2DecoderLayer) on
+// the CPU (decoder_layer.hpp): norms, the attention's projections on the fixed-order engine,
+// o_proj, residual adds, the dense SwiGLU MLP and the MoE (router, routed experts, shared
+// experts). The two families differ only in RoPE (cpu::rope) and in the router's scores and
+// selection (route_token, routing.cpp).
 //
 // transformers (modeling_deepseek_v3.py, experts_implementation "grouped_mm", its default):
 //   DeepseekV3MLP          down_proj(act_fn(gate_proj(x)) * up_proj(x))
 //   DeepseekV3TopkRouter   logits = F.linear(x.float(), weight.float()); scores = sigmoid(logits)
 //                          choice = scores + e_score_correction_bias; group-limited top-k of choice
 //                          w = scores[topk]; w /= (sum w + 1e-20) if norm_topk_prob; w *= routed_scaling_factor
+//   DeepseekV2TopkRouter   the same logits; scores = softmax(logits); (group-limited) top-k of scores;
+//                          w = scores[topk] * routed_scaling_factor
 //   experts                out_e = down(silu(gate(x)) * up(x)) per routed row (bf16 in a bf16 model);
 //                          sum over the k slots of fp32(out_e * w) in fp32, then .to(model dtype)
 //   DeepseekV3MoE          routed + shared_experts(x)
@@ -41,9 +45,6 @@ std::unique_ptr<cpu::FixedOrderLinear> prepared_linear(const TensorF& w, bool bf
 // silu(x) = x / (1 + exp(-x)) in fp32 (evaluated in double, rounded once: within 1 ulp of torch's
 // vectorised fp32 silu)
 float silu(float x) { return static_cast<float>(static_cast<double>(x) / (1.0 + std::exp(-static_cast<double>(x)))); }
-
-// sigmoid(x) = 1 / (1 + exp(-x)) in fp32 (evaluated in double, rounded once)
-float sigmoid(float x) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x)))); }
 
 // Row-wise over m rows in parallel (rows are independent).
 void for_rows(int64_t rows, int threads, const std::function<void(int64_t, int64_t)>& body) {
@@ -86,7 +87,7 @@ PreparedLayer::PreparedLayer(const ModelConfig& cfg, const DecoderLayerWeights& 
   }
   // the router stays fp32 in a bf16 model (transformers' _keep_in_fp32_modules_strict)
   router_ = prepared_linear(w.gate.weight, false);
-  correction_bias_ = w.gate.e_score_correction_bias.data;
+  if (cfg.router_has_correction_bias()) correction_bias_ = w.gate.e_score_correction_bias.data;
   if (cfg.n_shared_experts > 0) shared_ = prepare_mlp(w.shared_experts, bf16_);
   experts_.resize(idx(cfg.n_routed_experts));
   if (!w.experts.empty()) {
@@ -173,7 +174,7 @@ MatrixRM PreparedLayer::swiglu(const PreparedMlp& m, const MatrixRM& x) const {
 }
 
 Routing PreparedLayer::route(const MatrixRM& y) const {
-  const int64_t m = y.rows(), E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  const int64_t m = y.rows(), k = cfg_.num_experts_per_tok;
   Routing r;
   r.k = k;
   MatrixRM logits;  // [m, E] fp32: x.float() @ weight.float().T
@@ -181,24 +182,11 @@ Routing PreparedLayer::route(const MatrixRM& y) const {
   r.logits.assign(logits.data(), logits.data() + logits.size());
   r.experts.resize(idx(m * k));
   r.weights.resize(idx(m * k));
-  const float scaling = static_cast<float>(cfg_.routed_scaling_factor);
   for_rows(m, threads_, [&](int64_t r0, int64_t r1) {
-    std::vector<float> scores(idx(E)), choice(idx(E));
     for (int64_t s = r0; s < r1; ++s) {
-      for (int64_t e = 0; e < E; ++e) {
-        scores[idx(e)] = sigmoid(logits(s, e));
-        choice[idx(e)] = scores[idx(e)] + correction_bias_[idx(e)];
-      }
-      const std::vector<int32_t> chosen = select_experts(choice.data(), cfg_);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < k; ++j) sum = sum + scores[idx(chosen[idx(j)])];
-      const float denominator = sum + 1e-20f;
-      for (int64_t j = 0; j < k; ++j) {
-        float w = scores[idx(chosen[idx(j)])];
-        if (cfg_.norm_topk_prob) w = w / denominator;
-        r.experts[idx(s * k + j)] = chosen[idx(j)];
-        r.weights[idx(s * k + j)] = w * scaling;
-      }
+      const TokenRoute<float> t = route_token(&logits(s, 0), correction_bias_.data(), cfg_);
+      std::copy(t.experts.begin(), t.experts.end(), r.experts.begin() + s * k);
+      std::copy(t.weights.begin(), t.weights.end(), r.weights.begin() + s * k);
     }
   });
   return r;

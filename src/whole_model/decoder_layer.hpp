@@ -16,7 +16,7 @@
 //
 // bf16 rounding points beyond the attention's (docs/math.md §15.3): every Linear output, both
 // RMSNorm roundings, silu(gate), silu(gate)*up, each residual add; the router in fp32 (fp32
-// weights, fp32 logits and sigmoid); each routed expert's output times its fp32 weight in fp32,
+// weights, fp32 logits and sigmoid or softmax); each routed expert's output times its fp32 weight in fp32,
 // the k products summed in fp32 in ascending expert order and rounded once; + the shared expert
 // rounded.
 //

@@ -105,6 +105,19 @@ std::vector<Geometry> build_small() {
     c.q_lora_rank = 0;
     g.push_back({"bias_q_lora_null", "attention_bias true with q_lora null: kv_a / o_proj biases, q_proj none", c});
   }
+  {
+    // DeepSeek-V2-Lite's conventions: q_proj, yarn factor 40 with mscale = mscale_all_dim = 0.707,
+    // and V2's RoPE (pairs in place, one complex product in fp32)
+    AttentionConfig c = tiny();
+    c.model_type = "deepseek_v2";
+    c.family = ModelFamily::DeepseekV2;
+    c.q_lora_rank = 0;
+    c.rope.rope_theta = 10000.0;
+    c.rope.factor = 40.0;
+    c.rope.mscale = 0.707;
+    c.rope.mscale_all_dim = 0.707;
+    g.push_back({"v2", "DeepseekV2: complex-pair RoPE in fp32, q_proj, yarn factor 40 mscale 0.707", c});
+  }
   return g;
 }
 
@@ -160,7 +173,7 @@ std::string vars(const AttentionConfig& c) {
   } else {
     s += " rope=default(theta " + std::to_string(static_cast<int64_t>(c.rope.rope_theta)) + ")";
   }
-  s += c.rope_interleave ? " interleave" : " no-interleave";
+  s += std::string(" ") + rope_style_name(c.rope_style());
   s += c.attention_bias ? " bias" : "";
   return s;
 }

@@ -12,6 +12,8 @@
 //   bias            tiny with attention_bias true (q_a_proj, kv_a_proj_with_mqa, o_proj biases)
 //   bias_q_lora_null  tiny with attention_bias true and q_lora_rank null (kv_a_proj_with_mqa and
 //                   o_proj biases; HF's q_proj never has one)
+//   v2              tiny as DeepseekV2 (V2-Lite's conventions): q_proj, yarn factor 40 with
+//                   mscale = mscale_all_dim = 0.707, RoPE as complex pairs in place, in fp32
 //   kimi            the full Kimi K2.6 attention geometry (K2.5 values, docs/math.md §1)
 // All tiny geometries carry rms_norm_eps 1e-5 (like K2.5) so that a backend that wrongly uses
 // it for the latent norms (HF uses 1e-6, ForwardOptions::latent_norm_eps) is caught.

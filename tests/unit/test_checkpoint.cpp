@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "mla/checkpoint.hpp"
+#include "mla/model.hpp"
 #include "mla/config.hpp"
 #include "mla/error.hpp"
 #include "mla/fp8.hpp"
@@ -370,6 +371,30 @@ BOOST_AUTO_TEST_CASE(kimi_layer0_parameter_count) {
   BOOST_TEST(w.parameter_count() == 101124096);  // docs/math.md §12
   BOOST_TEST((w.o_proj.shape == std::vector<int64_t>{7168, 8192}));
   BOOST_TEST((w.kv_b_proj.shape == std::vector<int64_t>{16384, 512}));
+}
+
+// synth --preset deepseek-v2-lite --experts: a DeepseekV2 whole model (its router has no
+// e_score_correction_bias) that the whole-model loader reads with V2's routing.
+BOOST_AUTO_TEST_CASE(synth_deepseek_v2_lite_is_a_v2_model) {
+  const std::string dir = mla::test::scratch_dir("synth-v2-lite");
+  mla::SynthOptions o;
+  o.preset = "deepseek-v2-lite";
+  o.out_dir = dir;
+  o.vocab = 16;
+  o.experts = 4;
+  o.group_size = 64;
+  o.layers = {0, 1};
+  mla::synthesize_checkpoint(o);
+  const Checkpoint ck = Checkpoint::open(dir);
+  const mla::ModelConfig m = mla::load_model_config(ck.config_path());
+  BOOST_TEST((m.attention.family == mla::ModelFamily::DeepseekV2));
+  BOOST_TEST(m.topk_method == "greedy");
+  BOOST_TEST(m.num_experts_per_tok == 4);  // the preset's 6, capped by the 4 experts written
+  BOOST_TEST(ck.has_tensor("model.layers.1.mlp.gate.weight"));
+  BOOST_TEST(!ck.has_tensor("model.layers.1.mlp.gate.e_score_correction_bias"));
+  const mla::DecoderLayerWeights w = mla::load_decoder_layer(ck, m, 1, false);
+  BOOST_TEST(w.moe);
+  BOOST_TEST(w.gate.e_score_correction_bias.empty());
 }
 
 // ---- hand-made checkpoints -------------------------------------------------------------------

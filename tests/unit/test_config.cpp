@@ -12,6 +12,7 @@
 
 #include "mla/config.hpp"
 #include "mla/error.hpp"
+#include "mla/model.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -410,6 +411,51 @@ BOOST_AUTO_TEST_CASE(config_to_json_round_trips) {
   BOOST_TEST(nested.find("\"KimiK25ForConditionalGeneration\"") != std::string::npos);
   BOOST_TEST(nested.find("\"DeepseekV3ForCausalLM\"") != std::string::npos);
   BOOST_TEST(nested.find("\"model_type\": \"kimi_k25\"") != std::string::npos);
+}
+
+// The published geometries of `synth --preset` (values from each model's config.json) written as
+// config.json and read back by the whole-model parser: every attention field, the family and the
+// decoder keys come back as written; V2's config names DeepseekV2ForCausalLM, softmax routing and
+// no rope_interleave.
+BOOST_AUTO_TEST_CASE(published_presets_round_trip_with_their_decoder_keys) {
+  struct Preset {
+    const char* name;
+    AttentionConfig cfg;
+    mla::DecoderKeys keys;
+  };
+  const std::vector<Preset> presets = {
+      {"kimi-k2.6", mla::kimi_k26_config(), mla::kimi_k2_decoder_keys()},
+      {"deepseek-v3", mla::deepseek_v3_config(), mla::deepseek_v3_decoder_keys()},
+      {"deepseek-v2-lite", mla::deepseek_v2_lite_config(), mla::deepseek_v2_lite_decoder_keys()},
+      {"moonlight-16b-a3b", mla::moonlight_config(), mla::moonlight_decoder_keys()},
+  };
+  for (const Preset& p : presets) {
+    BOOST_TEST_CONTEXT(p.name) {
+      const std::string json = mla::config_to_json(p.cfg, p.cfg.nested_text_config, &p.keys);
+      const mla::ModelConfig m = mla::parse_model_config(json, std::string(p.name) + ".json");
+      BOOST_TEST((m.attention == p.cfg), json);
+      BOOST_TEST(m.intermediate_size == p.keys.intermediate_size);
+      BOOST_TEST(m.moe_intermediate_size == p.keys.moe_intermediate_size);
+      BOOST_TEST(m.first_k_dense_replace == p.keys.first_k_dense_replace);
+      BOOST_TEST(m.n_routed_experts == p.keys.n_routed_experts);
+      BOOST_TEST(m.n_shared_experts == p.keys.n_shared_experts);
+      BOOST_TEST(m.num_experts_per_tok == p.keys.num_experts_per_tok);
+      BOOST_TEST(m.n_group == p.keys.n_group);
+      BOOST_TEST(m.topk_group == p.keys.topk_group);
+      BOOST_TEST(m.norm_topk_prob == p.keys.norm_topk_prob);
+      BOOST_TEST(m.routed_scaling_factor == p.keys.routed_scaling_factor);
+      BOOST_TEST(m.topk_method == p.keys.topk_method);
+      const bool v2 = p.cfg.family == mla::ModelFamily::DeepseekV2;
+      BOOST_TEST(m.scoring_func == (v2 ? "softmax" : "sigmoid"));
+      BOOST_TEST((json.find("\"DeepseekV2ForCausalLM\"") != std::string::npos) == v2);
+      BOOST_TEST((json.find("\"rope_interleave\"") != std::string::npos) == !v2);
+    }
+  }
+  // the three published ones as their config.json files give them
+  BOOST_TEST(mla::deepseek_v3_config().num_attention_heads == 128);
+  BOOST_TEST(mla::deepseek_v2_lite_config().rope.mscale_all_dim == 0.707);
+  BOOST_TEST(!mla::moonlight_config().rope.is_yarn());
+  BOOST_TEST(mla::moonlight_config().rope.rope_theta == 50000.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

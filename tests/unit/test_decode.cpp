@@ -600,7 +600,7 @@ BOOST_AUTO_TEST_CASE(latent_cache_export) {
 // With the full cache, decode row x is the causal prefill's row x: the reference in exact
 // arithmetic (absorbed and naive), the cpu kernel within fp32 accumulation.
 BOOST_AUTO_TEST_CASE(full_equals_prefill_rows_fp32) {
-  for (const std::string geometry : {"tiny", "odd", "q_lora_null", "bias", "no_interleave"}) {
+  for (const std::string geometry : {"tiny", "odd", "q_lora_null", "bias", "no_interleave", "v2"}) {
     const int64_t P = 11, N = 7, T = P + N;
     const Layer l = tiny_layer(T, geometry);
     const DecodeOptions o = options(P, N, {8}, "full");

@@ -393,6 +393,39 @@ BOOST_AUTO_TEST_CASE(a_policy_alone_equals_the_policy_among_others) {
   }
 }
 
+// A DeepseekV2 model (tests/data/golden/whole-model-v2: V2's RoPE and softmax routing): full and
+// every policy at K >= T are the plain forward bit for bit, a small budget changes something, and
+// a policy alone equals the policy among others.
+BOOST_AUTO_TEST_CASE(deepseek_v2_model_is_exact_and_independent) {
+  const mla::Checkpoint ckpt = mla::Checkpoint::open(mla::test::data_dir() + "/golden/whole-model-v2/model", "");
+  const mla::ModelConfig cfg = mla::load_model_config(ckpt.config_path());
+  BOOST_REQUIRE((cfg.attention.family == mla::ModelFamily::DeepseekV2));
+  const std::vector<int64_t> ids = fixture_tokens();
+  const std::string policies = "full,h2o:sinks=1,recent=2,snapkv:window=4,expected-attention:sinks=1,recent=2,future=8,keydiff";
+  for (Precision precision : {Precision::BF16, Precision::FP32}) {
+    BOOST_TEST_CONTEXT(mla::precision_name(precision)) {
+      mla::ModelForwardOptions fo;
+      fo.precision = precision;
+      const std::vector<int64_t> input(ids.begin(), ids.begin() + kP + kN);
+      const mla::ModelForwardResult plain = mla::model_forward(ckpt, cfg, input, fo);
+      const EvalResult r = mla::run_eval(ckpt, cfg, ids, options(policies, {6, kP + kN}, precision));
+      BOOST_TEST(same_bits(r.full.logits.data, rows_of(plain.logits, kP, kN)));
+      bool some_differ = false;
+      for (const mla::EvalRun& run : r.runs) {
+        if (run.budget == 6) some_differ = some_differ || !same_bits(run.logits.data, r.full.logits.data);
+        else BOOST_TEST(same_bits(run.logits.data, r.full.logits.data), run.policy.label << " at K = " << run.budget);
+      }
+      BOOST_TEST(some_differ, "no policy changed the logits at K = 6: the comparison cannot fail");
+      EvalOptions one = options("expected-attention:sinks=1,recent=2,future=8", {6}, precision);
+      one.threads = 1;
+      const EvalResult alone = mla::run_eval(ckpt, cfg, ids, one);
+      for (const mla::EvalRun& run : r.runs)
+        if (run.budget == 6 && run.policy.label == alone.runs[0].policy.label)
+          BOOST_TEST(same_bits(run.logits.data, alone.runs[0].logits.data));
+    }
+  }
+}
+
 // ---- metrics by their definitions -----------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(metrics_by_definition) {

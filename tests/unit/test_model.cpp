@@ -53,7 +53,8 @@ namespace {
 
 using mla::Precision;
 
-const std::vector<std::string> kFixtures = {"whole-model", "whole-model-qproj", "whole-model-groups"};
+const std::vector<std::string> kFixtures = {"whole-model", "whole-model-qproj", "whole-model-groups", "whole-model-v2",
+                                            "whole-model-v2-groups"};
 
 std::string fixture_dir(const std::string& name) { return mla::test::data_dir() + "/golden/" + name; }
 
@@ -144,6 +145,73 @@ BOOST_AUTO_TEST_CASE(model_config_reads_the_fixtures) {
   BOOST_TEST(q.attention.attention_bias);
 }
 
+// The DeepseekV2 fixtures as save_pretrained wrote them (n_group / topk_group null for greedy).
+BOOST_AUTO_TEST_CASE(model_config_reads_the_v2_fixtures) {
+  const mla::ModelConfig v = mla::load_model_config(fixture_dir("whole-model-v2") + "/model/config.json");
+  BOOST_TEST((v.attention.family == mla::ModelFamily::DeepseekV2));
+  BOOST_TEST((v.attention.rope_style() == mla::RopeStyle::Complex));
+  BOOST_TEST(v.scoring_func == "softmax");
+  BOOST_TEST(v.topk_method == "greedy");
+  BOOST_TEST(!v.norm_topk_prob);
+  BOOST_TEST(!v.router_has_correction_bias());
+  BOOST_TEST(!v.attention.has_q_lora());
+  BOOST_TEST(v.attention.rope.mscale == 0.707);
+  BOOST_TEST(v.attention.rope.factor == 40.0);
+  BOOST_TEST(v.n_group == 1);
+  const mla::ModelConfig g = mla::load_model_config(fixture_dir("whole-model-v2-groups") + "/model/config.json");
+  BOOST_TEST(g.topk_method == "group_limited_greedy");
+  BOOST_TEST(g.n_group == 4);
+  BOOST_TEST(g.topk_group == 2);
+  BOOST_TEST(g.routed_scaling_factor == 16.0);
+  // the V3 fixtures stay DeepseekV3 with a correction bias
+  const mla::ModelConfig three = mla::load_model_config(fixture_dir("whole-model") + "/model/config.json");
+  BOOST_TEST((three.attention.family == mla::ModelFamily::DeepseekV3));
+  BOOST_TEST(three.router_has_correction_bias());
+  // without a model_type, the architectures name the family
+  std::string text = mla::test::read_text(fixture_dir("whole-model-v2") + "/model/config.json");
+  text.erase(text.find("\"model_type\""), text.find('\n', text.find("\"model_type\"")) - text.find("\"model_type\"") + 1);
+  BOOST_TEST((mla::parse_model_config(text, "cfg.json").attention.family == mla::ModelFamily::DeepseekV2));
+}
+
+// What transformers' DeepseekV2 cannot run, or runs differently from DeepSeek's own V2 code, is
+// refused naming the key and what the family supports.
+BOOST_AUTO_TEST_CASE(model_config_refuses_what_v2_cannot_honour) {
+  const std::string base = mla::test::read_text(fixture_dir("whole-model-v2") + "/model/config.json");
+  const auto replaced = [&](const std::string& key, const std::string& value) {
+    std::string s = base;
+    const size_t at = s.find("\"" + key + "\"");
+    BOOST_REQUIRE(at != std::string::npos);
+    const size_t colon = s.find(':', at), end = s.find_first_of(",\n}", colon);
+    s.replace(colon + 1, end - colon - 1, " " + value);
+    return s;
+  };
+  const auto added = [&](const std::string& key_value) {
+    std::string s = base;
+    s.insert(s.find('{') + 1, "\n  " + key_value + ",");
+    return s;
+  };
+  struct Case {
+    std::string text, key, says;
+  };
+  const std::vector<Case> cases = {
+      {added("\"scoring_func\": \"sigmoid\""), "scoring_func", "\"softmax\" only"},
+      {replaced("topk_method", "\"noaux_tc\""), "topk_method", "\"greedy\" and \"group_limited_greedy\""},
+      {replaced("norm_topk_prob", "true"), "norm_topk_prob", "never normalises"},
+      {replaced("topk_method", "\"group_limited_greedy\""), "n_group", "group_limited_greedy needs it"},
+      {replaced("num_experts_per_tok", "null"), "num_experts_per_tok", "no default"},
+  };
+  for (const Case& c : cases) {
+    try {
+      (void)mla::parse_model_config(c.text, "cfg.json");
+      BOOST_ERROR("accepted a V2 config with bad " << c.key);
+    } catch (const mla::Error& e) {
+      BOOST_TEST((e.kind() == mla::ErrorKind::Config));
+      BOOST_TEST(std::string(e.what()).find("'" + c.key + "'") != std::string::npos, e.what());
+      BOOST_TEST(std::string(e.what()).find(c.says) != std::string::npos, e.what());
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(model_config_refuses_what_the_forward_cannot_honour) {
   const std::string base = mla::test::read_text(fixture_dir("whole-model") + "/model/config.json");
   const auto with = [&](const std::string& key_value) {
@@ -152,7 +220,7 @@ BOOST_AUTO_TEST_CASE(model_config_refuses_what_the_forward_cannot_honour) {
     return s;
   };
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"\"scoring_func\": \"softmax\"", "scoring_func"},
+      {"\"scoring_func\": \"softmax\"", "scoring_func"},  // DeepSeek-V2's, not DeepseekV3ForCausalLM's
       {"\"topk_method\": \"greedy\"", "topk_method"},
       {"\"hidden_act\": \"gelu\"", "hidden_act"},
       {"\"moe_layer_freq\": 2", "moe_layer_freq"},

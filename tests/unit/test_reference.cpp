@@ -302,10 +302,15 @@ BOOST_AUTO_TEST_CASE(bf16_values_are_bf16_and_close_to_fp32) {
       const LayerWeights w = mla::test::random_layer_weights(g.cfg, 71);
       const TensorF x = mla::test::random_hidden(16, g.cfg.hidden_size, 72);
       const auto b = mla::ref::forward(g.cfg, w, x, options(Precision::BF16));
-      for (const TensorD* t : {&b.hidden, &b.q, &b.compressed_kv, &b.latent_normed, &b.kv, &b.cos, &b.sin, &b.query_states,
+      for (const TensorD* t : {&b.hidden, &b.q, &b.compressed_kv, &b.latent_normed, &b.kv, &b.query_states,
                                &b.key_states, &b.value_states, &b.scores, &b.masked_scores, &b.attn_weights,
                                &b.attn_context, &b.attn_output})
         BOOST_TEST(all_bf16(*t), t->name << " holds a value that is not a bf16 value");
+      // cos/sin: `.to(x.dtype)` in DeepseekV3; DeepseekV2's freqs_cis stays fp32 (not all bf16)
+      const bool complex = g.cfg.rope_style() == mla::RopeStyle::Complex;
+      BOOST_TEST(all_bf16(b.cos) != complex, "cos: bf16 values " << all_bf16(b.cos) << " for rope style "
+                                                                 << mla::rope_style_name(g.cfg.rope_style()));
+      BOOST_TEST(all_bf16(b.sin) != complex);
       if (g.cfg.has_q_lora()) {
         BOOST_TEST(all_bf16(b.q_a));
         BOOST_TEST(all_bf16(b.q_a_normed));
