@@ -154,42 +154,9 @@ AttentionConfig moonlight_config();
 // int, 4 bits, symmetric, strategy group, group_size 32, targets Linear, Kimi's ignore list.
 PackQuantization kimi_int4_quantization();
 
-// The decoder keys beyond the attention that `mla-h2o synth --experts` writes into config.json
-// (transformers' DeepseekV3Config / DeepseekV2Config names; what the whole-model forward reads):
-// dense MLP width, MoE geometry and routing. The scoring function follows the config's family:
-// sigmoid for DeepseekV3 (topk_method "noaux_tc": bias-corrected, group-limited top-k), softmax
-// for DeepseekV2 (topk_method "greedy" or "group_limited_greedy"); hidden_act "silu",
-// moe_layer_freq 1.
-struct DecoderKeys {
-  int64_t intermediate_size = 0;       // dense MLP width (layers < first_k_dense_replace)
-  int64_t moe_intermediate_size = 0;   // width of each routed expert
-  int64_t first_k_dense_replace = 0;   // layers [0, first_k_dense_replace) are dense
-  int64_t n_routed_experts = 0;        // E
-  int64_t n_shared_experts = 0;        // the shared expert is one MLP of width moe_intermediate_size * n_shared_experts
-  int64_t num_experts_per_tok = 0;     // k
-  int64_t n_group = 1;                 // experts are routed in n_group equal groups
-  int64_t topk_group = 1;              // groups a token may route into
-  bool norm_topk_prob = true;
-  double routed_scaling_factor = 1.0;
-  std::string topk_method = "noaux_tc";
-  bool operator==(const DecoderKeys&) const = default;
-};
-
-// The published models' (the geometries above) and Kimi K2's (every release from K2-Instruct to
-// K2.6): intermediate 18432, experts 384 of width
-// 2048, first_k_dense_replace 1, one shared expert, 8 per token, n_group = topk_group = 1,
-// norm_topk_prob, routed_scaling_factor 2.827.
-DecoderKeys kimi_k2_decoder_keys();
-DecoderKeys deepseek_v3_decoder_keys();
-DecoderKeys deepseek_v2_lite_decoder_keys();
-DecoderKeys moonlight_decoder_keys();
-// tiny_config()'s: intermediate 96, experts 8 of width 32 in 2 groups, top-1 group, 2 per token,
-// one shared expert, first_k_dense_replace 1, routed_scaling_factor 2.827.
-DecoderKeys tiny_decoder_keys();
-
 // Serializes a config in the nested Kimi K2.5/K2.6 layout (text_config, rope_scaling) or flat;
 // a present `quantization` is written as compressed-tensors writes it, inside text_config when
-// nested; `decoder` (when given) adds the whole model's keys beside the attention's.
-std::string config_to_json(const AttentionConfig& cfg, bool nested, const DecoderKeys* decoder = nullptr);
+// nested. mla/model.hpp's model_config_to_json adds a whole model's keys.
+std::string config_to_json(const AttentionConfig& cfg, bool nested);
 
 }  // namespace mla

@@ -82,6 +82,28 @@ struct ModelConfig {
 // DeepseekV2 with norm_topk_prob true, a routing that cannot pick k experts).
 ModelConfig parse_model_config(std::string_view json, const std::string& source_name = "config.json");
 ModelConfig load_model_config(const std::string& path);
+// config.json of a whole model (config_to_json's attention keys, then the decoder's as the
+// family's transformers config names them); parse_model_config reads it back field by field.
+std::string model_config_to_json(const ModelConfig& m, bool nested);
+
+// The whole models of `synth --preset` (docs/checkpoints.md §4): mla/config.hpp's attention
+// geometry and the decoder keys of each model's published config.json.
+//   kimi_k26_model          Kimi K2 (every release to K2.6): intermediate 18432, 384 experts of 2048,
+//                           first_k_dense_replace 1, 1 shared, 8 per token, one group,
+//                           norm_topk_prob, routed_scaling_factor 2.827
+//   deepseek_v3_model       256 experts of 2048 in 8 groups, topk_group 4, 8 per token, 1 shared,
+//                           first 3 dense (18432), norm_topk_prob, routed_scaling_factor 2.5
+//   deepseek_v2_lite_model  DeepseekV2: 64 experts of 1408, 6 per token, greedy softmax, 2 shared,
+//                           first 1 dense (10944), not normalised, routed_scaling_factor 1
+//   moonlight_model         64 experts of 1408 in one group, 6 per token, 2 shared, first 1 dense
+//                           (11264), norm_topk_prob, routed_scaling_factor 2.446
+//   tiny_model              tiny_config(): intermediate 96, 8 experts of 32 in 2 groups, top-1
+//                           group, 2 per token, 1 shared, first 1 dense, routed_scaling_factor 2.827
+ModelConfig kimi_k26_model();
+ModelConfig deepseek_v3_model();
+ModelConfig deepseek_v2_lite_model();
+ModelConfig moonlight_model();
+ModelConfig tiny_model();
 
 // The ids of a text for a byte-level model (byte_level_vocab): bos_token_id (when the config has
 // one), then one id per byte. Error(InvalidArgument) naming `what` (e.g. "--text notes.txt") for a

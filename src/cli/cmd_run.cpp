@@ -21,6 +21,7 @@
 #include "run_pipeline.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/synth.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
 #include "mla/output_set.hpp"
@@ -199,7 +200,7 @@ std::string demo_checkpoint(const std::string& cache_dir, bool& reused) {
   so.preset = preset;
   so.seed = seed;
   so.layers = {0};
-  write_synthetic_checkpoint(so, synth_preset_config(so), nullptr, cache);
+  write_synthetic_checkpoint(so, synth_preset_model(so), cache);
   cache.write("COMPLETE", key);
   cache.commit();
   return dir;

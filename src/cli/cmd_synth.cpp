@@ -12,6 +12,7 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/synth.hpp"
 #include "mla/error.hpp"
 
 namespace mla::cli {
@@ -63,9 +64,8 @@ int cmd_synth(const std::vector<std::string>& argv) {
   // A whole model needs a MoE layer: layers 0 .. first_k_dense_replace (the first MoE one) unless listed.
   std::vector<int64_t> whole;
   if (opts.experts > 0) {
-    DecoderKeys keys;
-    (void)synth_preset_config(opts, &keys);
-    for (int64_t L = 0; L <= keys.first_k_dense_replace; ++L) whole.push_back(L);
+    const ModelConfig model = synth_preset_model(opts);
+    for (int64_t L = 0; L <= model.first_k_dense_replace; ++L) whole.push_back(L);
   }
   opts.layers = args.int_list("layers", opts.experts > 0 ? whole : std::vector<int64_t>{0});
   opts.vocab = args.integer("vocab", 0, 1, kConfigLimits.vocab);

@@ -679,86 +679,6 @@ PackQuantization kimi_int4_quantization() {
   return q;
 }
 
-DecoderKeys kimi_k2_decoder_keys() {
-  DecoderKeys d;
-  d.intermediate_size = 18432;
-  d.moe_intermediate_size = 2048;
-  d.first_k_dense_replace = 1;
-  d.n_routed_experts = 384;
-  d.n_shared_experts = 1;
-  d.num_experts_per_tok = 8;
-  d.n_group = 1;
-  d.topk_group = 1;
-  d.norm_topk_prob = true;
-  d.routed_scaling_factor = 2.827;
-  return d;
-}
-
-// DeepSeek-V3: intermediate 18432, 256 experts of width 2048 in 8 groups, topk_group 4, 8 per
-// token, one shared, first_k_dense_replace 3, norm_topk_prob, routed_scaling_factor 2.5.
-DecoderKeys deepseek_v3_decoder_keys() {
-  DecoderKeys d;
-  d.intermediate_size = 18432;
-  d.moe_intermediate_size = 2048;
-  d.first_k_dense_replace = 3;
-  d.n_routed_experts = 256;
-  d.n_shared_experts = 1;
-  d.num_experts_per_tok = 8;
-  d.n_group = 8;
-  d.topk_group = 4;
-  d.norm_topk_prob = true;
-  d.routed_scaling_factor = 2.5;
-  return d;
-}
-
-// DeepSeek-V2-Lite: intermediate 10944, 64 experts of width 1408, 6 per token (greedy, softmax),
-// two shared, first_k_dense_replace 1, norm_topk_prob false, routed_scaling_factor 1.
-DecoderKeys deepseek_v2_lite_decoder_keys() {
-  DecoderKeys d;
-  d.intermediate_size = 10944;
-  d.moe_intermediate_size = 1408;
-  d.first_k_dense_replace = 1;
-  d.n_routed_experts = 64;
-  d.n_shared_experts = 2;
-  d.num_experts_per_tok = 6;
-  d.n_group = 1;
-  d.topk_group = 1;
-  d.norm_topk_prob = false;
-  d.routed_scaling_factor = 1.0;
-  d.topk_method = "greedy";
-  return d;
-}
-
-// Moonlight-16B-A3B: intermediate 11264, 64 experts of width 1408, 6 per token (noaux_tc, one
-// group), two shared, first_k_dense_replace 1, norm_topk_prob, routed_scaling_factor 2.446.
-DecoderKeys moonlight_decoder_keys() {
-  DecoderKeys d;
-  d.intermediate_size = 11264;
-  d.moe_intermediate_size = 1408;
-  d.first_k_dense_replace = 1;
-  d.n_routed_experts = 64;
-  d.n_shared_experts = 2;
-  d.num_experts_per_tok = 6;
-  d.n_group = 1;
-  d.topk_group = 1;
-  d.norm_topk_prob = true;
-  d.routed_scaling_factor = 2.446;
-  return d;
-}
-
-DecoderKeys tiny_decoder_keys() {
-  // Widths distinct from tiny_config()'s 64 / 48 / 32 / 16 / 8 where INT4 allows: the experts'
-  // inputs (64 and 32) are multiples of Kimi's group size 32.
-  DecoderKeys d = kimi_k2_decoder_keys();
-  d.intermediate_size = 96;
-  d.moe_intermediate_size = 32;
-  d.n_routed_experts = 8;
-  d.num_experts_per_tok = 2;
-  d.n_group = 2;
-  d.topk_group = 1;
-  return d;
-}
-
 AttentionConfig tiny_config() {
   // Every dimension distinct where the math allows, so a transposed or mixed-up buffer
   // cannot pass: H 64, n 4, r_q 48, r_kv 32, d_n 16, d_r 8, d_v 16 (q_b 96x48, kv_b 128x32,
@@ -776,6 +696,93 @@ AttentionConfig tiny_config() {
   c.num_hidden_layers = 2;
   c.vocab_size = 97;
   return c;
+}
+
+// The decoder keys of each preset (mla/model.hpp lists them); the attention is the config above.
+ModelConfig kimi_k26_model() {
+  ModelConfig m;
+  m.attention = kimi_k26_config();
+  m.intermediate_size = 18432;
+  m.moe_intermediate_size = 2048;
+  m.first_k_dense_replace = 1;
+  m.n_routed_experts = 384;
+  m.n_shared_experts = 1;
+  m.num_experts_per_tok = 8;
+  m.n_group = 1;
+  m.topk_group = 1;
+  m.norm_topk_prob = true;
+  m.routed_scaling_factor = 2.827;
+  return m;
+}
+
+ModelConfig deepseek_v3_model() {
+  ModelConfig m;
+  m.attention = deepseek_v3_config();
+  m.intermediate_size = 18432;
+  m.moe_intermediate_size = 2048;
+  m.first_k_dense_replace = 3;
+  m.n_routed_experts = 256;
+  m.n_shared_experts = 1;
+  m.num_experts_per_tok = 8;
+  m.n_group = 8;
+  m.topk_group = 4;
+  m.norm_topk_prob = true;
+  m.routed_scaling_factor = 2.5;
+  m.bos_token_id = 0;
+  m.eos_token_id = 1;
+  return m;
+}
+
+ModelConfig deepseek_v2_lite_model() {
+  ModelConfig m;
+  m.attention = deepseek_v2_lite_config();
+  m.intermediate_size = 10944;
+  m.moe_intermediate_size = 1408;
+  m.first_k_dense_replace = 1;
+  m.n_routed_experts = 64;
+  m.n_shared_experts = 2;
+  m.num_experts_per_tok = 6;
+  m.n_group = 1;
+  m.topk_group = 1;
+  m.norm_topk_prob = false;
+  m.routed_scaling_factor = 1.0;
+  m.scoring_func = "softmax";
+  m.topk_method = "greedy";
+  m.bos_token_id = 100000;
+  m.eos_token_id = 100001;
+  return m;
+}
+
+ModelConfig moonlight_model() {
+  ModelConfig m;
+  m.attention = moonlight_config();
+  m.intermediate_size = 11264;
+  m.moe_intermediate_size = 1408;
+  m.first_k_dense_replace = 1;
+  m.n_routed_experts = 64;
+  m.n_shared_experts = 2;
+  m.num_experts_per_tok = 6;
+  m.n_group = 1;
+  m.topk_group = 1;
+  m.norm_topk_prob = true;
+  m.routed_scaling_factor = 2.446;
+  m.bos_token_id = 163584;
+  m.eos_token_id = 163586;
+  return m;
+}
+
+ModelConfig tiny_model() {
+  // Widths distinct from tiny_config()'s 64 / 48 / 32 / 16 / 8 where INT4 allows: the experts'
+  // inputs (64 and 32) are multiples of Kimi's group size 32.
+  ModelConfig m = kimi_k26_model();
+  m.attention = tiny_config();
+  m.intermediate_size = 96;
+  m.moe_intermediate_size = 32;
+  m.n_routed_experts = 8;
+  m.num_experts_per_tok = 2;
+  m.n_group = 2;
+  m.topk_group = 1;
+  return m;
 }
 
 namespace {
@@ -844,8 +851,8 @@ void append_quantization(std::ostringstream& os, const PackQuantization& q, cons
   os << ind << "},\n";
 }
 
-// The whole model's keys beyond the attention, as Kimi K2's config.json has them.
-void append_decoder_keys(std::ostringstream& os, const DecoderKeys& d, ModelFamily family, const std::string& ind) {
+// The whole model's keys beyond the attention, as Kimi K2's and DeepSeek's config.json have them.
+void append_decoder_keys(std::ostringstream& os, const ModelConfig& d, const std::string& ind) {
   os << ind << "\"intermediate_size\": " << d.intermediate_size << ",\n";
   os << ind << "\"moe_intermediate_size\": " << d.moe_intermediate_size << ",\n";
   os << ind << "\"first_k_dense_replace\": " << d.first_k_dense_replace << ",\n";
@@ -857,15 +864,18 @@ void append_decoder_keys(std::ostringstream& os, const DecoderKeys& d, ModelFami
   os << ind << "\"topk_group\": " << d.topk_group << ",\n";
   os << ind << "\"norm_topk_prob\": " << (d.norm_topk_prob ? "true" : "false") << ",\n";
   os << ind << "\"routed_scaling_factor\": " << json_number(d.routed_scaling_factor) << ",\n";
-  os << ind << "\"scoring_func\": " << (family == ModelFamily::DeepseekV2 ? "\"softmax\"" : "\"sigmoid\"") << ",\n";
+  os << ind << "\"scoring_func\": " << json_quote(d.scoring_func) << ",\n";
   os << ind << "\"topk_method\": " << json_quote(d.topk_method) << ",\n";
-  os << ind << "\"hidden_act\": \"silu\",\n";
+  os << ind << "\"hidden_act\": " << json_quote(d.hidden_act) << ",\n";
   os << ind << "\"num_nextn_predict_layers\": 0,\n";
-  os << ind << "\"tie_word_embeddings\": false,\n";
+  os << ind << "\"tie_word_embeddings\": " << (d.tie_word_embeddings ? "true" : "false") << ",\n";
+  if (d.byte_level_vocab) os << ind << "\"byte_level_vocab\": true,\n";
+  for (const auto& [key, id] : {std::pair<const char*, int64_t>{"bos_token_id", d.bos_token_id}, {"eos_token_id", d.eos_token_id}})
+    if (id >= 0) os << ind << "\"" << key << "\": " << id << ",\n";
 }
 
 void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const std::string& ind,
-                      const DecoderKeys* decoder) {
+                      const ModelConfig* decoder) {
   os << ind << "\"hidden_size\": " << c.hidden_size << ",\n";
   os << ind << "\"num_attention_heads\": " << c.num_attention_heads << ",\n";
   os << ind << "\"num_key_value_heads\": " << c.num_key_value_heads << ",\n";
@@ -886,14 +896,13 @@ void append_text_keys(std::ostringstream& os, const AttentionConfig& c, const st
     os << ind << "\"rope_interleave\": " << (c.rope_interleave ? "true" : "false") << ",\n";
   append_rope(os, c.rope, ind);
   os << ind << "\"rope_theta\": " << json_number(c.rope.rope_theta) << ",\n";
-  if (decoder) append_decoder_keys(os, *decoder, c.family, ind);
+  if (decoder) append_decoder_keys(os, *decoder, ind);
   if (c.quantization.present) append_quantization(os, c.quantization, ind);
   os << ind << "\"torch_dtype\": \"bfloat16\"";
 }
 
-}  // namespace
-
-std::string config_to_json(const AttentionConfig& cfg, bool nested, const DecoderKeys* decoder) {
+// The config.json text: attention keys, and the decoder's when `decoder` is given.
+std::string config_json(const AttentionConfig& cfg, bool nested, const ModelConfig* decoder) {
   std::ostringstream os;
   os << "{\n";
   if (nested) {
@@ -916,5 +925,11 @@ std::string config_to_json(const AttentionConfig& cfg, bool nested, const Decode
   os << "}\n";
   return os.str();
 }
+
+}  // namespace
+
+std::string config_to_json(const AttentionConfig& cfg, bool nested) { return config_json(cfg, nested, nullptr); }
+
+std::string model_config_to_json(const ModelConfig& m, bool nested) { return config_json(m.attention, nested, &m); }
 
 }  // namespace mla

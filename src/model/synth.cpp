@@ -103,6 +103,7 @@
 #include "mla/output_set.hpp"
 #include "mla/random.hpp"
 #include "mla/safetensors.hpp"
+#include "mla/synth.hpp"
 
 namespace mla {
 
@@ -334,7 +335,7 @@ uint64_t stored_bytes(const PlannedTensor& t, const std::string& dtype, int64_t 
 }
 
 std::vector<PlannedTensor> plan_layer(const AttentionConfig& c, int64_t L, uint64_t seed, const std::string& prefix,
-                                      const DecoderKeys* d) {
+                                      const ModelConfig* d) {
   const int64_t H = c.hidden_size, n = c.num_attention_heads, r_q = c.q_lora_rank, r_kv = c.kv_lora_rank;
   const int64_t d_qk = c.qk_head_dim(), d_n = c.qk_nope_head_dim, d_r = c.qk_rope_head_dim, d_v = c.v_head_dim;
   const LayerStructure s = layer_structure(c, L, seed);
@@ -437,17 +438,18 @@ std::string layer_range_text(int64_t L) {
 }
 
 // What synth writes for a set of options: the config (vocabulary and, for the whole model,
-// layer count and quantization set), the decoder keys (whole model only) and every tensor.
+// layer count and quantization set), the whole model's config (whole model only) and every tensor.
 struct CheckpointPlan {
   AttentionConfig cfg;
-  std::optional<DecoderKeys> decoder;
+  std::optional<ModelConfig> decoder;  // attention = cfg
   std::vector<PlannedTensor> tensors;
   uint64_t total_bytes = 0;
 };
 
 // Checks the options against the config (one error line each, before anything is written) and
 // plans every tensor with its shard.
-CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_in, const DecoderKeys* decoder_in) {
+// `decoder_in` null: attention only (an error with opts.experts > 0).
+CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_in, const ModelConfig* decoder_in) {
   if (opts.dtype != "bf16" && opts.dtype != "f32" && opts.dtype != "f8_e4m3")
     fail(ErrorKind::InvalidArgument, "synth: dtype '" + opts.dtype + "' is not one of bf16, f32, f8_e4m3");
   if (opts.shards < 2) fail(ErrorKind::InvalidArgument, "synth: --shards must be >= 2 (index + shards layout), got " +
@@ -472,8 +474,8 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& 
     if (!seen.insert(L).second) fail(ErrorKind::InvalidArgument, "synth: layer " + std::to_string(L) + " listed twice");
   }
   if (whole) {
-    if (!decoder_in) fail(ErrorKind::InvalidArgument, "synth: --experts needs the decoder keys of a preset");
-    DecoderKeys d = *decoder_in;
+    if (!decoder_in) fail(ErrorKind::InvalidArgument, "synth: --experts needs a whole model's keys (a preset's)");
+    ModelConfig d = *decoder_in;
     const std::string E = std::to_string(opts.experts), G = std::to_string(opts.group_size);
     if (opts.dtype == "f8_e4m3")
       fail(ErrorKind::InvalidArgument, "synth: --experts writes Kimi's layout (INT4 routed experts, the rest bf16 or f32); "
@@ -511,11 +513,12 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& 
     cfg.num_hidden_layers = L;
     cfg.quantization = kimi_int4_quantization();
     cfg.quantization.scheme.group_size = opts.group_size;
+    d.attention = cfg;
     plan.decoder = d;
   }
 
   const std::string prefix = cfg.nested_text_config ? "language_model.model." : "model.";
-  const DecoderKeys* d = plan.decoder ? &*plan.decoder : nullptr;
+  const ModelConfig* d = plan.decoder ? &*plan.decoder : nullptr;
   for (int64_t L : seen) {
     auto p = plan_layer(cfg, L, opts.seed, prefix, d);
     plan.tensors.insert(plan.tensors.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
@@ -565,9 +568,8 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& 
 
 }  // namespace
 
-std::vector<float> synthesized_values(const SynthOptions& opts, const AttentionConfig& cfg, const std::string& name,
-                                      const DecoderKeys* decoder) {
-  const CheckpointPlan plan = plan_checkpoint(opts, cfg, decoder);
+std::vector<float> synthesized_values(const SynthOptions& opts, const ModelConfig& model, const std::string& name) {
+  const CheckpointPlan plan = plan_checkpoint(opts, model.attention, &model);
   for (const PlannedTensor& t : plan.tensors)
     if (t.name == name) return generate_values(t, opts.seed);
   fail(ErrorKind::TensorNotFound, "synth: writes no tensor '" + name + "'");
@@ -614,21 +616,34 @@ void write_planned(const SynthOptions& opts, const CheckpointPlan& plan, OutputS
     index += "    \"" + name + "\": \"" + file + "\"" + (++k < weight_map.size() ? ",\n" : "\n");
   index += "  }\n}\n";
   out.write("model.safetensors.index.json", index);
-  out.write("config.json", config_to_json(cfg, cfg.nested_text_config, plan.decoder ? &*plan.decoder : nullptr));
+  out.write("config.json", plan.decoder ? model_config_to_json(*plan.decoder, cfg.nested_text_config)
+                                        : config_to_json(cfg, cfg.nested_text_config));
 }
 
 }  // namespace
 
-void write_synthetic_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg, const DecoderKeys* decoder, OutputSet& out) {
-  write_planned(opts, plan_checkpoint(opts, cfg, decoder), out);
+void write_synthetic_checkpoint(const SynthOptions& opts, const ModelConfig& model, OutputSet& out) {
+  write_planned(opts, plan_checkpoint(opts, model.attention, &model), out);
 }
 
-void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_in, const DecoderKeys* decoder) {
+namespace {
+
+void synthesize_planned(const SynthOptions& opts, const CheckpointPlan& plan) {
   if (opts.out_dir.empty()) fail(ErrorKind::InvalidArgument, "synth: no output directory given (--out DIR)");
-  const CheckpointPlan plan = plan_checkpoint(opts, cfg_in, decoder);  // a bad option fails before the directory is touched
   OutputSet out(opts.out_dir, "synth");
   write_planned(opts, plan, out);
   out.commit();
+}
+
+}  // namespace
+
+// a bad option fails (in plan_checkpoint) before the directory is touched
+void synthesize_checkpoint(const SynthOptions& opts, const ModelConfig& model) {
+  synthesize_planned(opts, plan_checkpoint(opts, model.attention, &model));
+}
+
+void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg) {
+  synthesize_planned(opts, plan_checkpoint(opts, cfg, nullptr));
 }
 
 const std::vector<std::string>& synth_presets() {
@@ -642,41 +657,33 @@ std::string synth_preset_names() {
   return s;
 }
 
-AttentionConfig synth_preset_config(const SynthOptions& opts, DecoderKeys* decoder) {
-  AttentionConfig cfg;
+ModelConfig synth_preset_model(const SynthOptions& opts) {
+  ModelConfig m;
   int64_t default_vocab = 1024;  // a real vocabulary (~100-160 k rows) would dominate the file
-  DecoderKeys keys;
-  if (opts.preset == "kimi-k2.6") {
-    cfg = kimi_k26_config();
-    keys = kimi_k2_decoder_keys();
-  } else if (opts.preset == "deepseek-v3") {
-    cfg = deepseek_v3_config();
-    keys = deepseek_v3_decoder_keys();
-  } else if (opts.preset == "deepseek-v2-lite") {
-    cfg = deepseek_v2_lite_config();
-    keys = deepseek_v2_lite_decoder_keys();
-  } else if (opts.preset == "moonlight-16b-a3b") {
-    cfg = moonlight_config();
-    keys = moonlight_decoder_keys();
-  } else if (opts.preset == "tiny") {
-    cfg = tiny_config();
-    keys = tiny_decoder_keys();
+  if (opts.preset == "kimi-k2.6") m = kimi_k26_model();
+  else if (opts.preset == "deepseek-v3") m = deepseek_v3_model();
+  else if (opts.preset == "deepseek-v2-lite") m = deepseek_v2_lite_model();
+  else if (opts.preset == "moonlight-16b-a3b") m = moonlight_model();
+  else if (opts.preset == "tiny") {
+    m = tiny_model();
     default_vocab = 97;
   } else {
     fail(ErrorKind::InvalidArgument, "synth: preset '" + opts.preset + "' is not one of " + synth_preset_names());
   }
-  cfg.vocab_size = opts.vocab > 0 ? opts.vocab : default_vocab;
-  if (decoder) *decoder = keys;
-  return cfg;
+  m.attention.vocab_size = opts.vocab > 0 ? opts.vocab : default_vocab;
+  // the special tokens of a real vocabulary are past the rows written
+  if (m.bos_token_id >= m.attention.vocab_size) m.bos_token_id = -1;
+  if (m.eos_token_id >= m.attention.vocab_size) m.eos_token_id = -1;
+  return m;
 }
 
 AttentionConfig synthesize_checkpoint(const SynthOptions& opts) {
-  DecoderKeys decoder;
-  const AttentionConfig cfg = synth_preset_config(opts, &decoder);
   SynthOptions o = opts;
-  o.vocab = cfg.vocab_size;
-  synthesize_checkpoint(o, cfg, &decoder);
-  return plan_checkpoint(o, cfg, &decoder).cfg;
+  const ModelConfig m = synth_preset_model(opts);
+  o.vocab = m.attention.vocab_size;
+  const CheckpointPlan plan = plan_checkpoint(o, m.attention, &m);  // attention only unless opts.experts > 0
+  synthesize_planned(o, plan);
+  return plan.cfg;
 }
 
 }  // namespace mla

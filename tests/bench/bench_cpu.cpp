@@ -46,6 +46,7 @@
 #include "geometries.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/synth.hpp"
 #include "mla/error.hpp"
 #include "mla_build_config.h"
 

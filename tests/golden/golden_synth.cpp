@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mla/checkpoint.hpp"
+#include "mla/synth.hpp"
 #include "mla/config.hpp"
 #include "mla/error.hpp"
 

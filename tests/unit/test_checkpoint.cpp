@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "mla/checkpoint.hpp"
+#include "mla/synth.hpp"
 #include "mla/model.hpp"
 #include "mla/config.hpp"
 #include "mla/error.hpp"

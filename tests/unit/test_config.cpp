@@ -413,39 +413,38 @@ BOOST_AUTO_TEST_CASE(config_to_json_round_trips) {
   BOOST_TEST(nested.find("\"model_type\": \"kimi_k25\"") != std::string::npos);
 }
 
-// The published geometries of `synth --preset` (values from each model's config.json) written as
-// config.json and read back by the whole-model parser: every attention field, the family and the
-// decoder keys come back as written; V2's config names DeepseekV2ForCausalLM, softmax routing and
-// no rope_interleave.
-BOOST_AUTO_TEST_CASE(published_presets_round_trip_with_their_decoder_keys) {
-  struct Preset {
-    const char* name;
-    AttentionConfig cfg;
-    mla::DecoderKeys keys;
+// The whole models of `synth --preset` (values from each model's published config.json) written
+// as config.json and read back by the whole-model parser: every attention field, the family and
+// the decoder keys come back as written; V2's config names DeepseekV2ForCausalLM, softmax routing
+// and no rope_interleave.
+BOOST_AUTO_TEST_CASE(published_presets_round_trip_as_whole_models) {
+  const std::vector<std::pair<const char*, mla::ModelConfig>> presets = {
+      {"kimi-k2.6", mla::kimi_k26_model()},
+      {"deepseek-v3", mla::deepseek_v3_model()},
+      {"deepseek-v2-lite", mla::deepseek_v2_lite_model()},
+      {"moonlight-16b-a3b", mla::moonlight_model()},
+      {"tiny", mla::tiny_model()},
   };
-  const std::vector<Preset> presets = {
-      {"kimi-k2.6", mla::kimi_k26_config(), mla::kimi_k2_decoder_keys()},
-      {"deepseek-v3", mla::deepseek_v3_config(), mla::deepseek_v3_decoder_keys()},
-      {"deepseek-v2-lite", mla::deepseek_v2_lite_config(), mla::deepseek_v2_lite_decoder_keys()},
-      {"moonlight-16b-a3b", mla::moonlight_config(), mla::moonlight_decoder_keys()},
-  };
-  for (const Preset& p : presets) {
-    BOOST_TEST_CONTEXT(p.name) {
-      const std::string json = mla::config_to_json(p.cfg, p.cfg.nested_text_config, &p.keys);
-      const mla::ModelConfig m = mla::parse_model_config(json, std::string(p.name) + ".json");
-      BOOST_TEST((m.attention == p.cfg), json);
-      BOOST_TEST(m.intermediate_size == p.keys.intermediate_size);
-      BOOST_TEST(m.moe_intermediate_size == p.keys.moe_intermediate_size);
-      BOOST_TEST(m.first_k_dense_replace == p.keys.first_k_dense_replace);
-      BOOST_TEST(m.n_routed_experts == p.keys.n_routed_experts);
-      BOOST_TEST(m.n_shared_experts == p.keys.n_shared_experts);
-      BOOST_TEST(m.num_experts_per_tok == p.keys.num_experts_per_tok);
-      BOOST_TEST(m.n_group == p.keys.n_group);
-      BOOST_TEST(m.topk_group == p.keys.topk_group);
-      BOOST_TEST(m.norm_topk_prob == p.keys.norm_topk_prob);
-      BOOST_TEST(m.routed_scaling_factor == p.keys.routed_scaling_factor);
-      BOOST_TEST(m.topk_method == p.keys.topk_method);
-      const bool v2 = p.cfg.family == mla::ModelFamily::DeepseekV2;
+  for (const auto& [name, m] : presets) {
+    BOOST_TEST_CONTEXT(name) {
+      const std::string json = mla::model_config_to_json(m, m.attention.nested_text_config);
+      const mla::ModelConfig back = mla::parse_model_config(json, std::string(name) + ".json");
+      BOOST_TEST((back.attention == m.attention), json);
+      BOOST_TEST(back.intermediate_size == m.intermediate_size);
+      BOOST_TEST(back.moe_intermediate_size == m.moe_intermediate_size);
+      BOOST_TEST(back.first_k_dense_replace == m.first_k_dense_replace);
+      BOOST_TEST(back.n_routed_experts == m.n_routed_experts);
+      BOOST_TEST(back.n_shared_experts == m.n_shared_experts);
+      BOOST_TEST(back.num_experts_per_tok == m.num_experts_per_tok);
+      BOOST_TEST(back.n_group == m.n_group);
+      BOOST_TEST(back.topk_group == m.topk_group);
+      BOOST_TEST(back.norm_topk_prob == m.norm_topk_prob);
+      BOOST_TEST(back.routed_scaling_factor == m.routed_scaling_factor);
+      BOOST_TEST(back.topk_method == m.topk_method);
+      BOOST_TEST(back.scoring_func == m.scoring_func);
+      BOOST_TEST(back.bos_token_id == m.bos_token_id);
+      BOOST_TEST(back.eos_token_id == m.eos_token_id);
+      const bool v2 = m.attention.family == mla::ModelFamily::DeepseekV2;
       BOOST_TEST(m.scoring_func == (v2 ? "softmax" : "sigmoid"));
       BOOST_TEST((json.find("\"DeepseekV2ForCausalLM\"") != std::string::npos) == v2);
       BOOST_TEST((json.find("\"rope_interleave\"") != std::string::npos) == !v2);

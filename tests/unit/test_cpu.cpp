@@ -30,6 +30,7 @@
 #include "mla/attention.hpp"
 #include "mla/bf16.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/synth.hpp"
 #include "mla/error.hpp"
 #include "mla/random.hpp"
 #include "test_util.hpp"

@@ -39,6 +39,7 @@
 #include "mla/attention.hpp"
 #include "mla/bf16.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/synth.hpp"
 #include "mla/config.hpp"
 #include "mla/h2o.hpp"
 #include "mla/rope.hpp"

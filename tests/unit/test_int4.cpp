@@ -26,6 +26,7 @@
 #include "mla/error.hpp"
 #include "mla/int4.hpp"
 #include "mla/model.hpp"
+#include "mla/synth.hpp"
 #include "mla/model_forward.hpp"
 #include "mla/safetensors.hpp"
 #include "compare.hpp"
@@ -430,9 +431,9 @@ std::vector<float> intended_int4(const std::vector<float>& w, int64_t rows, int6
 BOOST_AUTO_TEST_CASE(synth_whole_model_reads_back_exactly) {
   const std::string dir = mla::test::scratch_dir("int4-whole") + "/ckpt";
   const mla::SynthOptions o = tiny_whole_model_options(dir);
-  const mla::AttentionConfig tiny = mla::tiny_config();
-  const mla::DecoderKeys keys = mla::tiny_decoder_keys();
-  mla::synthesize_checkpoint(o, tiny, &keys);
+  const mla::ModelConfig model = mla::tiny_model();
+  const mla::AttentionConfig& tiny = model.attention;
+  mla::synthesize_checkpoint(o, model);
 
   // config.json: Kimi's nesting, the decoder keys with the reduced expert count, Kimi's scheme.
   const std::string json = mla::test::read_text(dir + "/config.json");
@@ -449,12 +450,12 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_reads_back_exactly) {
   BOOST_TEST(ck.config().nested_text_config);
   BOOST_TEST(ck.synthetic_origin().find("4 routed experts INT4 group size 32") != std::string::npos, ck.synthetic_origin());
 
-  const int64_t H = tiny.hidden_size, I = keys.intermediate_size, I_m = keys.moe_intermediate_size, V = 97;
+  const int64_t H = tiny.hidden_size, I = model.intermediate_size, I_m = model.moe_intermediate_size, V = 97;
   const std::string p = "language_model.model.layers.";
   auto check_plain = [&](const std::string& name, const std::vector<int64_t>& shape, const std::string& dtype) {
     BOOST_TEST_CONTEXT(name) {
       BOOST_TEST(ck.stored_dtype(name) == dtype);
-      const std::vector<float> v = mla::synthesized_values(o, tiny, name, &keys);
+      const std::vector<float> v = mla::synthesized_values(o, model, name);
       const std::vector<float> want = dtype == "F32" ? v : rounded_bf16(v);
       BOOST_TEST(differing(ck.load_tensor(name, shape, "synth's shape").data, want) == 0u);
     }
@@ -507,7 +508,7 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_reads_back_exactly) {
         BOOST_TEST(dims[0] == rows);
         BOOST_TEST(dims[1] == cols);
 
-        const std::vector<float> w = rounded_bf16(mla::synthesized_values(o, tiny, stem + "weight", &keys));
+        const std::vector<float> w = rounded_bf16(mla::synthesized_values(o, model, stem + "weight"));
         const std::vector<float> want = intended_int4(w, rows, cols);
         const mla::TensorF got = ck.load_tensor(stem + "weight", {rows, cols}, "synth's shape");
         BOOST_TEST(differing(got.data, want) == 0u);
@@ -531,18 +532,18 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_f32) {
   const std::string dir = mla::test::scratch_dir("int4-whole-f32") + "/ckpt";
   mla::SynthOptions o = tiny_whole_model_options(dir);
   o.dtype = "f32";
-  const mla::AttentionConfig tiny = mla::tiny_config();
-  const mla::DecoderKeys keys = mla::tiny_decoder_keys();
-  mla::synthesize_checkpoint(o, tiny, &keys);
+  const mla::ModelConfig model = mla::tiny_model();
+  const mla::AttentionConfig& tiny = model.attention;
+  mla::synthesize_checkpoint(o, model);
   const Checkpoint ck = Checkpoint::open(dir);
-  const int64_t H = tiny.hidden_size, I_m = keys.moe_intermediate_size;
+  const int64_t H = tiny.hidden_size, I_m = model.moe_intermediate_size;
   const std::string p = "language_model.model.layers.1.mlp.";
   for (const std::string& name : {p + "shared_experts.down_proj.weight", std::string("language_model.lm_head.weight")}) {
     BOOST_TEST(ck.stored_dtype(name) == "F32");
     const std::vector<int64_t> shape = name.find("lm_head") != std::string::npos ? std::vector<int64_t>{97, H}
                                                                                   : std::vector<int64_t>{H, I_m};
     BOOST_TEST(differing(ck.load_tensor(name, shape, "synth's shape").data,
-                         mla::synthesized_values(o, tiny, name, &keys)) == 0u, name);
+                         mla::synthesized_values(o, model, name)) == 0u, name);
   }
   std::map<std::string, std::string> shard_of;
   for (const mla::TensorLocation& t : ck.list_tensors()) shard_of[t.name] = t.shard;
@@ -551,7 +552,7 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_f32) {
     BOOST_TEST_REQUIRE(ck.stored_dtype(stem + "weight") == "INT4");
     const mla::SafetensorsFile f = mla::SafetensorsFile::open(shard_of.at(stem + "weight_scale"));
     BOOST_TEST((f.at(stem + "weight_scale").dtype == DType::F32));
-    const std::vector<float> w = mla::synthesized_values(o, tiny, stem + "weight", &keys);
+    const std::vector<float> w = mla::synthesized_values(o, model, stem + "weight");
     BOOST_TEST(differing(ck.load_tensor(stem + "weight", {H, I_m}, "synth's shape").data,
                          intended_int4(w, H, I_m, DType::F32)) == 0u, stem);
   }
@@ -623,9 +624,8 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_bad_requests) {
 BOOST_AUTO_TEST_CASE(synth_whole_model_forward) {
   const std::string dir = mla::test::scratch_dir("int4-whole-forward") + "/ckpt";
   const mla::SynthOptions o = tiny_whole_model_options(dir);
-  const mla::AttentionConfig tiny = mla::tiny_config();
-  const mla::DecoderKeys keys = mla::tiny_decoder_keys();
-  mla::synthesize_checkpoint(o, tiny, &keys);
+  const mla::ModelConfig model = mla::tiny_model();
+  mla::synthesize_checkpoint(o, model);
   const Checkpoint ck = Checkpoint::open(dir);
   const mla::ModelConfig cfg = mla::load_model_config(ck.config_path());
   BOOST_TEST(cfg.n_routed_experts == 4);
@@ -644,7 +644,7 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_forward) {
     const std::pair<const mla::TensorF*, const char*> projs[] = {
         {&m.gate_proj, "gate_proj"}, {&m.up_proj, "up_proj"}, {&m.down_proj, "down_proj"}};
     for (const auto& [t, proj] : projs) {
-      const std::vector<float> w = rounded_bf16(mla::synthesized_values(o, tiny, stem + proj + ".weight", &keys));
+      const std::vector<float> w = rounded_bf16(mla::synthesized_values(o, model, stem + proj + ".weight"));
       const std::vector<float> want = intended_int4(w, t->shape[0], t->shape[1]);
       BOOST_TEST(differing(t->data, want) == 0u, stem << proj);
     }
@@ -690,10 +690,10 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_forward) {
 
 // Kimi K2.6's config.json as synth writes it for the whole model reads back with Kimi's values.
 BOOST_AUTO_TEST_CASE(kimi_whole_model_config) {
-  mla::AttentionConfig kimi = mla::kimi_k26_config();
-  kimi.quantization = mla::kimi_int4_quantization();
-  const mla::DecoderKeys keys = mla::kimi_k2_decoder_keys();
-  const std::string json = mla::config_to_json(kimi, true, &keys);
+  mla::ModelConfig model = mla::kimi_k26_model();
+  model.attention.quantization = mla::kimi_int4_quantization();
+  const mla::AttentionConfig& kimi = model.attention;
+  const std::string json = mla::model_config_to_json(model, true);
   BOOST_TEST((mla::parse_config(json) == kimi));
   for (const char* key : {"\"n_routed_experts\": 384,", "\"num_experts_per_tok\": 8,", "\"n_group\": 1,",
                           "\"moe_intermediate_size\": 2048,", "\"intermediate_size\": 18432,",

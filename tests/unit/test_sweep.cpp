@@ -29,6 +29,7 @@
 
 #include "compare.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/synth.hpp"
 #include "mla/config.hpp"
 #include "mla/error.hpp"
 #include "mla/safetensors.hpp"
