@@ -290,6 +290,35 @@ BOOST_AUTO_TEST_CASE(model_vs_hf_reference) {
     }
 }
 
+// docs/testing.md's fixture table and docs/checkpoints.md §1.1 call these bf16 runs bit-identical
+// to transformers: every logit and every layer's hidden states, exactly (the tolerance checks above
+// would let a one-ulp flip through).
+BOOST_AUTO_TEST_CASE(model_bf16_bit_identical_where_the_docs_say_so) {
+  struct Claim {
+    std::string fixture;
+    bool reference;  // the double reference too, not only the CPU forward
+  };
+  for (const Claim& c : {Claim{"whole-model", false}, Claim{"whole-model-qproj", true}, Claim{"whole-model-v2", true},
+                         Claim{"whole-model-v2-groups", false}}) {
+    BOOST_TEST_CONTEXT(c.fixture) {
+      const mla::Checkpoint ckpt = mla::Checkpoint::open(fixture_dir(c.fixture) + "/model");
+      const mla::ModelConfig cfg = mla::load_model_config(ckpt.config_path());
+      const mla::SafetensorsFile hf = mla::SafetensorsFile::open(fixture_dir(c.fixture) + "/bf16.safetensors");
+      mla::ModelForwardOptions opt;
+      opt.precision = Precision::BF16;
+      opt.keep_hidden_states = true;
+      const mla::ModelForwardResult r = mla::model_forward(ckpt, cfg, fixture_tokens(c.fixture), opt);
+      BOOST_TEST(widen(r.logits.data) == hf.to_double(hf.at("logits")), "CPU logits");
+      for (size_t L = 0; L < r.hidden_states.size(); ++L)
+        BOOST_TEST(widen(r.hidden_states[L].data) == hf.to_double(hf.at("hidden_states." + std::to_string(L))),
+                   "CPU hidden_states." << L);
+      if (!c.reference) continue;
+      const mla::ref::ModelActivations ref = mla::ref::model_forward(ckpt, cfg, fixture_tokens(c.fixture), Precision::BF16, 1e-6);
+      BOOST_TEST(ref.logits.data == hf.to_double(hf.at("logits")), "reference logits");
+    }
+  }
+}
+
 // ---- fixed-order kernels: the same bits whatever the batch, the threads and the ISA -----------
 
 namespace {
