@@ -19,7 +19,9 @@
 #include <string>
 
 #include "geometries.hpp"
+#include "mla/eval_cost.hpp"
 #include "mla/memory_plan.hpp"
+#include "mla/policy.hpp"
 
 namespace {
 
@@ -268,6 +270,33 @@ BOOST_AUTO_TEST_CASE(parsers) {
   BOOST_TEST(mla::format_bytes(int64_t{850} << 20) == "850 MiB");
   BOOST_TEST(mla::format_bytes(int64_t{100} << 10) == "100 KiB");  // it printed "0 MiB"
   BOOST_TEST(mla::format_bytes(512) == "512 bytes");
+}
+
+// eval's FLOP count (mla/eval_cost.hpp) on tiny_model() (2 layers: 0 dense, 1 MoE), worked by
+// hand: P = 4, N = 3, policies full + h2o at K = 2 and 5, so 3 runs and 4 + 3*3 = 13 rows a layer.
+// Keys a layer's rows attend: the prompt 1+2+3+4 = 10, the full run 5+6+7 = 18; --compress decode:
+// K = 2 holds 3, 3, 3 = 9 and K = 5 holds 5, 6, 6 = 17 (54 in all); prefill: K = 2 holds 2+1, 2+2,
+// 2+3 = 12 and K = 5 holds 4+1, 4+2, 4+3 = 18 (58). Per key 2 n (d_qk + d_v) = 2*4*(24+16) = 320.
+BOOST_AUTO_TEST_CASE(eval_cost_by_hand) {
+  const mla::ModelConfig m = mla::tiny_model();
+  const double A = static_cast<double>(mla::attention_parameter_count(m.attention));
+  BOOST_TEST(mla::layer_linear_flops(m, false) == 2 * (A + 3.0 * 64 * 96));
+  BOOST_TEST(mla::layer_linear_flops(m, true) == 2 * (A + 64.0 * 8 + 3 * 3.0 * 64 * 32));  // router, k 2 + 1 shared
+  BOOST_TEST(mla::attention_flops_per_key(m.attention) == 320.0);
+  mla::EvalOptions o;
+  o.prompt_len = 4;
+  o.steps = 3;
+  o.budgets = {2, 5};
+  o.policies = mla::parse_policy_list("full,h2o");
+  const mla::EvalCost c = mla::eval_cost(m, o);
+  BOOST_TEST(c.runs == 3);
+  BOOST_TEST(c.rows_per_layer == 13);
+  BOOST_TEST(c.linear == 13 * (mla::layer_linear_flops(m, false) + mla::layer_linear_flops(m, true)));
+  BOOST_TEST(c.attention == 2 * 54 * 320.0);
+  BOOST_TEST(c.head == 3 * 3 * 2.0 * 97 * 64);
+  BOOST_TEST(c.total() == c.linear + c.attention + c.head);
+  o.compress = mla::Compression::Prefill;
+  BOOST_TEST(mla::eval_cost(m, o).attention == 2 * 58 * 320.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

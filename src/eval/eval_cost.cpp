@@ -1,0 +1,50 @@
+// src/eval/eval_cost.cpp — the FLOP count of an eval (mla/eval_cost.hpp, docs/eval.md §9).
+#include "mla/eval_cost.hpp"
+
+#include <algorithm>
+
+#include "mla/memory_plan.hpp"
+
+namespace mla {
+
+double layer_linear_flops(const ModelConfig& cfg, bool moe) {
+  const double H = static_cast<double>(cfg.attention.hidden_size);
+  const double attention = static_cast<double>(attention_parameter_count(cfg.attention));
+  double mlp = 3.0 * H * static_cast<double>(cfg.intermediate_size);  // gate, up, down
+  if (moe) {
+    const double experts = static_cast<double>(cfg.num_experts_per_tok + cfg.n_shared_experts);
+    mlp = H * static_cast<double>(cfg.n_routed_experts) + experts * 3.0 * H * static_cast<double>(cfg.moe_intermediate_size);
+  }
+  return 2.0 * (attention + mlp);
+}
+
+double attention_flops_per_key(const AttentionConfig& cfg) {
+  return 2.0 * static_cast<double>(cfg.num_attention_heads) * static_cast<double>(cfg.qk_head_dim() + cfg.v_head_dim);
+}
+
+EvalCost eval_cost(const ModelConfig& cfg, const EvalOptions& opt) {
+  const AttentionConfig& a = cfg.attention;
+  const double P = static_cast<double>(opt.prompt_len), N = static_cast<double>(opt.steps);
+  int64_t policies = 0;
+  for (const PolicySettings& s : opt.policies) policies += s.kind != PolicyKind::Full;
+  EvalCost c;
+  c.runs = 1 + policies * static_cast<int64_t>(opt.budgets.size());
+  c.rows_per_layer = opt.prompt_len + c.runs * opt.steps;
+  // keys attended by one layer's rows, summed over the prompt and every run's steps
+  double keys = P * (P + 1) / 2 + (N * P + N * (N + 1) / 2);  // the prompt rows, the full run
+  for (const int64_t K : opt.budgets)
+    for (int64_t i = 0; i < opt.steps; ++i) {
+      const double attended = opt.compress == Compression::Prefill
+                                  ? static_cast<double>(std::min(opt.prompt_len, K) + i + 1)
+                                  : static_cast<double>(std::min(opt.prompt_len + i + 1, K + 1));
+      keys += static_cast<double>(policies) * attended;
+    }
+  for (int64_t L = 0; L < a.num_hidden_layers; ++L) {
+    c.linear += static_cast<double>(c.rows_per_layer) * layer_linear_flops(cfg, cfg.is_moe_layer(L));
+    c.attention += keys * attention_flops_per_key(a);
+  }
+  c.head = static_cast<double>(c.runs) * N * 2.0 * static_cast<double>(a.vocab_size) * static_cast<double>(a.hidden_size);
+  return c;
+}
+
+}  // namespace mla
