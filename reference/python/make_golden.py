@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""make_golden.py — golden tensors from Hugging Face transformers' DeepseekV3Attention.
+"""make_golden.py — golden tensors from Hugging Face transformers' DeepseekV3Attention (or
+DeepseekV2Attention, for a model_type deepseek_v2 checkpoint).
 
 Purpose
   Runs ONE layer of `transformers.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3Attention`
@@ -134,15 +135,26 @@ def read_config(checkpoint_dir: str) -> tuple[str, dict]:
     return text, cfg
 
 
+def is_deepseek_v2(text_cfg: dict) -> bool:
+    """model_type deepseek_v2 (or, without one, architectures DeepseekV2ForCausalLM): V2's RoPE."""
+    name = text_cfg.get("model_type") or (text_cfg.get("architectures") or [""])[0]
+    return name in ("deepseek_v2", "DeepseekV2ForCausalLM")
+
+
 def build_hf_config(text_cfg: dict):
-    """DeepseekV3Config from the text-model keys, eager attention."""
-    from transformers import DeepseekV3Config
+    """DeepseekV3Config (DeepseekV2Config for a deepseek_v2 config) from the text-model keys, eager
+    attention."""
+    from transformers import DeepseekV2Config, DeepseekV3Config
 
     keys = dict(text_cfg)
-    # Identity keys of the checkpoint that are not DeepseekV3Config fields.
+    # Identity keys of the checkpoint that are not config fields.
     for k in ("architectures", "model_type", "torch_dtype", "dtype", "auto_map", "quantization_config"):
         keys.pop(k, None)
-    cfg = DeepseekV3Config(**keys)
+    if is_deepseek_v2(text_cfg):
+        keys.pop("rope_interleave", None)  # DeepseekV2Config has no such key
+        cfg = DeepseekV2Config(**keys)
+    else:
+        cfg = DeepseekV3Config(**keys)
     cfg._attn_implementation = "eager"
     return cfg
 
@@ -245,22 +257,35 @@ def causal_mask(torch, hf_cfg, seq_len: int, dtype):
 
 
 def run_case(torch, hf_cfg, weights: dict, layer: int, hidden_f32, precision: str, mask_name: str) -> dict:
-    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as m
+    v2 = hf_cfg.model_type == "deepseek_v2"
+    if v2:
+        from transformers.models.deepseek_v2 import modeling_deepseek_v2 as m
+    else:
+        from transformers.models.deepseek_v3 import modeling_deepseek_v3 as m
 
     dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    attn = m.DeepseekV3Attention(hf_cfg, layer_idx=layer).eval()
+    attn = (m.DeepseekV2Attention if v2 else m.DeepseekV3Attention)(hf_cfg, layer_idx=layer).eval()
     missing, unexpected = attn.load_state_dict({k: v.to(torch.float32) for k, v in weights.items()}, strict=False)
     if missing or unexpected:
         sys.exit(f"make_golden: weights do not fit the module: missing {missing}, unexpected {unexpected}")
     attn = attn.to(dtype)  # parameters only: the module holds no buffers
-    rotary = m.DeepseekV3RotaryEmbedding(hf_cfg)  # never converted: inv_freq stays fp32
+    rotary = (m.DeepseekV2RotaryEmbedding if v2 else m.DeepseekV3RotaryEmbedding)(hf_cfg)  # never converted: inv_freq stays fp32
     assert rotary.inv_freq.dtype == torch.float32
     assert all(p.dtype == dtype for p in attn.parameters())
 
     seq_len = hidden_f32.shape[0]
     x = hidden_f32.to(dtype).unsqueeze(0)  # [1, S, H]; exact (values are bf16-representable)
     position_ids = torch.arange(seq_len).view(1, -1)
-    cos, sin = rotary(x, position_ids)  # [1, S, d_r] each, run dtype
+    if v2:
+        # DeepseekV2: freqs_cis [1, S, d_r/2] complex64 (c + i s, times attention_scaling), never
+        # rounded to the run dtype; recorded as cos/sin [S, d_r] in V3's cat(freqs, freqs) layout
+        freqs_cis = rotary(x, position_ids)
+        position_embeddings = freqs_cis
+        cos = torch.cat((freqs_cis.real, freqs_cis.real), dim=-1)
+        sin = torch.cat((freqs_cis.imag, freqs_cis.imag), dim=-1)
+    else:
+        cos, sin = rotary(x, position_ids)  # [1, S, d_r] each, run dtype
+        position_embeddings = (cos, sin)
     mask = causal_mask(torch, hf_cfg, seq_len, dtype) if mask_name == "causal" else None
 
     captured = {}
@@ -273,7 +298,7 @@ def run_case(torch, hf_cfg, weights: dict, layer: int, hidden_f32, precision: st
     m.eager_attention_forward = capture
     try:
         with torch.no_grad():
-            out, weights_p = attn(hidden_states=x, position_embeddings=(cos, sin), attention_mask=mask)
+            out, weights_p = attn(hidden_states=x, position_embeddings=position_embeddings, attention_mask=mask)
     finally:
         m.eager_attention_forward = original
     if "query_states" not in captured:
@@ -350,7 +375,9 @@ def main(argv=None) -> int:
         for mask_name in masks:
             tensors, module_facts = run_case(torch, hf_cfg, weights, args.layer, hidden, precision, mask_name)
             meta = {
-                "producer": "reference/python/make_golden.py (HF DeepseekV3Attention, eager)",
+                "producer": "reference/python/make_golden.py (HF "
+                            + ("DeepseekV2Attention" if hf_cfg.model_type == "deepseek_v2" else "DeepseekV3Attention")
+                            + ", eager)",
                 "transformers_version": transformers.__version__,
                 "torch_version": torch.__version__,
                 "safetensors_version": safetensors.__version__,

@@ -211,7 +211,8 @@ void check_h2o(const std::string& what, const std::vector<double>& hf_tokens, co
                              << letters(our_per_head[h]));
 }
 
-// RoPE tables: inv_freq (fp32 buffer) and cos/sin (in the run dtype) against src/math/rope.
+// RoPE tables: inv_freq (fp32 buffer) and cos/sin (in the run dtype; DeepseekV2's freqs_cis stays
+// fp32, docs/math.md §6.1) against src/math/rope.
 void check_rope(const std::string& what, const mla::SafetensorsFile& fx, const mla::AttentionConfig& cfg,
                 Precision p, int64_t seq_len) {
   std::vector<uint64_t> shape;
@@ -223,9 +224,10 @@ void check_rope(const std::string& what, const mla::SafetensorsFile& fx, const m
     const std::vector<double> hf = tensor_values(fx, name, &shape);
     const std::vector<float>& ours_f = std::string(name) == "cos" ? t.cos : t.sin;
     std::vector<double> ours(ours_f.size());
+    const bool rounded = p == Precision::BF16 && cfg.rope_style() != mla::RopeStyle::Complex;
     for (size_t i = 0; i < ours.size(); ++i)
-      ours[i] = p == Precision::BF16 ? static_cast<double>(mla::round_to_bf16(ours_f[i])) : ours_f[i];
-    check_tensor(what, name, hf, ours, shape, "ours-vs-hf", mla::precision_name(p));
+      ours[i] = rounded ? static_cast<double>(mla::round_to_bf16(ours_f[i])) : ours_f[i];
+    check_tensor(what, name, hf, ours, shape, "ours-vs-hf", rounded ? "bf16" : "fp32");
   }
 }
 
@@ -323,7 +325,7 @@ BOOST_AUTO_TEST_SUITE(golden)
 
 BOOST_AUTO_TEST_CASE(manifest_lists_every_fixture) {
   // Every committed fixture is listed (a stray file would silently go unchecked), and the
-  // set covers what the suite promises: both masks, both precisions, six geometries.
+  // set covers what the suite promises: both masks, both precisions, seven geometries.
   // (whole-model*/ are the whole-model fixtures of suites sweep and model, checked there.)
   std::vector<std::string> on_disk;
   for (const auto& e : fs::recursive_directory_iterator(golden_dir())) {
@@ -334,7 +336,7 @@ BOOST_AUTO_TEST_CASE(manifest_lists_every_fixture) {
   std::vector<std::string> listed = manifest();
   std::sort(listed.begin(), listed.end());
   BOOST_TEST(on_disk == listed, boost::test_tools::per_element());
-  BOOST_TEST(listed.size() == 24u);
+  BOOST_TEST(listed.size() == 28u);
 }
 
 BOOST_AUTO_TEST_CASE(small_geometries_match_hf) {
