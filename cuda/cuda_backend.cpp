@@ -287,11 +287,6 @@ class CudaBackend final : public Backend {
   void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
     weights_.reset();  // old layer freed first (peak = one layer); stays empty if this throws
     validate_layer(cfg, w, opt);
-    // rope.cu implements DeepseekV3's rotate_half RoPE on storage-typed tables; DeepseekV2's
-    // complex product in fp32 runs on the CPU backends only.
-    if (cfg.rope_style() == RopeStyle::Complex)
-      fail(ErrorKind::Unsupported, std::string("cuda: ") + family_class_name(cfg.family) +
-                                       "'s RoPE (complex pairs in fp32) is not implemented on the CUDA backend; use --backend cpu");
     cfg_ = cfg;
     storage_ = opt.precision == Precision::BF16 ? Storage::BF16 : Storage::F32;
     precision_ = opt.precision;
@@ -435,8 +430,19 @@ ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& 
   run.causal = opt.mask == Mask::Causal;
   run.tf32 = opt.allow_tf32;
   const std::vector<unsigned char> hidden_bytes = to_storage(hidden.ptr(), S * H, storage_);
-  const std::vector<unsigned char> cos_bytes = to_storage(tables.cos.data(), S * d_r, storage_);
-  const std::vector<unsigned char> sin_bytes = to_storage(tables.sin.data(), S * d_r, storage_);
+  // DeepseekV3: [S, d_r] in T-storage (bf16-rounded in bf16 mode, as HF's `.to(x.dtype)`);
+  // DeepseekV2: the d_r/2 distinct frequencies [S, d_r/2] in fp32 (freqs_cis is never rounded),
+  // which takes no more bytes of the kCos / kSin slots than [S, d_r] elements do.
+  const bool complex = c.rope_style() == RopeStyle::Complex;
+  const auto table_bytes = [&](const std::vector<float>& t) {
+    if (!complex) return to_storage(t.data(), S * d_r, storage_);
+    std::vector<float> half(static_cast<size_t>(S * (d_r / 2)));
+    for (int64_t s = 0; s < S; ++s)
+      std::copy_n(t.data() + s * d_r, d_r / 2, half.data() + s * (d_r / 2));
+    return to_storage(half.data(), S * (d_r / 2), Storage::F32);
+  };
+  const std::vector<unsigned char> cos_bytes = table_bytes(tables.cos);
+  const std::vector<unsigned char> sin_bytes = table_bytes(tables.sin);
   ensure_workspace(S);
   // The [n, S, S] probabilities: only when asked for, for this forward only (freed on return).
   DeviceBuffer attn_weights;
@@ -499,10 +505,10 @@ void CudaBackend::rope(const RunSettings& run) {
   const AttentionConfig& c = cfg_;
   const int64_t S = run.S, n = c.num_attention_heads, d_n = c.qk_nope_head_dim, d_r = c.qk_rope_head_dim;
   MLA_CUDA_CHECK(launch_build_query_states(storage_, slot(kQ), slot(kCos), slot(kSin), slot(kQueryStates), S, n, d_n,
-                                           d_r, c.rope_style() == RopeStyle::Interleave, stream_.get()));
+                                           d_r, c.rope_style(), stream_.get()));
   MLA_CUDA_CHECK(launch_build_key_value_states(storage_, slot(kKv), slot(kCompressedKv), c.kv_lora_rank, slot(kCos),
                                                slot(kSin), slot(kKeyStates), slot(kValueStates), S, n, d_n, d_r,
-                                               c.v_head_dim, c.rope_style() == RopeStyle::Interleave, stream_.get()));
+                                               c.v_head_dim, c.rope_style(), stream_.get()));
 }
 
 void CudaBackend::attend(const RunSettings& run, void* attn_weights) {

@@ -15,6 +15,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "mla/config.hpp"
+
 namespace mla::cuda {
 
 enum class Storage { F32, BF16 };  // element type of activations: fp32 or bf16 (RNE on store)
@@ -25,17 +27,18 @@ cudaError_t launch_rms_norm(Storage st, const void* x, int64_t x_row_stride, con
                             int64_t rows, int64_t dim, float eps, cudaStream_t stream);
 
 // rope.cu — query_states [n, S, d_qk] from q [S, n*d_qk] (head-major: nope | rope), RoPE on the
-// rope half (de-interleaved first when `interleave`), cos/sin [S, d_r].
+// rope half in `style` (mla/config.hpp; de-interleaved first for Interleave). cos/sin: [S, d_r] in
+// T-storage for Split / Interleave; [S, d_r/2] fp32 for Complex (DeepseekV2).
 cudaError_t launch_build_query_states(Storage st, const void* q, const void* cos, const void* sin,
                                       void* query_states, int64_t seq_len, int64_t heads, int64_t d_nope,
-                                      int64_t d_rope, bool interleave, cudaStream_t stream);
+                                      int64_t d_rope, RopeStyle style, cudaStream_t stream);
 
 // rope.cu — key_states [n, S, d_qk] = cat(k_nope, RoPE(k_pe) broadcast over heads) and
 // value_states [n, S, d_v] from kv [S, n*(d_n+d_v)] and ckv [S, r_kv+d_r] (k_pe = columns r_kv..).
 cudaError_t launch_build_key_value_states(Storage st, const void* kv, const void* ckv, int64_t kv_lora_rank,
                                           const void* cos, const void* sin, void* key_states,
                                           void* value_states, int64_t seq_len, int64_t heads, int64_t d_nope,
-                                          int64_t d_rope, int64_t d_v, bool interleave, cudaStream_t stream);
+                                          int64_t d_rope, int64_t d_v, RopeStyle style, cudaStream_t stream);
 
 // streamed_attention.cu — the attention of every head without an [n, S, S] tensor (docs/math.md
 // §3.6, docs/backends.md §4): from query_states / key_states [n, S, d_qk] and value_states

@@ -32,7 +32,7 @@ enum Slot : int {
   kCompressedKv,      // [S, r_kv + d_r]     elem   compressed_kv = kv_a_proj_with_mqa(x): latent | k_pe
   kLatentNormed,      // [S, r_kv]           elem   latent_normed = kv_a_layernorm(latent)
   kKv,                // [S, n*(d_n+d_v)]    elem   kv = kv_b_proj(latent_normed), head-major: k_nope | v
-  kCos,               // [S, d_r]            elem   cos table (bf16-rounded in bf16 mode)
+  kCos,               // [S, d_r]            elem   cos table (bf16-rounded in bf16 mode; DeepseekV2: [S, d_r/2] f32)
   kSin,               // [S, d_r]            elem   sin table
   kQueryStates,       // [n, S, d_qk]        elem   HF query_states (rope half de-interleaved)
   kKeyStates,         // [n, S, d_qk]        elem   HF key_states

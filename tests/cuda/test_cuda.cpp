@@ -97,7 +97,6 @@ BOOST_AUTO_TEST_CASE(small_geometries_all_masks_and_precisions) {
   BOOST_TEST(gpu->name() == "cuda");
   uint64_t seed = 100;
   for (const mla::test::Geometry& g : mla::test::small_geometries()) {
-    if (g.cfg.rope_style() == mla::RopeStyle::Complex) continue;  // DeepseekV2's RoPE: CPU backends only (refused_families)
     const mla::LayerWeights w = mla::test::random_layer_weights(g.cfg, seed++);
     for (const int64_t S : {int64_t(1), int64_t(7), int64_t(64)}) {
       const mla::TensorF hidden = mla::test::random_hidden(S, g.cfg.hidden_size, seed++);
@@ -140,7 +139,6 @@ BOOST_AUTO_TEST_CASE(small_geometries_partial_tiles) {
   auto gpu = mla::make_cuda_backend();
   uint64_t seed = 200;
   for (const mla::test::Geometry& g : mla::test::small_geometries()) {
-    if (g.cfg.rope_style() == mla::RopeStyle::Complex) continue;  // DeepseekV2's RoPE: CPU backends only (refused_families)
     const mla::LayerWeights w = mla::test::random_layer_weights(g.cfg, seed++);
     for (const int64_t S : {int64_t(1), int64_t(17), int64_t(33), int64_t(50)}) {
       const mla::TensorF hidden = mla::test::random_hidden(S, g.cfg.hidden_size, seed++);
@@ -186,20 +184,6 @@ BOOST_AUTO_TEST_SUITE_END()
 
 // ---------------------------------------------------------------------------------------------
 BOOST_AUTO_TEST_SUITE(cuda_behaviour)
-
-// DeepseekV2's RoPE (complex pairs in fp32) is not in rope.cu: prepare refuses it in one line.
-BOOST_AUTO_TEST_CASE(refused_families) {
-  const mla::AttentionConfig cfg = mla::test::geometry("v2");
-  const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 5);
-  auto gpu = mla::make_cuda_backend();
-  try {
-    gpu->prepare(cfg, w, ForwardOptions{});
-    BOOST_FAIL("the CUDA backend prepared a DeepseekV2 layer");
-  } catch (const mla::Error& e) {
-    BOOST_TEST(std::string(e.what()).find("DeepseekV2ForCausalLM's RoPE") != std::string::npos, e.what());
-    BOOST_TEST(std::string(e.what()).find("--backend cpu") != std::string::npos, e.what());
-  }
-}
 
 BOOST_AUTO_TEST_CASE(repeated_forwards_are_bit_identical) {
   const mla::AttentionConfig cfg = mla::test::geometry("odd");

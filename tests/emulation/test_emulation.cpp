@@ -288,7 +288,6 @@ BOOST_FIXTURE_TEST_SUITE(cuda_races, DefaultDevice)
 BOOST_AUTO_TEST_CASE(results_do_not_depend_on_thread_order) {
   uint64_t seed = 300;
   for (const mla::test::Geometry& g : mla::test::small_geometries()) {
-    if (g.cfg.rope_style() == mla::RopeStyle::Complex) continue;  // DeepseekV2's RoPE: CPU backends only (refused_families)
     const mla::LayerWeights w = mla::test::random_layer_weights(g.cfg, seed++);
     const mla::TensorF hidden = mla::test::random_hidden(33, g.cfg.hidden_size, seed++);
     auto gpu = mla::make_cuda_backend();
