@@ -45,6 +45,7 @@
 #include <simdjson.h>
 
 #include "attention_paths.hpp"
+#include "bench_rate.hpp"
 #include "bench_util.hpp"
 #include "geometries.hpp"
 #include "mla/decode.hpp"
@@ -162,35 +163,8 @@ double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0
 
 // ---- 0. the bound -----------------------------------------------------------------------------
 
-// GFLOP/s of the projection engine `--gemm auto` picks for the precision, on all cores:
-// y [M, N] = x [M, K] W^T with M = N = K = 4096, median of 5 after a warm-up.
-struct Rate {
-  double gflops = 0;
-  std::string engine;
-};
-
-Rate gemm_rate(bool bf16) {
-  constexpr int64_t M = 4096, K = 4096, N = 4096;
-  const int threads = mla::cpu::resolve_threads(0);
-  std::string why;
-  const std::unique_ptr<mla::cpu::GemmEngine> engine = mla::cpu::make_gemm_engine(mla::Gemm::Auto, bf16, why);
-  mla::Rng rng(5, 1);
-  std::vector<float> w(static_cast<size_t>(N * K));
-  for (float& v : w) v = static_cast<float>(0.02 * rng.normal());
-  mla::cpu::MatrixRM x(M, K), y;
-  for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>(rng.normal());
-  if (bf16) mla::cpu::round_to_bf16_inplace(x.data(), x.size());
-  const auto linear = engine->prepare({"bound", w.data(), N, K, nullptr}, bf16, threads);
-  linear->run(x, threads, y);  // warm-up: primitives, page faults
-  std::vector<double> t;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = Clock::now();
-    linear->run(x, threads, y);
-    t.push_back(seconds_since(t0));
-  }
-  return {2.0 * M * N * K / median(t) / 1e9, mla::gemm_label(engine->name(), linear->kernel()) + ", " +
-                                                 std::to_string(threads) + " threads"};
-}
+using mla::bench::gemm_rate;
+using mla::bench::Rate;
 
 // ---- 1. attend only ------------------------------------------------------------------------
 
