@@ -297,6 +297,15 @@ BOOST_AUTO_TEST_CASE(eval_cost_by_hand) {
   BOOST_TEST(c.total() == c.linear + c.attention + c.head);
   o.compress = mla::Compression::Prefill;
   BOOST_TEST(mla::eval_cost(m, o).attention == 2 * 58 * 320.0);
+  // the plan's line: 7.2e12 FLOPs at 1e10 FLOP/s are 12 minutes
+  mla::EvalCost big;
+  big.linear = 6e12;
+  big.attention = 1e12;
+  big.head = 2e11;
+  BOOST_TEST(mla::eval_cost_line(big, 1e10) ==
+             "7.2 TFLOP (linear 6, attention 1, lm_head 0.2): about 12.0 min at the 10 GFLOP/s this machine's "
+             "fixed-order kernels measure");
+  BOOST_TEST(mla::measured_eval_rate(64, 1) > 0.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
