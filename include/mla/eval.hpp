@@ -36,6 +36,7 @@
 #include "mla/model.hpp"
 #include "mla/policy.hpp"
 #include "mla/provenance.hpp"
+#include "mla/tasks.hpp"  // Passkey
 #include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
@@ -70,15 +71,6 @@ struct EvalOptions {
 // budget, budgets not increasing, a budget too small for what a policy protects, no policy, two
 // policies with the same label.
 void check_eval_options(const EvalOptions& opt, int64_t tokens, int64_t num_layers);
-
-// A passkey input (models/tiny-mla/eval/passkey-*.txt) ends with the line
-// "What is the pass key? The pass key is NNNNN." (then a newline): the key's digits are the
-// tokens at `digits`. Found on byte-level token ids only; empty when the input is not one.
-struct Passkey {
-  std::string key;              // "70969"
-  std::vector<int64_t> digits;  // positions of the key's digits in the token ids, ascending
-};
-Passkey find_passkey(const std::vector<int64_t>& tokens, const ModelConfig& cfg);
 
 struct EvalPosition {
   int64_t position = 0;   // x (the logits at x predict tokens[x + 1])
@@ -214,5 +206,59 @@ std::string eval_layers_svg(const std::vector<EvalWindow>& w, const std::vector<
 // leaderboard.svg: per budget, the policies other than full best first, mean ΔNLL with its 95 % interval.
 std::string eval_leaderboard_svg(const std::vector<EvalSummary>& s, const std::vector<int64_t>& budgets,
                                  const std::string& title);
+
+
+// ---- retrieval tasks (eval --task; docs/eval.md §7; the samples: mla/tasks.hpp) -------------
+struct TaskSettings {
+  TaskKind kind = TaskKind::Passkey;
+  QueryPlacement placement = QueryPlacement::Agnostic;
+  std::vector<int64_t> contexts;  // --context, ascending
+  std::vector<double> depths;     // --depths, percent, ascending
+  int64_t samples = 1;            // per (context, depth)
+  uint64_t seed = 0;
+};
+
+// One run's answer on one sample, read from its teacher-forced predictions at the answer
+// positions. Every position's logits depend only on the tokens up to it (every layer, every
+// policy), so greedy decoding, which feeds back its argmax, emits the answer exactly when every
+// answer token is predicted top-1 here: `exact` is also greedy generation's exact match.
+struct AnswerScore {
+  std::string predicted;    // the argmax at each answer position (byte_level_token_text, concatenated)
+  int64_t correct = 0;      // answer tokens predicted top-1
+  int64_t first_miss = -1;  // the first answer token not predicted top-1 (where greedy departs); -1: none
+  bool exact = false;       // correct == the answer's length
+};
+AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const ModelConfig& cfg);
+
+// One cell of tasks.csv: a (policy, budget) run's score over the samples of one (context, depth).
+struct TaskCell {
+  std::string policy;
+  int64_t budget = 0;
+  int64_t context = 0;
+  double depth = 0;
+  int64_t samples = 0, exact = 0;      // samples, and those answered exactly
+  int64_t tokens = 0, correct = 0;     // answer tokens, and those predicted top-1
+};
+// windows[i] is the evaluation of samples[i]. Per budget: full, then the policies (options
+// order); within each, contexts then depths ascending.
+std::vector<TaskCell> task_cells(const std::vector<TaskSample>& samples, const std::vector<EvalWindow>& windows,
+                                 const std::vector<int64_t>& budgets, const ModelConfig& cfg);
+// tasks.csv: task,query_placement,compress,policy,budget,context,depth,samples,exact,exact_match,answer_token_accuracy
+std::string tasks_csv(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells);
+// task_samples.csv: sample,context,depth,index,source,offset,prompt_len,steps,policy,budget,answer,predicted,
+//                   first_miss,exact (one row per sample and run)
+std::string task_samples_csv(const std::vector<TaskSample>& samples, const std::vector<EvalWindow>& windows,
+                             const std::vector<int64_t>& budgets, const ModelConfig& cfg);
+// The stdout table: per (policy, budget, context) the exact-match share at each depth and over all.
+std::string tasks_table(const TaskSettings& t, const std::vector<TaskCell>& cells);
+// needle.svg: one heat map per policy (full once, then per budget), context across, depth down,
+// each cell coloured by its exact-match share (red 0, yellow 0.5, green 1) and labelled in percent.
+std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells, const std::vector<int64_t>& budgets,
+                       const std::string& title);
+// report.json of a --task run (format "mla-h2o eval report v1", "task" set): what eval_report_json
+// says of the model, options and policies, then the task, every sample and the cells.
+std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,
+                                   const TaskSettings& t, const std::vector<TaskSample>& samples,
+                                   const std::vector<EvalWindow>& windows, const std::vector<TaskCell>& cells);
 
 }  // namespace mla
