@@ -20,6 +20,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "args.hpp"
@@ -109,22 +110,33 @@ CommandSpec eval_spec() {
 }
 
 
-// --compression-ratio r[,r2,...]: each r a number in [0, 1).
-std::vector<double> parse_ratios(const std::string& text) {
-  std::vector<double> out;
+// "a,b,..." -> each item as written with its value; an empty item, or one that is not a finite
+// number, is one error line: "--FLAG: 'item' is not a number (give EXPECTED)".
+std::vector<std::pair<std::string, double>> parse_numbers(const std::string& text, const std::string& flag,
+                                                          const std::string& expected) {
+  std::vector<std::pair<std::string, double>> out;
   size_t at = 0;
   while (at <= text.size()) {
     const size_t comma = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, comma - at);
     char* end = nullptr;
-    const double r = item.empty() ? 0.0 : std::strtod(item.c_str(), &end);
-    if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(r))
-      fail(ErrorKind::InvalidArgument, "--compression-ratio: '" + item + "' is not a number (give r[,r2,...], each in [0, 1))");
+    const double v = item.empty() ? 0.0 : std::strtod(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(v))
+      fail(ErrorKind::InvalidArgument, "--" + flag + ": '" + item + "' is not a number (give " + expected + ")");
+    out.emplace_back(item, v);
+    at = comma + 1;
+  }
+  return out;
+}
+
+// --compression-ratio r[,r2,...]: each r a number in [0, 1).
+std::vector<double> parse_ratios(const std::string& text) {
+  std::vector<double> out;
+  for (const auto& [item, r] : parse_numbers(text, "compression-ratio", "r[,r2,...], each in [0, 1)")) {
     if (!(r >= 0 && r < 1))
       fail(ErrorKind::InvalidArgument, "--compression-ratio " + item + " is outside [0, 1): it is the share of the prompt "
                                        "evicted (kvpress's compression_ratio)");
     out.push_back(r);
-    at = comma + 1;
   }
   return out;
 }
@@ -157,20 +169,11 @@ std::vector<int64_t> ratio_budgets(std::vector<double>& ratios, int64_t P) {
 // --depths d1,d2,...: percents in [0, 100], distinct; returned ascending.
 std::vector<double> parse_depths(const std::string& text) {
   std::vector<double> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    char* end = nullptr;
-    const double d = item.empty() ? 0.0 : std::strtod(item.c_str(), &end);
-    if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(d))
-      fail(ErrorKind::InvalidArgument, "--depths: '" + item + "' is not a number (give percents d1,d2,..., each in [0, 100])");
+  for (const auto& [item, d] : parse_numbers(text, "depths", "percents d1,d2,..., each in [0, 100]")) {
     if (!(d >= 0 && d <= 100))
       fail(ErrorKind::InvalidArgument, "--depths " + item + " is outside [0, 100]: a depth is the percent of the filler before the needle");
-    if (std::find(out.begin(), out.end(), d) != out.end())
-      fail(ErrorKind::InvalidArgument, "--depths gives " + item + " twice");
+    if (std::find(out.begin(), out.end(), d) != out.end()) fail(ErrorKind::InvalidArgument, "--depths gives " + item + " twice");
     out.push_back(d);
-    at = comma + 1;
   }
   std::sort(out.begin(), out.end());
   return out;
