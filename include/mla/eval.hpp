@@ -20,7 +20,8 @@
 // next-token distributions, top-1 agreement with full; per layer: the attention output's error
 // against full's at the same position, the full run's attention mass the cache holds, the cache
 // size. Summaries: mean NLL, ΔNLL and perplexity ratio against full, mean KL, top-1 agreement,
-// passkey accuracy on passkey inputs.
+// passkey accuracy on passkey inputs. The retrieval tasks (eval --task, mla/tasks.hpp) run each
+// generated sample as one window and score its answer by exact match (the end of this file).
 //
 // Shape legend: T = tokens, P = prompt_len, N = steps, V = vocab_size, H = hidden_size,
 //   L = num_hidden_layers, n = heads, K = budget.
@@ -36,8 +37,8 @@
 #include "mla/model.hpp"
 #include "mla/policy.hpp"
 #include "mla/provenance.hpp"
-#include "mla/tasks.hpp"  // Passkey
 #include "mla/stage_timer.hpp"
+#include "mla/tasks.hpp"  // Passkey, TaskSample
 #include "mla/tensor.hpp"
 
 namespace mla {

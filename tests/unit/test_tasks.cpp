@@ -378,6 +378,11 @@ BOOST_AUTO_TEST_CASE(the_needle_is_lost_when_evicted_and_kept_at_full_cache) {
   const std::string per_sample = mla::test::read_text(out + "/task_samples.csv");
   BOOST_TEST(count_of(per_sample, ",streaming:sinks=4,64,") == 3u);
   BOOST_TEST(count_of(per_sample, ",0\n") == 3u, per_sample);  // exactly the three K = 64 rows are wrong
+  // needle.svg: full once, then one panel per budget; the lost cell red, the kept ones green
+  const std::string svg = mla::test::read_text(out + "/needle.svg");
+  BOOST_TEST(count_of(svg, "<g id=\"panel:") == 3u);
+  BOOST_TEST(contains(svg, "fill=\"#d73027\" stroke=\"#ffffff\"><title>streaming:sinks=4 K=64, context 1024, depth 10 %: 0 of 3"), svg);
+  BOOST_TEST(contains(svg, "fill=\"#1a9850\" stroke=\"#ffffff\"><title>streaming:sinks=4 K=2048, context 1024, depth 10 %: 3 of 3"));
 }
 
 // ---- the CLI --------------------------------------------------------------------------------
