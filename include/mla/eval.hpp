@@ -27,6 +27,7 @@
 //   L = num_hidden_layers, n = heads, K = budget.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -181,6 +182,8 @@ std::string eval_report_json(const EvalRunInfo& info, const ModelConfig& cfg, co
 // ---- outputs (src/eval/eval_report.cpp) -------------------------------------------------------
 // eval.csv:    window,policy,budget,position,token,nll,kl,top1_agree
 std::string eval_csv(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets);
+// The same with each window's own budgets, budgets[w] (the --task samples under --compression-ratio).
+std::string eval_csv_per_window(const std::vector<EvalWindow>& w, const std::vector<std::vector<int64_t>>& budgets);
 // layers.csv:  window,policy,budget,layer,layer_budget,mean_cache_len,mean_held,mean_mass_recall,min_mass_recall,
 //              mean_attn_rel_error,max_attn_rel_error,mean_hidden_rel_error
 std::string eval_layers_csv(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets);
@@ -217,7 +220,14 @@ struct TaskSettings {
   std::vector<double> depths;     // --depths, percent, ascending
   int64_t samples = 1;            // per (context, depth)
   uint64_t seed = 0;
+  std::vector<double> ratios;     // --compression-ratio, descending (K ascending); empty with --cache-budget
 };
+
+// kvpress's budget for a compression ratio r: K = round((1 - r) P), the share r of the prompt evicted.
+int64_t ratio_budget(double r, int64_t prompt_len);
+// A sample's budgets, in run order: `budgets` (--cache-budget), or with ratios K = ratio_budget(r, P)
+// at the sample's own P for each of t.ratios.
+std::vector<int64_t> task_budgets(const TaskSettings& t, const std::vector<int64_t>& budgets, const TaskSample& s);
 
 // One run's answer on one sample, read from its teacher-forced predictions at the answer
 // positions. Every position's logits depend only on the tokens up to it (every layer, every
@@ -234,28 +244,32 @@ AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const Mod
 // One cell of tasks.csv: a (policy, budget) run's score over the samples of one (context, depth).
 struct TaskCell {
   std::string policy;
-  int64_t budget = 0;
+  int64_t budget = 0;                  // K at this context
+  size_t slot = 0;                     // the budget's (or ratio's) index in run order
+  double ratio = NAN;                  // its compression ratio; NaN with --cache-budget
   int64_t context = 0;
   double depth = 0;
   int64_t samples = 0, exact = 0;      // samples, and those answered exactly
   int64_t tokens = 0, correct = 0;     // answer tokens, and those predicted top-1
 };
-// windows[i] is the evaluation of samples[i]. Per budget: full, then the policies (options
-// order); within each, contexts then depths ascending.
-std::vector<TaskCell> task_cells(const std::vector<TaskSample>& samples, const std::vector<EvalWindow>& windows,
-                                 const std::vector<int64_t>& budgets, const ModelConfig& cfg);
-// tasks.csv: task,query_placement,compress,policy,budget,context,depth,samples,exact,exact_match,answer_token_accuracy
+// windows[i] is the evaluation of samples[i] at task_budgets(t, budgets, samples[i]). Per budget
+// slot: full, then the policies (options order); within each, contexts then depths ascending.
+std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSample>& samples,
+                                 const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
+                                 const ModelConfig& cfg);
+// tasks.csv: task,query_placement,compress,policy,budget,compression_ratio,context,depth,samples,exact,exact_match,
+//            answer_token_accuracy (compression_ratio empty with --cache-budget)
 std::string tasks_csv(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells);
-// task_samples.csv: sample,context,depth,index,source,offset,prompt_len,steps,policy,budget,answer,predicted,
-//                   first_miss,exact (one row per sample and run)
-std::string task_samples_csv(const std::vector<TaskSample>& samples, const std::vector<EvalWindow>& windows,
-                             const std::vector<int64_t>& budgets, const ModelConfig& cfg);
+// task_samples.csv: sample,context,depth,index,source,offset,prompt_len,steps,policy,budget,compression_ratio,answer,
+//                   predicted,first_miss,exact (one row per sample and run)
+std::string task_samples_csv(const TaskSettings& t, const std::vector<TaskSample>& samples,
+                             const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
+                             const ModelConfig& cfg);
 // The stdout table: per (policy, budget, context) the exact-match share at each depth and over all.
 std::string tasks_table(const TaskSettings& t, const std::vector<TaskCell>& cells);
-// needle.svg: one heat map per policy (full once, then per budget), context across, depth down,
-// each cell coloured by its exact-match share (red 0, yellow 0.5, green 1) and labelled in percent.
-std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells, const std::vector<int64_t>& budgets,
-                       const std::string& title);
+// needle.svg: one heat map per policy (full once, then per budget or ratio), context across, depth
+// down, each cell coloured by its exact-match share (red 0, yellow 0.5, green 1) and labelled in percent.
+std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells, const std::string& title);
 // report.json of a --task run (format "mla-h2o eval report v1", "task" set): what eval_report_json
 // says of the model, options and policies, then the task, every sample and the cells.
 std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,

@@ -59,7 +59,8 @@ CommandSpec eval_spec() {
       "mla-h2o eval --checkpoint DIR (--tokens IDS|FILE | --text FILE|DIR) --prompt-len P --steps N --cache-budget K[,K2,...] "
       "[--windows W] [--compress decode|prefill] [options]\n"
       "       mla-h2o eval --checkpoint DIR --text FILE|DIR --task passkey|niah-multikey|niah-multivalue|variable-tracking "
-      "--context L[,L2,...] --cache-budget K[,K2,...] [--depths 10,30,50,70,90] [--samples S] [--query-placement aware|agnostic] "
+      "--context L[,L2,...] (--cache-budget K[,K2,...] | --compression-ratio r[,r2,...]) [--depths 10,30,50,70,90] [--samples S] "
+      "[--query-placement aware|agnostic] "
       "[--seed N] [options]";
   spec.flags = {
       {"checkpoint", "DIR", "checkpoint directory or .safetensors file of a whole model (required)", ""},
@@ -73,7 +74,7 @@ CommandSpec eval_spec() {
       {"steps", "N", "decoded positions after the prompt; the input needs P + N + 1 tokens (required)", ""},
       {"cache-budget", "K[,K2,...]", "per-layer cache budgets, strictly increasing (this or --compression-ratio is required)", ""},
       {"compression-ratio", "r[,r2,...]",
-       "budgets as kvpress gives them: K = round((1 - r) P) for each r in [0, 1), instead of --cache-budget", ""},
+       "budgets as kvpress gives them: K = round((1 - r) P) for each r in [0, 1), instead of --cache-budget (--task: at each sample's own P)", ""},
       {"compress", "decode|prefill",
        "decode: the policy evicts down to K after every decode step; prefill: kvpress's protocol, each layer's prompt "
        "cache is cut to K once and every decoded position joins it (docs/eval.md §2.1)", "decode"},
@@ -142,14 +143,14 @@ std::vector<double> parse_ratios(const std::string& text) {
 }
 
 // K = round((1 - r) P) for each ratio, ascending (ratios reordered to match); a ratio leaving no
-// token, or two ratios giving one K, is one error line.
-std::vector<int64_t> ratio_budgets(std::vector<double>& ratios, int64_t P) {
+// token, or two ratios giving one K, is one error line naming `where` P comes from.
+std::vector<int64_t> ratio_budgets(std::vector<double>& ratios, int64_t P, const std::string& where) {
   std::vector<std::pair<int64_t, double>> kr;
   for (double r : ratios) {
-    const int64_t K = std::llround((1.0 - r) * static_cast<double>(P));
+    const int64_t K = ratio_budget(r, P);
     if (K < 1)
-      fail(ErrorKind::InvalidArgument, "--compression-ratio " + format_double(r) + " leaves K = round((1 - r) P) = 0 of --prompt-len " +
-                                           std::to_string(P) + " tokens");
+      fail(ErrorKind::InvalidArgument, "--compression-ratio " + format_double(r) + " leaves K = round((1 - r) P) = 0 of " + where +
+                                           " tokens");
     kr.emplace_back(K, r);
   }
   std::sort(kr.begin(), kr.end());
@@ -159,7 +160,7 @@ std::vector<int64_t> ratio_budgets(std::vector<double>& ratios, int64_t P) {
     if (i > 0 && kr[i].first == kr[i - 1].first)
       fail(ErrorKind::InvalidArgument, "--compression-ratio " + format_double(kr[i - 1].second) + " and " +
                                            format_double(kr[i].second) + " both give K = " + std::to_string(kr[i].first) +
-                                           " at --prompt-len " + std::to_string(P));
+                                           " at " + where);
     budgets.push_back(kr[i].first);
     ratios.push_back(kr[i].second);
   }
@@ -191,9 +192,10 @@ void read_task_plan(const Args& a, EvalPlan& plan) {
   if (a.has("tokens"))
     fail(ErrorKind::InvalidArgument, task + " inserts its needles into a filler text: give --text FILE|DIR, not --tokens");
   if (!a.has("text")) fail(ErrorKind::InvalidArgument, task + " needs --text FILE|DIR, the filler its needles are inserted into");
-  if (a.has("compression-ratio"))
-    fail(ErrorKind::InvalidArgument, task + " takes its budgets from --cache-budget; --compression-ratio is not supported with --task yet");
-  if (!a.has("cache-budget")) fail(ErrorKind::InvalidArgument, "--cache-budget K is required (see mla-h2o eval --help)");
+  if (a.has("cache-budget") && a.has("compression-ratio"))
+    fail(ErrorKind::InvalidArgument, "--cache-budget and --compression-ratio are two ways to give the budgets: give one");
+  if (!a.has("cache-budget") && !a.has("compression-ratio"))
+    fail(ErrorKind::InvalidArgument, "--cache-budget K or --compression-ratio r is required (see mla-h2o eval --help)");
   if (!a.has("context")) fail(ErrorKind::InvalidArgument, task + " needs --context L[,L2,...], the bytes of each sample");
   plan.task.contexts = a.int_list("context", {});
   for (int64_t L : plan.task.contexts)
@@ -240,9 +242,15 @@ EvalPlan read_eval_plan(const Args& a) {
   plan.config_path = a.str("config");
   plan.eval.compress = a.choice("compress", {"decode", "prefill"}, "decode") == "prefill" ? Compression::Prefill
                                                                                          : Compression::Decode;
-  if (a.has("compression-ratio")) {
+  if (a.has("compression-ratio") && plan.task_mode) {
+    plan.ratios = parse_ratios(a.str("compression-ratio"));  // each sample's K from its own P (execute_eval_tasks)
+    std::sort(plan.ratios.rbegin(), plan.ratios.rend());     // descending: K ascending at any P
+    if (std::adjacent_find(plan.ratios.begin(), plan.ratios.end()) != plan.ratios.end())
+      fail(ErrorKind::InvalidArgument, "--compression-ratio gives a ratio twice");
+    plan.task.ratios = plan.ratios;
+  } else if (a.has("compression-ratio")) {
     plan.ratios = parse_ratios(a.str("compression-ratio"));
-    plan.eval.budgets = ratio_budgets(plan.ratios, plan.eval.prompt_len);  // sorts plan.ratios by K
+    plan.eval.budgets = ratio_budgets(plan.ratios, plan.eval.prompt_len, "--prompt-len " + std::to_string(plan.eval.prompt_len));
   } else {
     plan.eval.budgets = a.int_list("cache-budget", {});
   }
@@ -535,19 +543,24 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
           WindowJob job{WindowInput{x.source, x.filler_offset, byte_level_token_ids(m.cfg, x.bytes, task)}, opt};
           job.opt.prompt_len = x.prompt_len;
           job.opt.steps = x.steps;
+          if (!t.ratios.empty()) {  // K = round((1 - r) P) at this sample's P: the same P for every sample of a context
+            std::vector<double> r = t.ratios;
+            job.opt.budgets = ratio_budgets(r, x.prompt_len, "P = " + std::to_string(x.prompt_len) + " (the prompt of a --context " +
+                                                                 std::to_string(L) + " sample)");
+          }
           if (s == 0) check_eval_options(job.opt, static_cast<int64_t>(job.input.tokens.size()), m.cfg.attention.num_hidden_layers);
           jobs.push_back(std::move(job));
         }
     return 0;
   });
   const TaskSample& longest = samples.back();  // the largest context: the memory plan's
-  const MemoryEstimate mem = plan_memory(m.cfg, opt, longest.prompt_len, longest.steps, plan.dump_tensors);
+  const MemoryEstimate mem = plan_memory(m.cfg, jobs.back().opt, longest.prompt_len, longest.steps, plan.dump_tensors);
 
   // ---- eval ----
   const std::vector<EvalWindow> windows = run_windows(m, jobs, plan.quiet, stages);
 
   // ---- outputs ----
-  const std::vector<TaskCell> cells = task_cells(samples, windows, opt.budgets, m.cfg);
+  const std::vector<TaskCell> cells = task_cells(t, samples, windows, opt.budgets, m.cfg);
   std::string input = task + ", " + std::to_string(samples.size()) + " samples (" + std::to_string(t.contexts.size()) +
                       " contexts x " + std::to_string(t.depths.size()) + " depths x " + std::to_string(t.samples) +
                       ") of filler from --text " + plan.text + ", --seed " + std::to_string(t.seed) + ", question " +
@@ -555,9 +568,11 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
   {
     StageTimer timer(stages, "outputs");
     out.write("tasks.csv", tasks_csv(t, opt.compress, cells));
-    out.write("task_samples.csv", task_samples_csv(samples, windows, opt.budgets, m.cfg));
-    out.write("eval.csv", eval_csv(windows, opt.budgets));
-    out.write("needle.svg", needle_svg(t, cells, opt.budgets,
+    out.write("task_samples.csv", task_samples_csv(t, samples, windows, opt.budgets, m.cfg));
+    std::vector<std::vector<int64_t>> window_budgets;
+    for (const WindowJob& j : jobs) window_budgets.push_back(j.opt.budgets);
+    out.write("eval.csv", eval_csv_per_window(windows, window_budgets));
+    out.write("needle.svg", needle_svg(t, cells,
                                        m.tag + task_name(t.kind) + ": exact match by context and needle depth (query " +
                                            query_placement_name(t.placement) + ", --compress " + compression_name(opt.compress) +
                                            ", " + precision_name(opt.precision) + ", " + std::to_string(t.samples) +

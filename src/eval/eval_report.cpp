@@ -156,9 +156,13 @@ std::vector<EvalSummary> summarize(const EvalResult& r, const std::vector<int64_
 }
 
 std::string eval_csv(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets) {
+  return eval_csv_per_window(windows, std::vector<std::vector<int64_t>>(windows.size(), budgets));
+}
+
+std::string eval_csv_per_window(const std::vector<EvalWindow>& windows, const std::vector<std::vector<int64_t>>& budgets) {
   std::string out = "window,policy,budget,position,token,nll,kl,top1_agree,predicted,predicted_prob\n";
   for (size_t w = 0; w < windows.size(); ++w)
-    for_each_run(windows[w].result, budgets, [&](const EvalRun& run, int64_t K) {
+    for_each_run(windows[w].result, budgets.at(w), [&](const EvalRun& run, int64_t K) {
       for (const EvalPosition& p : run.positions)
         out += std::to_string(w) + "," + csv_field(run.policy.label) + "," + std::to_string(K) + "," +
                std::to_string(p.position) + "," + std::to_string(p.token) + "," + format_double(p.nll) + "," +

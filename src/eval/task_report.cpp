@@ -34,7 +34,25 @@ std::string share(int64_t part, int64_t whole) {
   return whole > 0 ? format_double(static_cast<double>(part) / static_cast<double>(whole)) : std::string();
 }
 
+// "0.5" for a ratio, "" for NaN (an empty CSV field)
+std::string ratio_field(double r) { return std::isnan(r) ? std::string() : format_double(r); }
+
+// the panel and cell name of a run: "h2o K=128", "h2o r=0.5", "full"
+std::string run_name(const TaskCell& c) {
+  if (c.policy == "full") return "full";
+  return c.policy + (std::isnan(c.ratio) ? " K=" + std::to_string(c.budget) : " r=" + depth_text(c.ratio));
+}
+
 }  // namespace
+
+int64_t ratio_budget(double r, int64_t prompt_len) { return std::llround((1.0 - r) * static_cast<double>(prompt_len)); }
+
+std::vector<int64_t> task_budgets(const TaskSettings& t, const std::vector<int64_t>& budgets, const TaskSample& s) {
+  if (t.ratios.empty()) return budgets;
+  std::vector<int64_t> out;
+  for (double r : t.ratios) out.push_back(ratio_budget(r, s.prompt_len));
+  return out;
+}
 
 AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const ModelConfig& cfg) {
   AnswerScore s;
@@ -53,8 +71,9 @@ AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const Mod
   return s;
 }
 
-std::vector<TaskCell> task_cells(const std::vector<TaskSample>& samples, const std::vector<EvalWindow>& windows,
-                                 const std::vector<int64_t>& budgets, const ModelConfig& cfg) {
+std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSample>& samples,
+                                 const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
+                                 const ModelConfig& cfg) {
   std::vector<TaskCell> cells;
   if (samples.empty()) return cells;
   std::vector<int64_t> contexts;
@@ -65,19 +84,22 @@ std::vector<TaskCell> task_cells(const std::vector<TaskSample>& samples, const s
   }
   std::sort(contexts.begin(), contexts.end());
   std::sort(depths.begin(), depths.end());
-  // run j of every window is the same (policy, budget): the cells of run j, contexts x depths
+  // run j of every window is the same (policy, budget slot): the cells of run j, contexts x depths
   size_t runs = 0;
-  for_each_run(windows.front().result, budgets, [&](const EvalRun&, int64_t) { ++runs; });
+  const size_t per_slot = 1 + windows.front().result.runs.size() / std::max<size_t>(1, task_budgets(t, budgets, samples.front()).size());
+  for_each_run(windows.front().result, task_budgets(t, budgets, samples.front()), [&](const EvalRun&, int64_t) { ++runs; });
   for (size_t j = 0; j < runs; ++j)
     for (int64_t L : contexts)
       for (double d : depths) {
         TaskCell c;
         c.context = L;
         c.depth = d;
+        c.slot = j / per_slot;
+        c.ratio = t.ratios.empty() ? NAN : t.ratios[c.slot];
         for (size_t w = 0; w < samples.size(); ++w) {
           if (samples[w].request.context != L || samples[w].request.depth != d) continue;
           size_t k = 0;
-          for_each_run(windows[w].result, budgets, [&](const EvalRun& run, int64_t K) {
+          for_each_run(windows[w].result, task_budgets(t, budgets, samples[w]), [&](const EvalRun& run, int64_t K) {
             if (k++ != j) return;
             c.policy = run.policy.label;
             c.budget = K;
@@ -95,26 +117,33 @@ std::vector<TaskCell> task_cells(const std::vector<TaskSample>& samples, const s
 
 std::string tasks_csv(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells) {
   std::string out =
-      "task,query_placement,compress,policy,budget,context,depth,samples,exact,exact_match,answer_token_accuracy\n";
+      "task,query_placement,compress,policy,budget,compression_ratio,context,depth,samples,exact,exact_match,"
+      "answer_token_accuracy\n";
   for (const TaskCell& c : cells)
     out += std::string(task_name(t.kind)) + "," + query_placement_name(t.placement) + "," + compression_name(compress) + "," +
-           csv_field(c.policy) + "," + std::to_string(c.budget) + "," + std::to_string(c.context) + "," +
+           csv_field(c.policy) + "," + std::to_string(c.budget) + "," + ratio_field(c.ratio) + "," + std::to_string(c.context) + "," +
            depth_text(c.depth) + "," + std::to_string(c.samples) + "," + std::to_string(c.exact) + "," +
            share(c.exact, c.samples) + "," + share(c.correct, c.tokens) + "\n";
   return out;
 }
 
-std::string task_samples_csv(const std::vector<TaskSample>& samples, const std::vector<EvalWindow>& windows,
-                             const std::vector<int64_t>& budgets, const ModelConfig& cfg) {
-  std::string out = "sample,context,depth,index,source,offset,prompt_len,steps,policy,budget,answer,predicted,first_miss,exact\n";
+std::string task_samples_csv(const TaskSettings& t, const std::vector<TaskSample>& samples,
+                             const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
+                             const ModelConfig& cfg) {
+  std::string out =
+      "sample,context,depth,index,source,offset,prompt_len,steps,policy,budget,compression_ratio,answer,predicted,first_miss,"
+      "exact\n";
   for (size_t w = 0; w < samples.size(); ++w) {
     const TaskSample& s = samples[w];
-    for_each_run(windows[w].result, budgets, [&](const EvalRun& run, int64_t K) {
+    const std::vector<int64_t> Ks = task_budgets(t, budgets, s);
+    for_each_run(windows[w].result, Ks, [&](const EvalRun& run, int64_t K) {
       const AnswerScore a = score_answer(s, run, cfg);
+      const size_t slot = static_cast<size_t>(std::find(Ks.begin(), Ks.end(), K) - Ks.begin());
+      const std::string ratio = t.ratios.empty() ? std::string() : format_double(t.ratios[slot]);
       out += std::to_string(w) + "," + std::to_string(s.request.context) + "," + depth_text(s.request.depth) + "," +
              std::to_string(s.request.index) + "," + csv_field(s.source) + "," + std::to_string(s.filler_offset) + "," +
              std::to_string(s.prompt_len) + "," + std::to_string(s.steps) + "," + csv_field(run.policy.label) + "," +
-             std::to_string(K) + "," + csv_field(s.answer) + "," + csv_field(a.predicted) + "," +
+             std::to_string(K) + "," + ratio + "," + csv_field(s.answer) + "," + csv_field(a.predicted) + "," +
              (a.first_miss < 0 ? std::string() : std::to_string(a.first_miss)) + "," + (a.exact ? "1" : "0") + "\n";
     });
   }
@@ -126,7 +155,9 @@ std::string tasks_table(const TaskSettings& t, const std::vector<TaskCell>& cell
   for (const TaskCell& c : cells) width = std::max(width, c.policy.size());
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "%-*s %6s %7s", static_cast<int>(width), "policy", "budget", "context");
+  const bool ratios = !t.ratios.empty();
+  std::snprintf(line, sizeof line, "%-*s%s %6s %7s", static_cast<int>(width), "policy", ratios ? "  ratio" : "", "budget",
+                "context");
   out += line;
   for (double d : t.depths) {
     std::snprintf(line, sizeof line, " %6s", (depth_text(d) + "%").c_str());
@@ -135,8 +166,13 @@ std::string tasks_table(const TaskSettings& t, const std::vector<TaskCell>& cell
   out += "     all  (exact match at each depth, " + std::to_string(t.samples) + " samples per cell)\n";
   for (size_t i = 0; i < cells.size(); i += t.depths.size()) {
     const TaskCell& c = cells[i];
-    std::snprintf(line, sizeof line, "%-*s %6lld %7lld", static_cast<int>(width), c.policy.c_str(),
-                  static_cast<long long>(c.budget), static_cast<long long>(c.context));
+    std::snprintf(line, sizeof line, "%-*s", static_cast<int>(width), c.policy.c_str());
+    out += line;
+    if (ratios) {
+      std::snprintf(line, sizeof line, " %6s", c.policy == "full" ? "" : depth_text(c.ratio).c_str());
+      out += line;
+    }
+    std::snprintf(line, sizeof line, " %6lld %7lld", static_cast<long long>(c.budget), static_cast<long long>(c.context));
     out += line;
     int64_t exact = 0, n = 0;
     for (size_t k = i; k < i + t.depths.size() && k < cells.size(); ++k) {
@@ -177,8 +213,7 @@ std::string accuracy_colour(double t) {
 
 }  // namespace
 
-std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells, const std::vector<int64_t>& budgets,
-                       const std::string& title) {
+std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells, const std::string& title) {
   using svg::num;
   using svg::xml_escape;
   const size_t C = t.contexts.size(), D = t.depths.size();
@@ -190,10 +225,12 @@ std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells
   };
   std::vector<PanelAt> panels;
   int row = -1, col = kPerRow;
-  for (size_t b = 0; b < budgets.size(); ++b) {
+  size_t slots = 0;
+  for (const TaskCell& c : cells) slots = std::max(slots, c.slot + 1);
+  for (size_t b = 0; b < slots; ++b) {
     col = kPerRow;  // a new row at each budget
     for (size_t i = 0; i < cells.size(); i += per_run) {
-      if (cells[i].budget != budgets[b]) continue;
+      if (cells[i].slot != b) continue;
       const bool full = cells[i].policy == "full";
       if (full && b > 0) continue;  // drawn once
       if (col >= kPerRow || (full && b == 0)) {
@@ -226,11 +263,12 @@ std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells
   s += "</g>\n";
   for (const PanelAt& p : panels) {
     const TaskCell& head = cells[p.first];
-    const std::string name = head.policy == "full" ? std::string("full") : head.policy + " K=" + std::to_string(head.budget);
+    const std::string name = run_name(head);
     const double x0 = kMargin + p.col * (kPanelW + kGap), y0 = kHeader + p.row * (panel_h + kGap);
     const double gx = x0 + kLabelW, gy = y0 + kTitleH;
-    s += "<g id=\"panel:" + xml_escape(head.policy == "full" ? std::string("full") : head.policy + "@K=" + std::to_string(head.budget)) +
-         "\">\n";
+    std::string id = name;
+    std::replace(id.begin(), id.end(), ' ', '@');  // "h2o@K=128", "h2o@r=0.5"
+    s += "<g id=\"panel:" + xml_escape(id) + "\">\n";
     s += "<text x=\"" + num(x0 + kPanelW / 2) + "\" y=\"" + num(y0 + 15) + "\" text-anchor=\"middle\" font-size=\"12\">" +
          xml_escape(name) + "</text>\n";
     for (size_t k = 0; k < per_run && p.first + k < cells.size(); ++k) {
@@ -239,7 +277,8 @@ std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells
       const double v = c.samples > 0 ? static_cast<double>(c.exact) / static_cast<double>(c.samples) : 0.0;
       const double x = gx + cell_w * static_cast<double>(ci), y = gy + cell_h * static_cast<double>(di);
       s += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(cell_w) + "\" height=\"" + num(cell_h) +
-           "\" fill=\"" + accuracy_colour(v) + "\" stroke=\"#ffffff\"><title>" + xml_escape(name) + ", context " +
+           "\" fill=\"" + accuracy_colour(v) + "\" stroke=\"#ffffff\"><title>" + xml_escape(name) +
+           (std::isnan(c.ratio) || c.policy == "full" ? std::string() : " (K=" + std::to_string(c.budget) + ")") + ", context " +
            std::to_string(c.context) + ", depth " + depth_text(c.depth) + " %: " + std::to_string(c.exact) + " of " +
            std::to_string(c.samples) + " exact</title></rect>\n";
       s += "<text x=\"" + num(x + cell_w / 2) + "\" y=\"" + num(y + cell_h / 2 + 4) + "\" text-anchor=\"middle\" font-size=\"10\">" +
@@ -281,11 +320,33 @@ std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& c
   j.key("scoring").value("exact match: every answer token top-1 under teacher forcing (equal to greedy generation's exact match)");
   j.end_object();
   j.key("compress").value(compression_name(opt.compress));
+  // every K that ran (with ratios: each context's), and the ratios with their K per context
+  std::vector<int64_t> all_budgets;
+  for (const TaskCell& c : cells)
+    if (std::find(all_budgets.begin(), all_budgets.end(), c.budget) == all_budgets.end()) all_budgets.push_back(c.budget);
+  std::sort(all_budgets.begin(), all_budgets.end());
   j.key("budgets").begin_array();
-  for (int64_t K : opt.budgets) j.value(K);
+  for (int64_t K : all_budgets) j.value(K);
   j.end_array();
+  j.key("compression_ratios");
+  if (t.ratios.empty()) {
+    j.null();
+  } else {
+    j.begin_array();
+    for (size_t b = 0; b < t.ratios.size(); ++b) {
+      j.begin_object().key("ratio").value(t.ratios[b]).key("budget_at_context").begin_object();
+      for (int64_t L : t.contexts)
+        for (const TaskCell& c : cells)
+          if (c.slot == b && c.context == L) {
+            j.key(std::to_string(L)).value(c.budget);
+            break;
+          }
+      j.end_object().end_object();
+    }
+    j.end_array();
+  }
   j.key("policies").begin_array();
-  for (const PolicySettings& s : opt.policies) policy_settings_json(j, s, opt.budgets);
+  for (const PolicySettings& s : opt.policies) policy_settings_json(j, s, all_budgets);
   j.end_array();
   j.key("samples").begin_array();
   for (const TaskSample& s : samples)
@@ -302,17 +363,18 @@ std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& c
         .end_object();
   j.end_array();
   j.key("cells").begin_array();
-  for (const TaskCell& c : cells)
-    j.begin_object()
-        .key("policy").value(c.policy)
-        .key("budget").value(c.budget)
-        .key("context").value(c.context)
+  for (const TaskCell& c : cells) {
+    j.begin_object().key("policy").value(c.policy).key("budget").value(c.budget).key("compression_ratio");
+    if (std::isnan(c.ratio)) j.null();
+    else j.value(c.ratio);
+    j.key("context").value(c.context)
         .key("depth").value(c.depth)
         .key("samples").value(c.samples)
         .key("exact").value(c.exact)
         .key("answer_tokens").value(c.tokens)
         .key("answer_tokens_correct").value(c.correct)
         .end_object();
+  }
   j.end_array();
   eval::write_tail_keys(j, info, windows);
   j.end_object();

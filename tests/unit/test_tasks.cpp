@@ -287,23 +287,23 @@ BOOST_AUTO_TEST_CASE(answers_cells_and_figure_by_hand) {
   BOOST_TEST(miss.predicted.substr(0, 2) == samples[0].answer.substr(0, 2));
   BOOST_TEST(miss.predicted[2] != samples[0].answer[2]);
   // cells: full (depth 10: 2 of 2, depth 90: 1 of 1), h2o (depth 10: 1 of 2 exact, 9 of 10 digits)
-  const std::vector<mla::TaskCell> cells = mla::task_cells(samples, windows, {8}, cfg);
+  mla::TaskSettings t;
+  t.contexts = {L};
+  t.depths = {10, 90};
+  t.samples = 2;
+  const std::vector<mla::TaskCell> cells = mla::task_cells(t, samples, windows, {8}, cfg);
   BOOST_TEST_REQUIRE(cells.size() == 4u);
   BOOST_TEST((cells[0].policy == "full" && cells[0].depth == 10.0 && cells[0].samples == 2 && cells[0].exact == 2));
   BOOST_TEST((cells[2].policy == "h2o" && cells[2].depth == 10.0 && cells[2].exact == 1 && cells[2].correct == 9 &&
               cells[2].tokens == 10));
   BOOST_TEST((cells[3].policy == "h2o" && cells[3].depth == 90.0 && cells[3].exact == 1));
-  mla::TaskSettings t;
-  t.contexts = {L};
-  t.depths = {10, 90};
-  t.samples = 2;
   const std::string csv = mla::tasks_csv(t, mla::Compression::Decode, cells);
-  BOOST_TEST(contains(csv, "\npasskey,agnostic,decode,h2o,8," + std::to_string(L) + ",10,2,1,0.5,0.90000000000000002\n"), csv);
-  const std::string per_sample = mla::task_samples_csv(samples, windows, {8}, cfg);
+  BOOST_TEST(contains(csv, "\npasskey,agnostic,decode,h2o,8,," + std::to_string(L) + ",10,2,1,0.5,0.90000000000000002\n"), csv);
+  const std::string per_sample = mla::task_samples_csv(t, samples, windows, {8}, cfg);
   BOOST_TEST(count_of(per_sample, "\n") == 1u + 3u * 2u);
-  BOOST_TEST(contains(per_sample, ",h2o,8," + samples[0].answer + "," + miss.predicted + ",2,0\n"), per_sample);
+  BOOST_TEST(contains(per_sample, ",h2o,8,," + samples[0].answer + "," + miss.predicted + ",2,0\n"), per_sample);
   // needle.svg: a panel for full and one for h2o; the half-right cell is yellow, the wrong-free green
-  const std::string svg = mla::needle_svg(t, cells, {8}, "t");
+  const std::string svg = mla::needle_svg(t, cells, "t");
   BOOST_TEST(count_of(svg, "<g id=\"panel:") == 2u);
   BOOST_TEST(contains(svg, "<g id=\"panel:h2o@K=8\">"));
   BOOST_TEST(contains(svg, "fill=\"#fee08b\" stroke=\"#ffffff\"><title>h2o K=8, context " + std::to_string(L) +
@@ -364,9 +364,9 @@ BOOST_AUTO_TEST_CASE(the_needle_is_lost_when_evicted_and_kept_at_full_cache) {
                               "--policy streaming:sinks=4 --quiet --threads 2 --out '" + out + "'");
   BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const std::string csv = mla::test::read_text(out + "/tasks.csv");
-  BOOST_TEST(contains(csv, "\npasskey,agnostic,decode,full,64,1024,10,3,3,1,1\n"), csv);
-  BOOST_TEST(contains(csv, "\npasskey,agnostic,decode,streaming:sinks=4,64,1024,10,3,0,0,"), csv);
-  BOOST_TEST(contains(csv, "\npasskey,agnostic,decode,streaming:sinks=4,2048,1024,10,3,3,1,1\n"), csv);
+  BOOST_TEST(contains(csv, "\npasskey,agnostic,decode,full,64,,1024,10,3,3,1,1\n"), csv);
+  BOOST_TEST(contains(csv, "\npasskey,agnostic,decode,streaming:sinks=4,64,,1024,10,3,0,0,"), csv);
+  BOOST_TEST(contains(csv, "\npasskey,agnostic,decode,streaming:sinks=4,2048,,1024,10,3,3,1,1\n"), csv);
   // the needle lies before the kept tokens: its first byte is far below P + 1 - 60
   simdjson::dom::parser parser;
   simdjson::dom::element j = parser.load(out + "/report.json");
@@ -387,6 +387,40 @@ BOOST_AUTO_TEST_CASE(the_needle_is_lost_when_evicted_and_kept_at_full_cache) {
 
 // ---- the CLI --------------------------------------------------------------------------------
 
+// --compression-ratio: each sample's budget is K = round((1 - r) P) at its own P, so the same
+// ratio runs at another K in each context; tasks.csv, report.json and needle.svg say both.
+BOOST_AUTO_TEST_CASE(compression_ratios_per_context) {
+  const std::string out = scratch_dir("tasks-ratio") + "/o";
+  const RunResult r = run_cli("eval --checkpoint '" + recall_model() + "' --text '" + recall_model() +
+                              "/eval/heldout.txt' --task passkey --context 300,600 --depths 50 --samples 1 "
+                              "--compression-ratio 0.5,0.75 --compress prefill --policy streaming:sinks=2 --quiet --threads 2 --out '" +
+                              out + "'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  // agnostic P = 1 + L - 46 (the question, the answer and ".\n" follow the haystack): 255 and 555
+  const int64_t P300 = 255, P600 = 555;
+  const auto K = [](double ratio, int64_t P) { return std::to_string(std::llround((1 - ratio) * static_cast<double>(P))); };
+  const std::string csv = mla::test::read_text(out + "/tasks.csv");
+  BOOST_TEST(count_of(csv, "\n") == 1u + 2u * 2u * 2u);  // (full + streaming) x 2 ratios x 2 contexts
+  BOOST_TEST(contains(csv, ",streaming:sinks=2," + K(0.75, P300) + ",0.75,300,50,1,"), csv);
+  BOOST_TEST(contains(csv, ",streaming:sinks=2," + K(0.75, P600) + ",0.75,600,50,1,"), csv);
+  BOOST_TEST(contains(csv, ",streaming:sinks=2," + K(0.5, P600) + ",0.5,600,50,1,"), csv);
+  BOOST_TEST(contains(csv, ",full," + K(0.75, P300) + ",0.75,300,50,1,1,1,1\n"), csv);  // full repeated at each ratio
+  simdjson::dom::parser parser;
+  simdjson::dom::element j = parser.load(out + "/report.json");
+  BOOST_TEST(j["samples"].at(0)["prompt_len"].get_int64().value() == P300);
+  BOOST_TEST(j["samples"].at(1)["prompt_len"].get_int64().value() == P600);
+  simdjson::dom::element first = j["compression_ratios"].at(0);  // K ascending: the larger ratio first
+  BOOST_TEST(first["ratio"].get_double().value() == 0.75);
+  BOOST_TEST(std::to_string(first["budget_at_context"]["600"].get_int64().value()) == K(0.75, P600));
+  const std::string svg = mla::test::read_text(out + "/needle.svg");
+  BOOST_TEST(contains(svg, "<g id=\"panel:streaming:sinks=2@r=0.5\">"));
+  BOOST_TEST(contains(svg, "<title>streaming:sinks=2 r=0.75 (K=" + K(0.75, P600) + "), context 600, depth 50 %:"), svg);
+  // eval.csv: each sample's rows at its own K
+  const std::string ecsv = mla::test::read_text(out + "/eval.csv");
+  BOOST_TEST(contains(ecsv, "\n1,streaming:sinks=2," + K(0.5, P600) + ","));
+  BOOST_TEST(contains(ecsv, "\n0,streaming:sinks=2," + K(0.5, P300) + ","));
+}
+
 BOOST_AUTO_TEST_CASE(cli_outputs_and_determinism) {
   const std::string dir = scratch_dir("tasks-cli");
   const std::string base = "eval --checkpoint '" + recall_model() + "' --text '" + recall_model() +
@@ -403,8 +437,9 @@ BOOST_AUTO_TEST_CASE(cli_outputs_and_determinism) {
   // tasks.csv: 2 runs (full, h2o) x 2 contexts x 3 depths
   const std::string csv = mla::test::read_text(dir + "/a/tasks.csv");
   BOOST_TEST(count_of(csv, "\n") == 1u + 2u * 2u * 3u);
-  BOOST_TEST(csv.rfind("task,query_placement,compress,policy,budget,context,depth,samples,exact,exact_match,answer_token_accuracy\n", 0) == 0u);
-  BOOST_TEST(contains(csv, "\nniah-multikey,aware,decode,\"h2o:sinks=2,recent=8\",96,500,100,2,"), csv);
+  BOOST_TEST(csv.rfind("task,query_placement,compress,policy,budget,compression_ratio,context,depth,samples,exact,exact_match,"
+                       "answer_token_accuracy\n", 0) == 0u);
+  BOOST_TEST(contains(csv, "\nniah-multikey,aware,decode,\"h2o:sinks=2,recent=8\",96,,500,100,2,"), csv);
   BOOST_TEST(contains(a.out, "exact match"), a.out);
   simdjson::dom::parser parser;
   simdjson::dom::element j = parser.load(dir + "/a/report.json");
@@ -456,7 +491,11 @@ BOOST_AUTO_TEST_CASE(cli_errors) {
   expect_task_error(text + "--task needle --context 400 --cache-budget 64", "unknown task 'needle'");
   // flags the layout replaces, flags without --task, a filler too short
   expect_task_error(ok + "--prompt-len 100", "leave --prompt-len out");
-  expect_task_error(ok + "--compression-ratio 0.5", "--compression-ratio is not supported with --task");
+  expect_task_error(ok + "--compression-ratio 0.5", "--cache-budget and --compression-ratio are two ways");
+  expect_task_error(text + "--task passkey --context 400 --compression-ratio 0.5,0.5", "gives a ratio twice");
+  expect_task_error(text + "--task passkey --context 400 --compression-ratio 1.5", "outside [0, 1)");
+  expect_task_error(text + "--task passkey --context 400 --compression-ratio 0.999 --policy streaming",
+                    "leaves K = round((1 - r) P) = 0 of P = 355 (the prompt of a --context 400 sample) tokens");
   expect_task_error(text + "--task passkey --cache-budget 64", "needs --context");
   expect_task_error("--task passkey --context 400 --cache-budget 64", "needs --text");
   expect_task_error(text + "--prompt-len 10 --steps 4 --cache-budget 8 --depths 10", "--depths is a flag of the retrieval tasks");
