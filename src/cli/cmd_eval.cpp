@@ -548,7 +548,21 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
             job.opt.budgets = ratio_budgets(r, x.prompt_len, "P = " + std::to_string(x.prompt_len) + " (the prompt of a --context " +
                                                                  std::to_string(L) + " sample)");
           }
-          if (s == 0) check_eval_options(job.opt, static_cast<int64_t>(job.input.tokens.size()), m.cfg.attention.num_hidden_layers);
+          if (s == 0) {
+            try {
+              check_eval_options(job.opt, static_cast<int64_t>(job.input.tokens.size()), m.cfg.attention.num_hidden_layers);
+            } catch (const Error& e) {  // with ratios, say which context's K it is
+              if (t.ratios.empty()) throw;
+              std::string ks;
+              for (size_t b = 0; b < t.ratios.size(); ++b) {
+                char r[32];
+                std::snprintf(r, sizeof r, "%g", t.ratios[b]);
+                ks += (b ? ", " : "") + std::string(r) + " -> " + std::to_string(job.opt.budgets[b]);
+              }
+              fail(e.kind(), std::string(e.what()) + " (--compression-ratio at --context " + std::to_string(L) +
+                                 ", P = " + std::to_string(x.prompt_len) + ": " + ks + ")");
+            }
+          }
           jobs.push_back(std::move(job));
         }
     return 0;

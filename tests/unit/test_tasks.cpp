@@ -502,6 +502,9 @@ BOOST_AUTO_TEST_CASE(cli_errors) {
   const std::string small = scratch_dir("tasks-small") + "/f.txt";
   mla::test::write_text(small, "a short filler");
   expect_task_error("--text '" + small + "' --task passkey --context 400 --cache-budget 64", "holds no 294 consecutive bytes in one file (its longest has 14)");
+  // a ratio whose K at some context leaves no room after what a policy protects: that context and its Ks named
+  expect_task_error(text + "--task passkey --context 400,2000 --compression-ratio 0.9 --policy snapkv",
+                    "(--compression-ratio at --context 400, P = 355: 0.9 -> " + std::to_string(std::llround((1 - 0.9) * 355.0)) + ")");
   // a budget that leaves no room after what a policy protects (the eval check, per context)
   expect_task_error(text + "--task passkey --context 400 --cache-budget 64 --policy h2o --sinks 30 --recent 40", "never evicts");
 }
