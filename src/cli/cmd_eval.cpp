@@ -590,7 +590,7 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
                                        m.tag + task_name(t.kind) + ": exact match by context and needle depth (query " +
                                            query_placement_name(t.placement) + ", --compress " + compression_name(opt.compress) +
                                            ", " + precision_name(opt.precision) + ", " + std::to_string(t.samples) +
-                                           " samples per cell)"));
+                                           (t.samples == 1 ? " sample" : " samples") + " per cell)"));
     if (plan.dump_tensors) {
       EvalOptions first = opt;
       first.prompt_len = samples.front().prompt_len;

@@ -163,7 +163,8 @@ std::string tasks_table(const TaskSettings& t, const std::vector<TaskCell>& cell
     std::snprintf(line, sizeof line, " %6s", (depth_text(d) + "%").c_str());
     out += line;
   }
-  out += "     all  (exact match at each depth, " + std::to_string(t.samples) + " samples per cell)\n";
+  out += "     all  (exact match at each depth, " + std::to_string(t.samples) + (t.samples == 1 ? " sample" : " samples") +
+         " per cell)\n";
   for (size_t i = 0; i < cells.size(); i += t.depths.size()) {
     const TaskCell& c = cells[i];
     std::snprintf(line, sizeof line, "%-*s", static_cast<int>(width), c.policy.c_str());
@@ -287,7 +288,8 @@ std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells
     for (size_t di = 0; di < D; ++di)
       s += "<text x=\"" + num(gx - 4) + "\" y=\"" + num(gy + cell_h * (static_cast<double>(di) + 0.5) + 4) +
            "\" text-anchor=\"end\">" + depth_text(t.depths[di]) + " %</text>\n";
-    for (size_t ci = 0; ci < C; ++ci)
+    const size_t every = static_cast<size_t>(std::ceil(36.0 / cell_w));  // context labels >= 36 px apart
+    for (size_t ci = 0; ci < C; ci += every)
       s += "<text x=\"" + num(gx + cell_w * (static_cast<double>(ci) + 0.5)) + "\" y=\"" +
            num(gy + cell_h * static_cast<double>(D) + 14) + "\" text-anchor=\"middle\">" + std::to_string(t.contexts[ci]) +
            "</text>\n";
