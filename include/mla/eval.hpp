@@ -20,12 +20,14 @@
 // next-token distributions, top-1 agreement with full; per layer: the attention output's error
 // against full's at the same position, the full run's attention mass the cache holds, the cache
 // size. Summaries: mean NLL, ΔNLL and perplexity ratio against full, mean KL, top-1 agreement,
-// passkey accuracy on passkey inputs.
+// passkey accuracy on passkey inputs. The retrieval tasks (eval --task, mla/tasks.hpp) run each
+// generated sample as one window and score its answer by exact match (the end of this file).
 //
 // Shape legend: T = tokens, P = prompt_len, N = steps, V = vocab_size, H = hidden_size,
 //   L = num_hidden_layers, n = heads, K = budget.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -37,6 +39,7 @@
 #include "mla/policy.hpp"
 #include "mla/provenance.hpp"
 #include "mla/stage_timer.hpp"
+#include "mla/tasks.hpp"  // Passkey, TaskSample
 #include "mla/tensor.hpp"
 
 namespace mla {
@@ -70,15 +73,6 @@ struct EvalOptions {
 // budget, budgets not increasing, a budget too small for what a policy protects, no policy, two
 // policies with the same label.
 void check_eval_options(const EvalOptions& opt, int64_t tokens, int64_t num_layers);
-
-// A passkey input (models/tiny-mla/eval/passkey-*.txt) ends with the line
-// "What is the pass key? The pass key is NNNNN." (then a newline): the key's digits are the
-// tokens at `digits`. Found on byte-level token ids only; empty when the input is not one.
-struct Passkey {
-  std::string key;              // "70969"
-  std::vector<int64_t> digits;  // positions of the key's digits in the token ids, ascending
-};
-Passkey find_passkey(const std::vector<int64_t>& tokens, const ModelConfig& cfg);
 
 struct EvalPosition {
   int64_t position = 0;   // x (the logits at x predict tokens[x + 1])
@@ -188,6 +182,8 @@ std::string eval_report_json(const EvalRunInfo& info, const ModelConfig& cfg, co
 // ---- outputs (src/eval/eval_report.cpp) -------------------------------------------------------
 // eval.csv:    window,policy,budget,position,token,nll,kl,top1_agree
 std::string eval_csv(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets);
+// The same with each window's own budgets, budgets[w] (the --task samples under --compression-ratio).
+std::string eval_csv_per_window(const std::vector<EvalWindow>& w, const std::vector<std::vector<int64_t>>& budgets);
 // layers.csv:  window,policy,budget,layer,layer_budget,mean_cache_len,mean_held,mean_mass_recall,min_mass_recall,
 //              mean_attn_rel_error,max_attn_rel_error,mean_hidden_rel_error
 std::string eval_layers_csv(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets);
@@ -214,5 +210,70 @@ std::string eval_layers_svg(const std::vector<EvalWindow>& w, const std::vector<
 // leaderboard.svg: per budget, the policies other than full best first, mean ΔNLL with its 95 % interval.
 std::string eval_leaderboard_svg(const std::vector<EvalSummary>& s, const std::vector<int64_t>& budgets,
                                  const std::string& title);
+
+
+// ---- retrieval tasks (eval --task; docs/eval.md §7; the samples: mla/tasks.hpp) -------------
+struct TaskSettings {
+  TaskKind kind = TaskKind::Passkey;
+  QueryPlacement placement = QueryPlacement::Agnostic;
+  std::vector<int64_t> contexts;  // --context, ascending
+  std::vector<double> depths;     // --depths, percent, ascending
+  int64_t samples = 1;            // per (context, depth)
+  uint64_t seed = 0;
+  std::vector<double> ratios;     // --compression-ratio, descending (K ascending); empty with --cache-budget
+};
+
+// kvpress's budget for a compression ratio r: K = round((1 - r) P), the share r of the prompt evicted.
+int64_t ratio_budget(double r, int64_t prompt_len);
+// A sample's budgets, in run order: `budgets` (--cache-budget), or with ratios K = ratio_budget(r, P)
+// at the sample's own P for each of t.ratios.
+std::vector<int64_t> task_budgets(const TaskSettings& t, const std::vector<int64_t>& budgets, const TaskSample& s);
+
+// One run's answer on one sample, read from its teacher-forced predictions at the answer
+// positions. Every position's logits depend only on the tokens up to it (every layer, every
+// policy), so greedy decoding, which feeds back its argmax, emits the answer exactly when every
+// answer token is predicted top-1 here: `exact` is also greedy generation's exact match.
+struct AnswerScore {
+  std::string predicted;    // the argmax at each answer position (byte_level_token_text, concatenated)
+  int64_t correct = 0;      // answer tokens predicted top-1
+  int64_t first_miss = -1;  // the first answer token not predicted top-1 (where greedy departs); -1: none
+  bool exact = false;       // correct == the answer's length
+};
+AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const ModelConfig& cfg);
+
+// One cell of tasks.csv: a (policy, budget) run's score over the samples of one (context, depth).
+struct TaskCell {
+  std::string policy;
+  int64_t budget = 0;                  // K at this context
+  size_t slot = 0;                     // the budget's (or ratio's) index in run order
+  double ratio = NAN;                  // its compression ratio; NaN with --cache-budget
+  int64_t context = 0;
+  double depth = 0;
+  int64_t samples = 0, exact = 0;      // samples, and those answered exactly
+  int64_t tokens = 0, correct = 0;     // answer tokens, and those predicted top-1
+};
+// windows[i] is the evaluation of samples[i] at task_budgets(t, budgets, samples[i]). Per budget
+// slot: full, then the policies (options order); within each, contexts then depths ascending.
+std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSample>& samples,
+                                 const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
+                                 const ModelConfig& cfg);
+// tasks.csv: task,query_placement,compress,policy,budget,compression_ratio,context,depth,samples,exact,exact_match,
+//            answer_token_accuracy (compression_ratio empty with --cache-budget)
+std::string tasks_csv(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells);
+// task_samples.csv: sample,context,depth,index,source,offset,prompt_len,steps,policy,budget,compression_ratio,answer,
+//                   predicted,first_miss,exact (one row per sample and run)
+std::string task_samples_csv(const TaskSettings& t, const std::vector<TaskSample>& samples,
+                             const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
+                             const ModelConfig& cfg);
+// The stdout table: per (policy, budget, context) the exact-match share at each depth and over all.
+std::string tasks_table(const TaskSettings& t, const std::vector<TaskCell>& cells);
+// needle.svg: one heat map per policy (full once, then per budget or ratio), context across, depth
+// down, each cell coloured by its exact-match share (red 0, yellow 0.5, green 1) and labelled in percent.
+std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells, const std::string& title);
+// report.json of a --task run (format "mla-h2o eval report v1", "task" set): what eval_report_json
+// says of the model, options and policies, then the task, every sample and the cells.
+std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,
+                                   const TaskSettings& t, const std::vector<TaskSample>& samples,
+                                   const std::vector<EvalWindow>& windows, const std::vector<TaskCell>& cells);
 
 }  // namespace mla

@@ -7,6 +7,9 @@
 //   eval      run_eval: layers streamed one at a time, every run's decode rows (progress on stderr)
 //   outputs   eval.csv, layers.csv, summary.csv, budget.svg, layers.svg, leaderboard.svg, tensors.safetensors
 //             (--dump-tensors), report.json; the summary table on stdout
+// With --task (execute_eval_tasks, docs/eval.md §7) the same stages over generated samples: load
+// also reads the filler and generates every sample (mla/tasks.hpp), each sample is one window with
+// its own P and N, and outputs are tasks.csv, task_samples.csv, eval.csv, needle.svg, report.json.
 //
 // Shape legend: T tokens, P prompt rows, N steps, V vocab_size, H hidden_size.
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "args.hpp"
@@ -53,7 +57,11 @@ CommandSpec eval_spec() {
       "attention error and mass recall (docs/eval.md).";
   spec.usage =
       "mla-h2o eval --checkpoint DIR (--tokens IDS|FILE | --text FILE|DIR) --prompt-len P --steps N --cache-budget K[,K2,...] "
-      "[--windows W] [--compress decode|prefill] [options]";
+      "[--windows W] [--compress decode|prefill] [options]\n"
+      "       mla-h2o eval --checkpoint DIR --text FILE|DIR --task passkey|niah-multikey|niah-multivalue|variable-tracking "
+      "--context L[,L2,...] (--cache-budget K[,K2,...] | --compression-ratio r[,r2,...]) [--depths 10,30,50,70,90] [--samples S] "
+      "[--query-placement aware|agnostic] "
+      "[--seed N] [options]";
   spec.flags = {
       {"checkpoint", "DIR", "checkpoint directory or .safetensors file of a whole model (required)", ""},
       {"config", "FILE", "config.json to use instead of the one beside the checkpoint", ""},
@@ -66,7 +74,7 @@ CommandSpec eval_spec() {
       {"steps", "N", "decoded positions after the prompt; the input needs P + N + 1 tokens (required)", ""},
       {"cache-budget", "K[,K2,...]", "per-layer cache budgets, strictly increasing (this or --compression-ratio is required)", ""},
       {"compression-ratio", "r[,r2,...]",
-       "budgets as kvpress gives them: K = round((1 - r) P) for each r in [0, 1), instead of --cache-budget", ""},
+       "budgets as kvpress gives them: K = round((1 - r) P) for each r in [0, 1), instead of --cache-budget (--task: at each sample's own P)", ""},
       {"compress", "decode|prefill",
        "decode: the policy evicts down to K after every decode step; prefill: kvpress's protocol, each layer's prompt "
        "cache is cut to K once and every decoded position joins it (docs/eval.md §2.1)", "decode"},
@@ -84,41 +92,65 @@ CommandSpec eval_spec() {
       {"threads", "N", "threads (0 = all cores)", "0"},
       {"out", "DIR", "output directory (created)", "./mla-h2o-eval"},
       {"dump-tensors", "", "write tensors.safetensors: the full cache's logits [P+N, V] and hidden_states.L [P+N, H]", ""},
+      {"task", "NAME",
+       "a retrieval task, RULER-style: passkey, niah-multikey, niah-multivalue or variable-tracking; samples generated from "
+       "--text's filler and --seed, each scored by exact match of its answer (byte-level models; docs/eval.md §7). "
+       "Replaces --prompt-len and --steps",
+       ""},
+      {"context", "L[,L2,...]", "--task: bytes of each sample after the BOS (filler, needles, question, answer)", ""},
+      {"depths", "d1,d2,...", "--task: needle depths in percent of the filler, each in [0, 100]", "10,30,50,70,90"},
+      {"samples", "S", "--task: samples per (context, depth)", "5"},
+      {"query-placement", "aware|agnostic",
+       "--task: aware = the question is in the prompt the policy compresses (kvpress's query-aware); agnostic = it "
+       "comes after, among the decoded positions",
+       "agnostic"},
+      {"seed", "N", "--task: seed of the samples' filler offsets, keys and names", "0"},
       {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
   };
   return spec;
 }
 
 
-// --compression-ratio r[,r2,...]: each r a number in [0, 1).
-std::vector<double> parse_ratios(const std::string& text) {
-  std::vector<double> out;
+// "a,b,..." -> each item as written with its value; an empty item, or one that is not a finite
+// number, is one error line: "--FLAG: 'item' is not a number (give EXPECTED)".
+std::vector<std::pair<std::string, double>> parse_numbers(const std::string& text, const std::string& flag,
+                                                          const std::string& expected) {
+  std::vector<std::pair<std::string, double>> out;
   size_t at = 0;
   while (at <= text.size()) {
     const size_t comma = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, comma - at);
     char* end = nullptr;
-    const double r = item.empty() ? 0.0 : std::strtod(item.c_str(), &end);
-    if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(r))
-      fail(ErrorKind::InvalidArgument, "--compression-ratio: '" + item + "' is not a number (give r[,r2,...], each in [0, 1))");
-    if (!(r >= 0 && r < 1))
-      fail(ErrorKind::InvalidArgument, "--compression-ratio " + item + " is outside [0, 1): it is the share of the prompt "
-                                       "evicted (kvpress's compression_ratio)");
-    out.push_back(r);
+    const double v = item.empty() ? 0.0 : std::strtod(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(v))
+      fail(ErrorKind::InvalidArgument, "--" + flag + ": '" + item + "' is not a number (give " + expected + ")");
+    out.emplace_back(item, v);
     at = comma + 1;
   }
   return out;
 }
 
+// --compression-ratio r[,r2,...]: each r a number in [0, 1).
+std::vector<double> parse_ratios(const std::string& text) {
+  std::vector<double> out;
+  for (const auto& [item, r] : parse_numbers(text, "compression-ratio", "r[,r2,...], each in [0, 1)")) {
+    if (!(r >= 0 && r < 1))
+      fail(ErrorKind::InvalidArgument, "--compression-ratio " + item + " is outside [0, 1): it is the share of the prompt "
+                                       "evicted (kvpress's compression_ratio)");
+    out.push_back(r);
+  }
+  return out;
+}
+
 // K = round((1 - r) P) for each ratio, ascending (ratios reordered to match); a ratio leaving no
-// token, or two ratios giving one K, is one error line.
-std::vector<int64_t> ratio_budgets(std::vector<double>& ratios, int64_t P) {
+// token, or two ratios giving one K, is one error line naming `where` P comes from.
+std::vector<int64_t> ratio_budgets(std::vector<double>& ratios, int64_t P, const std::string& where) {
   std::vector<std::pair<int64_t, double>> kr;
   for (double r : ratios) {
-    const int64_t K = std::llround((1.0 - r) * static_cast<double>(P));
+    const int64_t K = ratio_budget(r, P);
     if (K < 1)
-      fail(ErrorKind::InvalidArgument, "--compression-ratio " + format_double(r) + " leaves K = round((1 - r) P) = 0 of --prompt-len " +
-                                           std::to_string(P) + " tokens");
+      fail(ErrorKind::InvalidArgument, "--compression-ratio " + format_double(r) + " leaves K = round((1 - r) P) = 0 of " + where +
+                                           " tokens");
     kr.emplace_back(K, r);
   }
   std::sort(kr.begin(), kr.end());
@@ -128,11 +160,55 @@ std::vector<int64_t> ratio_budgets(std::vector<double>& ratios, int64_t P) {
     if (i > 0 && kr[i].first == kr[i - 1].first)
       fail(ErrorKind::InvalidArgument, "--compression-ratio " + format_double(kr[i - 1].second) + " and " +
                                            format_double(kr[i].second) + " both give K = " + std::to_string(kr[i].first) +
-                                           " at --prompt-len " + std::to_string(P));
+                                           " at " + where);
     budgets.push_back(kr[i].first);
     ratios.push_back(kr[i].second);
   }
   return budgets;
+}
+
+// --depths d1,d2,...: percents in [0, 100], distinct; returned ascending.
+std::vector<double> parse_depths(const std::string& text) {
+  std::vector<double> out;
+  for (const auto& [item, d] : parse_numbers(text, "depths", "percents d1,d2,..., each in [0, 100]")) {
+    if (!(d >= 0 && d <= 100))
+      fail(ErrorKind::InvalidArgument, "--depths " + item + " is outside [0, 100]: a depth is the percent of the filler before the needle");
+    if (std::find(out.begin(), out.end(), d) != out.end()) fail(ErrorKind::InvalidArgument, "--depths gives " + item + " twice");
+    out.push_back(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The --task flags (docs/eval.md §7); every eval flag that a task's layout replaces is refused.
+void read_task_plan(const Args& a, EvalPlan& plan) {
+  plan.task_mode = true;
+  plan.task.kind = parse_task(a.str("task"));
+  const std::string task = "--task " + a.str("task");
+  for (const char* flag : {"prompt-len", "steps", "windows"})
+    if (a.has(flag))
+      fail(ErrorKind::InvalidArgument, task + " sets the prompt and the decoded positions from each sample's layout: leave --" +
+                                           flag + " out (docs/eval.md §7)");
+  if (a.has("tokens"))
+    fail(ErrorKind::InvalidArgument, task + " inserts its needles into a filler text: give --text FILE|DIR, not --tokens");
+  if (!a.has("text")) fail(ErrorKind::InvalidArgument, task + " needs --text FILE|DIR, the filler its needles are inserted into");
+  if (a.has("cache-budget") && a.has("compression-ratio"))
+    fail(ErrorKind::InvalidArgument, "--cache-budget and --compression-ratio are two ways to give the budgets: give one");
+  if (!a.has("cache-budget") && !a.has("compression-ratio"))
+    fail(ErrorKind::InvalidArgument, "--cache-budget K or --compression-ratio r is required (see mla-h2o eval --help)");
+  if (!a.has("context")) fail(ErrorKind::InvalidArgument, task + " needs --context L[,L2,...], the bytes of each sample");
+  plan.task.contexts = a.int_list("context", {});
+  for (int64_t L : plan.task.contexts)
+    if (L < 1 || L > (int64_t{1} << 30)) fail(ErrorKind::InvalidArgument, "--context " + std::to_string(L) + " is outside [1, 2^30] bytes");
+  std::sort(plan.task.contexts.begin(), plan.task.contexts.end());
+  if (std::adjacent_find(plan.task.contexts.begin(), plan.task.contexts.end()) != plan.task.contexts.end())
+    fail(ErrorKind::InvalidArgument, "--context gives a length twice");
+  plan.task.depths = parse_depths(a.str("depths", "10,30,50,70,90"));
+  plan.task.samples = a.integer("samples", 5, 1, int64_t{1} << 20);
+  plan.task.placement = a.choice("query-placement", {"aware", "agnostic"}, "agnostic") == "aware" ? QueryPlacement::Aware
+                                                                                                  : QueryPlacement::Agnostic;
+  plan.task.seed = static_cast<uint64_t>(a.integer("seed", 0, 0));
+  plan.text = a.str("text");
 }
 
 EvalPlan read_eval_plan(const Args& a) {
@@ -142,25 +218,39 @@ EvalPlan read_eval_plan(const Args& a) {
     if (!a.has(flag)) fail(ErrorKind::InvalidArgument, std::string("--") + flag + " " + what + " is required (see mla-h2o eval --help)");
   };
   required("checkpoint", "DIR");
-  required("prompt-len", "P");
-  required("steps", "N");
-  if (a.has("cache-budget") && a.has("compression-ratio"))
-    fail(ErrorKind::InvalidArgument, "--cache-budget and --compression-ratio are two ways to give the budgets: give one");
-  if (!a.has("compression-ratio")) required("cache-budget", "K");
-  if (a.has("tokens") == a.has("text"))
-    fail(ErrorKind::InvalidArgument, a.has("tokens") ? "--tokens and --text are two input sources: give one"
-                                                     : "no input: give --tokens IDS|FILE or --text FILE");
+  if (a.has("task")) {
+    read_task_plan(a, plan);
+  } else {
+    for (const char* flag : {"context", "depths", "samples", "query-placement", "seed"})
+      if (a.has(flag))
+        fail(ErrorKind::InvalidArgument, std::string("--") + flag + " is a flag of the retrieval tasks: give --task NAME too "
+                                                                  "(docs/eval.md §7)");
+    required("prompt-len", "P");
+    required("steps", "N");
+    if (a.has("cache-budget") && a.has("compression-ratio"))
+      fail(ErrorKind::InvalidArgument, "--cache-budget and --compression-ratio are two ways to give the budgets: give one");
+    if (!a.has("compression-ratio")) required("cache-budget", "K");
+    if (a.has("tokens") == a.has("text"))
+      fail(ErrorKind::InvalidArgument, a.has("tokens") ? "--tokens and --text are two input sources: give one"
+                                                       : "no input: give --tokens IDS|FILE or --text FILE");
+    plan.tokens = a.str("tokens");
+    plan.text = a.str("text");
+    plan.windows = a.integer("windows", 1, 1, int64_t{1} << 20);
+    plan.eval.prompt_len = a.integer("prompt-len", 0, 1, int64_t{1} << 40);
+    plan.eval.steps = a.integer("steps", 0, 1, int64_t{1} << 40);
+  }
   plan.config_path = a.str("config");
-  plan.tokens = a.str("tokens");
-  plan.text = a.str("text");
-  plan.windows = a.integer("windows", 1, 1, int64_t{1} << 20);
-  plan.eval.prompt_len = a.integer("prompt-len", 0, 1, int64_t{1} << 40);
-  plan.eval.steps = a.integer("steps", 0, 1, int64_t{1} << 40);
   plan.eval.compress = a.choice("compress", {"decode", "prefill"}, "decode") == "prefill" ? Compression::Prefill
                                                                                          : Compression::Decode;
-  if (a.has("compression-ratio")) {
+  if (a.has("compression-ratio") && plan.task_mode) {
+    plan.ratios = parse_ratios(a.str("compression-ratio"));  // each sample's K from its own P (execute_eval_tasks)
+    std::sort(plan.ratios.rbegin(), plan.ratios.rend());     // descending: K ascending at any P
+    if (std::adjacent_find(plan.ratios.begin(), plan.ratios.end()) != plan.ratios.end())
+      fail(ErrorKind::InvalidArgument, "--compression-ratio gives a ratio twice");
+    plan.task.ratios = plan.ratios;
+  } else if (a.has("compression-ratio")) {
     plan.ratios = parse_ratios(a.str("compression-ratio"));
-    plan.eval.budgets = ratio_budgets(plan.ratios, plan.eval.prompt_len);  // sorts plan.ratios by K
+    plan.eval.budgets = ratio_budgets(plan.ratios, plan.eval.prompt_len, "--prompt-len " + std::to_string(plan.eval.prompt_len));
   } else {
     plan.eval.budgets = a.int_list("cache-budget", {});
   }
@@ -192,6 +282,25 @@ struct WindowInput {
   std::vector<int64_t> tokens;
 };
 
+// The files of --text: the file itself (its first max_bytes_of_one_file bytes when that is not 0),
+// or a directory's regular files sorted by name (subdirectories are not read).
+std::vector<FillerSource> read_text_sources(const std::string& path, int64_t max_bytes_of_one_file) {
+  std::vector<FillerSource> sources;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(path, ec))
+      if (std::filesystem::is_regular_file(e.path(), ec)) names.push_back(e.path().string());
+    if (ec) fail(ErrorKind::Io, "--text " + path + ": cannot list the directory (" + ec.message() + ")");
+    std::sort(names.begin(), names.end());
+    if (names.empty()) fail(ErrorKind::InvalidArgument, "--text " + path + " is a directory without regular files");
+    for (const std::string& f : names) sources.push_back(FillerSource{f, read_bytes(f, "--text")});
+  } else {
+    sources.push_back(FillerSource{path, read_bytes(path, "--text", max_bytes_of_one_file)});
+  }
+  return sources;
+}
+
 // The windows of --windows W (docs/eval.md §1). The input is a list of sources: the --tokens ids,
 // the --text file, or the regular files of the --text directory sorted by name. A window takes
 // w units of a source (ids; or bytes: P + N + 1 tokens less the BOS), so source f holds
@@ -209,18 +318,10 @@ std::vector<WindowInput> cut_windows(const EvalPlan& plan, const ModelConfig& cf
     int64_t size() const { return static_cast<int64_t>(bytes.empty() ? ids.size() : bytes.size()); }
   };
   std::vector<Source> sources;
-  std::error_code ec;
-  if (text && std::filesystem::is_directory(plan.text, ec)) {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(plan.text, ec))
-      if (std::filesystem::is_regular_file(e.path(), ec)) names.push_back(e.path().string());
-    if (ec) fail(ErrorKind::Io, "--text " + plan.text + ": cannot list the directory (" + ec.message() + ")");
-    std::sort(names.begin(), names.end());
-    if (names.empty()) fail(ErrorKind::InvalidArgument, "--text " + plan.text + " is a directory without regular files");
-    for (const std::string& f : names) sources.push_back(Source{f, read_bytes(f, "--text"), {}});
-  } else if (text) {
-    // one window: only as far as it reaches (the file may be large)
-    sources.push_back(Source{plan.text, read_bytes(plan.text, "--text", W == 1 ? unit : 0), {}});
+  if (text) {
+    // one window of one file: only as far as it reaches (the file may be large)
+    for (FillerSource& f : read_text_sources(plan.text, W == 1 ? unit : 0))
+      sources.push_back(Source{std::move(f.name), std::move(f.bytes), {}});
   } else {
     sources.push_back(Source{"--tokens", "", parse_token_ids(plan.tokens)});
   }
@@ -279,15 +380,247 @@ std::vector<std::string> eval_inputs(const EvalPlan& plan) {
   return {plan.checkpoint, plan.config_path, plan.tokens, plan.text};
 }
 
+namespace {
+
+// What every eval run loads first: the checkpoint, its config and what the figures do not mean.
+struct LoadedModel {
+  Checkpoint ckpt;
+  ModelConfig cfg;
+  std::string synthetic, tag;  // Checkpoint::synthetic_origin(); the plot titles' prefix
+  std::vector<std::string> caveats;
+};
+LoadedModel load_model(const EvalPlan& plan, StageSeconds& stages) {
+  Checkpoint ckpt = timed(stages, "open checkpoint", [&] { return Checkpoint::open(plan.checkpoint, plan.config_path); });
+  ModelConfig cfg = load_model_config(ckpt.config_path());
+  std::string synthetic = ckpt.synthetic_origin();
+  std::vector<std::string> caveats = eval_caveats(synthetic);
+  std::string tag = synthetic.empty() ? "" : "[synthetic weights] ";
+  check_model_tensors(ckpt, cfg, "--checkpoint " + plan.checkpoint);
+  return LoadedModel{std::move(ckpt), std::move(cfg), std::move(synthetic), std::move(tag), std::move(caveats)};
+}
+
+// The memory plan of `runs` runs of the window with the most decoded positions; a run that
+// cannot fit is one error line.
+MemoryEstimate plan_memory(const ModelConfig& cfg, const EvalOptions& opt, int64_t P, int64_t N, bool dump) {
+  int64_t runs = 1;
+  for (const PolicySettings& s : opt.policies) runs += s.kind == PolicyKind::Full ? 0 : static_cast<int64_t>(opt.budgets.size());
+  ModelMemoryRequest mreq;
+  mreq.tokens = P + N;
+  mreq.precision = opt.precision;
+  mreq.streams = runs;
+  mreq.stream_rows = N;
+  mreq.keep_hidden_states = dump;
+  mreq.threads = cpu::resolve_threads(opt.threads);
+  const MemoryEstimate mem = estimate_model_memory(cfg, mreq);
+  const MemoryBudget budget = host_memory_budget();
+  if (budget.host_bytes >= 0 && mem.host_peak_bytes > budget.host_bytes)
+    fail(ErrorKind::Unsupported, "eval of " + std::to_string(runs) + " runs x " + std::to_string(N) +
+                                     " decoded positions needs about " + format_bytes(mem.host_peak_bytes) + " (" +
+                                     mem.peak_phase + "), but " + format_bytes(budget.host_bytes) + " is available (" +
+                                     budget.host_source + "); a smaller --prompt-len or --steps, or fewer budgets or "
+                                     "policies, would need less");
+  return mem;
+}
+
+// One window to evaluate: its ids, where they came from, and its options (P and N may differ
+// between windows: the samples of --task).
+struct WindowJob {
+  WindowInput input;
+  EvalOptions opt;
+};
+
+// Every window one after another under one progress line: the decode steps of every layer of
+// every window. expected-attention's future rotation is computed once per prompt length.
+std::vector<EvalWindow> run_windows(const LoadedModel& m, std::vector<WindowJob>& jobs, bool quiet, StageSeconds& stages) {
+  ProgressLine progress("eval", quiet);
+  const int64_t L_count = m.cfg.attention.num_hidden_layers;
+  int64_t total = 0;
+  for (const WindowJob& j : jobs) total += L_count * j.opt.steps;
+  if (const FeatureNeeds needs = feature_needs(jobs.front().opt.policies); needs.expected_attention) {
+    std::map<int64_t, std::vector<double>> rotation;  // per prompt length
+    timed(stages, "expected-attention future rotation", [&] {
+      for (WindowJob& j : jobs) {
+        std::vector<double>& r = rotation[j.opt.prompt_len];
+        if (r.empty())
+          r = mean_rope_rotation(m.cfg.attention, j.opt.prompt_len, needs.expected_future, [&](int64_t done, int64_t all) {
+            progress.update("expected-attention: mean RoPE rotation over the future positions", done, all);
+          });
+        j.opt.future_rotation = r;
+      }
+      return 0;
+    });
+  }
+  std::vector<EvalWindow> windows;
+  timed(stages, "eval", [&] {
+    int64_t before = 0;  // decode steps of the windows done
+    const char* what = jobs.size() > 1 ? "decode steps (all layers, all windows)" : "decode steps (all layers)";
+    for (size_t w = 0; w < jobs.size(); ++w) {
+      EvalOptions wopt = jobs[w].opt;
+      wopt.keep_full_states = jobs[w].opt.keep_full_states && w == 0;  // --dump-tensors: the first window's
+      const int64_t N = wopt.steps;
+      if (!quiet) {
+        // (layers done) N + steps done, after the earlier windows' steps
+        wopt.progress = [&progress, what, before, total, N, layers_done = int64_t{0}](const char* stage, int64_t done,
+                                                                                    int64_t) mutable {
+          if (std::string(stage) == "layers") layers_done = done;
+          progress.update(what, before + layers_done * N + (std::string(stage) == "layers" ? 0 : done), total);
+        };
+      }
+      windows.push_back(EvalWindow{jobs[w].input.source, jobs[w].input.offset, run_eval(m.ckpt, m.cfg, jobs[w].input.tokens, wopt)});
+      before += L_count * N;
+    }
+    return 0;
+  });
+  progress.finish();
+  return windows;
+}
+
+// --dump-tensors: the full cache's logits and hidden states of the first window.
+void write_dump(OutputSet& out, const EvalResult& result, const EvalOptions& opt) {
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<TensorToWrite> tensors;
+  payloads.reserve(result.hidden_states.size() + 1);
+  const auto add = [&](const TensorF& t) {
+    payloads.push_back(encode_f32(t.data));
+    tensors.push_back(TensorToWrite{t.name, DType::F32, std::vector<uint64_t>(t.shape.begin(), t.shape.end()), payloads.back()});
+  };
+  add(result.full_logits);
+  for (const TensorF& h : result.hidden_states) add(h);
+  write_safetensors(out.add("tensors.safetensors"), tensors,
+                    {{"producer", "mla-h2o eval (full cache)"}, {"precision", precision_name(opt.precision)},
+                     {"engine", result.engine}, {"prompt_len", std::to_string(opt.prompt_len)},
+                     {"steps", std::to_string(opt.steps)}});
+}
+
+// report.json's run information, filled as eval ran.
+EvalRunInfo run_info(const EvalPlan& plan, const LoadedModel& m, const std::string& input, int64_t tokens,
+                     const std::string& eps_mode, const EvalOptions& opt, const MemoryEstimate& mem, bool quiet,
+                     StageSeconds& stages) {
+  const std::vector<FileDigest> model_files =
+      timed(stages, "sha256 of the model files", [&] { return model_file_digests(m.ckpt, "eval", quiet); });
+  EvalRunInfo info;
+  info.checkpoint = plan.checkpoint;
+  info.synthetic_weights = m.synthetic;
+  info.caveats = m.caveats;
+  info.input = input;
+  info.tokens = tokens;
+  info.latent_norm_eps_mode = eps_mode;
+  info.threads = cpu::resolve_threads(opt.threads);
+  info.compression_ratios = plan.ratios;
+  info.model_files = model_files;
+  info.memory_planned_bytes = mem.host_peak_bytes;
+  info.memory_peak_rss_bytes = peak_rss_bytes();
+  info.stages = stages;
+  return info;
+}
+
+// --task (docs/eval.md §7): load (the samples from --text and --seed, every check), eval (each
+// sample one window with its own P and N), outputs (tasks.csv, task_samples.csv, eval.csv,
+// needle.svg, report.json; the table on stdout).
+int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
+  StageSeconds stages;
+  // ---- load ----
+  const LoadedModel m = load_model(plan, stages);
+  const TaskSettings& t = plan.task;
+  const std::string task = std::string("--task ") + task_name(t.kind);
+  if (!m.cfg.byte_level_vocab)
+    fail(ErrorKind::InvalidArgument, task + " needs a byte-level model (config.json \"byte_level_vocab\": true) and --checkpoint " +
+                                         plan.checkpoint + " is not one: its samples are bytes");
+  const std::vector<FillerSource> filler = timed(stages, "read the filler", [&] { return read_text_sources(plan.text, 0); });
+  EvalOptions opt = plan.eval;
+  std::string eps_mode;
+  opt.latent_norm_eps = latent_eps(plan.latent_eps_arg, m.cfg.attention, eps_mode);
+  opt.keep_full_states = plan.dump_tensors;
+  std::vector<TaskSample> samples;
+  std::vector<WindowJob> jobs;
+  timed(stages, "generate the samples", [&] {
+    for (int64_t L : t.contexts)
+      for (double d : t.depths)
+        for (int64_t s = 0; s < t.samples; ++s) {
+          TaskRequest r{t.kind, L, d, s, t.seed, t.placement, m.cfg.bos_token_id >= 0};
+          samples.push_back(make_task_sample(r, filler));
+          const TaskSample& x = samples.back();
+          WindowJob job{WindowInput{x.source, x.filler_offset, byte_level_token_ids(m.cfg, x.bytes, task)}, opt};
+          job.opt.prompt_len = x.prompt_len;
+          job.opt.steps = x.steps;
+          if (!t.ratios.empty()) {  // K = round((1 - r) P) at this sample's P: the same P for every sample of a context
+            std::vector<double> r = t.ratios;
+            job.opt.budgets = ratio_budgets(r, x.prompt_len, "P = " + std::to_string(x.prompt_len) + " (the prompt of a --context " +
+                                                                 std::to_string(L) + " sample)");
+          }
+          if (s == 0) {
+            try {
+              check_eval_options(job.opt, static_cast<int64_t>(job.input.tokens.size()), m.cfg.attention.num_hidden_layers);
+            } catch (const Error& e) {  // with ratios, say which context's K it is
+              if (t.ratios.empty()) throw;
+              std::string ks;
+              for (size_t b = 0; b < t.ratios.size(); ++b) {
+                char r[32];
+                std::snprintf(r, sizeof r, "%g", t.ratios[b]);
+                ks += (b ? ", " : "") + std::string(r) + " -> " + std::to_string(job.opt.budgets[b]);
+              }
+              fail(e.kind(), std::string(e.what()) + " (--compression-ratio at --context " + std::to_string(L) +
+                                 ", P = " + std::to_string(x.prompt_len) + ": " + ks + ")");
+            }
+          }
+          jobs.push_back(std::move(job));
+        }
+    return 0;
+  });
+  const TaskSample& longest = samples.back();  // the largest context: the memory plan's
+  const MemoryEstimate mem = plan_memory(m.cfg, jobs.back().opt, longest.prompt_len, longest.steps, plan.dump_tensors);
+
+  // ---- eval ----
+  const std::vector<EvalWindow> windows = run_windows(m, jobs, plan.quiet, stages);
+
+  // ---- outputs ----
+  const std::vector<TaskCell> cells = task_cells(t, samples, windows, opt.budgets, m.cfg);
+  std::string input = task + ", " + std::to_string(samples.size()) + " samples (" + std::to_string(t.contexts.size()) +
+                      " contexts x " + std::to_string(t.depths.size()) + " depths x " + std::to_string(t.samples) +
+                      ") of filler from --text " + plan.text + ", --seed " + std::to_string(t.seed) + ", question " +
+                      query_placement_name(t.placement);
+  {
+    StageTimer timer(stages, "outputs");
+    out.write("tasks.csv", tasks_csv(t, opt.compress, cells));
+    out.write("task_samples.csv", task_samples_csv(t, samples, windows, opt.budgets, m.cfg));
+    std::vector<std::vector<int64_t>> window_budgets;
+    for (const WindowJob& j : jobs) window_budgets.push_back(j.opt.budgets);
+    out.write("eval.csv", eval_csv_per_window(windows, window_budgets));
+    out.write("needle.svg", needle_svg(t, cells,
+                                       m.tag + task_name(t.kind) + ": exact match by context and needle depth (query " +
+                                           query_placement_name(t.placement) + ", --compress " + compression_name(opt.compress) +
+                                           ", " + precision_name(opt.precision) + ", " + std::to_string(t.samples) +
+                                           (t.samples == 1 ? " sample" : " samples") + " per cell)"));
+    if (plan.dump_tensors) {
+      EvalOptions first = opt;
+      first.prompt_len = samples.front().prompt_len;
+      first.steps = samples.front().steps;
+      write_dump(out, windows.front().result, first);
+    }
+  }
+  EvalRunInfo info = run_info(plan, m, input, static_cast<int64_t>(jobs.front().input.tokens.size()), eps_mode, opt, mem,
+                              plan.quiet, stages);
+  info.files = out.paths_with({"report.json"});
+  out.write("report.json", eval_tasks_report_json(info, m.cfg, opt, t, samples, windows, cells));
+  out.commit();
+
+  std::printf("mla-h2o eval: %s, %s, --compress %s, %s, %s\n", plan.checkpoint.c_str(), input.c_str(),
+              compression_name(opt.compress), precision_name(opt.precision), windows.front().result.engine.c_str());
+  for (const std::string& c : m.caveats) std::printf("CAVEAT: %s\n", c.c_str());
+  std::fputs(tasks_table(t, cells).c_str(), stdout);
+  std::printf("exact match: every answer token predicted top-1 under teacher forcing, which is greedy generation's exact "
+              "match (docs/eval.md §7)\noutputs: %s\n", plan.out_dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int execute_eval(const EvalPlan& plan, OutputSet& out) {
+  if (plan.task_mode) return execute_eval_tasks(plan, out);
   StageSeconds stages;
   // ---- load: checkpoint, config, ids, every check ----
-  const Checkpoint ckpt = timed(stages, "open checkpoint", [&] { return Checkpoint::open(plan.checkpoint, plan.config_path); });
-  const ModelConfig cfg = load_model_config(ckpt.config_path());
-  const std::string synthetic = ckpt.synthetic_origin();
-  const std::vector<std::string> caveats = eval_caveats(synthetic);
-  const std::string tag = synthetic.empty() ? "" : "[synthetic weights] ";
-  check_model_tensors(ckpt, cfg, "--checkpoint " + plan.checkpoint);
+  const LoadedModel m = load_model(plan, stages);
+  const ModelConfig& cfg = m.cfg;
   const std::vector<WindowInput> inputs = cut_windows(plan, cfg);
   const std::string input_text = windows_description(plan, cfg, inputs);
   for (const WindowInput& in : inputs)
@@ -304,55 +637,13 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   opt.keep_full_states = plan.dump_tensors;
   check_eval_options(opt, static_cast<int64_t>(tokens.size()), cfg.attention.num_hidden_layers);
   const int64_t P = opt.prompt_len, N = opt.steps;
-  int64_t runs = 1;
-  for (const PolicySettings& s : opt.policies) runs += s.kind == PolicyKind::Full ? 0 : static_cast<int64_t>(opt.budgets.size());
-  // the memory plan: the largest layer, P + N rows of every stream
-  ModelMemoryRequest mreq;
-  mreq.tokens = P + N;
-  mreq.precision = opt.precision;
-  mreq.streams = runs;
-  mreq.stream_rows = N;
-  mreq.keep_hidden_states = plan.dump_tensors;
-  mreq.threads = cpu::resolve_threads(opt.threads);
-  const MemoryEstimate mem = estimate_model_memory(cfg, mreq);
-  const MemoryBudget budget = host_memory_budget();
-  if (budget.host_bytes >= 0 && mem.host_peak_bytes > budget.host_bytes)
-    fail(ErrorKind::Unsupported, "eval of " + std::to_string(runs) + " runs x " + std::to_string(N) +
-                                     " decoded positions needs about " + format_bytes(mem.host_peak_bytes) + " (" +
-                                     mem.peak_phase + "), but " + format_bytes(budget.host_bytes) + " is available (" +
-                                     budget.host_source + "); a smaller --prompt-len or --steps, or fewer budgets or "
-                                     "policies, would need less");
+  const MemoryEstimate mem = plan_memory(cfg, opt, P, N, plan.dump_tensors);
 
   // ---- eval: the windows one after another, one progress line for all of them ----
-  ProgressLine progress("eval", plan.quiet);
-  const int64_t W = static_cast<int64_t>(inputs.size()), L_count = cfg.attention.num_hidden_layers;
-  std::vector<EvalWindow> windows;
-  if (const FeatureNeeds needs = feature_needs(opt.policies); needs.expected_attention)  // once for every window and layer
-    opt.future_rotation = timed(stages, "expected-attention future rotation", [&] {
-      return mean_rope_rotation(cfg.attention, opt.prompt_len, needs.expected_future, [&](int64_t done, int64_t total) {
-        progress.update("expected-attention: mean RoPE rotation over the future positions", done, total);
-      });
-    });
-  timed(stages, "eval", [&] {
-    for (int64_t w = 0; w < W; ++w) {
-      EvalOptions wopt = opt;
-      wopt.keep_full_states = opt.keep_full_states && w == 0;  // --dump-tensors: the first window's
-      if (!plan.quiet) {
-        // decode steps of every layer of every window: (w L + layers done) N + steps done of W L N
-        wopt.progress = [&progress, w, W, L_count, N, layers_done = int64_t{0}](const char* stage, int64_t done,
-                                                                               int64_t) mutable {
-          if (std::string(stage) == "layers") layers_done = done;
-          const int64_t steps = (w * L_count + layers_done) * N + (std::string(stage) == "layers" ? 0 : done);
-          progress.update(W > 1 ? "decode steps (all layers, all windows)" : "decode steps (all layers)", steps,
-                          W * L_count * N);
-        };
-      }
-      windows.push_back(EvalWindow{inputs[static_cast<size_t>(w)].source, inputs[static_cast<size_t>(w)].offset,
-                                   run_eval(ckpt, cfg, inputs[static_cast<size_t>(w)].tokens, wopt)});
-    }
-    return 0;
-  });
-  progress.finish();
+  std::vector<WindowJob> jobs;
+  for (const WindowInput& in : inputs) jobs.push_back(WindowJob{in, opt});
+  const std::vector<EvalWindow> windows = run_windows(m, jobs, plan.quiet, stages);
+  const int64_t W = static_cast<int64_t>(windows.size());
   const EvalResult& result = windows.front().result;  // the first window: engine, passkey, --dump-tensors
 
   // ---- outputs ----
@@ -367,40 +658,13 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
     const std::string what = std::string(precision_name(opt.precision)) + ", --compress " + compression_name(opt.compress) +
                              ", P = " + std::to_string(P) + ", N = " +
                              std::to_string(N) + (W > 1 ? ", " + std::to_string(W) + " windows" : "");
-    out.write("budget.svg", eval_budget_svg(summaries, tag + "ΔNLL against the cache budget (" + what + ")"));
-    out.write("layers.svg", eval_layers_svg(windows, opt.budgets, tag + "attention mass kept per layer (" + what + ")"));
+    out.write("budget.svg", eval_budget_svg(summaries, m.tag + "ΔNLL against the cache budget (" + what + ")"));
+    out.write("layers.svg", eval_layers_svg(windows, opt.budgets, m.tag + "attention mass kept per layer (" + what + ")"));
     out.write("leaderboard.svg", eval_leaderboard_svg(summaries, opt.budgets,
-                                                      tag + "policies ranked by ΔNLL, 95 % intervals (" + what + ")"));
-    if (plan.dump_tensors) {
-      std::vector<std::vector<std::byte>> payloads;
-      std::vector<TensorToWrite> tensors;
-      payloads.reserve(result.hidden_states.size() + 1);
-      const auto add = [&](const TensorF& t) {
-        payloads.push_back(encode_f32(t.data));
-        tensors.push_back(TensorToWrite{t.name, DType::F32, std::vector<uint64_t>(t.shape.begin(), t.shape.end()), payloads.back()});
-      };
-      add(result.full_logits);
-      for (const TensorF& h : result.hidden_states) add(h);
-      write_safetensors(out.add("tensors.safetensors"), tensors,
-                        {{"producer", "mla-h2o eval (full cache)"}, {"precision", precision_name(opt.precision)},
-                         {"engine", result.engine}, {"prompt_len", std::to_string(P)}, {"steps", std::to_string(N)}});
-    }
+                                                      m.tag + "policies ranked by ΔNLL, 95 % intervals (" + what + ")"));
+    if (plan.dump_tensors) write_dump(out, result, opt);
   }
-  const std::vector<FileDigest> model_files =
-      timed(stages, "sha256 of the model files", [&] { return model_file_digests(ckpt, "eval", plan.quiet); });
-  EvalRunInfo info;
-  info.checkpoint = plan.checkpoint;
-  info.synthetic_weights = synthetic;
-  info.caveats = caveats;
-  info.input = input_text;
-  info.tokens = static_cast<int64_t>(tokens.size());
-  info.latent_norm_eps_mode = eps_mode;
-  info.threads = cpu::resolve_threads(opt.threads);
-  info.compression_ratios = plan.ratios;
-  info.model_files = model_files;
-  info.memory_planned_bytes = mem.host_peak_bytes;
-  info.memory_peak_rss_bytes = peak_rss_bytes();
-  info.stages = stages;
+  EvalRunInfo info = run_info(plan, m, input_text, static_cast<int64_t>(tokens.size()), eps_mode, opt, mem, plan.quiet, stages);
   info.files = out.paths_with({"report.json"});
   out.write("report.json", eval_report_json(info, cfg, opt, windows, summaries));
 
@@ -412,7 +676,7 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   for (size_t i = 0; i < plan.ratios.size(); ++i)
     std::printf("compression ratio %g: K = round((1 - %g) x %lld) = %lld\n", plan.ratios[i], plan.ratios[i],
                 static_cast<long long>(P), static_cast<long long>(opt.budgets[i]));
-  for (const std::string& c : caveats) std::printf("CAVEAT: %s\n", c.c_str());
+  for (const std::string& c : m.caveats) std::printf("CAVEAT: %s\n", c.c_str());
   if (W == 1 && !result.passkey.key.empty()) std::printf("passkey input: key %s\n", result.passkey.key.c_str());
   std::fputs(eval_summary_table(summaries).c_str(), stdout);
   std::printf("outputs: %s\n", plan.out_dir.c_str());

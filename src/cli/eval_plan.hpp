@@ -1,5 +1,6 @@
 // src/cli/eval_plan.hpp — `mla-h2o eval` and `mla-h2o demo --model` (cmd_eval.cpp): the plan
-// read from the flags and the pipeline that runs it (load -> eval -> outputs, docs/eval.md).
+// read from the flags and the pipeline that runs it (load -> eval -> outputs, docs/eval.md);
+// with --task, the same pipeline over generated retrieval samples (docs/eval.md §7).
 #pragma once
 
 #include <string>
@@ -16,6 +17,10 @@ struct EvalPlan {
   int64_t windows = 1;  // --windows W: W windows of P + N + 1 tokens, spread evenly without overlap
   std::vector<double> ratios;  // --compression-ratio, aligned with eval.budgets (K = round((1 - r) P)); empty with --cache-budget
   bool dump_tensors = false, quiet = false;
+  // --task (docs/eval.md §7): samples generated from --text's filler; each sample is one window
+  // whose P and N come from its layout (mla/tasks.hpp), so --prompt-len and --steps are not given
+  bool task_mode = false;
+  TaskSettings task;
 };
 
 // load, eval, outputs into a new output set at plan.out_dir; prints the summary table.

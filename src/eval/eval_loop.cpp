@@ -194,26 +194,6 @@ void check_eval_options(const EvalOptions& opt, int64_t tokens, int64_t num_laye
         (void)make_cache_manager(s, layer_budget(s, K, L, num_layers, opt.prompt_len), ctx);
 }
 
-Passkey find_passkey(const std::vector<int64_t>& tokens, const ModelConfig& cfg) {
-  Passkey p;
-  if (!cfg.byte_level_vocab) return p;
-  // the text after the last "What is the pass key? The pass key is " must be digits, '.', '\n'
-  static const std::string question = "What is the pass key? The pass key is ";
-  std::string text;
-  for (int64_t t : tokens) text.push_back(t >= 0 && t < 256 ? static_cast<char>(t) : '\0');
-  const size_t at = text.rfind(question);
-  if (at == std::string::npos) return p;
-  size_t i = at + question.size();
-  const size_t first = i;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
-  if (i == first || i >= text.size() || text[i] != '.') return p;
-  const std::string rest = text.substr(i + 1);
-  if (rest.find_first_not_of("\n") != std::string::npos) return p;  // the key's line must end the input
-  p.key = text.substr(first, i - first);
-  for (size_t j = first; j < i; ++j) p.digits.push_back(static_cast<int64_t>(j));
-  return p;
-}
-
 // The runs: full first, then per budget, per policy other than full.
 std::vector<RunState> make_runs(const EvalOptions& opt) {
   std::vector<RunState> runs;

@@ -24,19 +24,11 @@
 #include "mla/report.hpp"
 #include "mla/stats.hpp"
 #include "src/report/svg_util.hpp"
+#include "eval_report_parts.hpp"
 
 namespace mla {
+using eval::for_each_run;
 namespace {
-
-// full at each budget, then the runs of that budget (options order)
-template <class F>
-void for_each_run(const EvalResult& r, const std::vector<int64_t>& budgets, F&& f) {
-  for (int64_t K : budgets) {
-    f(r.full, K);
-    for (const EvalRun& run : r.runs)
-      if (run.budget == K) f(run, K);
-  }
-}
 
 // The runs of every window in for_each_run order: runs[j][w] is run j of window w.
 struct RunColumn {
@@ -164,9 +156,13 @@ std::vector<EvalSummary> summarize(const EvalResult& r, const std::vector<int64_
 }
 
 std::string eval_csv(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets) {
+  return eval_csv_per_window(windows, std::vector<std::vector<int64_t>>(windows.size(), budgets));
+}
+
+std::string eval_csv_per_window(const std::vector<EvalWindow>& windows, const std::vector<std::vector<int64_t>>& budgets) {
   std::string out = "window,policy,budget,position,token,nll,kl,top1_agree,predicted,predicted_prob\n";
   for (size_t w = 0; w < windows.size(); ++w)
-    for_each_run(windows[w].result, budgets, [&](const EvalRun& run, int64_t K) {
+    for_each_run(windows[w].result, budgets.at(w), [&](const EvalRun& run, int64_t K) {
       for (const EvalPosition& p : run.positions)
         out += std::to_string(w) + "," + csv_field(run.policy.label) + "," + std::to_string(K) + "," +
                std::to_string(p.position) + "," + std::to_string(p.token) + "," + format_double(p.nll) + "," +
@@ -436,15 +432,10 @@ static void summary_json(JsonWriter& j, const EvalSummary& s) {
   j.end_object();
 }
 
-std::string eval_report_json(const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,
-                             const std::vector<EvalWindow>& windows, const std::vector<EvalSummary>& summaries) {
-  const EvalResult& result = windows.front().result;  // the first window: engine, passkey
-  const int64_t P = opt.prompt_len, N = opt.steps;
-  JsonWriter j;
-  j.begin_object();
-  j.key("format").value("mla-h2o eval report v1");
-  j.key("command").value("eval");
-  write_provenance(j, &info.model_files);
+namespace eval {
+
+void write_run_keys(JsonWriter& j, const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,
+                    const std::string& engine) {
   j.key("checkpoint").value(info.checkpoint);
   j.key("synthetic_weights");
   if (info.synthetic_weights.empty()) j.value(false);
@@ -454,20 +445,10 @@ std::string eval_report_json(const EvalRunInfo& info, const ModelConfig& cfg, co
   j.end_array();
   j.key("input").value(info.input);
   j.key("tokens").value(info.tokens);
-  j.key("windows").begin_array();
-  for (const EvalWindow& w : windows) {
-    j.begin_object().key("source").value(w.source).key("offset").value(w.offset).key("passkey");
-    if (w.result.passkey.key.empty()) j.null();
-    else j.value(w.result.passkey.key);
-    j.end_object();
-  }
-  j.end_array();
-  j.key("prompt_len").value(P);
-  j.key("steps").value(N);
   j.key("precision").value(precision_name(opt.precision));
   j.key("latent_norm_eps").value(opt.latent_norm_eps);
   j.key("latent_norm_eps_mode").value(info.latent_norm_eps_mode);
-  j.key("engine").value(result.engine);
+  j.key("engine").value(engine);
   j.key("threads").value(static_cast<int64_t>(info.threads));
   j.key("config");
   write_config(j, cfg.attention, std::nullopt);
@@ -482,6 +463,47 @@ std::string eval_report_json(const EvalRunInfo& info, const ModelConfig& cfg, co
   j.key("byte_level_vocab").value(cfg.byte_level_vocab);
   j.key("parameters").value(model_parameter_count(cfg));
   j.end_object();
+}
+
+void write_tail_keys(JsonWriter& j, const EvalRunInfo& info, const std::vector<EvalWindow>& windows) {
+  j.key("memory").begin_object();
+  j.key("planned_peak_bytes").value(info.memory_planned_bytes);
+  j.key("measured_peak_rss_bytes").value(info.memory_peak_rss_bytes);
+  j.end_object();
+  j.key("timing_s").begin_object();
+  for (const auto& [name, s] : info.stages) j.key(name).value(s);
+  std::map<std::string, double> eval_stages;  // summed over the windows
+  for (const EvalWindow& w : windows)
+    for (const auto& [name, s] : w.result.stage_seconds) eval_stages[name] += s;
+  for (const auto& [name, s] : eval_stages) j.key("eval: " + name).value(s);
+  j.end_object();
+  j.key("files").begin_array();
+  for (const std::string& f : info.files) j.value(f);
+  j.end_array();
+}
+
+}  // namespace eval
+
+std::string eval_report_json(const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,
+                             const std::vector<EvalWindow>& windows, const std::vector<EvalSummary>& summaries) {
+  const EvalResult& result = windows.front().result;  // the first window: engine, passkey
+  const int64_t P = opt.prompt_len, N = opt.steps;
+  JsonWriter j;
+  j.begin_object();
+  j.key("format").value("mla-h2o eval report v1");
+  j.key("command").value("eval");
+  write_provenance(j, &info.model_files);
+  eval::write_run_keys(j, info, cfg, opt, result.engine);
+  j.key("windows").begin_array();
+  for (const EvalWindow& w : windows) {
+    j.begin_object().key("source").value(w.source).key("offset").value(w.offset).key("passkey");
+    if (w.result.passkey.key.empty()) j.null();
+    else j.value(w.result.passkey.key);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("prompt_len").value(P);
+  j.key("steps").value(N);
   j.key("compress").value(compression_name(opt.compress));
   j.key("budgets").begin_array();
   for (int64_t K : opt.budgets) j.value(K);
@@ -507,20 +529,7 @@ std::string eval_report_json(const EvalRunInfo& info, const ModelConfig& cfg, co
   j.key("summary").begin_array();
   for (const EvalSummary& s : summaries) summary_json(j, s);
   j.end_array();
-  j.key("memory").begin_object();
-  j.key("planned_peak_bytes").value(info.memory_planned_bytes);
-  j.key("measured_peak_rss_bytes").value(info.memory_peak_rss_bytes);
-  j.end_object();
-  j.key("timing_s").begin_object();
-  for (const auto& [name, s] : info.stages) j.key(name).value(s);
-  std::map<std::string, double> eval_stages;  // summed over the windows
-  for (const EvalWindow& w : windows)
-    for (const auto& [name, s] : w.result.stage_seconds) eval_stages[name] += s;
-  for (const auto& [name, s] : eval_stages) j.key("eval: " + name).value(s);
-  j.end_object();
-  j.key("files").begin_array();
-  for (const std::string& f : info.files) j.value(f);
-  j.end_array();
+  eval::write_tail_keys(j, info, windows);
   j.end_object();
   return j.str() + "\n";
 }

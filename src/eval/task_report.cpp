@@ -1,0 +1,386 @@
+// src/eval/task_report.cpp — the scores and outputs of `mla-h2o eval --task` (mla/eval.hpp,
+// docs/eval.md §7), each a pure function of the samples and their EvalResults:
+//   score_answer      one run's answer on one sample (teacher-forced top-1 = greedy exact match)
+//   task_cells        per (policy, budget, context, depth): samples answered exactly, tokens right
+//   tasks.csv, task_samples.csv, the stdout table, needle.svg (one heat map per policy), report.json
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "mla/decode.hpp"
+#include "mla/error.hpp"
+#include "mla/eval.hpp"
+#include "mla/json_text.hpp"
+#include "mla/provenance.hpp"
+#include "mla/report.hpp"
+#include "src/report/svg_util.hpp"
+#include "eval_report_parts.hpp"
+
+namespace mla {
+namespace {
+
+using eval::for_each_run;
+
+// "50" for 50.0, "12.5" for 12.5: depths as the user wrote them
+std::string depth_text(double d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", d);
+  return buf;
+}
+
+std::string share(int64_t part, int64_t whole) {
+  return whole > 0 ? format_double(static_cast<double>(part) / static_cast<double>(whole)) : std::string();
+}
+
+// "0.5" for a ratio, "" for NaN (an empty CSV field)
+std::string ratio_field(double r) { return std::isnan(r) ? std::string() : format_double(r); }
+
+// the panel and cell name of a run: "h2o K=128", "h2o r=0.5", "full"
+std::string run_name(const TaskCell& c) {
+  if (c.policy == "full") return "full";
+  return c.policy + (std::isnan(c.ratio) ? " K=" + std::to_string(c.budget) : " r=" + depth_text(c.ratio));
+}
+
+}  // namespace
+
+int64_t ratio_budget(double r, int64_t prompt_len) { return std::llround((1.0 - r) * static_cast<double>(prompt_len)); }
+
+std::vector<int64_t> task_budgets(const TaskSettings& t, const std::vector<int64_t>& budgets, const TaskSample& s) {
+  if (t.ratios.empty()) return budgets;
+  std::vector<int64_t> out;
+  for (double r : t.ratios) out.push_back(ratio_budget(r, s.prompt_len));
+  return out;
+}
+
+AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const ModelConfig& cfg) {
+  AnswerScore s;
+  const int64_t P = sample.prompt_len, a = sample.answer_token(), A = static_cast<int64_t>(sample.answer.size());
+  for (int64_t j = 0; j < A; ++j) {
+    const int64_t i = a + j - 1 - P;  // the decoded position whose logits predict answer token j
+    if (i < 0 || i >= static_cast<int64_t>(run.positions.size()))
+      fail(ErrorKind::InvalidArgument, "tasks: answer token " + std::to_string(j) + " of a sample was not among the decoded positions");
+    const EvalPosition& p = run.positions[static_cast<size_t>(i)];
+    s.predicted += byte_level_token_text(cfg, p.predicted);
+    const bool right = p.predicted == static_cast<unsigned char>(sample.answer[static_cast<size_t>(j)]);
+    s.correct += right;
+    if (!right && s.first_miss < 0) s.first_miss = j;
+  }
+  s.exact = s.correct == A;
+  return s;
+}
+
+std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSample>& samples,
+                                 const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
+                                 const ModelConfig& cfg) {
+  std::vector<TaskCell> cells;
+  if (samples.empty()) return cells;
+  std::vector<int64_t> contexts;
+  std::vector<double> depths;
+  for (const TaskSample& s : samples) {
+    if (std::find(contexts.begin(), contexts.end(), s.request.context) == contexts.end()) contexts.push_back(s.request.context);
+    if (std::find(depths.begin(), depths.end(), s.request.depth) == depths.end()) depths.push_back(s.request.depth);
+  }
+  std::sort(contexts.begin(), contexts.end());
+  std::sort(depths.begin(), depths.end());
+  // run j of every window is the same (policy, budget slot): the cells of run j, contexts x depths
+  size_t runs = 0;
+  const size_t per_slot = 1 + windows.front().result.runs.size() / std::max<size_t>(1, task_budgets(t, budgets, samples.front()).size());
+  for_each_run(windows.front().result, task_budgets(t, budgets, samples.front()), [&](const EvalRun&, int64_t) { ++runs; });
+  for (size_t j = 0; j < runs; ++j)
+    for (int64_t L : contexts)
+      for (double d : depths) {
+        TaskCell c;
+        c.context = L;
+        c.depth = d;
+        c.slot = j / per_slot;
+        c.ratio = t.ratios.empty() ? NAN : t.ratios[c.slot];
+        for (size_t w = 0; w < samples.size(); ++w) {
+          if (samples[w].request.context != L || samples[w].request.depth != d) continue;
+          size_t k = 0;
+          for_each_run(windows[w].result, task_budgets(t, budgets, samples[w]), [&](const EvalRun& run, int64_t K) {
+            if (k++ != j) return;
+            c.policy = run.policy.label;
+            c.budget = K;
+            const AnswerScore a = score_answer(samples[w], run, cfg);
+            ++c.samples;
+            c.exact += a.exact;
+            c.tokens += static_cast<int64_t>(samples[w].answer.size());
+            c.correct += a.correct;
+          });
+        }
+        cells.push_back(c);
+      }
+  return cells;
+}
+
+std::string tasks_csv(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells) {
+  std::string out =
+      "task,query_placement,compress,policy,budget,compression_ratio,context,depth,samples,exact,exact_match,"
+      "answer_token_accuracy\n";
+  for (const TaskCell& c : cells)
+    out += std::string(task_name(t.kind)) + "," + query_placement_name(t.placement) + "," + compression_name(compress) + "," +
+           csv_field(c.policy) + "," + std::to_string(c.budget) + "," + ratio_field(c.ratio) + "," + std::to_string(c.context) + "," +
+           depth_text(c.depth) + "," + std::to_string(c.samples) + "," + std::to_string(c.exact) + "," +
+           share(c.exact, c.samples) + "," + share(c.correct, c.tokens) + "\n";
+  return out;
+}
+
+std::string task_samples_csv(const TaskSettings& t, const std::vector<TaskSample>& samples,
+                             const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
+                             const ModelConfig& cfg) {
+  std::string out =
+      "sample,context,depth,index,source,offset,prompt_len,steps,policy,budget,compression_ratio,answer,predicted,first_miss,"
+      "exact\n";
+  for (size_t w = 0; w < samples.size(); ++w) {
+    const TaskSample& s = samples[w];
+    const std::vector<int64_t> Ks = task_budgets(t, budgets, s);
+    for_each_run(windows[w].result, Ks, [&](const EvalRun& run, int64_t K) {
+      const AnswerScore a = score_answer(s, run, cfg);
+      const size_t slot = static_cast<size_t>(std::find(Ks.begin(), Ks.end(), K) - Ks.begin());
+      const std::string ratio = t.ratios.empty() ? std::string() : format_double(t.ratios[slot]);
+      out += std::to_string(w) + "," + std::to_string(s.request.context) + "," + depth_text(s.request.depth) + "," +
+             std::to_string(s.request.index) + "," + csv_field(s.source) + "," + std::to_string(s.filler_offset) + "," +
+             std::to_string(s.prompt_len) + "," + std::to_string(s.steps) + "," + csv_field(run.policy.label) + "," +
+             std::to_string(K) + "," + ratio + "," + csv_field(s.answer) + "," + csv_field(a.predicted) + "," +
+             (a.first_miss < 0 ? std::string() : std::to_string(a.first_miss)) + "," + (a.exact ? "1" : "0") + "\n";
+    });
+  }
+  return out;
+}
+
+std::string tasks_table(const TaskSettings& t, const std::vector<TaskCell>& cells) {
+  size_t width = 6;
+  for (const TaskCell& c : cells) width = std::max(width, c.policy.size());
+  std::string out;
+  char line[256];
+  const bool ratios = !t.ratios.empty();
+  std::snprintf(line, sizeof line, "%-*s%s %6s %7s", static_cast<int>(width), "policy", ratios ? "  ratio" : "", "budget",
+                "context");
+  out += line;
+  for (double d : t.depths) {
+    std::snprintf(line, sizeof line, " %6s", (depth_text(d) + "%").c_str());
+    out += line;
+  }
+  out += "     all  (exact match at each depth, " + std::to_string(t.samples) + (t.samples == 1 ? " sample" : " samples") +
+         " per cell)\n";
+  for (size_t i = 0; i < cells.size(); i += t.depths.size()) {
+    const TaskCell& c = cells[i];
+    std::snprintf(line, sizeof line, "%-*s", static_cast<int>(width), c.policy.c_str());
+    out += line;
+    if (ratios) {
+      std::snprintf(line, sizeof line, " %6s", c.policy == "full" ? "" : depth_text(c.ratio).c_str());
+      out += line;
+    }
+    std::snprintf(line, sizeof line, " %6lld %7lld", static_cast<long long>(c.budget), static_cast<long long>(c.context));
+    out += line;
+    int64_t exact = 0, n = 0;
+    for (size_t k = i; k < i + t.depths.size() && k < cells.size(); ++k) {
+      std::snprintf(line, sizeof line, " %6.2f", static_cast<double>(cells[k].exact) / static_cast<double>(cells[k].samples));
+      out += line;
+      exact += cells[k].exact;
+      n += cells[k].samples;
+    }
+    std::snprintf(line, sizeof line, " %7.3f\n", static_cast<double>(exact) / static_cast<double>(n));
+    out += line;
+  }
+  return out;
+}
+
+// ---- needle.svg ----------------------------------------------------------------------------
+//
+// The panels: full (the same at every budget) first, then per budget its policies, a new row at
+// each budget and after every kPerRow panels. A panel: context across (one column each, ascending),
+// depth down (0 % at the top, as needle-in-a-haystack figures draw it), every cell coloured by its
+// exact-match share on a red (0) - yellow (0.5) - green (1) ramp and labelled with it in percent.
+namespace {
+
+constexpr int kPerRow = 5;
+constexpr double kPanelW = 220, kLabelW = 46, kTitleH = 22, kAxisH = 34, kGap = 18, kMargin = 20, kHeader = 70;
+
+// t in [0, 1] -> #d73027 (0) .. #fee08b (0.5) .. #1a9850 (1), linear in RGB on each half
+std::string accuracy_colour(double t) {
+  t = std::clamp(t, 0.0, 1.0);
+  const int lo[3] = {0xd7, 0x30, 0x27}, mid[3] = {0xfe, 0xe0, 0x8b}, hi[3] = {0x1a, 0x98, 0x50};
+  const int* a = t < 0.5 ? lo : mid;
+  const int* b = t < 0.5 ? mid : hi;
+  const double u = t < 0.5 ? t * 2 : (t - 0.5) * 2;
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", static_cast<int>(std::lround(a[0] + (b[0] - a[0]) * u)),
+                static_cast<int>(std::lround(a[1] + (b[1] - a[1]) * u)), static_cast<int>(std::lround(a[2] + (b[2] - a[2]) * u)));
+  return buf;
+}
+
+}  // namespace
+
+std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells, const std::string& title) {
+  using svg::num;
+  using svg::xml_escape;
+  const size_t C = t.contexts.size(), D = t.depths.size();
+  const size_t per_run = C * D;
+  // the panels' first cells, in drawing order, and the row each starts
+  struct PanelAt {
+    size_t first;
+    int row, col;
+  };
+  std::vector<PanelAt> panels;
+  int row = -1, col = kPerRow;
+  size_t slots = 0;
+  for (const TaskCell& c : cells) slots = std::max(slots, c.slot + 1);
+  for (size_t b = 0; b < slots; ++b) {
+    col = kPerRow;  // a new row at each budget
+    for (size_t i = 0; i < cells.size(); i += per_run) {
+      if (cells[i].slot != b) continue;
+      const bool full = cells[i].policy == "full";
+      if (full && b > 0) continue;  // drawn once
+      if (col >= kPerRow || (full && b == 0)) {
+        ++row;
+        col = 0;
+      }
+      panels.push_back(PanelAt{i, row, col++});
+      if (full) col = kPerRow;  // full alone in its row
+    }
+  }
+  const double cell_w = (kPanelW - kLabelW) / static_cast<double>(std::max<size_t>(C, 1));
+  const double cell_h = std::clamp(150.0 / static_cast<double>(std::max<size_t>(D, 1)), 14.0, 26.0);
+  const double panel_h = kTitleH + cell_h * static_cast<double>(D) + kAxisH;
+  const double width = 2 * kMargin + kPerRow * kPanelW + (kPerRow - 1) * kGap;
+  const double height = kHeader + (row + 1) * (panel_h + kGap) + kMargin;
+
+  std::string s;
+  s += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + num(width) + "\" height=\"" + num(height) +
+       "\" viewBox=\"0 0 " + num(width) + " " + num(height) + "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s += "<title>" + xml_escape(title) + "</title>\n";
+  s += "<rect x=\"0\" y=\"0\" width=\"" + num(width) + "\" height=\"" + num(height) + "\" fill=\"#ffffff\"/>\n";
+  s += "<text x=\"" + num(width / 2) + "\" y=\"26\" text-anchor=\"middle\" font-size=\"15\">" + xml_escape(title) + "</text>\n";
+  // legend: the ramp at 0, 25, 50, 75, 100 %
+  s += "<g id=\"legend\">\n<text x=\"" + num(kMargin) + "\" y=\"52\">exact match (share of samples):</text>\n";
+  for (int k = 0; k <= 4; ++k)
+    s += "<rect x=\"" + num(kMargin + 190 + 56 * k) + "\" y=\"41\" width=\"14\" height=\"14\" fill=\"" +
+         accuracy_colour(k / 4.0) + "\" stroke=\"#999999\"/><text x=\"" + num(kMargin + 208 + 56 * k) + "\" y=\"52\">" +
+         std::to_string(25 * k) + " %</text>\n";
+  s += "<text x=\"" + num(kMargin + 480) + "\" y=\"52\">columns: context (bytes); rows: needle depth (% of the filler)</text>\n";
+  s += "</g>\n";
+  for (const PanelAt& p : panels) {
+    const TaskCell& head = cells[p.first];
+    const std::string name = run_name(head);
+    const double x0 = kMargin + p.col * (kPanelW + kGap), y0 = kHeader + p.row * (panel_h + kGap);
+    const double gx = x0 + kLabelW, gy = y0 + kTitleH;
+    std::string id = name;
+    std::replace(id.begin(), id.end(), ' ', '@');  // "h2o@K=128", "h2o@r=0.5"
+    s += "<g id=\"panel:" + xml_escape(id) + "\">\n";
+    s += "<text x=\"" + num(x0 + kPanelW / 2) + "\" y=\"" + num(y0 + 15) + "\" text-anchor=\"middle\" font-size=\"12\">" +
+         xml_escape(name) + "</text>\n";
+    for (size_t k = 0; k < per_run && p.first + k < cells.size(); ++k) {
+      const TaskCell& c = cells[p.first + k];
+      const size_t ci = k / D, di = k % D;
+      const double v = c.samples > 0 ? static_cast<double>(c.exact) / static_cast<double>(c.samples) : 0.0;
+      const double x = gx + cell_w * static_cast<double>(ci), y = gy + cell_h * static_cast<double>(di);
+      s += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(cell_w) + "\" height=\"" + num(cell_h) +
+           "\" fill=\"" + accuracy_colour(v) + "\" stroke=\"#ffffff\"><title>" + xml_escape(name) +
+           (std::isnan(c.ratio) || c.policy == "full" ? std::string() : " (K=" + std::to_string(c.budget) + ")") + ", context " +
+           std::to_string(c.context) + ", depth " + depth_text(c.depth) + " %: " + std::to_string(c.exact) + " of " +
+           std::to_string(c.samples) + " exact</title></rect>\n";
+      s += "<text x=\"" + num(x + cell_w / 2) + "\" y=\"" + num(y + cell_h / 2 + 4) + "\" text-anchor=\"middle\" font-size=\"10\">" +
+           std::to_string(static_cast<int>(std::lround(100 * v))) + "</text>\n";
+    }
+    for (size_t di = 0; di < D; ++di)
+      s += "<text x=\"" + num(gx - 4) + "\" y=\"" + num(gy + cell_h * (static_cast<double>(di) + 0.5) + 4) +
+           "\" text-anchor=\"end\">" + depth_text(t.depths[di]) + " %</text>\n";
+    const size_t every = static_cast<size_t>(std::ceil(36.0 / cell_w));  // context labels >= 36 px apart
+    for (size_t ci = 0; ci < C; ci += every)
+      s += "<text x=\"" + num(gx + cell_w * (static_cast<double>(ci) + 0.5)) + "\" y=\"" +
+           num(gy + cell_h * static_cast<double>(D) + 14) + "\" text-anchor=\"middle\">" + std::to_string(t.contexts[ci]) +
+           "</text>\n";
+    s += "</g>\n";
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,
+                                   const TaskSettings& t, const std::vector<TaskSample>& samples,
+                                   const std::vector<EvalWindow>& windows, const std::vector<TaskCell>& cells) {
+  JsonWriter j;
+  j.begin_object();
+  j.key("format").value("mla-h2o eval report v1");
+  j.key("command").value("eval");
+  write_provenance(j, &info.model_files);
+  eval::write_run_keys(j, info, cfg, opt, windows.front().result.engine);
+  j.key("task").begin_object();
+  j.key("name").value(task_name(t.kind));
+  j.key("query_placement").value(query_placement_name(t.placement));
+  j.key("contexts").begin_array();
+  for (int64_t L : t.contexts) j.value(L);
+  j.end_array();
+  j.key("depths_percent").begin_array();
+  for (double d : t.depths) j.value(d);
+  j.end_array();
+  j.key("samples_per_cell").value(t.samples);
+  j.key("seed").value(static_cast<int64_t>(t.seed));
+  j.key("scoring").value("exact match: every answer token top-1 under teacher forcing (equal to greedy generation's exact match)");
+  j.end_object();
+  j.key("compress").value(compression_name(opt.compress));
+  // every K that ran (with ratios: each context's), and the ratios with their K per context
+  std::vector<int64_t> all_budgets;
+  for (const TaskCell& c : cells)
+    if (std::find(all_budgets.begin(), all_budgets.end(), c.budget) == all_budgets.end()) all_budgets.push_back(c.budget);
+  std::sort(all_budgets.begin(), all_budgets.end());
+  j.key("budgets").begin_array();
+  for (int64_t K : all_budgets) j.value(K);
+  j.end_array();
+  j.key("compression_ratios");
+  if (t.ratios.empty()) {
+    j.null();
+  } else {
+    j.begin_array();
+    for (size_t b = 0; b < t.ratios.size(); ++b) {
+      j.begin_object().key("ratio").value(t.ratios[b]).key("budget_at_context").begin_object();
+      for (int64_t L : t.contexts)
+        for (const TaskCell& c : cells)
+          if (c.slot == b && c.context == L) {
+            j.key(std::to_string(L)).value(c.budget);
+            break;
+          }
+      j.end_object().end_object();
+    }
+    j.end_array();
+  }
+  j.key("policies").begin_array();
+  for (const PolicySettings& s : opt.policies) policy_settings_json(j, s, all_budgets);
+  j.end_array();
+  j.key("samples").begin_array();
+  for (const TaskSample& s : samples)
+    j.begin_object()
+        .key("context").value(s.request.context)
+        .key("depth").value(s.request.depth)
+        .key("index").value(s.request.index)
+        .key("source").value(s.source)
+        .key("offset").value(s.filler_offset)
+        .key("answer").value(s.answer)
+        .key("answer_position").value(s.answer_token())
+        .key("prompt_len").value(s.prompt_len)
+        .key("steps").value(s.steps)
+        .end_object();
+  j.end_array();
+  j.key("cells").begin_array();
+  for (const TaskCell& c : cells) {
+    j.begin_object().key("policy").value(c.policy).key("budget").value(c.budget).key("compression_ratio");
+    if (std::isnan(c.ratio)) j.null();
+    else j.value(c.ratio);
+    j.key("context").value(c.context)
+        .key("depth").value(c.depth)
+        .key("samples").value(c.samples)
+        .key("exact").value(c.exact)
+        .key("answer_tokens").value(c.tokens)
+        .key("answer_tokens_correct").value(c.correct)
+        .end_object();
+  }
+  j.end_array();
+  eval::write_tail_keys(j, info, windows);
+  j.end_object();
+  return j.str() + "\n";
+}
+
+}  // namespace mla

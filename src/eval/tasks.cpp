@@ -1,0 +1,229 @@
+// src/eval/tasks.cpp — the retrieval tasks' samples and the passkey detector (mla/tasks.hpp,
+// docs/eval.md §7). Every format below is spelled once, here.
+#include "mla/tasks.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "mla/error.hpp"
+#include "mla/random.hpp"
+
+namespace mla {
+namespace {
+
+constexpr int64_t kKeyDigits = 5;   // every key and value: 5 decimal digits, each uniform
+constexpr int64_t kNameLetters = 5; // every name: 5 letters A-Z, each uniform, distinct in a sample
+constexpr int64_t kNeedles = 4;     // multikey: 1 asked + 3 distractors; multivalue: 4 values; tracking: 4 variables
+const std::string kTail = ".\n";
+// The passkey task is the format models/tiny-mla-recall was trained on
+// (reference/python/train_tiny_mla.py: NEEDLE and QUESTION, each padded as its row_passkey pads them).
+const std::string kPasskeyQuestion = "What is the pass key? The pass key is ";
+
+std::string passkey_needle(const std::string& k) { return " The pass key is " + k + ". Remember it. " + k + " is the pass key. "; }
+std::string multikey_needle(const std::string& name, const std::string& k) {
+  return " The pass key of " + name + " is " + k + ". Remember it. " + k + " is the pass key of " + name + ". ";
+}
+std::string multikey_question(const std::string& name) {
+  return "\nWhat is the pass key of " + name + "? The pass key of " + name + " is ";
+}
+std::string multivalue_needle(const std::string& name, const std::string& k) {
+  return " One of the pass keys of " + name + " is " + k + ". Remember it. ";
+}
+std::string multivalue_question(const std::string& name) {
+  return "\nWhat are the pass keys of " + name + "? The pass keys of " + name + " are ";
+}
+std::string variable_needle(const std::string& name, const std::string& value) { return " VAR " + name + " = " + value + ". "; }
+std::string variable_question(const std::string& k) { return "\nWhich variables are assigned the value " + k + "? They are "; }
+
+std::string draw(Rng& rng, int64_t count, char first, int symbols) {
+  std::string s;
+  for (int64_t i = 0; i < count; ++i)
+    s.push_back(static_cast<char>(first + std::min<int64_t>(symbols - 1, static_cast<int64_t>(rng.uniform() * symbols))));
+  return s;
+}
+// `count` strings of `draw`, distinct: a repeat is drawn again
+std::vector<std::string> draw_distinct(Rng& rng, int64_t count, int64_t length, char first, int symbols) {
+  std::vector<std::string> out;
+  while (static_cast<int64_t>(out.size()) < count) {
+    std::string s = draw(rng, length, first, symbols);
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// What a task inserts and asks: the needles with their depths (percent), the question, the answer.
+struct Parts {
+  std::vector<std::string> needles;
+  std::vector<double> depths;
+  std::string question, answer;
+};
+
+// Draws after the filler offset, in this order: names (if any), keys, distractor depths (multikey).
+// The depths of needles that must follow each other: d_j = d + j (100 - d) / count.
+Parts task_parts(TaskKind kind, double depth, Rng& rng) {
+  Parts p;
+  const auto spread = [&](int64_t count) {
+    for (int64_t j = 0; j < count; ++j) p.depths.push_back(depth + static_cast<double>(j) * (100.0 - depth) / static_cast<double>(count));
+  };
+  switch (kind) {
+    case TaskKind::Passkey: {
+      const std::string k = draw(rng, kKeyDigits, '0', 10);
+      p.needles = {passkey_needle(k)};
+      p.depths = {depth};
+      p.question = "\n" + kPasskeyQuestion;
+      p.answer = k;
+      break;
+    }
+    case TaskKind::NiahMultikey: {
+      const std::vector<std::string> names = draw_distinct(rng, kNeedles, kNameLetters, 'A', 26);
+      const std::vector<std::string> keys = draw_distinct(rng, kNeedles, kKeyDigits, '0', 10);
+      for (int64_t j = 0; j < kNeedles; ++j) p.needles.push_back(multikey_needle(names[static_cast<size_t>(j)], keys[static_cast<size_t>(j)]));
+      p.depths = {depth};  // the asked needle (0); the distractors anywhere
+      for (int64_t j = 1; j < kNeedles; ++j) p.depths.push_back(rng.uniform() * 100.0);
+      p.question = multikey_question(names[0]);
+      p.answer = keys[0];
+      break;
+    }
+    case TaskKind::NiahMultivalue: {
+      const std::string name = draw(rng, kNameLetters, 'A', 26);
+      const std::vector<std::string> keys = draw_distinct(rng, kNeedles, kKeyDigits, '0', 10);
+      for (const std::string& k : keys) {
+        p.needles.push_back(multivalue_needle(name, k));
+        p.answer += (p.answer.empty() ? "" : ", ") + k;
+      }
+      spread(kNeedles);
+      p.question = multivalue_question(name);
+      break;
+    }
+    case TaskKind::VariableTracking: {
+      const std::vector<std::string> names = draw_distinct(rng, kNeedles, kNameLetters, 'A', 26);
+      const std::string k = draw(rng, kKeyDigits, '0', 10);
+      for (int64_t j = 0; j < kNeedles; ++j) {
+        p.needles.push_back(variable_needle(names[static_cast<size_t>(j)], j == 0 ? k : names[static_cast<size_t>(j - 1)]));
+        p.answer += (j == 0 ? "" : " ") + names[static_cast<size_t>(j)];
+      }
+      spread(kNeedles);
+      p.question = variable_question(k);
+      break;
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+const char* task_name(TaskKind k) {
+  switch (k) {
+    case TaskKind::Passkey: return "passkey";
+    case TaskKind::NiahMultikey: return "niah-multikey";
+    case TaskKind::NiahMultivalue: return "niah-multivalue";
+    case TaskKind::VariableTracking: return "variable-tracking";
+  }
+  return "?";
+}
+
+std::vector<std::string> task_names() {
+  return {"passkey", "niah-multikey", "niah-multivalue", "variable-tracking"};
+}
+
+TaskKind parse_task(const std::string& name) {
+  for (TaskKind k : {TaskKind::Passkey, TaskKind::NiahMultikey, TaskKind::NiahMultivalue, TaskKind::VariableTracking})
+    if (name == task_name(k)) return k;
+  fail(ErrorKind::InvalidArgument, "--task: unknown task '" + name + "' (passkey, niah-multikey, niah-multivalue, variable-tracking)");
+}
+
+const char* query_placement_name(QueryPlacement q) { return q == QueryPlacement::Aware ? "aware" : "agnostic"; }
+
+int64_t task_fixed_bytes(TaskKind k) {
+  Rng rng(0);
+  const Parts p = task_parts(k, 0.0, rng);  // the lengths do not depend on the draws
+  int64_t n = static_cast<int64_t>(p.question.size() + p.answer.size() + kTail.size());
+  for (const std::string& s : p.needles) n += static_cast<int64_t>(s.size());
+  return n;
+}
+
+TaskSample make_task_sample(const TaskRequest& r, const std::vector<FillerSource>& filler) {
+  const std::string task = std::string("--task ") + task_name(r.kind);
+  if (!(r.depth >= 0 && r.depth <= 100))
+    fail(ErrorKind::InvalidArgument, "--depths: " + std::to_string(r.depth) + " is outside [0, 100] (percent of the filler)");
+  const int64_t fixed = task_fixed_bytes(r.kind), F = r.context - fixed;
+  if (F < 1)
+    fail(ErrorKind::InvalidArgument, "--context " + std::to_string(r.context) + " is too short for " + task + ": its needles, "
+                                     "question and answer take " + std::to_string(fixed) + " bytes, so a context needs at least " +
+                                     std::to_string(fixed + 1) + " (one filler byte)");
+  // the filler: offset u in [0, total) over every file's start positions that fit F bytes
+  int64_t total = 0, longest = 0;
+  for (const FillerSource& s : filler) {
+    total += std::max<int64_t>(0, static_cast<int64_t>(s.bytes.size()) - F + 1);
+    longest = std::max(longest, static_cast<int64_t>(s.bytes.size()));
+  }
+  if (total == 0)
+    fail(ErrorKind::InvalidArgument, "--text holds no " + std::to_string(F) + " consecutive bytes in one file (its longest has " +
+                                         std::to_string(longest) + "), the filler of a --context " + std::to_string(r.context) +
+                                         " sample of " + task + "; a shorter --context or a longer text would fit");
+  Rng rng(r.seed, (static_cast<uint64_t>(r.context) << 24) ^ static_cast<uint64_t>(r.index));
+  int64_t u = std::min(total - 1, static_cast<int64_t>(rng.uniform() * static_cast<double>(total)));
+  TaskSample out;
+  out.request = r;
+  out.filler_bytes = F;
+  std::string_view text;
+  for (const FillerSource& s : filler) {
+    const int64_t here = std::max<int64_t>(0, static_cast<int64_t>(s.bytes.size()) - F + 1);
+    if (u < here) {
+      out.source = s.name;
+      out.filler_offset = u;
+      text = std::string_view(s.bytes).substr(static_cast<size_t>(u), static_cast<size_t>(F));
+      break;
+    }
+    u -= here;
+  }
+  const Parts p = task_parts(r.kind, r.depth, rng);
+  // insertion points in filler coordinates; equal points keep the needles' order
+  std::vector<size_t> order(p.needles.size());
+  std::vector<int64_t> at(p.needles.size());
+  for (size_t j = 0; j < order.size(); ++j) {
+    order[j] = j;
+    at[j] = std::clamp<int64_t>(static_cast<int64_t>(std::floor(p.depths[j] / 100.0 * static_cast<double>(F))), 0, F);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return at[a] < at[b]; });
+  int64_t from = 0;
+  for (size_t j : order) {
+    out.bytes.append(text.substr(static_cast<size_t>(from), static_cast<size_t>(at[j] - from)));
+    from = at[j];
+    out.needle_at.push_back(static_cast<int64_t>(out.bytes.size()));
+    out.bytes += p.needles[j];
+  }
+  out.bytes.append(text.substr(static_cast<size_t>(from)));
+  out.question_at = static_cast<int64_t>(out.bytes.size());
+  out.bytes += p.question;
+  out.answer_at = static_cast<int64_t>(out.bytes.size());
+  out.bytes += p.answer + kTail;
+  out.answer = p.answer;
+  const int64_t shift = r.bos ? 1 : 0, a = out.answer_token(), A = static_cast<int64_t>(out.answer.size());
+  out.prompt_len = r.placement == QueryPlacement::Aware ? a - 1 : out.question_at + shift;
+  out.steps = a + A - 1 - out.prompt_len;
+  return out;
+}
+
+Passkey find_passkey(const std::vector<int64_t>& tokens, const ModelConfig& cfg) {
+  Passkey p;
+  if (!cfg.byte_level_vocab) return p;
+  // the text after the last question must be digits, '.', '\n'
+  std::string text;
+  for (int64_t t : tokens) text.push_back(t >= 0 && t < 256 ? static_cast<char>(t) : '\0');
+  const size_t at = text.rfind(kPasskeyQuestion);
+  if (at == std::string::npos) return p;
+  size_t i = at + kPasskeyQuestion.size();
+  const size_t first = i;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  if (i == first || i >= text.size() || text[i] != '.') return p;
+  const std::string rest = text.substr(i + 1);
+  if (rest.find_first_not_of("\n") != std::string::npos) return p;  // the key's line must end the input
+  p.key = text.substr(first, i - first);
+  for (size_t j = first; j < i; ++j) p.digits.push_back(static_cast<int64_t>(j));
+  return p;
+}
+
+}  // namespace mla
