@@ -39,7 +39,7 @@ struct EvalCost {
 EvalCost eval_cost(const ModelConfig& cfg, const EvalOptions& opt);
 
 // The rate eval's own arithmetic runs at here, measured before the run: the fixed-order engine
-// (src/cpu/fixed_order.hpp) on one [rows, H] x [H, H]^T product of the model's width, best of 3,
+// (src/cpu/fixed_order.hpp) on one [64, H] x [H, H]^T product of the model's width, best of 2,
 // with `threads` workers (0 = all cores); about 0.1-0.3 s at H = 7168. FLOP/s.
 double measured_eval_rate(int64_t hidden_size, int threads);
 // "7.73 TFLOP (linear 7.64, attention 0.057, lm_head 0.034): about 4.6 min at the 28 GFLOP/s this

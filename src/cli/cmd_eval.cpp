@@ -32,6 +32,7 @@
 #include "mla/decode.hpp"
 #include "mla/error.hpp"
 #include "mla/eval.hpp"
+#include "mla/eval_cost.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/model.hpp"
 #include "mla/model_forward.hpp"
@@ -429,6 +430,23 @@ struct WindowJob {
   EvalOptions opt;
 };
 
+// The plan eval prints before any work (stdout): every job's FLOPs counted from the config
+// (mla/eval_cost.hpp) and the time they take at the rate this machine's fixed-order kernels
+// measure now, at the model's width.
+void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs) {
+  EvalCost total;
+  for (const WindowJob& j : jobs) {
+    const EvalCost c = eval_cost(cfg, j.opt);
+    total.linear += c.linear;
+    total.attention += c.attention;
+    total.head += c.head;
+  }
+  const double rate = measured_eval_rate(cfg.attention.hidden_size, jobs.front().opt.threads);
+  std::printf("mla-h2o eval: plan: %s%s\n", eval_cost_line(total, rate).c_str(),
+              jobs.size() > 1 ? (", " + std::to_string(jobs.size()) + " windows").c_str() : "");
+  std::fflush(stdout);
+}
+
 // Every window one after another under one progress line: the decode steps of every layer of
 // every window. expected-attention's future rotation is computed once per prompt length.
 std::vector<EvalWindow> run_windows(const LoadedModel& m, std::vector<WindowJob>& jobs, bool quiet, StageSeconds& stages) {
@@ -569,6 +587,7 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
   });
   const TaskSample& longest = samples.back();  // the largest context: the memory plan's
   const MemoryEstimate mem = plan_memory(m.cfg, jobs.back().opt, longest.prompt_len, longest.steps, plan.dump_tensors);
+  print_cost_plan(m.cfg, jobs);
 
   // ---- eval ----
   const std::vector<EvalWindow> windows = run_windows(m, jobs, plan.quiet, stages);
@@ -642,6 +661,7 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   // ---- eval: the windows one after another, one progress line for all of them ----
   std::vector<WindowJob> jobs;
   for (const WindowInput& in : inputs) jobs.push_back(WindowJob{in, opt});
+  print_cost_plan(cfg, jobs);
   const std::vector<EvalWindow> windows = run_windows(m, jobs, plan.quiet, stages);
   const int64_t W = static_cast<int64_t>(windows.size());
   const EvalResult& result = windows.front().result;  // the first window: engine, passkey, --dump-tensors
