@@ -398,7 +398,9 @@ AttentionConfig parse_config(std::string_view json, const std::string& source_na
     if (cfg.rms_norm_eps <= 0) text.bad("rms_norm_eps", "must be > 0");
   }
   if (text.has_value("attention_bias")) cfg.attention_bias = text.boolean("attention_bias");
-  if (text.has_value("rope_interleave")) cfg.rope_interleave = text.boolean("rope_interleave");
+  // DeepseekV2Config has no rope_interleave (its RoPE is RopeStyle::Complex): not read there
+  if (cfg.family == ModelFamily::DeepseekV3 && text.has_value("rope_interleave"))
+    cfg.rope_interleave = text.boolean("rope_interleave");
   cfg.rope = parse_rope(text, cfg.max_position_embeddings);
   cfg.quantization = parse_quantization(top, text);
   return cfg;
@@ -910,8 +912,8 @@ std::string config_json(const AttentionConfig& cfg, bool nested, const ModelConf
     os << "  \"architectures\": [\"KimiK25ForConditionalGeneration\"],\n";
     os << "  \"model_type\": " << json_quote(outer) << ",\n";
     os << "  \"text_config\": {\n";
-    os << "    \"architectures\": [\"DeepseekV3ForCausalLM\"],\n";
-    os << "    \"model_type\": \"kimi_k2\",\n";
+    os << "    \"architectures\": [\"" << family_class_name(cfg.family) << "\"],\n";
+    os << "    \"model_type\": " << (cfg.family == ModelFamily::DeepseekV2 ? "\"deepseek_v2\"" : "\"kimi_k2\"") << ",\n";
     append_text_keys(os, cfg, "    ", decoder);
     os << "\n  }\n";
   } else {

@@ -407,6 +407,18 @@ BOOST_AUTO_TEST_CASE(config_to_json_round_trips) {
       BOOST_TEST((json.find("\"text_config\"") != std::string::npos) == cases[i].second);
     }
   }
+  // DeepseekV2 in both layouts: the family comes back, and a rope_interleave of the input is not
+  // read (DeepseekV2Config has none), so it cannot be lost on the way (found by fuzz_config)
+  std::string v2_text = mla::config_to_json(mla::deepseek_v2_lite_config(), false);
+  v2_text.insert(v2_text.find('{') + 1, "\n  \"rope_interleave\": false,");
+  const AttentionConfig v2 = parse_config(v2_text, "v2.json");
+  BOOST_TEST(v2.rope_interleave);
+  BOOST_TEST((v2.family == mla::ModelFamily::DeepseekV2));
+  for (const bool nested : {false, true}) {
+    AttentionConfig back = parse_config(mla::config_to_json(v2, nested), "v2 round trip");
+    back.nested_text_config = v2.nested_text_config;
+    BOOST_TEST((back == v2), "nested " << nested);
+  }
   const std::string nested = mla::config_to_json(mla::kimi_k26_config(), true);
   BOOST_TEST(nested.find("\"KimiK25ForConditionalGeneration\"") != std::string::npos);
   BOOST_TEST(nested.find("\"DeepseekV3ForCausalLM\"") != std::string::npos);
