@@ -403,8 +403,7 @@ LoadedModel load_model(const EvalPlan& plan, StageSeconds& stages) {
 // The memory plan of `runs` runs of the window with the most decoded positions; a run that
 // cannot fit is one error line.
 MemoryEstimate plan_memory(const ModelConfig& cfg, const EvalOptions& opt, int64_t P, int64_t N, bool dump) {
-  int64_t runs = 1;
-  for (const PolicySettings& s : opt.policies) runs += s.kind == PolicyKind::Full ? 0 : static_cast<int64_t>(opt.budgets.size());
+  const int64_t runs = eval_cost(cfg, opt).runs;  // the full run and every (policy, budget)
   ModelMemoryRequest mreq;
   mreq.tokens = P + N;
   mreq.precision = opt.precision;

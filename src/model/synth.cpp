@@ -88,7 +88,6 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -440,16 +439,16 @@ std::string layer_range_text(int64_t L) {
 // What synth writes for a set of options: the config (vocabulary and, for the whole model,
 // layer count and quantization set), the whole model's config (whole model only) and every tensor.
 struct CheckpointPlan {
-  AttentionConfig cfg;
-  std::optional<ModelConfig> decoder;  // attention = cfg
+  ModelConfig model;   // its attention is what config.json says; the decoder keys count when `whole`
+  bool whole = false;  // the whole model (opts.experts > 0), else attention only
   std::vector<PlannedTensor> tensors;
   uint64_t total_bytes = 0;
 };
 
 // Checks the options against the config (one error line each, before anything is written) and
 // plans every tensor with its shard.
-// `decoder_in` null: attention only (an error with opts.experts > 0).
-CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg_in, const ModelConfig* decoder_in) {
+// `has_decoder` false: model_in's decoder keys are not a model's (an error with opts.experts > 0).
+CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& model_in, bool has_decoder) {
   if (opts.dtype != "bf16" && opts.dtype != "f32" && opts.dtype != "f8_e4m3")
     fail(ErrorKind::InvalidArgument, "synth: dtype '" + opts.dtype + "' is not one of bf16, f32, f8_e4m3");
   if (opts.shards < 2) fail(ErrorKind::InvalidArgument, "synth: --shards must be >= 2 (index + shards layout), got " +
@@ -457,8 +456,8 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& 
   if (opts.shards > 99999) fail(ErrorKind::InvalidArgument, "synth: --shards must be <= 99999");
   if (opts.layers.empty()) fail(ErrorKind::InvalidArgument, "synth: no layers requested (--layers)");
   CheckpointPlan plan;
-  AttentionConfig& cfg = plan.cfg;
-  cfg = cfg_in;
+  plan.model = model_in;
+  AttentionConfig& cfg = plan.model.attention;
   if (opts.vocab < 0) fail(ErrorKind::InvalidArgument, "synth: --vocab must be > 0");
   if (opts.vocab > 0) cfg.vocab_size = opts.vocab;
   if (cfg.vocab_size <= 0 || cfg.hidden_size <= 0 || cfg.num_attention_heads <= 0 || cfg.kv_lora_rank <= 0 ||
@@ -474,8 +473,8 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& 
     if (!seen.insert(L).second) fail(ErrorKind::InvalidArgument, "synth: layer " + std::to_string(L) + " listed twice");
   }
   if (whole) {
-    if (!decoder_in) fail(ErrorKind::InvalidArgument, "synth: --experts needs a whole model's keys (a preset's)");
-    ModelConfig d = *decoder_in;
+    if (!has_decoder) fail(ErrorKind::InvalidArgument, "synth: --experts needs a whole model's keys (a preset's)");
+    ModelConfig& d = plan.model;
     const std::string E = std::to_string(opts.experts), G = std::to_string(opts.group_size);
     if (opts.dtype == "f8_e4m3")
       fail(ErrorKind::InvalidArgument, "synth: --experts writes Kimi's layout (INT4 routed experts, the rest bf16 or f32); "
@@ -513,12 +512,11 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& 
     cfg.num_hidden_layers = L;
     cfg.quantization = kimi_int4_quantization();
     cfg.quantization.scheme.group_size = opts.group_size;
-    d.attention = cfg;
-    plan.decoder = d;
+    plan.whole = true;
   }
 
   const std::string prefix = cfg.nested_text_config ? "language_model.model." : "model.";
-  const ModelConfig* d = plan.decoder ? &*plan.decoder : nullptr;
+  const ModelConfig* d = plan.whole ? &plan.model : nullptr;
   for (int64_t L : seen) {
     auto p = plan_layer(cfg, L, opts.seed, prefix, d);
     plan.tensors.insert(plan.tensors.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
@@ -569,7 +567,7 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const AttentionConfig& 
 }  // namespace
 
 std::vector<float> synthesized_values(const SynthOptions& opts, const ModelConfig& model, const std::string& name) {
-  const CheckpointPlan plan = plan_checkpoint(opts, model.attention, &model);
+  const CheckpointPlan plan = plan_checkpoint(opts, model, true);
   for (const PlannedTensor& t : plan.tensors)
     if (t.name == name) return generate_values(t, opts.seed);
   fail(ErrorKind::TensorNotFound, "synth: writes no tensor '" + name + "'");
@@ -579,7 +577,7 @@ namespace {
 
 // The planned checkpoint's files into an open output set.
 void write_planned(const SynthOptions& opts, const CheckpointPlan& plan, OutputSet& out) {
-  const AttentionConfig& cfg = plan.cfg;
+  const AttentionConfig& cfg = plan.model.attention;
   const auto N = static_cast<size_t>(opts.shards);
 
   // Memory plan: write_shard encodes a whole shard in memory before writing it.
@@ -604,7 +602,7 @@ void write_planned(const SynthOptions& opts, const CheckpointPlan& plan, OutputS
       if (t.shard == s) in_shard.push_back(&t);
     const std::string file = shard_file_name(s, N);
     std::string origin = "mla-h2o synth: model_type " + cfg.model_type + ", dtype " + opts.dtype;
-    if (plan.decoder) origin += ", " + std::to_string(opts.experts) + " routed experts INT4 group size " + std::to_string(opts.group_size);
+    if (plan.whole) origin += ", " + std::to_string(opts.experts) + " routed experts INT4 group size " + std::to_string(opts.group_size);
     write_shard(out.add(file), in_shard, opts.dtype, opts.seed, opts.group_size, origin + ", seed " + std::to_string(opts.seed));
     for (const auto* t : in_shard)
       for (const std::string& name : stored_names(*t, opts.dtype)) weight_map[name] = file;
@@ -616,14 +614,14 @@ void write_planned(const SynthOptions& opts, const CheckpointPlan& plan, OutputS
     index += "    \"" + name + "\": \"" + file + "\"" + (++k < weight_map.size() ? ",\n" : "\n");
   index += "  }\n}\n";
   out.write("model.safetensors.index.json", index);
-  out.write("config.json", plan.decoder ? model_config_to_json(*plan.decoder, cfg.nested_text_config)
-                                        : config_to_json(cfg, cfg.nested_text_config));
+  out.write("config.json", plan.whole ? model_config_to_json(plan.model, cfg.nested_text_config)
+                                      : config_to_json(cfg, cfg.nested_text_config));
 }
 
 }  // namespace
 
 void write_synthetic_checkpoint(const SynthOptions& opts, const ModelConfig& model, OutputSet& out) {
-  write_planned(opts, plan_checkpoint(opts, model.attention, &model), out);
+  write_planned(opts, plan_checkpoint(opts, model, true), out);
 }
 
 namespace {
@@ -639,11 +637,13 @@ void synthesize_planned(const SynthOptions& opts, const CheckpointPlan& plan) {
 
 // a bad option fails (in plan_checkpoint) before the directory is touched
 void synthesize_checkpoint(const SynthOptions& opts, const ModelConfig& model) {
-  synthesize_planned(opts, plan_checkpoint(opts, model.attention, &model));
+  synthesize_planned(opts, plan_checkpoint(opts, model, true));
 }
 
 void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg) {
-  synthesize_planned(opts, plan_checkpoint(opts, cfg, nullptr));
+  ModelConfig attention_only;
+  attention_only.attention = cfg;
+  synthesize_planned(opts, plan_checkpoint(opts, attention_only, false));
 }
 
 const std::vector<std::string>& synth_presets() {
@@ -681,9 +681,9 @@ AttentionConfig synthesize_checkpoint(const SynthOptions& opts) {
   SynthOptions o = opts;
   const ModelConfig m = synth_preset_model(opts);
   o.vocab = m.attention.vocab_size;
-  const CheckpointPlan plan = plan_checkpoint(o, m.attention, &m);  // attention only unless opts.experts > 0
+  const CheckpointPlan plan = plan_checkpoint(o, m, true);  // attention only unless opts.experts > 0
   synthesize_planned(o, plan);
-  return plan.cfg;
+  return plan.model.attention;
 }
 
 }  // namespace mla
