@@ -318,6 +318,8 @@ namespace {
 
 // The family of the language model's section: its model_type as transformers' AutoConfig reads
 // it, else (no model_type) its architectures' first class.
+bool names_deepseek_v2(const std::string& name) { return name == "deepseek_v2" || name == "DeepseekV2ForCausalLM"; }
+
 ModelFamily model_family(const Section& text) {
   std::string name;
   if (text.has_value("model_type")) {
@@ -330,7 +332,7 @@ ModelFamily model_family(const Section& text) {
         break;
       }
   }
-  return name == "deepseek_v2" || name == "DeepseekV2ForCausalLM" ? ModelFamily::DeepseekV2 : ModelFamily::DeepseekV3;
+  return names_deepseek_v2(name) ? ModelFamily::DeepseekV2 : ModelFamily::DeepseekV3;
 }
 
 }  // namespace
@@ -918,7 +920,11 @@ std::string config_json(const AttentionConfig& cfg, bool nested, const ModelConf
     os << "\n  }\n";
   } else {
     const bool v2 = cfg.family == ModelFamily::DeepseekV2;
-    const std::string type = !cfg.model_type.empty() ? cfg.model_type : v2 ? "deepseek_v2" : "deepseek_v3";
+    // The flat layout's model_type names the family (model_family reads it first): the one the
+    // config came with if it names the same family, else the family's own (a nested config's outer
+    // "kimi_k25" over a V2 text model is written flat as "deepseek_v2").
+    const bool keeps = !cfg.model_type.empty() && names_deepseek_v2(cfg.model_type) == v2;
+    const std::string type = keeps ? cfg.model_type : v2 ? "deepseek_v2" : "deepseek_v3";
     os << "  \"architectures\": [\"" << family_class_name(cfg.family) << "\"],\n";
     os << "  \"model_type\": " << json_quote(type) << ",\n";
     append_text_keys(os, cfg, "  ", decoder);

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+
+#include "../fuzz/config_round_trip.hpp"
 #include "mla/config.hpp"
 #include "mla/error.hpp"
 #include "mla/model.hpp"
@@ -423,6 +426,28 @@ BOOST_AUTO_TEST_CASE(config_to_json_round_trips) {
   BOOST_TEST(nested.find("\"KimiK25ForConditionalGeneration\"") != std::string::npos);
   BOOST_TEST(nested.find("\"DeepseekV3ForCausalLM\"") != std::string::npos);
   BOOST_TEST(nested.find("\"model_type\": \"kimi_k25\"") != std::string::npos);
+}
+
+// Every seed of the config fuzzer (tests/data/fuzz_seeds/config/, the findings among them) under
+// the fuzzer's own rule: rejected with mla::Error, or accepted and round-tripping in both layouts.
+// The findings were: a V2 config's rope_interleave read and then lost; a nested config whose outer
+// model_type ("kimi_k25") was written as the flat model_type over a V2 text model, read back as V3.
+BOOST_AUTO_TEST_CASE(every_fuzz_seed_round_trips) {
+  int accepted = 0, seeds = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(mla::test::data_dir() + "/fuzz_seeds/config")) {
+    ++seeds;
+    const std::string text = mla::test::read_text(entry.path().string());
+    AttentionConfig cfg;
+    try {
+      cfg = parse_config(text, entry.path().filename().string());
+    } catch (const mla::Error&) {
+      continue;
+    }
+    ++accepted;
+    BOOST_TEST(mla::fuzz::config_round_trip_failure(cfg) == "", entry.path().filename());
+  }
+  BOOST_TEST(seeds >= 6);
+  BOOST_TEST(accepted >= 6);  // every seed is a config the parser accepts
 }
 
 // The whole models of `synth --preset` (values from each model's published config.json) written
