@@ -103,7 +103,15 @@ STAGES3 = [
     ("C", 2048, 2, 300, 5e-4, 20),
 ]
 MIX3 = {"text": 0.30, "rcopy": 0.35, "tcopy": 0.10, "passkey": 0.15, "induct": 0.10}
-RECIPES = {"2": (STAGES, MIX), "3": (STAGES3, MIX3)}
+# Recipe 4 (attempt 4 of docs/recall-model.md): no training from scratch. It starts from the
+# shipped attempt-2 weights (--init-from, their training log and events carried over, so the card
+# and curves tell the whole history) and adds one stage D at L 2048, where attempt 2 failed (the
+# shallow 2 k needles; stage C had 100 steps), with the mix moved to what the targets measure:
+# text-span copy whose repeats weigh --copy-weight, and passkey rows, beside text.
+STAGES4 = STAGES + [("D", 2048, 2, 1400, 3e-4, 20)]
+MIX4 = {"text": 0.30, "rcopy": 0.10, "tcopy": 0.30, "passkey": 0.30}
+RECIPES = {"2": (STAGES, MIX), "3": (STAGES3, MIX3), "4": (STAGES4, MIX)}
+STAGE_MIX = {"D": MIX4}  # a stage's own mix, where it has one (else the recipe's)
 
 
 def build_config():
@@ -192,13 +200,18 @@ def row_induct(rng, n):
     return body, w
 
 
-def row_tcopy(text, rng, n):
+def row_tcopy(text, rng, n, copy_weight=1.0):
+    """filler with a 32-256 byte text span written twice; every byte a target, the repeat's bytes
+    (after its first) weighing copy_weight (1.0 in recipes 2 and 3)."""
     span = base.window(text, rng, int(rng.integers(32, min(257, n // 3))))
     filler = base.window(text, rng, n - 2 * len(span) - 2)
     a = int(rng.integers(0, len(filler) // 2))
     b = int(rng.integers(len(filler) // 2, len(filler) + 1))
     body = filler[:a] + span + b"\n" + filler[a:b] + b"\n" + span + filler[b:]
-    return body, np.ones(len(body), np.float32)
+    w = np.ones(len(body), np.float32)
+    r0 = a + len(span) + 1 + (b - a) + 1  # the repeat's first byte
+    w[r0 + 1:r0 + len(span)] = copy_weight
+    return body, w
 
 
 def passkey_parts(key):
@@ -225,7 +238,7 @@ def row_passkey(text, rng, n, answer_weight, depth=None, key=None):
     return body, w, key, answer_at
 
 
-def make_batch(text, rng, batch, seq_len, mix, answer_weight, repeat_only=False):
+def make_batch(text, rng, batch, seq_len, mix, answer_weight, repeat_only=False, copy_weight=1.0):
     """Returns ids [batch, seq_len], target weights [batch, seq_len] (weight of predicting ids[:, t])
     and each row's kind."""
     kinds, probs = list(mix), np.array([mix[k] for k in mix])
@@ -243,7 +256,7 @@ def make_batch(text, rng, batch, seq_len, mix, answer_weight, repeat_only=False)
         elif kind == "rcopy":
             body, w = row_rcopy(text, rng, n, repeat_only)
         elif kind == "tcopy":
-            body, w = row_tcopy(text, rng, n)
+            body, w = row_tcopy(text, rng, n, copy_weight)
         else:
             body, w, _, _ = row_passkey(text, rng, n, answer_weight)
         assert len(body) == n and len(w) == n, (kind, len(body), len(w))
@@ -361,6 +374,31 @@ def lr_at(step, steps, lr, warmup):
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def continue_from(model_dir, model, st, stages_done):
+    """Recipe 4's start: the weights of model_dir (an earlier attempt's save_pretrained output), its
+    training log and events, so that step, token and time counts and the curves go on from there."""
+    from transformers import DeepseekV3ForCausalLM
+    earlier = DeepseekV3ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(earlier.state_dict(), strict=False)
+    if unexpected or [k for k in missing if "rotary" not in k]:
+        sys.exit(f"error: {model_dir} does not hold this script's model (missing {missing}, unexpected {unexpected})")
+    with open(os.path.join(model_dir, "training_log.csv"), newline="") as f:
+        log = [{k: (v if v == "" or k in ("stage", "recipe") else (int(v) if k in ("step", "tokens") else float(v)))
+                for k, v in r.items()} for r in csv.DictReader(f)]
+    with open(os.path.join(model_dir, "results.json")) as f:
+        earlier_res = json.load(f)
+    events = earlier_res["events"]
+    last = log[-1]
+    st.update({"stage": stages_done, "step": 0, "global_step": last["step"], "tokens": last["tokens"],
+               "wall_s": last["wall_s"], "log": log,
+               "events": events + [f"recipe 4: stage D continues from {model_dir} (model.safetensors sha256 "
+                                   f"{base.sha256(os.path.join(model_dir, 'model.safetensors'))[:16]}...) at step "
+                                   f"{last['step']} (its {last['wall_s'] / 60:.0f} min ran on {earlier_res['threads']} "
+                                   f"thread(s) of {earlier_res['cpu']}); the optimizer state starts afresh"]})
+    print(f"continuing from {model_dir}: step {last['step']}, {last['tokens']:,} tokens, {last['wall_s'] / 60:.1f} min", flush=True)
+    return st
+
+
 def save_state(path, state):
     tmp = path + ".tmp"
     torch.save(state, tmp)
@@ -378,7 +416,12 @@ def main():
     ap.add_argument("--stall-check", type=int, default=600, help="stage-A step of the stall rule")
     ap.add_argument("--save-minutes", type=float, default=4.0)
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="2",
-                    help="2: the shipped attempt 2; 3: induction rows kept, no stage-A warm-up, longer stage C")
+                    help="2: the shipped attempt 2; 3: induction rows kept, no stage-A warm-up, longer stage C; "
+                         "4: attempt 2's weights (--init-from) and a stage D at L 2048")
+    ap.add_argument("--init-from", default="models/tiny-mla-recall",
+                    help="recipe 4: the attempt-2 model directory whose weights, log and events it continues")
+    ap.add_argument("--copy-weight", type=float, default=None,
+                    help="weight of a text-span repeat's bytes (default 3.0 in recipe 4, else 1.0)")
     ap.add_argument("--stage-steps", default="", help="override the stages' step counts, e.g. 1200,250,100")
     ap.add_argument("--finish-only", action="store_true", help="write the shipped model and card from the state")
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
@@ -392,6 +435,8 @@ def main():
     stages = [list(s) for s in RECIPES[args.recipe][0]]
     mix_main = RECIPES[args.recipe][1]
     args.stages, args.mix = stages, mix_main
+    if args.copy_weight is None:
+        args.copy_weight = 3.0 if args.recipe == "4" else 1.0
     if args.stage_steps:
         for s, n in zip(stages, args.stage_steps.split(",")):
             s[3] = int(n)
@@ -430,6 +475,8 @@ def main():
             sys.exit(f"error: {state_path} was trained with --recipe {st.get('recipe', '2')}, not {args.recipe}")
         print(f"resumed: stage {stages[st['stage']][0] if st['stage'] < len(stages) else 'done'} step {st['step']}, "
               f"{st['tokens']:,} tokens, {st['wall_s'] / 60:.1f} min so far", flush=True)
+    elif args.recipe == "4":
+        st = continue_from(args.init_from, model, st, len(STAGES))
     rng = np.random.default_rng()
     rng.bit_generator.state = st["rng"]
 
@@ -445,12 +492,12 @@ def main():
         model.train()
         while st["step"] < steps:
             step = st["step"]
-            mix = MIX_I if name == "I" else (MIX_A2 if (name == "A" and st["recipe_a2"]) else mix_main)
+            mix = MIX_I if name == "I" else (MIX_A2 if (name == "A" and st["recipe_a2"]) else STAGE_MIX.get(name, mix_main))
             lr_now = lr_at(step, steps, lr * (0.5 if (name == "A" and st["recipe_a2"]) else 1.0), warmup)
             for g in opt.param_groups:
                 g["lr"] = lr_now
             x, w, row_kinds = make_batch(train_text, rng, batch, seq_len, mix, args.answer_weight,
-                                         repeat_only=(name == "A" and st["recipe_a2"]))
+                                         repeat_only=(name == "A" and st["recipe_a2"]), copy_weight=args.copy_weight)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
                 logits = model(input_ids=x).logits
             nll = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, VOCAB), x[:, 1:].reshape(-1),
@@ -635,7 +682,8 @@ def write_card(out, cfg, args, st, res, heads, stats):
     a(f"  (the key in the needle is no target; the 5 answer digits weigh {args.answer_weight}).")
     a(f"- Recipe {args.recipe}. Stages: " + "; ".join(f"{s[0]}: L {s[1]}, batch {s[2]}, {s[3]} steps, lr {s[4]}, "
                                                   f"warm-up {s[5]}" for s in args.stages) + ".")
-    a(f"  Mix {args.mix}.")
+    a(f"  Mix {args.mix}" + "".join(f"; stage {k}: {v}" for k, v in STAGE_MIX.items() if k in [t[0] for t in args.stages])
+      + (f"; text-span repeats weigh {args.copy_weight}" if args.copy_weight != 1.0 else "") + ".")
     for ev in res["events"] or ["the stall rule did not fire (recipe A ran as planned)"]:
         a(f"- {ev}")
     a(f"- {res['tokens']:,} tokens in {res['wall_s'] / 60:.0f} min on {res['threads']} threads of {res['cpu']}"
