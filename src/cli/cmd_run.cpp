@@ -22,6 +22,7 @@
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/synth.hpp"
+#include "mla/tasks.hpp"
 #include "mla/error.hpp"
 #include "mla/h2o.hpp"
 #include "mla/output_set.hpp"
@@ -146,15 +147,18 @@ CommandSpec demo_spec() {
       "(synth --preset kimi-k2.6 --seed 0 --layers 0) is written once into the cache directory.";
   spec.usage =
       "mla-h2o demo [--cache-dir DIR] [--out DIR] [--backend B] [--precision P] [--mask none|causal]\n"
-      "       mla-h2o demo --decode [...]    |    mla-h2o demo --model tiny [--out DIR]";
+      "       mla-h2o demo --decode [...]    |    mla-h2o demo --model tiny|recall|DIR [--out DIR]";
   spec.flags = {
       {"cache-dir", "DIR", "where the synthetic checkpoint is cached", "$XDG_CACHE_HOME/mla-h2o or ~/.cache/mla-h2o"},
       {"decode", "", "decode-time eviction instead (mla-h2o decode: 256 prompt tokens, 64 steps, budget 100)", ""},
-      {"model", "DIR|tiny",
-       "the demo on a trained byte-level model instead (tiny = the shipped models/tiny-mla): layer 0's H2O on the first "
-       "255 bytes of its eval/heldout.txt (scores.csv with token_text) into OUT/layer0, then mla-h2o eval on it "
-       "(P 512, N 512, K 128,256,384, every policy: docs/eval.md §6) into OUT/eval",
+      {"model", "DIR|tiny|recall",
+       "the demo on a trained byte-level model instead (tiny = the shipped models/tiny-mla, recall = "
+       "models/tiny-mla-recall): layer 0's H2O on the first 255 bytes of its eval/heldout.txt (scores.csv with "
+       "token_text) into OUT/layer0-*, then mla-h2o eval on it into OUT/eval-*: for DIR and tiny P 512, N 512, "
+       "K 128,256,384, every policy (docs/eval.md §6); for recall the passkey table (--task passkey, 1 k and 2 k "
+       "bytes, depths 10-90 %, K 128,256, full, h2o, h2o-normalized, tova, streaming, snapkv: docs/eval.md §7)",
        ""},
+      {"samples", "S", "--model recall: passkey samples per context and depth", "4"},
   };
   for (auto& f : forward_flags("none", "bf16")) {
     if (f.name == "sinks" || f.name == "recent" || f.name == "budget" || f.name == "latent-norm-eps") continue;
@@ -241,12 +245,26 @@ static int demo_decode(const Args& a) {
   return execute_decode(plan, out);
 }
 
-// The directory `demo --model` names: "tiny" is the shipped model, found under $MLA_H2O_MODELS
-// or else the source tree this binary was built from.
+// The directory `demo --model` names: "tiny" and "recall" are the shipped models (tiny-mla,
+// tiny-mla-recall), found under $MLA_H2O_MODELS or else the source tree this binary was built from.
 static std::string demo_model_dir(const std::string& arg) {
-  if (arg != "tiny") return arg;
-  if (const char* env = std::getenv("MLA_H2O_MODELS"); env && *env) return join_path(env, "tiny-mla");
-  return join_path(MLA_SOURCE_MODELS_DIR, "tiny-mla");
+  if (arg != "tiny" && arg != "recall") return arg;
+  const std::string name = arg == "tiny" ? "tiny-mla" : "tiny-mla-recall";
+  if (const char* env = std::getenv("MLA_H2O_MODELS"); env && *env) return join_path(env, name);
+  return join_path(MLA_SOURCE_MODELS_DIR, name);
+}
+
+// The eval part of `demo --model recall`: the README's needle table (docs/eval.md §7), passkey
+// at 1 k and 2 k bytes, needles at depths 10-90 %, the question after the compressed prompt,
+// K 128 and 256, the full cache beside h2o, h2o-normalized, tova, streaming and snapkv.
+static void plan_recall_tasks(const Args& a, EvalPlan& ev) {
+  ev.task_mode = true;
+  ev.task.kind = TaskKind::Passkey;
+  ev.task.contexts = {1024, 2048};
+  ev.task.depths = {10, 30, 50, 70, 90};
+  ev.task.samples = a.integer("samples", 4, 1, 1000);
+  ev.eval.budgets = {128, 256};
+  ev.eval.policies = parse_policy_list("h2o,h2o-normalized,tova,streaming,snapkv");
 }
 
 // `demo --model DIR|tiny`: the published demo's question asked of trained attention (docs/eval.md
@@ -256,6 +274,9 @@ static std::string demo_model_dir(const std::string& arg) {
 static int demo_model(const Args& a) {
   if (a.has("decode")) fail(ErrorKind::InvalidArgument, "--model and --decode: give one (--model runs layer 0 and eval)");
   if (a.has("cache-dir")) fail(ErrorKind::InvalidArgument, "--cache-dir applies to the synthetic demo, not to --model");
+  const bool recall = a.str("model") == "recall";
+  if (a.has("samples") && !recall)
+    fail(ErrorKind::InvalidArgument, "--samples applies to --model recall (its passkey table), not to --model " + a.str("model"));
   const std::string dir = demo_model_dir(a.str("model"));
   const std::string text = join_path(join_path(dir, "eval"), "heldout.txt");
   if (!std::filesystem::is_regular_file(text))
@@ -281,24 +302,33 @@ static int demo_model(const Args& a) {
   ev.out_dir = out;
   ev.latent_eps_arg = plan.latent_eps_arg;
   ev.quiet = plan.quiet;
-  ev.eval.prompt_len = 512;
-  ev.eval.steps = 512;
-  ev.eval.budgets = {128, 256, 384};
-  ev.eval.policies = parse_policy_list("all");
   ev.eval.precision = plan.forward.precision;
   ev.eval.threads = plan.forward.threads;
+  if (recall) {
+    plan_recall_tasks(a, ev);
+  } else {
+    ev.eval.prompt_len = 512;
+    ev.eval.steps = 512;
+    ev.eval.budgets = {128, 256, 384};
+    ev.eval.policies = parse_policy_list("all");
+  }
   // One output set for both parts (files layer0-* and eval-*), moved into place only when both
   // are written: a failure or an interrupt in either leaves --out as it was.
   OutputSet set(out, "demo", OutputSet::Lock::FailIfHeld, eval_inputs(ev));
-  const int64_t needed = ev.eval.prompt_len + ev.eval.steps - 1;  // with the BOS
+  const int64_t needed = recall ? 2048 : ev.eval.prompt_len + ev.eval.steps - 1;  // with the BOS
   if (const auto bytes = static_cast<int64_t>(std::filesystem::file_size(text)); bytes < needed)
     fail(ErrorKind::InvalidArgument, "--model " + a.str("model") + ": " + text + " has " + std::to_string(bytes) +
-                                         " bytes; the eval part needs " + std::to_string(needed) + " (P + N - 1)");
+                                         " bytes; the eval part needs " + std::to_string(needed) +
+                                         (recall ? " (the 2 k passkey samples' filler)" : " (P + N - 1)"));
   std::printf("== layer 0: H2O on trained attention (%s)\n", dir.c_str());
   std::fflush(stdout);
   set.begin_part("layer0-");
   execute_run(plan, set);
-  std::printf("\n== the whole model: every layer's cache evicted, teacher-forced over %s (mla-h2o eval)\n", text.c_str());
+  if (recall)
+    std::printf("\n== does a policy keep the needle? passkey at 1 k and 2 k bytes, every layer's cache evicted "
+                "(mla-h2o eval --task passkey, filler from %s)\n", text.c_str());
+  else
+    std::printf("\n== the whole model: every layer's cache evicted, teacher-forced over %s (mla-h2o eval)\n", text.c_str());
   std::fflush(stdout);
   set.begin_part("eval-");
   execute_eval(ev, set);
