@@ -248,6 +248,23 @@ inline constexpr Tolerance kTolerances[] = {
    "the same two rounding schedules as decode-absorbed-vs-prefill bf16, on an evicted cache "
    "(measured 5.1e-3 .. 7.3e-3 on the odd geometry, every policy)"},
 
+  // ---- decode kernels against the reference (suite backend_ops): whole cache, rows [P, T) ------
+  {"attn_output", "decode-naive-vs-reference", "fp32", 1e-4, 1e-3, 1e-5, 1.0 - 1e-9,
+   "the cpu decode kernel's naive form (k = W_UK c, v = W_UV c per head, then q.k and p.v) in fp32 "
+   "against the exact reference forward's row of the same token: one side exact, the other fp32 "
+   "accumulations of the cpu-vs-reference fp32 analysis (typical sqrt(K)*u32 per product, K <= 8192)"},
+  {"attn_output", "decode-absorbed-vs-reference", "fp32", 1e-4, 1e-3, 1e-5, 1.0 - 1e-9,
+   "the absorbed form ((W_UK^T q_nope).c, W_UV sum p c) is the same real number reassociated; in fp32 "
+   "against the exact reference, the analysis of decode-naive-vs-reference fp32"},
+  {"attn_output", "decode-naive-vs-reference", "bf16", 3e-2, 3e-2, 3e-3, 1.0 - 4.5e-6,
+   "naive bf16 decode rounds at exactly HF's points (docs/math.md §7), which the reference's bf16 "
+   "mode emulates: the two differ only by the one-ulp flips of the cpu-vs-reference bf16 analysis"},
+  {"attn_output", "decode-absorbed-vs-reference", "bf16", kNoBound, kNoBound, 2e-2, 1.0 - 2e-4,
+   "absorbed bf16 decode rounds other intermediates than HF's (docs/decode.md §3), which the "
+   "reference's bf16 mode follows: the analysis of decode-absorbed-vs-prefill bf16 (~7e-3 from the "
+   "different schedules), the prefill side's flips against the reference (<= 3e-3) adding in "
+   "quadrature; bound 2e-2 as there. Elementwise bounds off (elements near zero)"},
+
   // ---- the whole-model forward (suite model): DeepseekV3ForCausalLM against transformers --------
   // (rows added by "model"; docs/math.md §15, measured figures in docs/testing.md §4)
   {"*", "model-cpu-vs-hf", "fp32", 1e-4, 1e-3, 1e-5, 1.0 - 1e-9,
