@@ -121,6 +121,40 @@ std::string memory_refusal(const std::string& asked, const MemoryEstimate& e, co
                            const std::vector<std::string>& alternatives);
 // the largest value in [0, upper) for which fits() holds, fits() growing false with the value.
 int64_t largest_fitting(int64_t upper, const std::function<bool(int64_t)>& fits);
+// "12.3 GiB", "850 MiB", "100 KiB", "512 bytes"
+std::string format_bytes(int64_t bytes);
+
+// The one search for what would fit, behind every command's refusal (run, decode, eval): the
+// variants of the asked request that fit, each named by the flags that give it, for
+// memory_refusal's "would fit:" list.
+template <class Request>
+class FitAlternatives {
+ public:
+  FitAlternatives(std::function<MemoryEstimate(const Request&)> estimate, const MemoryBudget& budget)
+      : estimate_(std::move(estimate)), budget_(budget) {}
+  bool fits(const Request& r) const { return memory_fits(estimate_(r), budget_); }
+  // Offers "flag (~peak)" when `alt` fits.
+  void offer(const Request& alt, const std::string& flag) {
+    const MemoryEstimate e = estimate_(alt);
+    if (memory_fits(e, budget_)) list_.push_back(flag + " (~" + format_bytes(e.host_peak_bytes) + ")");
+  }
+  // The largest v in [0, upper) at which `base` with set(r, v) fits (0: none), the estimate
+  // growing with v.
+  int64_t largest(const Request& base, int64_t upper, const std::function<void(Request&, int64_t)>& set) const {
+    return largest_fitting(upper, [&](int64_t v) {
+      Request r = base;
+      set(r, v);
+      return fits(r);
+    });
+  }
+  void offer_line(std::string line) { list_.push_back(std::move(line)); }
+  const std::vector<std::string>& list() const { return list_; }
+
+ private:
+  std::function<MemoryEstimate(const Request&)> estimate_;
+  MemoryBudget budget_;
+  std::vector<std::string> list_;
+};
 
 struct MemoryPlan {
   MemoryRequest request;          // as asked
@@ -171,8 +205,5 @@ std::vector<std::pair<std::string, double>> reference_stage_flops(const Attentio
 // layer 0, S = 8: 1.6 GFLOP in ~1.0 s of CPU; docs/long-context.md): scalar double loops
 // on one core.
 inline constexpr double kReferenceFlopsPerSecond = 1.5e9;
-
-// "12.3 GiB", "850 MiB", "100 KiB", "512 bytes"
-std::string format_bytes(int64_t bytes);
 
 }  // namespace mla

@@ -400,8 +400,8 @@ LoadedModel load_model(const EvalPlan& plan, StageSeconds& stages) {
   return LoadedModel{std::move(ckpt), std::move(cfg), std::move(synthetic), std::move(tag), std::move(caveats)};
 }
 
-// The memory plan of `runs` runs of the window with the most decoded positions; a run that
-// cannot fit is one error line.
+// The memory plan of every run (full, each policy x budget) of the window with the most decoded
+// positions; one that cannot fit is one error line naming what would (memory_refusal).
 MemoryEstimate plan_memory(const ModelConfig& cfg, const EvalOptions& opt, int64_t P, int64_t N, bool dump) {
   const int64_t runs = eval_cost(cfg, opt).runs;  // the full run and every (policy, budget)
   ModelMemoryRequest mreq;
@@ -413,13 +413,30 @@ MemoryEstimate plan_memory(const ModelConfig& cfg, const EvalOptions& opt, int64
   mreq.threads = cpu::resolve_threads(opt.threads);
   const MemoryEstimate mem = estimate_model_memory(cfg, mreq);
   const MemoryBudget budget = host_memory_budget();
-  if (budget.host_bytes >= 0 && mem.host_peak_bytes > budget.host_bytes)
-    fail(ErrorKind::Unsupported, "eval of " + std::to_string(runs) + " runs x " + std::to_string(N) +
-                                     " decoded positions needs about " + format_bytes(mem.host_peak_bytes) + " (" +
-                                     mem.peak_phase + "), but " + format_bytes(budget.host_bytes) + " is available (" +
-                                     budget.host_source + "); a smaller --prompt-len or --steps, or fewer budgets or "
-                                     "policies, would need less");
-  return mem;
+  if (memory_fits(mem, budget)) return mem;
+  FitAlternatives<ModelMemoryRequest> would_fit([&](const ModelMemoryRequest& r) { return estimate_model_memory(cfg, r); },
+                                                budget);
+  if (mreq.precision == Precision::FP32) {
+    ModelMemoryRequest alt = mreq;
+    alt.precision = Precision::BF16;
+    would_fit.offer(alt, "--precision bf16");
+  }
+  if (dump) {
+    ModelMemoryRequest alt = mreq;
+    alt.keep_hidden_states = false;
+    would_fit.offer(alt, "no --dump-tensors");
+  }
+  if (const int64_t n = would_fit.largest(mreq, N, [P](ModelMemoryRequest& r, int64_t v) { r.stream_rows = v; r.tokens = P + v; });
+      n >= 1)
+    would_fit.offer_line("--steps " + std::to_string(n) + " or fewer");
+  if (const int64_t k = would_fit.largest(mreq, runs, [](ModelMemoryRequest& r, int64_t v) { r.streams = v; }); k >= 2)
+    would_fit.offer_line("at most " + std::to_string(k) + " runs (fewer --policy or --cache-budget: each policy x budget is a "
+                         "run, full one more)");
+  fail(ErrorKind::Unsupported,
+       memory_refusal("eval of " + std::to_string(runs) + " runs x " + std::to_string(N) + " decoded positions after P = " +
+                          std::to_string(P) + " prompt tokens, --precision " + precision_name(opt.precision) +
+                          (dump ? " --dump-tensors" : ""),
+                      mem, budget, would_fit.list()));
 }
 
 // One window to evaluate: its ids, where they came from, and its options (P and N may differ

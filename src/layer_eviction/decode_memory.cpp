@@ -120,41 +120,37 @@ MemoryPlan plan_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequ
   plan.estimate = estimate_decode_memory(cfg, req);
   if (memory_fits(plan.estimate, budget)) return plan;
   plan.fits = false;
-  std::vector<std::string> alternatives;
-  auto try_option = [&](DecodeMemoryRequest alt, const std::string& flag) {
-    const MemoryEstimate e = estimate_decode_memory(cfg, alt);
-    if (memory_fits(e, budget)) alternatives.push_back(flag + " (~" + format_bytes(e.host_peak_bytes) + ")");
-  };
+  FitAlternatives<DecodeMemoryRequest> would_fit([&](const DecodeMemoryRequest& r) { return estimate_decode_memory(cfg, r); },
+                                                 budget);
   if (req.naive) {
     DecodeMemoryRequest alt = req;
     alt.naive = false;
-    try_option(alt, "--attention absorbed");
+    would_fit.offer(alt, "--attention absorbed");
   }
   if (req.precision == Precision::FP32) {
     DecodeMemoryRequest alt = req;
     alt.precision = Precision::BF16;
-    try_option(alt, "--precision bf16");
+    would_fit.offer(alt, "--precision bf16");
   }
   if (req.dump_tensors) {
     DecodeMemoryRequest alt = req;
     alt.dump_tensors = false;
-    try_option(alt, "no --dump-tensors");
+    would_fit.offer(alt, "no --dump-tensors");
   }
-  const auto fits_with = [&](int64_t P, int64_t N) {
-    DecodeMemoryRequest alt = req;
-    alt.prompt_len = P;
-    alt.steps = N;
-    return memory_fits(estimate_decode_memory(cfg, alt), budget);
-  };
-  if (const int64_t N = largest_fitting(req.steps, [&](int64_t n) { return fits_with(req.prompt_len, n); }); N >= 1)
-    alternatives.push_back("--steps " + std::to_string(N) + " or fewer");
-  else if (const int64_t P = largest_fitting(req.prompt_len, [&](int64_t p) { return fits_with(p, 1); }); P >= 1)
-    alternatives.push_back("--prompt-len " + std::to_string(P) + " or shorter");
+  if (const int64_t N = would_fit.largest(req, req.steps, [](DecodeMemoryRequest& r, int64_t n) { r.steps = n; }); N >= 1) {
+    would_fit.offer_line("--steps " + std::to_string(N) + " or fewer");
+  } else {
+    DecodeMemoryRequest one_step = req;
+    one_step.steps = 1;
+    if (const int64_t P = would_fit.largest(one_step, req.prompt_len, [](DecodeMemoryRequest& r, int64_t p) { r.prompt_len = p; });
+        P >= 1)
+      would_fit.offer_line("--prompt-len " + std::to_string(P) + " or shorter");
+  }
   std::string asked = "decode of P = " + std::to_string(req.prompt_len) + " prompt rows and N = " + std::to_string(req.steps) +
                       " steps, " + std::to_string(req.budgets) + " budget(s) x " + std::to_string(req.policies) +
                       " policies, --backend " + backend_name(req.backend) + " --precision " + precision_name(req.precision) +
                       (req.naive ? " --attention naive" : "") + (req.dump_tensors ? " --dump-tensors" : "");
-  plan.refusal = memory_refusal(asked, plan.estimate, budget, alternatives);
+  plan.refusal = memory_refusal(asked, plan.estimate, budget, would_fit.list());
   return plan;
 }
 

@@ -240,34 +240,26 @@ MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, con
     }
   }
   plan.fits = false;
-  std::vector<std::string> alternatives;
-  auto try_option = [&](MemoryRequest alt, const std::string& flag) {
-    const MemoryEstimate e = estimate_memory(cfg, alt);
-    if (memory_fits(e, budget)) alternatives.push_back(flag + " (~" + format_bytes(e.host_peak_bytes) + ")");
-  };
+  FitAlternatives<MemoryRequest> would_fit([&](const MemoryRequest& r) { return estimate_memory(cfg, r); }, budget);
   if (req.precision == Precision::FP32) {
     MemoryRequest alt = req;
     alt.precision = Precision::BF16;
-    try_option(alt, "--precision bf16");
+    would_fit.offer(alt, "--precision bf16");
   }
   if (req.backend != BackendKind::Cpu) {
     MemoryRequest alt = req;
     alt.backend = BackendKind::Cpu;
-    try_option(alt, "--backend cpu");
+    would_fit.offer(alt, "--backend cpu");
   }
   if (req.dump_tensors) {
     MemoryRequest alt = req;
     alt.dump_tensors = false;
-    try_option(alt, "no --dump-tensors");
+    would_fit.offer(alt, "no --dump-tensors");
   }
   // the largest S that fits as asked (the estimate grows with S)
-  const int64_t lo = largest_fitting(req.seq_len, [&](int64_t S) {
-    MemoryRequest alt = req;
-    alt.seq_len = S;
-    return memory_fits(estimate_memory(cfg, alt), budget);
-  });
-  if (lo >= 1) alternatives.push_back("--seq-len " + std::to_string(lo >= 1024 ? lo / 1024 * 1024 : lo) + " or fewer tokens");
-  plan.refusal = memory_refusal(asked(req), plan.estimate, budget, alternatives);
+  const int64_t lo = would_fit.largest(req, req.seq_len, [](MemoryRequest& r, int64_t S) { r.seq_len = S; });
+  if (lo >= 1) would_fit.offer_line("--seq-len " + std::to_string(lo >= 1024 ? lo / 1024 * 1024 : lo) + " or fewer tokens");
+  plan.refusal = memory_refusal(asked(req), plan.estimate, budget, would_fit.list());
   return plan;
 }
 

@@ -643,6 +643,22 @@ BOOST_AUTO_TEST_CASE(memory_plans_cover_every_command) {
   expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100M", "synth --preset tiny --out '" + dir + "/s'"), "synth",
                     {"not enough memory for synth"});
   BOOST_TEST(!fs::exists(dir + "/s"));
+
+  // eval refuses as run and decode do, naming what would fit (FitAlternatives): just under its
+  // own estimate, fewer decoded positions or fewer runs fit; far under it, nothing does
+  const std::string model = mla::test::data_dir() + "/../../models/tiny-mla";
+  const std::string eval = "eval --checkpoint '" + model + "' --text '" + model + "/eval/heldout.txt' --prompt-len 512 "
+                           "--steps 1024 --cache-budget 128,256 --policy h2o,tova --quiet --out '" + dir + "/eval'";
+  const RunResult tiny_budget = mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=1M", eval);
+  expect_error_line(tiny_budget, "eval", {"not enough memory for eval of 5 runs x 1024 decoded positions after P = 512",
+                                          "nothing smaller fits either"});
+  const size_t at = tiny_budget.err.find("needs ~");
+  BOOST_TEST_REQUIRE(at != std::string::npos);
+  const double need_mib = std::stod(tiny_budget.err.substr(at + 7));  // "needs ~465 MiB"
+  BOOST_TEST_REQUIRE(tiny_budget.err.substr(tiny_budget.err.find(' ', at + 7), 5) == " MiB ");
+  const std::string under = "MLA_MEMORY_AVAILABLE=" + std::to_string(static_cast<int64_t>(need_mib * 0.95)) + "M";
+  expect_error_line(mla::test::run_cli_after(under, eval), "eval", {"would fit: --steps ", " or fewer, or at most ", " runs"});
+  BOOST_TEST(!fs::exists(dir + "/eval"));
 }
 
 // Issue: sweep with layer 1's shard missing ran layer 0 first and wrote its results beside the
