@@ -646,7 +646,8 @@ def write_card(out, cfg, args, st, res, heads, stats):
     a("# tiny-mla-recall: a small trained MLA model that copies and retrieves")
     a("")
     a("A 4-layer transformers `DeepseekV3ForCausalLM` (the class of DeepSeek-V3 and Kimi K2) with")
-    a("Multi-head Latent Attention, trained from scratch on a 2-core CPU by")
+    a("Multi-head Latent Attention, trained from scratch on 2-core CPUs by" if args.recipe == "4"
+      else "Multi-head Latent Attention, trained from scratch on a 2-core CPU by")
     a("`reference/python/train_tiny_mla_recall.py`, with a curriculum meant to form copy (induction) and")
     a("retrieval heads, so that KV-cache eviction has something to lose. A byte-level toy of Python's reST")
     a("documentation: evidence about MLA caches, not a measurement of Kimi K2.6.")
@@ -686,8 +687,16 @@ def write_card(out, cfg, args, st, res, heads, stats):
       + (f"; text-span repeats weigh {args.copy_weight}" if args.copy_weight != 1.0 else "") + ".")
     for ev in res["events"] or ["the stall rule did not fire (recipe A ran as planned)"]:
         a(f"- {ev}")
-    a(f"- {res['tokens']:,} tokens in {res['wall_s'] / 60:.0f} min on {res['threads']} threads of {res['cpu']}"
-      " (the machine also built and tested the C++ project meanwhile); AdamW (0.9, 0.95), weight decay 0.1,")
+    if args.recipe == "4":  # two machines: the earlier attempt's part, then stage D's
+        before = [r for r in st["log"] if r["stage"] != "D"][-1]
+        a(f"- {res['tokens']:,} tokens in {res['wall_s'] / 60:.0f} min: {before['tokens']:,} in "
+          f"{before['wall_s'] / 60:.0f} min before stage D (the event above names that machine), then "
+          f"{res['tokens'] - before['tokens']:,} in {(res['wall_s'] - before['wall_s']) / 60:.0f} min on "
+          f"{res['threads']} thread(s) of {res['cpu']}")
+        a("  (the machines also built and tested the C++ project meanwhile); AdamW (0.9, 0.95), weight decay 0.1,")
+    else:
+        a(f"- {res['tokens']:,} tokens in {res['wall_s'] / 60:.0f} min on {res['threads']} threads of {res['cpu']}"
+          " (the machine also built and tested the C++ project meanwhile); AdamW (0.9, 0.95), weight decay 0.1,")
     a(f"  clip 1.0, fp32 arithmetic, sdpa attention; torch {res['torch']}, transformers {res['transformers']}, Python {res['python']}.")
     a("")
     a("## Results (shipped bf16 weights, held-out text the training never saw)")
@@ -736,7 +745,7 @@ def write_card(out, cfg, args, st, res, heads, stats):
     a("|---|---|")
     for name in sorted(os.listdir(out)):
         p = os.path.join(out, name)
-        if os.path.isfile(p) and name not in ("README.md",):
+        if os.path.isfile(p) and name != "README.md" and not name.endswith(".log"):  # not the run's own logs
             a(f"| `{name}` | `{base.sha256(p)}` |")
     for name in sorted(os.listdir(os.path.join(out, "eval"))):
         a(f"| `eval/{name}` | `{base.sha256(os.path.join(out, 'eval', name))}` |")
