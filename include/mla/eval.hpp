@@ -166,6 +166,7 @@ struct EvalRunInfo {
   int64_t tokens = 0;                   // the first window's ids
   std::string latent_norm_eps_mode;
   int threads = 0;                      // resolved
+  int64_t windows_at_once = 1;          // windows computed side by side (threads / this each)
   std::vector<double> compression_ratios;  // --compression-ratio, in budget order (empty: --cache-budget)
   std::vector<FileDigest> model_files;  // the model files read, with their sha256
   int64_t memory_planned_bytes = -1, memory_peak_rss_bytes = -1;

@@ -13,11 +13,14 @@
 //
 // Shape legend: T tokens, P prompt rows, N steps, V vocab_size, H hidden_size.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -43,6 +46,7 @@
 #include "mla/safetensors.hpp"
 #include "mla/stage_timer.hpp"
 #include "mla_build_config.h"
+#include "src/cpu/cpu_kernels.hpp"
 #include "src/cpu/fixed_order.hpp"
 
 namespace mla::cli {
@@ -449,7 +453,7 @@ struct WindowJob {
 // The plan eval prints before any work (stdout): every job's FLOPs counted from the config
 // (mla/eval_cost.hpp) and the time they take at the rate this machine's fixed-order kernels
 // measure now, at the model's width.
-void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs) {
+void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs, int64_t workers) {
   EvalCost total;
   for (const WindowJob& j : jobs) {
     const EvalCost c = eval_cost(cfg, j.opt);
@@ -458,16 +462,43 @@ void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs)
     total.head += c.head;
   }
   const double rate = measured_eval_rate(cfg.attention.hidden_size, jobs.front().opt.threads);
-  std::printf("mla-h2o eval: plan: %s%s\n", eval_cost_line(total, rate).c_str(),
-              jobs.size() > 1 ? (", " + std::to_string(jobs.size()) + " windows").c_str() : "");
+  std::string windows;
+  if (jobs.size() > 1) windows = ", " + std::to_string(jobs.size()) + " windows";
+  if (workers > 1) windows += ", " + std::to_string(workers) + " at a time";
+  std::printf("mla-h2o eval: plan: %s%s\n", eval_cost_line(total, rate).c_str(), windows.c_str());
   std::fflush(stdout);
 }
 
-// Every window one after another under one progress line: the decode steps of every layer of
-// every window. expected-attention's future rotation is computed once per prompt length.
-std::vector<EvalWindow> run_windows(const LoadedModel& m, std::vector<WindowJob>& jobs, bool quiet, StageSeconds& stages) {
-  ProgressLine progress("eval", quiet);
-  const int64_t L_count = m.cfg.attention.num_hidden_layers;
+// How many windows run at once: with --threads T and W windows, min(T, W) workers of T / workers
+// threads each, as many as the memory plan fits (each worker holds one window's runs and its own
+// copy of the layer being computed). A window's figures do not depend on its threads (the
+// fixed-order sums, docs/cpu-gemm.md), so this changes the time, never the bits (docs/eval.md §9).
+struct WindowPlan {
+  int64_t workers = 1;
+  MemoryEstimate memory;  // one window's plan, its phases times `workers` (the process counted once)
+};
+WindowPlan plan_windows(const MemoryEstimate& one_window, int threads, int64_t windows) {
+  const MemoryBudget budget = host_memory_budget();
+  const auto times = [&](int64_t k) {
+    MemoryEstimate all = one_window;
+    const int64_t each = one_window.host_peak_bytes - one_window.process_bytes;
+    all.host_peak_bytes = one_window.process_bytes + (each > kMemoryUnbounded / k ? kMemoryUnbounded : each * k);
+    return all;
+  };
+  for (int64_t workers = std::min<int64_t>(threads, windows); workers > 1; --workers)
+    if (const MemoryEstimate all = times(workers); memory_fits(all, budget)) return WindowPlan{workers, all};
+  return WindowPlan{1, one_window};
+}
+
+// Every window under one progress line: the decode steps of every layer of every window; with
+// `workers` > 1, window w on worker w % workers (worker 0 reads m.ckpt, the others a checkpoint
+// of their own: mappings are released per layer), results in window order. expected-attention's
+// future rotation is computed once per prompt length.
+std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, std::vector<WindowJob>& jobs,
+                                    int64_t workers, StageSeconds& stages) {
+  ProgressLine progress("eval", plan.quiet);
+  const int64_t L_count = m.cfg.attention.num_hidden_layers, W = static_cast<int64_t>(jobs.size());
+  workers = std::clamp<int64_t>(workers, 1, W);
   int64_t total = 0;
   for (const WindowJob& j : jobs) total += L_count * j.opt.steps;
   if (const FeatureNeeds needs = feature_needs(jobs.front().opt.policies); needs.expected_attention) {
@@ -484,25 +515,47 @@ std::vector<EvalWindow> run_windows(const LoadedModel& m, std::vector<WindowJob>
       return 0;
     });
   }
-  std::vector<EvalWindow> windows;
+  std::vector<EvalWindow> windows(static_cast<size_t>(W));
   timed(stages, "eval", [&] {
-    int64_t before = 0;  // decode steps of the windows done
-    const char* what = jobs.size() > 1 ? "decode steps (all layers, all windows)" : "decode steps (all layers)";
-    for (size_t w = 0; w < jobs.size(); ++w) {
-      EvalOptions wopt = jobs[w].opt;
-      wopt.keep_full_states = jobs[w].opt.keep_full_states && w == 0;  // --dump-tensors: the first window's
-      const int64_t N = wopt.steps;
-      if (!quiet) {
-        // (layers done) N + steps done, after the earlier windows' steps
-        wopt.progress = [&progress, what, before, total, N, layers_done = int64_t{0}](const char* stage, int64_t done,
-                                                                                    int64_t) mutable {
-          if (std::string(stage) == "layers") layers_done = done;
-          progress.update(what, before + layers_done * N + (std::string(stage) == "layers" ? 0 : done), total);
-        };
+    const int threads = cpu::resolve_threads(jobs.front().opt.threads);
+    const int each = std::max(1, threads / static_cast<int>(workers));
+    const cpu::BlasThreads blas_threads(each);  // one value for every worker's nested guard
+    std::mutex progress_mutex;
+    std::atomic<bool> failed{false};  // a worker's error stops the others at their next window
+    int64_t done_all = 0;  // decode steps of every layer done, over the windows
+    const char* what = W > 1 ? "decode steps (all layers, all windows)" : "decode steps (all layers)";
+    cpu::parallel_for(workers, static_cast<int>(workers), [&](int64_t worker, int) {
+      std::optional<Checkpoint> own;
+      if (worker > 0) own.emplace(Checkpoint::open(plan.checkpoint, plan.config_path));
+      const Checkpoint& ckpt = worker > 0 ? *own : m.ckpt;
+      for (int64_t w = worker; w < W && !failed.load(); w += workers) {
+        EvalOptions wopt = jobs[static_cast<size_t>(w)].opt;
+        wopt.threads = each;
+        wopt.keep_full_states = wopt.keep_full_states && w == 0;  // --dump-tensors: the first window's
+        const int64_t N = wopt.steps;
+        int64_t reported = 0;  // this window's share of done_all
+        if (!plan.quiet) {
+          // (layers done) N + steps done in the current layer
+          wopt.progress = [&, N, layers_done = int64_t{0}](const char* stage, int64_t done, int64_t) mutable {
+            const bool layer_end = std::string(stage) == "layers";
+            if (layer_end) layers_done = done;
+            const int64_t now = layers_done * N + (layer_end ? 0 : done);
+            const std::lock_guard<std::mutex> lock(progress_mutex);
+            done_all += now - reported;
+            reported = now;
+            progress.update(what, done_all, total);
+          };
+        }
+        const WindowJob& job = jobs[static_cast<size_t>(w)];
+        try {
+          windows[static_cast<size_t>(w)] =
+              EvalWindow{job.input.source, job.input.offset, run_eval(ckpt, m.cfg, job.input.tokens, wopt)};
+        } catch (...) {
+          failed.store(true);
+          throw;
+        }
       }
-      windows.push_back(EvalWindow{jobs[w].input.source, jobs[w].input.offset, run_eval(m.ckpt, m.cfg, jobs[w].input.tokens, wopt)});
-      before += L_count * N;
-    }
+    });
     return 0;
   });
   progress.finish();
@@ -602,11 +655,13 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
     return 0;
   });
   const TaskSample& longest = samples.back();  // the largest context: the memory plan's
-  const MemoryEstimate mem = plan_memory(m.cfg, jobs.back().opt, longest.prompt_len, longest.steps, plan.dump_tensors);
-  print_cost_plan(m.cfg, jobs);
+  const WindowPlan wp = plan_windows(plan_memory(m.cfg, jobs.back().opt, longest.prompt_len, longest.steps, plan.dump_tensors),
+                                     cpu::resolve_threads(opt.threads), static_cast<int64_t>(jobs.size()));
+  const MemoryEstimate& mem = wp.memory;
+  print_cost_plan(m.cfg, jobs, wp.workers);
 
   // ---- eval ----
-  const std::vector<EvalWindow> windows = run_windows(m, jobs, plan.quiet, stages);
+  const std::vector<EvalWindow> windows = run_windows(m, plan, jobs, wp.workers, stages);
 
   // ---- outputs ----
   const std::vector<TaskCell> cells = task_cells(t, samples, windows, opt.budgets, m.cfg);
@@ -635,6 +690,7 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
   }
   EvalRunInfo info = run_info(plan, m, input, static_cast<int64_t>(jobs.front().input.tokens.size()), eps_mode, opt, mem,
                               plan.quiet, stages);
+  info.windows_at_once = wp.workers;
   info.files = out.paths_with({"report.json"});
   out.write("report.json", eval_tasks_report_json(info, m.cfg, opt, t, samples, windows, cells));
   out.commit();
@@ -672,13 +728,15 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   opt.keep_full_states = plan.dump_tensors;
   check_eval_options(opt, static_cast<int64_t>(tokens.size()), cfg.attention.num_hidden_layers);
   const int64_t P = opt.prompt_len, N = opt.steps;
-  const MemoryEstimate mem = plan_memory(cfg, opt, P, N, plan.dump_tensors);
+  const int64_t window_count = static_cast<int64_t>(inputs.size());
+  const WindowPlan wp = plan_windows(plan_memory(cfg, opt, P, N, plan.dump_tensors), cpu::resolve_threads(opt.threads), window_count);
+  const MemoryEstimate& mem = wp.memory;
 
-  // ---- eval: the windows one after another, one progress line for all of them ----
+  // ---- eval: the windows, several at once when --threads allows, one progress line for all ----
   std::vector<WindowJob> jobs;
   for (const WindowInput& in : inputs) jobs.push_back(WindowJob{in, opt});
-  print_cost_plan(cfg, jobs);
-  const std::vector<EvalWindow> windows = run_windows(m, jobs, plan.quiet, stages);
+  print_cost_plan(cfg, jobs, wp.workers);
+  const std::vector<EvalWindow> windows = run_windows(m, plan, jobs, wp.workers, stages);
   const int64_t W = static_cast<int64_t>(windows.size());
   const EvalResult& result = windows.front().result;  // the first window: engine, passkey, --dump-tensors
 
@@ -701,6 +759,7 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
     if (plan.dump_tensors) write_dump(out, result, opt);
   }
   EvalRunInfo info = run_info(plan, m, input_text, static_cast<int64_t>(tokens.size()), eps_mode, opt, mem, plan.quiet, stages);
+  info.windows_at_once = wp.workers;
   info.files = out.paths_with({"report.json"});
   out.write("report.json", eval_report_json(info, cfg, opt, windows, summaries));
 

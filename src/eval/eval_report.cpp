@@ -450,6 +450,7 @@ void write_run_keys(JsonWriter& j, const EvalRunInfo& info, const ModelConfig& c
   j.key("latent_norm_eps_mode").value(info.latent_norm_eps_mode);
   j.key("engine").value(engine);
   j.key("threads").value(static_cast<int64_t>(info.threads));
+  j.key("windows_at_once").value(info.windows_at_once);
   j.key("config");
   write_config(j, cfg.attention, std::nullopt);
   j.key("model").begin_object();

@@ -821,6 +821,33 @@ BOOST_AUTO_TEST_CASE(cli_windows) {
   expect_error("--tokens '" + dir + "/ids.txt' --windows 0" + common, "--windows");
 }
 
+// Windows run several at a time when --threads allows (docs/eval.md §9): --threads 2 runs windows
+// 0 and 2 on one worker and 1 on the other, --threads 3 all three at once, each worker on its own
+// checkpoint; every figure is the same bytes as one window after another on one thread.
+BOOST_AUTO_TEST_CASE(cli_windows_in_parallel_give_the_same_bytes) {
+  const std::string dir = scratch_dir("eval-windows-parallel");
+  std::string all;
+  for (int64_t v = 0; v < 3; ++v)
+    for (int64_t t : fixture_tokens()) all += (all.empty() ? "" : ",") + std::to_string((t + 7 * v) % 120);
+  mla::test::write_text(dir + "/ids.txt", all);
+  const std::string common = " --prompt-len 16 --steps 12 --cache-budget 6,9 --policy h2o,snapkv:window=4,knorm,random";
+  std::map<int, std::string> out;
+  for (int threads : {1, 2, 3}) {
+    const std::string o = dir + "/t" + std::to_string(threads);
+    const RunResult r = run_cli("eval --checkpoint '" + fixture() + "' --tokens '" + dir + "/ids.txt' --windows 3" + common +
+                                " --threads " + std::to_string(threads) + " --out '" + o + "'");
+    BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    BOOST_TEST(contains(r.out, threads == 1 ? "3 windows\n" : "3 windows, " + std::to_string(threads) + " at a time"), r.out);
+    for (const char* f : {"eval.csv", "windows.csv", "summary.csv", "layers.csv", "leaderboard.csv"})
+      out[threads] += std::string(f) + "\n" + mla::test::read_text(o + "/" + f);
+    simdjson::dom::parser parser;
+    BOOST_TEST(int64_t(parser.load(o + "/report.json")["windows_at_once"].get_int64()) == threads);
+  }
+  BOOST_TEST(out[1].size() > 1000u);
+  BOOST_TEST(out[2] == out[1]);
+  BOOST_TEST(out[3] == out[1]);
+}
+
 // --compression-ratio r: K = round((1 - r) P), budgets ascending whatever the order given; the
 // report records the protocol and each ratio with its K.
 BOOST_AUTO_TEST_CASE(cli_compression_ratio_and_protocol) {
