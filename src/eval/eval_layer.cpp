@@ -15,26 +15,17 @@ PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int
   const int64_t P = h_prompt.rows();
   PromptLayer out;
   out.window = std::clamp<int64_t>(window, 0, P);
-  std::vector<int64_t> positions(static_cast<size_t>(P));
-  std::iota(positions.begin(), positions.end(), 0);
-  MatrixRM attn_output;
-  {
-    const MatrixRM x = layer.input_norm(h_prompt);
-    decoder::PreparedLayer::Projected p = layer.project(x, positions);
-    out.keys.reset(a.num_attention_heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, 0, P);
-    out.keys.set_rows(0, P, p.kv.data(), p.kv.cols(), p.k_pe_roped.data(), p.k_pe_roped.cols());
-    out.head_mass.assign(static_cast<size_t>(a.num_attention_heads * P), 0.0);
-    MatrixRM ctx;
-    decoder::attend_causal(layer, p.q, 0, P, cpu::KeyView{&out.keys, nullptr, P}, ctx, &out.head_mass);
-    out.queries = p.q.bottomRows(out.window);
-    if (needs.any()) out.latent = p.latent;
-    if (needs.expected_attention)
-      out.statistics = prerope_query_statistics(a, p.q.data(), P, positions, std::min(needs.expected_sinks, P - 1));
-    attn_output = layer.o_proj(ctx);
-  }
-  layer.residual_add(h_prompt, attn_output);
-  const MatrixRM f = layer.mlp(layer.post_norm(h_prompt), nullptr);
-  layer.residual_add(h_prompt, f);
+  decoder::forward_layer(layer, h_prompt, out.keys, &out.head_mass, nullptr,
+                         [&](const decoder::PreparedLayer::Projected& p) {
+                           out.queries = p.q.bottomRows(out.window);
+                           if (needs.any()) out.latent = p.latent;
+                           if (needs.expected_attention) {
+                             std::vector<int64_t> positions(static_cast<size_t>(P));
+                             std::iota(positions.begin(), positions.end(), 0);
+                             out.statistics = prerope_query_statistics(a, p.q.data(), P, positions,
+                                                                       std::min(needs.expected_sinks, P - 1));
+                           }
+                         });
   return out;
 }
 

@@ -31,7 +31,7 @@ struct PromptLayer {
   QueryStatistics statistics;      // of the pre-RoPE prompt queries (expected-attention), else empty
 };
 
-// The causal forward of the prompt at `layer` (h_prompt [P, H] in place, as forward_layer), its
+// The causal forward of the prompt at `layer` (h_prompt [P, H] in place: decoder::forward_layer), its
 // keys, per-head mass and the queries of its last `window` rows; with `needs` asking for
 // features, its latent rows and (expected-attention) the statistics of its queries from row
 // needs.expected_sinks on.

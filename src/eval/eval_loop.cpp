@@ -2,14 +2,18 @@
 // (policy, budget) run decodes N teacher-forced positions with every layer's cache managed by
 // the policy, layer by layer over all positions.
 //
-// For each layer L (its tensors read, prepared, used, freed; the sweep rule):
+// For each layer L (its tensors read, prepared, used, freed; the sweep rule), two passes through
+// the one layer composition (decoder::layer_forward):
 //   1. the prompt rows [0, P): the causal forward, shared by every run (prefill_layer)
-//   2. every run's decode rows [P, T): input_norm and the projections of its N rows at once; its
-//      manager reads the prompt (observation window, prefill cut)
-//   3. the steps x = P .. T-1 in order, every run at step x (runs in parallel), by the one step
-//      loop (mla/step_loop.hpp): the full run attends [0, x]; a policy run attends the cache its
-//      manager gives, which then evicts
-//   4. every run: o_proj, residual, post_norm, MLP/MoE, residual over its N rows at once
+//   2. the decode rows [P, T) of every run stacked, R x N rows through the layer together (the
+//      projections, o_proj and the MLP/MoE as one product each, the MoE grouping the rows of
+//      every run by expert), with the attention plugged in:
+//      a. each run's keys from its rows; its manager reads the prompt (observation window,
+//         prefill cut)
+//      b. the steps x = P .. T-1 in order, every run at step x (runs in parallel), by the one step
+//         loop (mla/step_loop.hpp): the full run attends [0, x]; a policy run attends the cache
+//         its manager gives, which then evicts
+//      c. each run's attention output against the full run's
 // then the final norm and lm_head of every run's rows, and the metrics against the full run.
 // Every sum is a fixed-order fma chain (src/cpu/fixed_order.hpp): this order of computation gives
 // the bits of any other, which the suite `eval` checks against a token-by-token loop.
@@ -36,21 +40,28 @@ size_t idx(int64_t i) { return static_cast<size_t>(i); }
 
 using eval::MatrixRM;
 
-// One (policy, budget) run, or the full cache.
+// One (policy, budget) run, or the full cache. Its decode rows are rows [row0, row0 + N) of
+// DecodeRows.
 struct RunState {
   PolicySettings policy;
   int64_t budget = 0;
   bool full = false;
-  MatrixRM h;                                  // [N, H] residual stream of the decode rows
+  int64_t row0 = 0;
   std::vector<EvalLayer> layers;               // [L]
   // this layer:
   std::unique_ptr<CacheManager> manager;
   TokenFeatures features;                      // what the policy reads besides the attention
   cpu::RowKeys keys;                           // positions [P, T)
-  MatrixRM q;                                  // [N, n*d_qk]
-  MatrixRM ctx;                                // [N, n*d_v]
   std::vector<double> recall;                  // [N] mass recall per step
   std::vector<int64_t> cache_len, held;        // [N]
+};
+
+// The decode rows of every run, stacked in run order (R runs x N rows).
+struct DecodeRows {
+  MatrixRM h;    // [R*N, H] residual stream
+  // this layer:
+  MatrixRM q;    // [R*N, n*d_qk] query_states (rope applied)
+  MatrixRM ctx;  // [R*N, n*d_v]  attention context
 };
 
 // A non-finite value is never a result (issue 29: a layer whose kv_b_proj overflowed gave mean NLL
@@ -128,41 +139,45 @@ TensorF to_tensor(const std::string& name, const MatrixRM& m) {
 // loop is runs[k + 1]. Each worker has its own scratch.
 class RowSteps final : public StepAttention {
  public:
-  RowSteps(const decoder::PreparedLayer& layer, const eval::PromptLayer& prompt, std::vector<RunState>& runs, int threads)
-      : layer_(layer), prompt_(prompt), runs_(runs), scratch_(idx(threads)), rowp_(idx(threads)) {}
+  RowSteps(const decoder::PreparedLayer& layer, const eval::PromptLayer& prompt, std::vector<RunState>& runs,
+           DecodeRows& rows, int threads)
+      : layer_(layer), prompt_(prompt), runs_(runs), rows_(rows), scratch_(idx(threads)), rowp_(idx(threads)) {}
   void begin_position(int64_t x) override {  // every token [0, x], shared by the full run and the oracle
     all_.resize(idx(x + 1));
     std::iota(all_.begin(), all_.end(), 0);
   }
   void full(int64_t x, std::vector<double>& probs) override {
-    RunState& f = runs_[0];
-    row(f, x, all_, f.ctx.data() + (x - prompt_.keys.rows) * f.ctx.cols(), 0, probs);
+    row(runs_[0], x, all_, ctx_row(runs_[0], x), 0, probs);
   }
   std::span<const double> own_full(size_t run, int64_t x, std::span<const double>, int worker,
                                    std::vector<double>& out) override {
     RunState& r = runs_[run + 1];
-    std::vector<float> unused(idx(r.ctx.cols()));
+    std::vector<float> unused(idx(rows_.ctx.cols()));
     row(r, x, all_, unused.data(), worker, out);
     return out;
   }
   void attend(size_t run, int64_t x, std::span<const int64_t> cache, std::vector<double>& probs, int worker) override {
     RunState& r = runs_[run + 1];
-    row(r, x, cache, r.ctx.data() + (x - prompt_.keys.rows) * r.ctx.cols(), worker, probs);
+    row(r, x, cache, ctx_row(r, x), worker, probs);
   }
 
  private:
+  // the stacked row of run r at position x
+  int64_t row_of(const RunState& r, int64_t x) const { return r.row0 + x - prompt_.keys.rows; }
+  float* ctx_row(const RunState& r, int64_t x) { return rows_.ctx.data() + row_of(r, x) * rows_.ctx.cols(); }
   // query row x of run r over `cache` -> probs [n, |cache|] (fp32 values widened), context row -> ctx
   void row(RunState& r, int64_t x, std::span<const int64_t> cache, float* ctx, int worker, std::vector<double>& probs) {
     const int64_t P = prompt_.keys.rows, n = layer_.config().attention.num_attention_heads;
     std::vector<float>& p = rowp_[idx(worker)];
     p.resize(idx(n) * cache.size());
-    cpu::attend_row(layer_.attention_spec(), r.q.data() + (x - P) * r.q.cols(), cpu::KeyView{&prompt_.keys, &r.keys, P}, cache,
-                    p.data(), ctx, scratch_[idx(worker)]);
+    cpu::attend_row(layer_.attention_spec(), rows_.q.data() + row_of(r, x) * rows_.q.cols(),
+                    cpu::KeyView{&prompt_.keys, &r.keys, P}, cache, p.data(), ctx, scratch_[idx(worker)]);
     probs.assign(p.begin(), p.end());
   }
   const decoder::PreparedLayer& layer_;
   const eval::PromptLayer& prompt_;
   std::vector<RunState>& runs_;
+  DecodeRows& rows_;
   std::vector<cpu::RowScratch> scratch_;
   std::vector<std::vector<float>> rowp_;  // [worker] fp32 probabilities
   std::vector<int64_t> all_;              // [x+1] positions 0 .. x of this step
@@ -207,6 +222,7 @@ std::vector<RunState> make_runs(const EvalOptions& opt) {
       RunState r;
       r.policy = s;
       r.budget = K;
+      r.row0 = static_cast<int64_t>(runs.size()) * opt.steps;
       runs.push_back(std::move(r));
     }
   return runs;
@@ -222,25 +238,22 @@ struct LayerPass {
   int64_t L, L_count, threads;
 };
 
-// 2b. every run's decode rows projected; its manager (with the run's own token features) reads the prompt
-void start_runs(const LayerPass& lp, std::vector<RunState>& runs) {
+// 2a. every run's keys from its projected rows (p: the stacked rows); its manager (with the run's
+// own token features) reads the prompt
+void start_runs(const LayerPass& lp, std::vector<RunState>& runs, const decoder::PreparedLayer::Projected& p) {
   const AttentionConfig& a = lp.layer.config().attention;
   const int64_t P = lp.opt.prompt_len, N = lp.opt.steps, n = a.num_attention_heads, d_v = a.v_head_dim;
-  std::vector<int64_t> decode_positions(idx(N));
-  std::iota(decode_positions.begin(), decode_positions.end(), P);
   for (RunState& r : runs) {
-    const decoder::PreparedLayer::Projected p = lp.layer.project(lp.layer.input_norm(r.h), decode_positions);
     r.keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, P, N);
-    r.keys.set_rows(P, N, p.kv.data(), p.kv.cols(), p.k_pe_roped.data(), p.k_pe_roped.cols());
-    r.q = p.q;
-    r.ctx.resize(N, n * d_v);
+    r.keys.set_rows(P, N, p.kv.data() + r.row0 * p.kv.cols(), p.kv.cols(), p.k_pe_roped.data() + r.row0 * p.k_pe_roped.cols(),
+                    p.k_pe_roped.cols());
     r.recall.assign(idx(N), 1.0);
     r.cache_len.assign(idx(N), 0);
     r.held.assign(idx(N), 0);
     if (r.full) continue;
     // only what this run's policy reads (the union over every run would make each run compute
     // every other policy's features: 3.5x the work with the 14 presets)
-    r.features = eval::run_features(a, lp.attention, lp.prompt, p.latent, feature_needs({r.policy}));
+    r.features = eval::run_features(a, lp.attention, lp.prompt, p.latent.middleRows(r.row0, N), feature_needs({r.policy}));
     PolicyContext pctx;
     pctx.heads = n;
     pctx.prompt_len = P;
@@ -252,10 +265,10 @@ void start_runs(const LayerPass& lp, std::vector<RunState>& runs) {
   }
 }
 
-// 3. the steps, every run at step x (the one step loop, mla/step_loop.hpp)
-void step_runs(const LayerPass& lp, std::vector<RunState>& runs) {
+// 2b. the steps, every run at step x (the one step loop, mla/step_loop.hpp) -> rows.ctx
+void step_runs(const LayerPass& lp, std::vector<RunState>& runs, DecodeRows& rows) {
   const int64_t P = lp.opt.prompt_len, N = lp.opt.steps;
-  RowSteps steps(lp.layer, lp.prompt, runs, static_cast<int>(lp.threads));
+  RowSteps steps(lp.layer, lp.prompt, runs, rows, static_cast<int>(lp.threads));
   std::vector<CacheManager*> managers;
   for (size_t k = 1; k < runs.size(); ++k) managers.push_back(runs[k].manager.get());
   StepLoopOptions so;
@@ -276,22 +289,20 @@ void step_runs(const LayerPass& lp, std::vector<RunState>& runs) {
   }
 }
 
-// 4. every run: o_proj, residual, MLP/MoE, residual; its errors against full at this layer
-void finish_layer(const LayerPass& lp, std::vector<RunState>& runs) {
-  decoder::PreparedLayer& layer = lp.layer;
-  const int64_t P = lp.opt.prompt_len, N = lp.opt.steps, H = layer.config().attention.hidden_size, L = lp.L;
-  MatrixRM full_attn;
+// 2c. every run's attention output rows (attn [R*N, H]) against the full run's at this layer
+void attention_errors(const LayerPass& lp, std::vector<RunState>& runs, const MatrixRM& attn) {
+  const int64_t P = lp.opt.prompt_len, N = lp.opt.steps, H = attn.cols(), L = lp.L;
+  const float* full_attn = attn.data();  // the full run's rows come first
   for (RunState& r : runs) {
-    const MatrixRM attn = layer.o_proj(r.ctx);
-    check_finite(attn, "layer " + std::to_string(L) + " self_attn output (" + run_name(r.policy, r.budget, r.full) + ")", P);
-    if (r.full) full_attn = attn;
+    const float* own = attn.data() + r.row0 * H;
+    check_finite(attn.middleRows(r.row0, N), "layer " + std::to_string(L) + " self_attn output (" + run_name(r.policy, r.budget, r.full) + ")", P);
     EvalLayer st;
     st.layer = L;
     st.budget = r.full ? 0 : layer_budget(r.policy, r.budget, L, lp.L_count, P);
     double attn_err = 0, max_err = 0;
     st.mean_mass_recall = 0;
     for (int64_t i = 0; i < N; ++i) {
-      const double e = r.full ? 0.0 : rel_error(attn.data() + i * H, full_attn.data() + i * H, H);
+      const double e = r.full ? 0.0 : rel_error(own + i * H, full_attn + i * H, H);
       attn_err += e;
       max_err = std::max(max_err, e);
       st.mean_cache_len += static_cast<double>(r.cache_len[idx(i)]);
@@ -304,38 +315,62 @@ void finish_layer(const LayerPass& lp, std::vector<RunState>& runs) {
     st.mean_cache_len /= static_cast<double>(N);
     st.mean_held /= static_cast<double>(N);
     st.mean_mass_recall /= static_cast<double>(N);
-    layer.residual_add(r.h, attn);
-    const MatrixRM f = layer.mlp(layer.post_norm(r.h), nullptr);
-    layer.residual_add(r.h, f);
-    check_finite(r.h, "layer " + std::to_string(L) + " output (" + run_name(r.policy, r.budget, r.full) + ")", P);
-    double hidden_err = 0;
-    for (int64_t i = 0; i < N && !r.full; ++i) hidden_err += rel_error(r.h.data() + i * H, runs[0].h.data() + i * H, H);
-    st.mean_hidden_rel_error = hidden_err / static_cast<double>(N);
     r.layers.push_back(st);
+  }
+}
+
+// 3. every run's layer output (rows.h after the layer) against the full run's; this layer's state freed
+void finish_layer(const LayerPass& lp, std::vector<RunState>& runs, const MatrixRM& h) {
+  const int64_t P = lp.opt.prompt_len, N = lp.opt.steps, H = h.cols(), L = lp.L;
+  for (RunState& r : runs) {
+    check_finite(h.middleRows(r.row0, N), "layer " + std::to_string(L) + " output (" + run_name(r.policy, r.budget, r.full) + ")", P);
+    double hidden_err = 0;
+    for (int64_t i = 0; i < N && !r.full; ++i) hidden_err += rel_error(h.data() + (r.row0 + i) * H, h.data() + i * H, H);
+    r.layers.back().mean_hidden_rel_error = hidden_err / static_cast<double>(N);
     r.manager.reset();
     r.features = TokenFeatures();
     r.keys = cpu::RowKeys();
-    r.q = MatrixRM();
-    r.ctx = MatrixRM();
   }
+}
+
+// 2, 3: the decode rows of every run through the layer (decoder::layer_forward) with eval's attention
+void decode_layer(const LayerPass& lp, std::vector<RunState>& runs, DecodeRows& rows) {
+  const AttentionConfig& a = lp.layer.config().attention;
+  const int64_t P = lp.opt.prompt_len, N = lp.opt.steps, R = static_cast<int64_t>(runs.size());
+  std::vector<int64_t> positions(idx(R * N));  // each run's rows at P .. T-1
+  for (int64_t i = 0; i < R * N; ++i) positions[idx(i)] = P + i % N;
+  decoder::LayerPlugs plugs;
+  plugs.projected = [&](decoder::PreparedLayer::Projected& p) {
+    start_runs(lp, runs, p);
+    rows.q = std::move(p.q);
+  };
+  plugs.attend = [&](MatrixRM& ctx) {
+    rows.ctx.resize(R * N, a.num_attention_heads * a.v_head_dim);
+    step_runs(lp, runs, rows);
+    ctx = std::move(rows.ctx);
+    rows.q = MatrixRM();
+  };
+  plugs.attn_output = [&](const MatrixRM& attn) { attention_errors(lp, runs, attn); };
+  decoder::layer_forward(lp.layer, rows.h, positions, plugs);
+  finish_layer(lp, runs, rows.h);
 }
 
 // The final norm and lm_head of every run's rows; NLL, KL and top-1 against the full run.
 void head_and_metrics(const Checkpoint& ckpt, const ModelConfig& cfg, const std::vector<int64_t>& tokens,
                       const EvalOptions& opt, int threads, const MatrixRM& h_prompt, std::vector<RunState>& runs,
-                      EvalResult& result) {
+                      DecodeRows& rows, EvalResult& result) {
   const int64_t P = opt.prompt_len, N = opt.steps, H = cfg.attention.hidden_size, L_count = cfg.attention.num_hidden_layers;
   // ---- logits and metrics ----
   StageTimer head_timer(result.stage_seconds, "head and metrics");
   const decoder::PreparedHead head(cfg, load_model_head(ckpt, cfg), opt.precision, threads);
   ckpt.release_mappings();
   const int64_t V = cfg.attention.vocab_size;
-  const MatrixRM full_logits = head.logits(runs[0].h);  // [N, V]
+  const MatrixRM full_logits = head.logits(rows.h.topRows(N));  // [N, V]
   check_finite(full_logits, "logits (the full cache)", P);
   if (opt.keep_full_states) {
     MatrixRM all(P + N, H);
     all.topRows(P) = h_prompt;
-    all.bottomRows(N) = runs[0].h;
+    all.bottomRows(N) = rows.h.topRows(N);
     result.hidden_states.push_back(to_tensor("hidden_states." + std::to_string(L_count), all));
     MatrixRM logits(P + N, V);
     logits.topRows(P) = head.logits(h_prompt);
@@ -349,7 +384,7 @@ void head_and_metrics(const Checkpoint& ckpt, const ModelConfig& cfg, const std:
     full_top[idx(i)] = argmax(full_logits.data() + i * V, V);
   }
   for (RunState& r : runs) {
-    const MatrixRM logits = r.full ? full_logits : head.logits(r.h);
+    const MatrixRM logits = r.full ? full_logits : head.logits(rows.h.middleRows(r.row0, N));
     if (!r.full) check_finite(logits, "logits (" + run_name(r.policy, r.budget, r.full) + ")", P);
     EvalRun out;
     out.policy = r.policy;
@@ -380,7 +415,6 @@ void head_and_metrics(const Checkpoint& ckpt, const ModelConfig& cfg, const std:
     if (opt.keep_logits) out.logits = to_tensor("logits", logits);
     if (r.full) result.full = std::move(out);
     else result.runs.push_back(std::move(out));
-    r.h = MatrixRM();
   }
 }
 
@@ -398,13 +432,15 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
   result.passkey = find_passkey(tokens, cfg);
 
   std::vector<RunState> runs = make_runs(opt);
+  DecodeRows rows;
 
   // ---- embeddings: prompt rows shared, decode rows per run ----
   const std::vector<int64_t> prompt_ids(tokens.begin(), tokens.begin() + P), decode_ids(tokens.begin() + P, tokens.begin() + P + N);
   MatrixRM h_prompt = timed(result.stage_seconds, "embed", [&] { return decoder::embed(ckpt, prompt_ids, opt.precision); });
   {
     const MatrixRM h_decode = decoder::embed(ckpt, decode_ids, opt.precision);
-    for (RunState& r : runs) r.h = h_decode;
+    rows.h.resize(static_cast<int64_t>(runs.size()) * N, H);
+    for (const RunState& r : runs) rows.h.middleRows(r.row0, N) = h_decode;
   }
   const FeatureNeeds needs = feature_needs(opt.policies);
   // expected-attention's future rotation depends on neither the layer nor the run: once
@@ -423,7 +459,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     if (opt.keep_full_states) {
       MatrixRM all(P + N, H);
       all.topRows(P) = h_prompt;
-      all.bottomRows(N) = runs[0].h;
+      all.bottomRows(N) = rows.h.topRows(N);
       result.hidden_states.push_back(to_tensor("hidden_states." + std::to_string(L), all));
     }
     std::unique_ptr<decoder::PreparedLayer> layer;
@@ -435,7 +471,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     }
     ckpt.release_mappings();
 
-    // 2a. the policies' observation windows decide which prompt queries are kept
+    // the policies' observation windows decide which prompt queries are kept
     int64_t window = 0;
     for (const RunState& r : runs)
       if (!r.full) window = std::max(window, policy_observation_window(r.policy));
@@ -443,16 +479,14 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs);
     if (needs.expected_attention) prompt.statistics.future_rotation = future_rotation;
     check_finite(h_prompt, "layer " + std::to_string(L) + " output (the prompt's hidden states)", 0);
-    // 2b, 3, 4: the runs start, step and finish the layer
+    // 2, 3: the decode rows of every run through the layer
     const LayerPass lp{*layer, prompt, attention, needs, opt, L, L_count, threads};
-    start_runs(lp, runs);
-    step_runs(lp, runs);
-    finish_layer(lp, runs);
+    decode_layer(lp, runs, rows);
     layer.reset();
     if (opt.progress) opt.progress("layers", L + 1, L_count);
   }
 
-  head_and_metrics(ckpt, cfg, tokens, opt, threads, h_prompt, runs, result);
+  head_and_metrics(ckpt, cfg, tokens, opt, threads, h_prompt, runs, rows, result);
   return result;
 }
 

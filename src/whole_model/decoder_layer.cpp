@@ -276,26 +276,47 @@ void attend_causal(const PreparedLayer& layer, const MatrixRM& q, int64_t row_be
       for (size_t i = 0; i < part.size(); ++i) (*head_mass)[i] += part[i];
 }
 
+void layer_forward(PreparedLayer& layer, MatrixRM& h, const std::vector<int64_t>& positions, const LayerPlugs& plugs) {
+  if (static_cast<int64_t>(positions.size()) != h.rows())
+    fail(ErrorKind::Shape, "layer " + std::to_string(layer.layer()) + ": " + std::to_string(h.rows()) + " rows at " +
+                               std::to_string(positions.size()) + " positions");
+  MatrixRM attn_output;
+  {
+    MatrixRM ctx;
+    {
+      const MatrixRM x = layer.input_norm(h);
+      PreparedLayer::Projected p = layer.project(x, positions);
+      plugs.projected(p);
+    }  // x and what the caller left of the projections are freed before the attention
+    plugs.attend(ctx);
+    attn_output = layer.o_proj(ctx);
+  }
+  if (plugs.attn_output) plugs.attn_output(attn_output);
+  layer.residual_add(h, attn_output);
+  const MatrixRM mlp = layer.mlp(layer.post_norm(h), plugs.routing);
+  layer.residual_add(h, mlp);
+}
+
 void forward_layer(PreparedLayer& layer, MatrixRM& h, cpu::RowKeys& keys, std::vector<double>* head_mass,
-                   Routing* routing) {
+                   Routing* routing, const std::function<void(const PreparedLayer::Projected&)>& also) {
   const AttentionConfig& a = layer.config().attention;
   const int64_t m = h.rows();
   std::vector<int64_t> positions(idx(m));
   std::iota(positions.begin(), positions.end(), 0);
-  MatrixRM attn_output;
-  {
-    const MatrixRM x = layer.input_norm(h);
-    PreparedLayer::Projected p = layer.project(x, positions);
+  MatrixRM q;  // [m, n*d_qk]
+  LayerPlugs plugs;
+  plugs.projected = [&](PreparedLayer::Projected& p) {
     keys.reset(a.num_attention_heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, 0, m);
     keys.set_rows(0, m, p.kv.data(), p.kv.cols(), p.k_pe_roped.data(), p.k_pe_roped.cols());
+    if (also) also(p);
+    q = std::move(p.q);
+  };
+  plugs.attend = [&](MatrixRM& ctx) {
     if (head_mass) head_mass->assign(idx(a.num_attention_heads * m), 0.0);
-    MatrixRM ctx;
-    attend_causal(layer, p.q, 0, m, cpu::KeyView{&keys, nullptr, m}, ctx, head_mass);
-    attn_output = layer.o_proj(ctx);
-  }
-  layer.residual_add(h, attn_output);
-  const MatrixRM mlp = layer.mlp(layer.post_norm(h), routing);
-  layer.residual_add(h, mlp);
+    attend_causal(layer, q, 0, m, cpu::KeyView{&keys, nullptr, m}, ctx, head_mass);
+  };
+  plugs.routing = routing;
+  layer_forward(layer, h, positions, plugs);
 }
 
 PreparedHead::PreparedHead(const ModelConfig& cfg, const ModelHeadWeights& w, Precision precision, int threads)

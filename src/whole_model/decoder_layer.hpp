@@ -1,8 +1,8 @@
 // src/whole_model/decoder_layer.hpp — one DeepseekV3DecoderLayer on the CPU, one function per
 // equation (docs/math.md §15), every one row-wise in the fixed-order arithmetic of
 // src/cpu/fixed_order.hpp, so that a row's result does not depend on which other rows are
-// computed with it. The plain forward (model_forward.cpp) and `mla-h2o eval`
-// (src/eval/) compose the same functions:
+// computed with it. One function composes them (layer_forward); the plain forward
+// (model_forward.cpp) and `mla-h2o eval` (src/eval/) plug their attention into it:
 //
 //   x        = input_norm(h)                      input_layernorm, eps rms_norm_eps      [m, H]
 //   proj     = project(x, positions)              q (roped), kv = kv_b_proj(kv_a_layernorm(latent)),
@@ -130,11 +130,32 @@ PreparedMlp prepare_mlp(const MlpWeights& w, bool bf16);
 void attend_causal(const PreparedLayer& layer, const MatrixRM& q, int64_t row_begin, int64_t row_end,
                    const cpu::KeyView& keys, MatrixRM& ctx, std::vector<double>* head_mass);
 
-// The causal forward of one layer over rows at positions 0..m-1 (h [m, H] in place): input_norm,
-// project, attend_causal, o_proj, residual, post_norm, mlp, residual. keys receives the layer's
-// keys and values of those positions; head_mass / routing as attend_causal / mlp (may be null).
+// What a caller plugs into the one composition of a layer (layer_forward): where the projected
+// rows go, how their attention is computed, and what it reads of the attention output.
+struct LayerPlugs {
+  // After input_norm and project of every row: the caller takes what its attention needs (the
+  // keys, the queries; moving them out frees the rest before the attention). Required.
+  std::function<void(PreparedLayer::Projected&)> projected;
+  // The attention of every row: ctx [m, n*d_v] (HF's attn_output before o_proj). Required.
+  std::function<void(MatrixRM& ctx)> attend;
+  // The attention output rows [m, H] before the residual add (eval's per-run errors). Optional.
+  std::function<void(const MatrixRM& attn_output)> attn_output;
+  Routing* routing = nullptr;  // receives the MoE routing (may be null)
+};
+
+// THE composition of one DeepseekV3DecoderLayer over m rows at `positions` (h [m, H] in place):
+// input_norm, project -> plugs.projected, plugs.attend -> ctx, o_proj -> plugs.attn_output,
+// residual, post_norm, mlp, residual. Every caller (the causal forward, eval's prompt and its
+// decode rows of every run at once) goes through it; rows are independent, so a row's bits do
+// not depend on the other rows computed with it.
+void layer_forward(PreparedLayer& layer, MatrixRM& h, const std::vector<int64_t>& positions, const LayerPlugs& plugs);
+
+// The causal forward of one layer over rows at positions 0..m-1 (h [m, H] in place): layer_forward
+// with the attention attend_causal. keys receives the layer's keys and values of those positions;
+// head_mass / routing as attend_causal / mlp (may be null); `also` (may be empty) sees the
+// projected rows first (eval's prompt keeps its last queries and its latent rows).
 void forward_layer(PreparedLayer& layer, MatrixRM& h, cpu::RowKeys& keys, std::vector<double>* head_mass,
-                   Routing* routing);
+                   Routing* routing, const std::function<void(const PreparedLayer::Projected&)>& also = {});
 
 // The final norm and lm_head (DeepseekV3Model.norm, DeepseekV3ForCausalLM.lm_head).
 class PreparedHead {
