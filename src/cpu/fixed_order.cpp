@@ -25,7 +25,8 @@ namespace mla::cpu {
 namespace {
 
 constexpr int64_t kPanel = 16;      // outputs per packed panel
-constexpr int64_t kRowTile = 4;     // rows per micro-kernel call
+constexpr int64_t kRowTileMax = 8;  // rows per micro-kernel call, at most (row_tile())
+constexpr int64_t kKBlock = 256;    // in-features per block: 2 panels x 256 x 64 B = 32 KB of weights in L1
 constexpr int64_t kRowChunk = 64;   // rows per parallel work item
 constexpr int64_t kPanelChunk = 4;  // panels per parallel work item (64 outputs)
 
@@ -45,13 +46,19 @@ std::atomic<Isa>& chosen_isa() {
 
 Isa isa() { return chosen_isa().load(std::memory_order_relaxed); }
 
-// ---- GEMM micro-kernels: y[r, 0..16*P) for R rows, P panels, K in-features ---------------
-// x: rows at x + r*ld_x; w: P panels of [K][16] at w + p*K*16; acc written to out[r][p*16 + j].
+// ---- GEMM micro-kernels: y[r, 0..16*P) for R rows, P panels, in-features [k0, k1) --------
+// x: rows at x + r*ld_x; w: P panels of [K][16] at w + p*K*16; the accumulators live in
+// out[r*ld_out + p*16 + j]: started at +0 when k0 == 0, else reloaded, so that a chain cut into
+// blocks of in-features is the same chain, fma after fma in k order (an fp32 store and load is
+// exact). Blocking k keeps a block of the weights in L1 while every row tile reads it.
 
 template <int R, int P>
-void micro_scalar(const float* x, int64_t ld_x, const float* w, int64_t K, float* out /* [R][P*16] */) {
-  float acc[R][P * kPanel] = {};
-  for (int64_t k = 0; k < K; ++k)
+void micro_scalar(const float* x, int64_t ld_x, const float* w, int64_t K, int64_t k0, int64_t k1, float* out,
+                  int64_t ld_out) {
+  float acc[R][P * kPanel];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < P * kPanel; ++j) acc[r][j] = k0 == 0 ? 0.0f : out[r * ld_out + j];
+  for (int64_t k = k0; k < k1; ++k)
     for (int p = 0; p < P; ++p) {
       const float* wk = w + (p * K + k) * kPanel;
       for (int r = 0; r < R; ++r) {
@@ -59,16 +66,16 @@ void micro_scalar(const float* x, int64_t ld_x, const float* w, int64_t K, float
         for (int j = 0; j < kPanel; ++j) acc[r][p * kPanel + j] = std::fma(xv, wk[j], acc[r][p * kPanel + j]);
       }
     }
-  for (int r = 0; r < R; ++r) std::memcpy(out + r * P * kPanel, acc[r], sizeof(acc[r]));
+  for (int r = 0; r < R; ++r) std::memcpy(out + r * ld_out, acc[r], sizeof(acc[r]));
 }
 
 template <int R, int P>
-__attribute__((target("avx2,fma"))) void micro_avx2(const float* x, int64_t ld_x, const float* w, int64_t K,
-                                                   float* out) {
+__attribute__((target("avx2,fma"))) void micro_avx2(const float* x, int64_t ld_x, const float* w, int64_t K, int64_t k0,
+                                                   int64_t k1, float* out, int64_t ld_out) {
   __m256 acc[R][2 * P];
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 2 * P; ++j) acc[r][j] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
+    for (int j = 0; j < 2 * P; ++j) acc[r][j] = k0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + r * ld_out + j * 8);
+  for (int64_t k = k0; k < k1; ++k) {
     __m256 wv[2 * P];
     for (int p = 0; p < P; ++p) {
       wv[2 * p] = _mm256_loadu_ps(w + (p * K + k) * kPanel);
@@ -80,16 +87,17 @@ __attribute__((target("avx2,fma"))) void micro_avx2(const float* x, int64_t ld_x
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 2 * P; ++j) _mm256_storeu_ps(out + r * P * kPanel + j * 8, acc[r][j]);
+    for (int j = 0; j < 2 * P; ++j) _mm256_storeu_ps(out + r * ld_out + j * 8, acc[r][j]);
 }
 
 template <int R, int P>
-__attribute__((target("avx512f"))) void micro_avx512(const float* x, int64_t ld_x, const float* w, int64_t K,
-                                                    float* out) {
+__attribute__((target("avx512f"))) void micro_avx512(const float* x, int64_t ld_x, const float* w, int64_t K, int64_t k0,
+                                                    int64_t k1, float* out, int64_t ld_out) {
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
+    for (int p = 0; p < P; ++p)
+      acc[r][p] = k0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out + r * ld_out + p * kPanel);
+  for (int64_t k = k0; k < k1; ++k) {
     __m512 wv[P];
     for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_ps(w + (p * K + k) * kPanel);
     for (int r = 0; r < R; ++r) {
@@ -98,27 +106,35 @@ __attribute__((target("avx512f"))) void micro_avx512(const float* x, int64_t ld_
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) _mm512_storeu_ps(out + (r * P + p) * kPanel, acc[r][p]);
+    for (int p = 0; p < P; ++p) _mm512_storeu_ps(out + r * ld_out + p * kPanel, acc[r][p]);
 }
 
 template <int R, int P>
-void micro(const float* x, int64_t ld_x, const float* w, int64_t K, float* out) {
+void micro(const float* x, int64_t ld_x, const float* w, int64_t K, int64_t k0, int64_t k1, float* out, int64_t ld_out) {
   switch (isa()) {
-    case Isa::Avx512: return micro_avx512<R, P>(x, ld_x, w, K, out);
-    case Isa::Avx2: return micro_avx2<R, P>(x, ld_x, w, K, out);
-    case Isa::Scalar: return micro_scalar<R, P>(x, ld_x, w, K, out);
+    case Isa::Avx512: return micro_avx512<R, P>(x, ld_x, w, K, k0, k1, out, ld_out);
+    case Isa::Avx2: return micro_avx2<R, P>(x, ld_x, w, K, k0, k1, out, ld_out);
+    case Isa::Scalar: return micro_scalar<R, P>(x, ld_x, w, K, k0, k1, out, ld_out);
   }
 }
 
+// rows: 1 .. row_tile() (AVX-512's 32 registers hold 8 rows x 2 panels of accumulators; AVX2's
+// 16 hold 4 rows x 2 panels of two halves)
 template <int P>
-void micro_rows(int64_t rows, const float* x, int64_t ld_x, const float* w, int64_t K, float* out) {
+void micro_rows(int64_t rows, const float* x, int64_t ld_x, const float* w, int64_t K, int64_t k0, int64_t k1, float* out,
+                int64_t ld_out) {
   switch (rows) {
-    case 1: return micro<1, P>(x, ld_x, w, K, out);
-    case 2: return micro<2, P>(x, ld_x, w, K, out);
-    case 3: return micro<3, P>(x, ld_x, w, K, out);
-    default: return micro<4, P>(x, ld_x, w, K, out);
+    case 1: return micro<1, P>(x, ld_x, w, K, k0, k1, out, ld_out);
+    case 2: return micro<2, P>(x, ld_x, w, K, k0, k1, out, ld_out);
+    case 3: return micro<3, P>(x, ld_x, w, K, k0, k1, out, ld_out);
+    case 4: return micro<4, P>(x, ld_x, w, K, k0, k1, out, ld_out);
+    case 5: return micro<5, P>(x, ld_x, w, K, k0, k1, out, ld_out);
+    case 6: return micro<6, P>(x, ld_x, w, K, k0, k1, out, ld_out);
+    case 7: return micro<7, P>(x, ld_x, w, K, k0, k1, out, ld_out);
+    default: return micro<8, P>(x, ld_x, w, K, k0, k1, out, ld_out);
   }
 }
+int64_t row_tile() { return isa() == Isa::Avx512 ? 8 : 4; }
 
 // ---- exp and the lane sum ---------------------------------------------------------------------
 // exp(x) = p(r) * 2^n, n = nearest(x * log2 e), r = x - n ln2 (two fma steps, Cody-Waite),
@@ -281,24 +297,28 @@ void FixedOrderLinear::run_rows(const float* x, int64_t rows, int64_t ld_x, floa
   parallel_for(row_chunks * panel_chunks, threads, [&](int64_t item, int) {
     const int64_t r0 = (item / panel_chunks) * kRowChunk, r1 = std::min(rows, r0 + kRowChunk);
     const int64_t p0 = (item % panel_chunks) * kPanelChunk, p1 = std::min(panels_, p0 + kPanelChunk);
-    float tile[kRowTile * 2 * kPanel];  // [R][P*16]
-    for (int64_t r = r0; r < r1; r += kRowTile) {
-      const int64_t R = std::min(kRowTile, r1 - r);
+    constexpr int64_t ld = kPanelChunk * kPanel;
+    float acc[kRowChunk * ld];  // [r - r0][o - 16*p0] the chains of this item's rows and outputs
+    const int64_t tile = row_tile();
+    for (int64_t k0 = 0; k0 < in_; k0 += kKBlock) {
+      const int64_t k1 = std::min(in_, k0 + kKBlock);
       for (int64_t p = p0; p < p1; p += 2) {
         const int64_t P = std::min<int64_t>(2, p1 - p);
         const float* w = packed_.data() + p * in_ * kPanel;
-        if (P == 2) micro_rows<2>(R, x + r * ld_x, ld_x, w, in_, tile);
-        else micro_rows<1>(R, x + r * ld_x, ld_x, w, in_, tile);
-        for (int64_t i = 0; i < R; ++i) {
-          float* dst = y + (r + i) * ld_y;
-          for (int64_t j = 0; j < P * kPanel; ++j) {
-            const int64_t o = p * kPanel + j;
-            if (o >= out_) break;
-            float v = tile[i * P * kPanel + j];
-            if (!bias_.empty()) v = v + bias_[static_cast<size_t>(o)];
-            dst[o] = bf16_ ? round_to_bf16(v) : v;
-          }
+        for (int64_t r = r0; r < r1; r += tile) {
+          const int64_t R = std::min(tile, r1 - r);
+          float* out = acc + (r - r0) * ld + (p - p0) * kPanel;
+          if (P == 2) micro_rows<2>(R, x + r * ld_x, ld_x, w, in_, k0, k1, out, ld);
+          else micro_rows<1>(R, x + r * ld_x, ld_x, w, in_, k0, k1, out, ld);
         }
+      }
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      float* dst = y + r * ld_y;
+      for (int64_t o = p0 * kPanel; o < std::min(out_, p1 * kPanel); ++o) {
+        float v = acc[(r - r0) * ld + (o - p0 * kPanel)];
+        if (!bias_.empty()) v = v + bias_[static_cast<size_t>(o)];
+        dst[o] = bf16_ ? round_to_bf16(v) : v;
       }
     }
   });
