@@ -134,7 +134,7 @@ void micro_rows(int64_t rows, const float* x, int64_t ld_x, const float* w, int6
     default: return micro<8, P>(x, ld_x, w, K, k0, k1, out, ld_out);
   }
 }
-int64_t row_tile() { return isa() == Isa::Avx512 ? 8 : 4; }
+int64_t row_tile() { return isa() == Isa::Avx512 ? kRowTileMax : 4; }
 
 // ---- exp and the lane sum ---------------------------------------------------------------------
 // exp(x) = p(r) * 2^n, n = nearest(x * log2 e), r = x - n ln2 (two fma steps, Cody-Waite),

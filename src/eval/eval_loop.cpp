@@ -67,15 +67,15 @@ struct DecodeRows {
 // A non-finite value is never a result (issue 29: a layer whose kv_b_proj overflowed gave mean NLL
 // nan and top-1 1.0 with exit status 0): one line naming the first layer, tensor and run where it
 // appeared.
-void check_finite(const MatrixRM& m, const std::string& what, int64_t first_position) {
-  const int64_t cols = m.cols();
-  for (int64_t i = 0; i < m.size(); ++i) {
-    const float v = m.data()[i];
-    if (std::isfinite(v)) continue;
-    fail(ErrorKind::InvalidValue, what + " is " + (std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf") + " at position " +
-                                      std::to_string(first_position + i / cols) + ", column " + std::to_string(i % cols) +
-                                      " (overflow in fp32 arithmetic: weights or activations out of range)");
-  }
+void check_finite(const Eigen::Ref<const MatrixRM>& m, const std::string& what, int64_t first_position) {
+  for (int64_t r = 0; r < m.rows(); ++r)
+    for (int64_t c = 0; c < m.cols(); ++c) {
+      const float v = m(r, c);
+      if (std::isfinite(v)) continue;
+      fail(ErrorKind::InvalidValue, what + " is " + (std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf") + " at position " +
+                                        std::to_string(first_position + r) + ", column " + std::to_string(c) +
+                                        " (overflow in fp32 arithmetic: weights or activations out of range)");
+    }
 }
 
 std::string run_name(const PolicySettings& policy, int64_t budget, bool full) {
@@ -233,7 +233,6 @@ struct LayerPass {
   decoder::PreparedLayer& layer;
   const eval::PromptLayer& prompt;
   const LayerWeights& attention;  // fp32 attention weights for the token features
-  const FeatureNeeds& needs;
   const EvalOptions& opt;
   int64_t L, L_count, threads;
 };
@@ -480,7 +479,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     if (needs.expected_attention) prompt.statistics.future_rotation = future_rotation;
     check_finite(h_prompt, "layer " + std::to_string(L) + " output (the prompt's hidden states)", 0);
     // 2, 3: the decode rows of every run through the layer
-    const LayerPass lp{*layer, prompt, attention, needs, opt, L, L_count, threads};
+    const LayerPass lp{*layer, prompt, attention, opt, L, L_count, threads};
     decode_layer(lp, runs, rows);
     layer.reset();
     if (opt.progress) opt.progress("layers", L + 1, L_count);
