@@ -615,6 +615,9 @@ BOOST_AUTO_TEST_CASE(full_equals_prefill_rows_fp32) {
                                     : tolerance("attn_output", "decode-full-vs-prefill", "fp32");
         const auto c = compare("attn_output", prefill, r.full_output, tol);
         BOOST_TEST(c.ok, geometry << (reference ? " reference " : " cpu ") << decode_attention_name(a) << ": " << c.message);
+        // docs/decode.md §3: the reference's naive form sums in the prefill's order: exactly its rows
+        if (reference && a == DecodeAttention::Naive)
+          BOOST_TEST((r.full_output.data == prefill.data), geometry << " reference naive: not the prefill's bits");
         BOOST_TEST_MESSAGE("decode full vs prefill fp32 " << geometry << (reference ? " reference " : " cpu ")
                                                           << decode_attention_name(a) << ": " << c.norm_error);
       }
@@ -640,6 +643,12 @@ BOOST_AUTO_TEST_CASE(full_vs_prefill_rows_bf16) {
       const std::string pair = a == DecodeAttention::Naive ? "decode-naive-vs-prefill" : "decode-absorbed-vs-prefill";
       const auto c = compare("attn_output", prefill, r.full_output, tolerance("attn_output", pair, "bf16"));
       BOOST_TEST(c.ok, geometry << " " << pair << ": " << c.message);
+      // docs/decode.md §3: naive rounds at the prefill's points, and on the small geometries no fp32
+      // sum of the two paths lands on the other side of a bf16 rounding: the same bits. (At Kimi
+      // width the prefill's oneDNN bf16 kernel sums 7168 products in its own blocked order and flips
+      // a few roundings; with Eigen it is the same bits too. Not asserted there.)
+      if (a == DecodeAttention::Naive && !kimi)
+        BOOST_TEST((r.full_output.data == prefill.data), geometry << " naive bf16: not the prefill's bits");
       BOOST_TEST_MESSAGE("decode full vs prefill bf16 " << geometry << " " << decode_attention_name(a) << ": "
                                                         << c.norm_error << " cosine " << c.cosine);
     }

@@ -228,6 +228,7 @@ void check_rope(const std::string& what, const mla::SafetensorsFile& fx, const m
     for (size_t i = 0; i < ours.size(); ++i)
       ours[i] = rounded ? static_cast<double>(mla::round_to_bf16(ours_f[i])) : ours_f[i];
     check_tensor(what, name, hf, ours, shape, "ours-vs-hf", rounded ? "bf16" : "fp32");
+    if (rounded) BOOST_TEST((hf == ours), what << " " << name << ": bf16 table not HF's bits (docs/testing.md §4)");
   }
 }
 
@@ -297,6 +298,12 @@ void check_fixture(const std::string& rel, PreparedBackends& prepared) {
     const mla::ForwardResult r = backend->forward(hidden, engine_opt);
     const std::string pair = backend->name() + "-vs-hf";
     const std::string precision = mla::precision_name(p);
+    // bf16 on the small geometries: the same bits as HF's bf16 run in every bf16 tensor (the
+    // H2O sums are double sums in another order, ~1e-16). Not asserted for oneDNN's AMX kernel,
+    // whose blocked fp32 sums may land a value on the other side of a bf16 rounding.
+    const bool exact = p == Precision::BF16 && rel.rfind("kimi-k2.6/", 0) != 0 && g.kernel.find("amx") == std::string::npos;
+    if (p == Precision::BF16 && !exact && rel.rfind("kimi-k2.6/", 0) != 0)
+      BOOST_TEST_MESSAGE(what << ": bit-identity not asserted (AMX kernel)");
     const std::pair<const char*, const mla::TensorD*> items[] = {
         {"query_states", &r.query_states}, {"key_states", &r.key_states}, {"value_states", &r.value_states},
         {"attn_weights", &r.attn_weights}, {"attn_output", &r.attn_output},
@@ -309,6 +316,13 @@ void check_fixture(const std::string& rel, PreparedBackends& prepared) {
                                                                  << " differs from HF's "
                                                                  << mla::shape_string(as_shape(shape)));
       check_tensor(what, name, hf, ours->data, shape, pair, precision);
+      if (exact) {
+        int64_t differ = 0;
+        for (size_t i = 0; i < hf.size(); ++i) differ += hf[i] != ours->data[i] ? 1 : 0;
+        BOOST_TEST(differ == 0, what << " " << name << ": " << differ << " of " << hf.size()
+                                     << " values differ from HF's bf16 run (README and docs/testing.md §4 say "
+                                     << "bit-identical on the small geometries)");
+      }
     }
     std::vector<uint64_t> tshape, hshape;
     const std::vector<double> hf_tokens = tensor_values(fx, "token_scores", &tshape);

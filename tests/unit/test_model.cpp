@@ -296,10 +296,11 @@ BOOST_AUTO_TEST_CASE(model_vs_hf_reference) {
 BOOST_AUTO_TEST_CASE(model_bf16_bit_identical_where_the_docs_say_so) {
   struct Claim {
     std::string fixture;
-    bool reference;  // the double reference too, not only the CPU forward
+    bool reference;            // the double reference too, not only the CPU forward
+    int64_t cpu_logits_off = 0;  // CPU logits allowed one bf16 ulp off (the docs' count)
   };
-  for (const Claim& c : {Claim{"whole-model", false}, Claim{"whole-model-qproj", true}, Claim{"whole-model-v2", true},
-                         Claim{"whole-model-v2-groups", false}}) {
+  for (const Claim& c : {Claim{"whole-model", false}, Claim{"whole-model-qproj", true}, Claim{"whole-model-groups", true, 1},
+                         Claim{"whole-model-v2", true}, Claim{"whole-model-v2-groups", false}}) {
     BOOST_TEST_CONTEXT(c.fixture) {
       const mla::Checkpoint ckpt = mla::Checkpoint::open(fixture_dir(c.fixture) + "/model");
       const mla::ModelConfig cfg = mla::load_model_config(ckpt.config_path());
@@ -308,13 +309,30 @@ BOOST_AUTO_TEST_CASE(model_bf16_bit_identical_where_the_docs_say_so) {
       opt.precision = Precision::BF16;
       opt.keep_hidden_states = true;
       const mla::ModelForwardResult r = mla::model_forward(ckpt, cfg, fixture_tokens(c.fixture), opt);
-      BOOST_TEST(widen(r.logits.data) == hf.to_double(hf.at("logits")), "CPU logits");
+      const std::vector<double> hf_logits = hf.to_double(hf.at("logits"));
+      if (c.cpu_logits_off == 0) {
+        BOOST_TEST(widen(r.logits.data) == hf_logits, "CPU logits");
+      } else {  // bf16 logits (lm_head's output rounded): count those off, each by one bf16 ulp at most
+        BOOST_REQUIRE(r.logits.data.size() == hf_logits.size());
+        int64_t off = 0;
+        for (size_t i = 0; i < hf_logits.size(); ++i) {
+          const float h = static_cast<float>(hf_logits[i]), o = r.logits.data[i];
+          if (h == o) continue;
+          ++off;
+          // bf16 values (the low 16 bits zero) of one sign: neighbours when their top halves differ by 1
+          const auto hb = std::bit_cast<uint32_t>(h), ob = std::bit_cast<uint32_t>(o);
+          const int64_t steps = std::abs(static_cast<int64_t>(hb >> 16) - static_cast<int64_t>(ob >> 16));
+          BOOST_TEST(((hb & 0xffffu) == 0 && (ob & 0xffffu) == 0 && (hb >> 31) == (ob >> 31) && steps == 1),
+                     "CPU logit " << i << " is not one bf16 ulp from HF's: " << h << " vs " << o);
+        }
+        BOOST_TEST(off <= c.cpu_logits_off, off << " CPU logits differ (docs/testing.md: " << c.cpu_logits_off << ")");
+      }
       for (size_t L = 0; L < r.hidden_states.size(); ++L)
         BOOST_TEST(widen(r.hidden_states[L].data) == hf.to_double(hf.at("hidden_states." + std::to_string(L))),
                    "CPU hidden_states." << L);
       if (!c.reference) continue;
       const mla::ref::ModelActivations ref = mla::ref::model_forward(ckpt, cfg, fixture_tokens(c.fixture), Precision::BF16, 1e-6);
-      BOOST_TEST(ref.logits.data == hf.to_double(hf.at("logits")), "reference logits");
+      BOOST_TEST(ref.logits.data == hf_logits, "reference logits");
     }
   }
 }

@@ -116,6 +116,9 @@ void check_against_hf(const std::string& what, const mla::SafetensorsFile& hf, c
                                     << " of " << ref.size());
   BOOST_TEST(c.ok, what << " " << our_name << " vs HF " << hf_name << " (" << pair << ", " << precision
                         << "): " << c.message);
+  // docs/sweep.md §5: in bf16 every layer's tensors equal transformers' bit for bit, both backends
+  if (precision == "bf16")
+    BOOST_TEST(differ == 0, what << " " << our_name << ": " << differ << " values differ from HF's bf16 run");
 }
 
 // scores.csv of run (token_idx,attention_score,kept,category) without its header.
