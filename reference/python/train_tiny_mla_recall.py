@@ -750,8 +750,12 @@ def write_card(out, cfg, args, st, res, heads, stats):
     for name in sorted(os.listdir(os.path.join(out, "eval"))):
         a(f"| `eval/{name}` | `{base.sha256(os.path.join(out, 'eval', name))}` |")
     a("")
-    a("Reproduce: `python reference/python/train_tiny_mla_recall.py --out models/tiny-mla-recall` with the")
-    a("venv of `reference/python/requirements.txt` (same seed, thread count and CPU class give the same weights).")
+    # the command that wrote these weights, as it was given (a run with --init-from continues another
+    # run's weights: that run's own card gives its command; docs/recall-model.md lists the attempts)
+    a("Reproduce: `python reference/python/train_tiny_mla_recall.py " + " ".join(sys.argv[1:]) + "` with the")
+    a("venv of `reference/python/requirements.txt`; the script seeds every draw, and the same weights are to be")
+    a("expected only with the same thread count on the same CPU class (not checked)." +
+      (" It continues the weights of --init-from's run." if "--init-from" in sys.argv else ""))
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(L) + "\n")
 
