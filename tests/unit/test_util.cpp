@@ -29,6 +29,13 @@ std::string arg_value(const std::string& key) {
 
 }  // namespace
 
+bool cpu_has_amx() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(" amx_bf16 ") != std::string::npos;
+  return false;
+}
+
 std::vector<Gemm> gemm_engines() {
   if (MLA_HAVE_ONEDNN) return {Gemm::Eigen, Gemm::OneDnn};
   return {Gemm::Eigen};

@@ -12,6 +12,10 @@ namespace mla::test {
 // The cpu backend's projection engines this build has: eigen, and onednn when built with it.
 std::vector<Gemm> gemm_engines();
 
+// Whether this CPU has AMX (amx_bf16 in /proc/cpuinfo): oneDNN's bf16 kernel there sums in its own
+// blocked order, so the exact bf16 assertions against other orders are not made (docs/testing.md §2.1).
+bool cpu_has_amx();
+
 std::string cli_path();   // the built mla-h2o binary
 std::string data_dir();   // tests/data in the source tree
 // A fresh empty directory under the build's temp area, unique per call.
