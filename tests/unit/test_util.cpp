@@ -29,6 +29,8 @@ std::string arg_value(const std::string& key) {
 
 }  // namespace
 
+bool ran_amx(const GemmInfo& g) { return g.kernel.find("amx") != std::string::npos; }
+
 bool cpu_has_amx() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);)

@@ -12,8 +12,10 @@ namespace mla::test {
 // The cpu backend's projection engines this build has: eigen, and onednn when built with it.
 std::vector<Gemm> gemm_engines();
 
-// Whether this CPU has AMX (amx_bf16 in /proc/cpuinfo): oneDNN's bf16 kernel there sums in its own
-// blocked order, so the exact bf16 assertions against other orders are not made (docs/testing.md §2.1).
+// The one exemption of the exact bf16 assertions (docs/testing.md §2.1): oneDNN's AMX kernel sums in
+// its own blocked order and may flip a bf16 rounding. ran_amx: a backend's engine ran it;
+// cpu_has_amx: the CPU has it (amx_bf16 in /proc/cpuinfo), for runs through the CLI.
+bool ran_amx(const GemmInfo& g);
 bool cpu_has_amx();
 
 std::string cli_path();   // the built mla-h2o binary
