@@ -110,8 +110,18 @@ MIX3 = {"text": 0.30, "rcopy": 0.35, "tcopy": 0.10, "passkey": 0.15, "induct": 0
 # text-span copy whose repeats weigh --copy-weight, and passkey rows, beside text.
 STAGES4 = STAGES + [("D", 2048, 2, 1400, 3e-4, 20)]
 MIX4 = {"text": 0.30, "rcopy": 0.10, "tcopy": 0.30, "passkey": 0.30}
-RECIPES = {"2": (STAGES, MIX), "3": (STAGES3, MIX3), "4": (STAGES4, MIX)}
-STAGE_MIX = {"D": MIX4}  # a stage's own mix, where it has one (else the recipe's)
+# Recipe 5 (attempt 5): continues from the shipped attempt-4 weights (--init-from). Attempt 4's copy
+# ratio stayed near 0.6 although random strings copy at 0.05-0.23 nats: text spans repeat bigrams
+# the filler holds too, so a copy head must match a longer prefix. Stage T does for text what
+# stage I did for random strings (a text span repeated to the row's end, every repeat a target, at
+# L 512 where steps are cheap), beside text-span copy and passkey rows; stage E goes back to L 2048
+# for the shallow 2 k needles (depths drawn from 2-40 % in a third of the passkey rows).
+STAGES5 = STAGES + [("D", 2048, 2, 800, 3e-4, 20), ("T", 512, 8, 600, 5e-4, 20), ("E", 2048, 2, 600, 3e-4, 20)]
+MIX5T = {"text": 0.15, "tinduct": 0.35, "tcopy": 0.30, "passkey": 0.20}
+MIX5E = {"text": 0.25, "tinduct": 0.05, "tcopy": 0.35, "passkey": 0.35}
+RECIPES = {"2": (STAGES, MIX), "3": (STAGES3, MIX3), "4": (STAGES4, MIX), "5": (STAGES5, MIX)}
+STAGE_MIX = {"D": MIX4, "T": MIX5T, "E": MIX5E}  # a stage's own mix, where it has one (else the recipe's)
+CONTINUES = {"4": len(STAGES), "5": len(STAGES) + 1}  # recipes that start from a shipped model: stages already run
 
 
 def build_config():
@@ -200,6 +210,16 @@ def row_induct(rng, n):
     return body, w
 
 
+def row_tinduct(text, rng, n):
+    """a held-in text span of n/8 .. n/4 bytes repeated until n bytes (stage T of recipe 5): the
+    first occurrence is not a target, every repeat is (stage I's task on text instead of random strings)."""
+    s = base.window(text, rng, int(rng.integers(max(4, n // 8), max(5, n // 4) + 1)))
+    body = (s * (n // len(s) + 1))[:n]
+    w = np.zeros(n, np.float32)
+    w[len(s):] = 1.0
+    return body, w
+
+
 def row_tcopy(text, rng, n, copy_weight=1.0):
     """filler with a 32-256 byte text span written twice; every byte a target, the repeat's bytes
     (after its first) weighing copy_weight (1.0 in recipes 2 and 3)."""
@@ -257,8 +277,12 @@ def make_batch(text, rng, batch, seq_len, mix, answer_weight, repeat_only=False,
             body, w = row_rcopy(text, rng, n, repeat_only)
         elif kind == "tcopy":
             body, w = row_tcopy(text, rng, n, copy_weight)
+        elif kind == "tinduct":
+            body, w = row_tinduct(text, rng, n)
         else:
-            body, w, _, _ = row_passkey(text, rng, n, answer_weight)
+            shallow = "tinduct" in mix and rng.random() < 1 / 3  # recipe 5: a third of the needles at 2-40 %
+            body, w, _, _ = row_passkey(text, rng, n, answer_weight,
+                                        depth=float(rng.uniform(0.02, 0.40)) if shallow else None)
         assert len(body) == n and len(w) == n, (kind, len(body), len(w))
         ids[r, 0] = BOS
         ids[r, 1:] = np.frombuffer(body, dtype=np.uint8)
@@ -374,7 +398,7 @@ def lr_at(step, steps, lr, warmup):
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def continue_from(model_dir, model, st, stages_done):
+def continue_from(model_dir, model, st, stages_done, recipe, next_stage):
     """Recipe 4's start: the weights of model_dir (an earlier attempt's save_pretrained output), its
     training log and events, so that step, token and time counts and the curves go on from there."""
     from transformers import DeepseekV3ForCausalLM
@@ -391,7 +415,7 @@ def continue_from(model_dir, model, st, stages_done):
     last = log[-1]
     st.update({"stage": stages_done, "step": 0, "global_step": last["step"], "tokens": last["tokens"],
                "wall_s": last["wall_s"], "log": log,
-               "events": events + [f"recipe 4: stage D continues from {model_dir} (model.safetensors sha256 "
+               "events": events + [f"recipe {recipe}: stage {next_stage} continues from {model_dir} (model.safetensors sha256 "
                                    f"{base.sha256(os.path.join(model_dir, 'model.safetensors'))[:16]}...) at step "
                                    f"{last['step']} (its {last['wall_s'] / 60:.0f} min ran on {earlier_res['threads']} "
                                    f"thread(s) of {earlier_res['cpu']}); the optimizer state starts afresh"]})
@@ -416,12 +440,13 @@ def main():
     ap.add_argument("--stall-check", type=int, default=600, help="stage-A step of the stall rule")
     ap.add_argument("--save-minutes", type=float, default=4.0)
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="2",
-                    help="2: the shipped attempt 2; 3: induction rows kept, no stage-A warm-up, longer stage C; "
-                         "4: attempt 2's weights (--init-from) and a stage D at L 2048")
+                    help="2: attempt 2; 3: induction rows kept, no stage-A warm-up, longer stage C; "
+                         "4: attempt 2's weights (--init-from) and a stage D at L 2048; "
+                         "5: attempt 4's weights (--init-from), text induction at L 512 (T), then L 2048 (E)")
     ap.add_argument("--init-from", default="models/tiny-mla-recall",
-                    help="recipe 4: the attempt-2 model directory whose weights, log and events it continues")
+                    help="recipes 4 and 5: the model directory (attempt 2's, attempt 4's) whose weights, log and events it continues")
     ap.add_argument("--copy-weight", type=float, default=None,
-                    help="weight of a text-span repeat's bytes (default 3.0 in recipe 4, else 1.0)")
+                    help="weight of a text-span repeat's bytes (default 3.0 in recipes 4 and 5, else 1.0)")
     ap.add_argument("--stage-steps", default="", help="override the stages' step counts, e.g. 1200,250,100")
     ap.add_argument("--finish-only", action="store_true", help="write the shipped model and card from the state")
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
@@ -436,7 +461,7 @@ def main():
     mix_main = RECIPES[args.recipe][1]
     args.stages, args.mix = stages, mix_main
     if args.copy_weight is None:
-        args.copy_weight = 3.0 if args.recipe == "4" else 1.0
+        args.copy_weight = 3.0 if args.recipe in CONTINUES else 1.0
     if args.stage_steps:
         for s, n in zip(stages, args.stage_steps.split(",")):
             s[3] = int(n)
@@ -475,8 +500,9 @@ def main():
             sys.exit(f"error: {state_path} was trained with --recipe {st.get('recipe', '2')}, not {args.recipe}")
         print(f"resumed: stage {stages[st['stage']][0] if st['stage'] < len(stages) else 'done'} step {st['step']}, "
               f"{st['tokens']:,} tokens, {st['wall_s'] / 60:.1f} min so far", flush=True)
-    elif args.recipe == "4":
-        st = continue_from(args.init_from, model, st, len(STAGES))
+    elif args.recipe in CONTINUES:
+        done = CONTINUES[args.recipe]
+        st = continue_from(args.init_from, model, st, done, args.recipe, stages[done][0])
     rng = np.random.default_rng()
     rng.bit_generator.state = st["rng"]
 
@@ -520,7 +546,7 @@ def main():
             row = {"stage": name, "recipe": "A2" if (name == "A" and st["recipe_a2"]) else name,
                    "step": st["global_step"], "tokens": st["tokens"], "wall_s": round(st["wall_s"], 1),
                    "lr": lr_now, "train_loss": float(loss.detach()),
-                   **{f"loss_{k}": round(per_kind.get(k, float("nan")), 4) for k in ("induct", "text", "rcopy", "tcopy", "passkey")},
+                   **{f"loss_{k}": round(per_kind.get(k, float("nan")), 4) for k in ("induct", "text", "rcopy", "tcopy", "tinduct", "passkey")},
                    "induct_probe": "",
                    "max_over_mean_load": max(ratios) if ratios else 0.0,
                    "heldout_bpb": "", "copy_first": "", "copy_repeat": "", "copy_ratio": "", "passkey": ""}
@@ -646,7 +672,7 @@ def write_card(out, cfg, args, st, res, heads, stats):
     a("# tiny-mla-recall: a small trained MLA model that copies and retrieves")
     a("")
     a("A 4-layer transformers `DeepseekV3ForCausalLM` (the class of DeepSeek-V3 and Kimi K2) with")
-    a("Multi-head Latent Attention, trained from scratch on 2-core CPUs by" if args.recipe == "4"
+    a("Multi-head Latent Attention, trained from scratch on 2-core CPUs by" if args.recipe in CONTINUES
       else "Multi-head Latent Attention, trained from scratch on a 2-core CPU by")
     a("`reference/python/train_tiny_mla_recall.py`, with a curriculum meant to form copy (induction) and")
     a("retrieval heads, so that KV-cache eviction has something to lose. A byte-level toy of Python's reST")
@@ -680,17 +706,20 @@ def write_card(out, cfg, args, st, res, heads, stats):
     a("  probes read the first half of the held-out text; every figure below and `eval/` use the second half.")
     a("- Rows: text (every byte a target), random-string copy (1-4 strings of 8-48 [A-Za-z0-9] written once")
     a("  and repeated; only the repeat is a target), text-span copy (a 32-256 byte span repeated), passkey")
-    a(f"  (the key in the needle is no target; the 5 answer digits weigh {args.answer_weight}).")
+    a(f"  (the key in the needle is no target; the 5 answer digits weigh {args.answer_weight})"
+      + ("; text induction (recipe 5: a text span of L/8-L/4 bytes repeated to the row's end, every repeat a target)."
+         if args.recipe == "5" else "."))
     a(f"- Recipe {args.recipe}. Stages: " + "; ".join(f"{s[0]}: L {s[1]}, batch {s[2]}, {s[3]} steps, lr {s[4]}, "
                                                   f"warm-up {s[5]}" for s in args.stages) + ".")
     a(f"  Mix {args.mix}" + "".join(f"; stage {k}: {v}" for k, v in STAGE_MIX.items() if k in [t[0] for t in args.stages])
       + (f"; text-span repeats weigh {args.copy_weight}" if args.copy_weight != 1.0 else "") + ".")
     for ev in res["events"] or ["the stall rule did not fire (recipe A ran as planned)"]:
         a(f"- {ev}")
-    if args.recipe == "4":  # two machines: the earlier attempt's part, then stage D's
-        before = [r for r in st["log"] if r["stage"] != "D"][-1]
+    if args.recipe in CONTINUES:  # more than one machine: the earlier attempts' part, then this one's stages
+        new = [s[0] for s in args.stages[CONTINUES[args.recipe]:]]
+        before = [r for r in st["log"] if r["stage"] not in new][-1]
         a(f"- {res['tokens']:,} tokens in {res['wall_s'] / 60:.0f} min: {before['tokens']:,} in "
-          f"{before['wall_s'] / 60:.0f} min before stage D (the event above names that machine), then "
+          f"{before['wall_s'] / 60:.0f} min before stage {new[0]} (the events above name those machines), then "
           f"{res['tokens'] - before['tokens']:,} in {(res['wall_s'] - before['wall_s']) / 60:.0f} min on "
           f"{res['threads']} thread(s) of {res['cpu']}")
         a("  (the machines also built and tested the C++ project meanwhile); AdamW (0.9, 0.95), weight decay 0.1,")
