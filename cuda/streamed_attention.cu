@@ -104,6 +104,113 @@ __device__ void score_tile(const AttentionShape& a, const Tiles& sh, int64_t q0,
   }
 }
 
+// One query tile's rows [q0, q0 + rows) of head h against keys [0, key_end), in three passes over
+// the key tiles; every thread of the block calls each pass (they hold the block's barriers).
+
+// pass 1: m = the row's max x (sh.row_max)
+template <class T>
+__device__ void tile_row_max(const AttentionShape& a, const Tiles& sh, const T* k_h, int64_t q0, int rows,
+                             int64_t key_end) {
+  for (int64_t k0 = 0; k0 < key_end; k0 += a.bk) {
+    const int keys = key_end - k0 < a.bk ? static_cast<int>(key_end - k0) : a.bk;
+    load_rows(k_h, k0, keys, a.d_qk, sh.kv, a.kv_stride);
+    __syncthreads();
+    score_tile<T>(a, sh, q0, rows, k0, keys);
+    __syncthreads();
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+      float m = sh.row_max[i];
+      for (int t = 0; t < keys; ++t)
+        if (visible(a, q0 + i, k0 + t)) m = fmaxf(m, sh.p[i * a.bk + t]);
+      sh.row_max[i] = m;
+    }
+  }
+  __syncthreads();
+}
+
+// pass 2: z = sum of e = expf(x - m), keys ascending, in double; sh.row_inv_sum = 1 / z
+template <class T>
+__device__ void tile_row_inv_sum(const AttentionShape& a, const Tiles& sh, const T* k_h, int64_t q0, int rows,
+                                 int64_t key_end) {
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) sh.row_inv_sum[i] = 0.0;
+  for (int64_t k0 = 0; k0 < key_end; k0 += a.bk) {
+    const int keys = key_end - k0 < a.bk ? static_cast<int>(key_end - k0) : a.bk;
+    load_rows(k_h, k0, keys, a.d_qk, sh.kv, a.kv_stride);
+    __syncthreads();
+    score_tile<T>(a, sh, q0, rows, k0, keys);
+    for (int idx = threadIdx.x; idx < a.bq * a.bk; idx += blockDim.x) {  // the same idx as score_tile's
+      const int i = idx / a.bk, t = idx % a.bk;
+      if (i < rows && t < keys && visible(a, q0 + i, k0 + t)) sh.p[idx] = expf(sh.p[idx] - sh.row_max[i]);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+      double z = sh.row_inv_sum[i];
+      for (int t = 0; t < keys; ++t)
+        if (visible(a, q0 + i, k0 + t)) z += static_cast<double>(sh.p[i * a.bk + t]);
+      sh.row_inv_sum[i] = z;
+    }
+  }
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) sh.row_inv_sum[i] = 1.0 / sh.row_inv_sum[i];
+  __syncthreads();
+}
+
+// pass 3: p (stored to attn_weights when asked), then P·V into sh.acc and p's column sums into mass
+template <class T>
+__device__ void tile_probs_and_context(const AttentionShape& a, const Tiles& sh, const T* k_h, const T* v_h,
+                                       int64_t h, int64_t q0, int rows, int64_t key_end, double* mass,
+                                       T* attn_weights) {
+  for (int64_t k0 = 0; k0 < key_end; k0 += a.bk) {
+    const int keys = key_end - k0 < a.bk ? static_cast<int>(key_end - k0) : a.bk;
+    load_rows(k_h, k0, keys, a.d_qk, sh.kv, a.kv_stride);
+    __syncthreads();
+    score_tile<T>(a, sh, q0, rows, k0, keys);
+    for (int idx = threadIdx.x; idx < a.bq * a.bk; idx += blockDim.x) {
+      const int i = idx / a.bk, t = idx % a.bk;
+      if (i >= rows || t >= keys) continue;
+      float p = 0.0f;
+      if (visible(a, q0 + i, k0 + t)) {
+        const float e = expf(sh.p[idx] - sh.row_max[i]);
+        p = round_to_storage<T>(static_cast<float>(static_cast<double>(e) * sh.row_inv_sum[i]));
+      }
+      sh.p[idx] = p;
+      if (attn_weights != nullptr) store(attn_weights + ((h * a.S + q0 + i) * a.S + k0 + t), p);
+    }
+    __syncthreads();
+    load_rows(v_h, k0, keys, a.d_v, sh.kv, a.kv_stride);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < a.bq * a.d_v; idx += blockDim.x) {
+      const int i = idx / a.d_v, j = idx % a.d_v;
+      if (i >= rows) continue;
+      float o = sh.acc[idx];
+      for (int t = 0; t < keys; ++t) o += sh.p[i * a.bk + t] * sh.kv[t * a.kv_stride + j];
+      sh.acc[idx] = o;
+    }
+    for (int t = threadIdx.x; t < keys; t += blockDim.x) {
+      double m = mass[k0 + t];
+      for (int i = 0; i < rows; ++i)
+        if (visible(a, q0 + i, k0 + t)) m += static_cast<double>(sh.p[i * a.bk + t]);
+      mass[k0 + t] = m;
+    }
+    __syncthreads();
+  }
+}
+
+// the tile's outputs: attn_context rows (merged heads), and the hidden keys' zeros
+template <class T>
+__device__ void store_tile_outputs(const AttentionShape& a, const Tiles& sh, int64_t h, int64_t q0, int rows,
+                                   int64_t key_end, T* attn_context, T* attn_weights) {
+  for (int idx = threadIdx.x; idx < rows * a.d_v; idx += blockDim.x) {
+    const int i = idx / a.d_v, j = idx % a.d_v;
+    store(attn_context + (q0 + i) * (a.heads * a.d_v) + h * a.d_v + j, sh.acc[idx]);
+  }
+  if (attn_weights != nullptr) {
+    const int64_t hidden = a.S - key_end;
+    for (int64_t idx = threadIdx.x; idx < rows * hidden; idx += blockDim.x) {
+      const int64_t i = idx / hidden, t = key_end + idx % hidden;
+      store(attn_weights + ((h * a.S + q0 + i) * a.S + t), 0.0f);
+    }
+  }
+}
+
 template <class T>
 __global__ void streamed_attention_kernel(AttentionShape a, const T* query_states, const T* key_states,
                                           const T* value_states, T* attn_context, double* mass_partials,
@@ -127,92 +234,10 @@ __global__ void streamed_attention_kernel(AttentionShape a, const T* query_state
     for (int i = threadIdx.x; i < rows; i += blockDim.x) sh.row_max[i] = -INFINITY;
     for (int idx = threadIdx.x; idx < a.bq * a.d_v; idx += blockDim.x) sh.acc[idx] = 0.0f;
 
-    // pass 1: m = the row's max x
-    for (int64_t k0 = 0; k0 < key_end; k0 += a.bk) {
-      const int keys = key_end - k0 < a.bk ? static_cast<int>(key_end - k0) : a.bk;
-      load_rows(k_h, k0, keys, a.d_qk, sh.kv, a.kv_stride);
-      __syncthreads();
-      score_tile<T>(a, sh, q0, rows, k0, keys);
-      __syncthreads();
-      for (int i = threadIdx.x; i < rows; i += blockDim.x) {
-        float m = sh.row_max[i];
-        for (int t = 0; t < keys; ++t)
-          if (visible(a, q0 + i, k0 + t)) m = fmaxf(m, sh.p[i * a.bk + t]);
-        sh.row_max[i] = m;
-      }
-    }
-    __syncthreads();
-
-    // pass 2: z = sum of e = expf(x - m), keys ascending, in double
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) sh.row_inv_sum[i] = 0.0;
-    for (int64_t k0 = 0; k0 < key_end; k0 += a.bk) {
-      const int keys = key_end - k0 < a.bk ? static_cast<int>(key_end - k0) : a.bk;
-      load_rows(k_h, k0, keys, a.d_qk, sh.kv, a.kv_stride);
-      __syncthreads();
-      score_tile<T>(a, sh, q0, rows, k0, keys);
-      for (int idx = threadIdx.x; idx < a.bq * a.bk; idx += blockDim.x) {  // the same idx as score_tile's
-        const int i = idx / a.bk, t = idx % a.bk;
-        if (i < rows && t < keys && visible(a, q0 + i, k0 + t)) sh.p[idx] = expf(sh.p[idx] - sh.row_max[i]);
-      }
-      __syncthreads();
-      for (int i = threadIdx.x; i < rows; i += blockDim.x) {
-        double z = sh.row_inv_sum[i];
-        for (int t = 0; t < keys; ++t)
-          if (visible(a, q0 + i, k0 + t)) z += static_cast<double>(sh.p[i * a.bk + t]);
-        sh.row_inv_sum[i] = z;
-      }
-    }
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) sh.row_inv_sum[i] = 1.0 / sh.row_inv_sum[i];
-    __syncthreads();
-
-    // pass 3: p, then P·V and the mass
-    for (int64_t k0 = 0; k0 < key_end; k0 += a.bk) {
-      const int keys = key_end - k0 < a.bk ? static_cast<int>(key_end - k0) : a.bk;
-      load_rows(k_h, k0, keys, a.d_qk, sh.kv, a.kv_stride);
-      __syncthreads();
-      score_tile<T>(a, sh, q0, rows, k0, keys);
-      for (int idx = threadIdx.x; idx < a.bq * a.bk; idx += blockDim.x) {
-        const int i = idx / a.bk, t = idx % a.bk;
-        if (i >= rows || t >= keys) continue;
-        float p = 0.0f;
-        if (visible(a, q0 + i, k0 + t)) {
-          const float e = expf(sh.p[idx] - sh.row_max[i]);
-          p = round_to_storage<T>(static_cast<float>(static_cast<double>(e) * sh.row_inv_sum[i]));
-        }
-        sh.p[idx] = p;
-        if (attn_weights != nullptr) store(attn_weights + ((h * a.S + q0 + i) * a.S + k0 + t), p);
-      }
-      __syncthreads();
-      load_rows(v_h, k0, keys, a.d_v, sh.kv, a.kv_stride);
-      __syncthreads();
-      for (int idx = threadIdx.x; idx < a.bq * a.d_v; idx += blockDim.x) {
-        const int i = idx / a.d_v, j = idx % a.d_v;
-        if (i >= rows) continue;
-        float o = sh.acc[idx];
-        for (int t = 0; t < keys; ++t) o += sh.p[i * a.bk + t] * sh.kv[t * a.kv_stride + j];
-        sh.acc[idx] = o;
-      }
-      for (int t = threadIdx.x; t < keys; t += blockDim.x) {
-        double m = mass[k0 + t];
-        for (int i = 0; i < rows; ++i)
-          if (visible(a, q0 + i, k0 + t)) m += static_cast<double>(sh.p[i * a.bk + t]);
-        mass[k0 + t] = m;
-      }
-      __syncthreads();
-    }
-
-    // the tile's outputs: attn_context rows (merged heads), and the hidden keys' zeros
-    for (int idx = threadIdx.x; idx < rows * a.d_v; idx += blockDim.x) {
-      const int i = idx / a.d_v, j = idx % a.d_v;
-      store(attn_context + (q0 + i) * (a.heads * a.d_v) + h * a.d_v + j, sh.acc[idx]);
-    }
-    if (attn_weights != nullptr) {
-      const int64_t hidden = a.S - key_end;
-      for (int64_t idx = threadIdx.x; idx < rows * hidden; idx += blockDim.x) {
-        const int64_t i = idx / hidden, t = key_end + idx % hidden;
-        store(attn_weights + ((h * a.S + q0 + i) * a.S + t), 0.0f);
-      }
-    }
+    tile_row_max<T>(a, sh, k_h, q0, rows, key_end);
+    tile_row_inv_sum<T>(a, sh, k_h, q0, rows, key_end);
+    tile_probs_and_context<T>(a, sh, k_h, v_h, h, q0, rows, key_end, mass, attn_weights);
+    store_tile_outputs<T>(a, sh, h, q0, rows, key_end, attn_context, attn_weights);
     __syncthreads();  // the next tile overwrites q, row_max, row_inv_sum and acc
   }
 }

@@ -156,15 +156,12 @@ std::string sweep_input_text(const InputRequest& req, const AttentionConfig& cfg
   return first_layer;
 }
 
-int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
-  SweepReport rep;
+// 2-3. the checkpoint opened and every listed layer checked before any layer runs; returns the
+// layers in the order they will run and fills cfg, the model files' digests and the notes.
+std::vector<int64_t> open_and_check(const RunPlan& plan, const std::string& layers_arg, SweepReport& rep,
+                                    AttentionConfig& cfg) {
   RunInfo& info = rep.info;
-  info.command = "sweep";
-
-  // 1-3. output set, checkpoint, checks (before any layer runs)
-  OutputSet outputs(plan.out_dir, "sweep", OutputSet::Lock::FailIfHeld, run_inputs(plan));
   std::vector<int64_t> layers;
-  AttentionConfig cfg;
   {
     StageTimer t(info.stage_seconds, "open checkpoint + checks");
     const Checkpoint ckpt = Checkpoint::open(plan.checkpoint, plan.config_path);
@@ -189,59 +186,62 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
   if (layers_arg == "all" && static_cast<int64_t>(layers.size()) < cfg.num_hidden_layers)
     info.notes.push_back("--layers all: the checkpoint holds " + std::to_string(layers.size()) + " of the config's " +
                          std::to_string(cfg.num_hidden_layers) + " layers; the others are skipped");
+  return layers;
+}
 
-  // 4. one layer at a time: run's load and run phases, then only the scores and decision are kept
-  int64_t seq_len = -1;
-  for (size_t k = 0; k < layers.size(); ++k) {
-    RunPlan lp = plan;
-    lp.layer = layers[k];
-    SweepLayer out;
-    out.layer = lp.layer;
-    {
-      LoadedRun loaded = load(lp);
-      loaded.ckpt.release_mappings();  // the layer's pages of the shards are not needed any more
-      const int64_t S = loaded.input.hidden.dim(0);
-      if (seq_len < 0) seq_len = S;
-      if (S != seq_len)
-        fail(ErrorKind::Shape, "layer " + std::to_string(lp.layer) + "'s input has " + std::to_string(S) +
-                                   " tokens but the first layer's had " + std::to_string(seq_len));
-      Report layer_rep;
-      const RunOutcome ran = run(lp, loaded, layer_rep);
-      out.input_source = loaded.input.description;
-      out.scores = std::move(layer_rep.scores);
-      out.decision = std::move(layer_rep.decision);
-      out.load_seconds = total_seconds(loaded.stages);
-      out.forward_seconds = total_seconds(ran.forward_stages);
-      info.load_seconds += out.load_seconds;
-      info.forward_seconds += out.forward_seconds;
-      info.h2o_seconds += total_seconds(ran.h2o_stages);
-      double layer_seconds = out.load_seconds + out.forward_seconds + total_seconds(ran.h2o_stages);
-      if (k == 0) {
-        info.latent_norm_eps_mode = loaded.latent_eps_mode;
-        info.latent_norm_eps = loaded.options.latent_norm_eps;
-        info.backend = ran.backend->name();
-        info.backend_reason = ran.backend_reason;
-        info.backend_description = ran.backend->description();
-        info.computed_in_double = ran.result.computed_in_double;
-        info.parameter_count = loaded.weights.parameter_count();
-        info.hidden_shape = loaded.input.hidden.shape;
-      }
-      if (plan.dump_tensors) {
-        const std::string path = outputs.add("layer-" + std::to_string(lp.layer) + ".safetensors");
-        StageSeconds dump;
-        timed(dump, "dump", [&] { write_layer_dump(path, lp, loaded, ran); });
-        layer_seconds += total_seconds(dump);
-      }
-      info.stage_seconds.emplace_back("layer " + std::to_string(lp.layer), layer_seconds);
-    }  // the layer's weights, input and backend are freed here
-    if (!plan.quiet)
-      std::fprintf(stderr, "mla-h2o sweep: layer %lld (%zu/%zu) done in %.2f s, kept %lld of %lld\n",
-                 static_cast<long long>(out.layer), k + 1, layers.size(), info.stage_seconds.back().second,
-                 static_cast<long long>(out.decision.kept()), static_cast<long long>(seq_len));
-    rep.layers.push_back(std::move(out));
+// The settings the first layer's run resolved (backend, latent eps, shapes), for the report.
+void record_first_run(const LoadedRun& loaded, const RunOutcome& ran, RunInfo& info) {
+  info.latent_norm_eps_mode = loaded.latent_eps_mode;
+  info.latent_norm_eps = loaded.options.latent_norm_eps;
+  info.backend = ran.backend->name();
+  info.backend_reason = ran.backend_reason;
+  info.backend_description = ran.backend->description();
+  info.computed_in_double = ran.result.computed_in_double;
+  info.parameter_count = loaded.weights.parameter_count();
+  info.hidden_shape = loaded.input.hidden.shape;
+}
+
+// 4. one layer: run's load and run phases, then only the scores and decision are kept; the
+// layer's weights, input and backend are freed on return. seq_len: the first layer's S (-1 before).
+SweepLayer run_layer(const RunPlan& plan, int64_t layer, bool first, int64_t& seq_len, OutputSet& outputs,
+                     RunInfo& info) {
+  RunPlan lp = plan;
+  lp.layer = layer;
+  SweepLayer out;
+  out.layer = layer;
+  LoadedRun loaded = load(lp);
+  loaded.ckpt.release_mappings();  // the layer's pages of the shards are not needed any more
+  const int64_t S = loaded.input.hidden.dim(0);
+  if (seq_len < 0) seq_len = S;
+  if (S != seq_len)
+    fail(ErrorKind::Shape, "layer " + std::to_string(layer) + "'s input has " + std::to_string(S) +
+                               " tokens but the first layer's had " + std::to_string(seq_len));
+  Report layer_rep;
+  const RunOutcome ran = run(lp, loaded, layer_rep);
+  out.input_source = loaded.input.description;
+  out.scores = std::move(layer_rep.scores);
+  out.decision = std::move(layer_rep.decision);
+  out.load_seconds = total_seconds(loaded.stages);
+  out.forward_seconds = total_seconds(ran.forward_stages);
+  info.load_seconds += out.load_seconds;
+  info.forward_seconds += out.forward_seconds;
+  info.h2o_seconds += total_seconds(ran.h2o_stages);
+  double layer_seconds = out.load_seconds + out.forward_seconds + total_seconds(ran.h2o_stages);
+  if (first) record_first_run(loaded, ran, info);
+  if (plan.dump_tensors) {
+    const std::string path = outputs.add("layer-" + std::to_string(layer) + ".safetensors");
+    StageSeconds dump;
+    timed(dump, "dump", [&] { write_layer_dump(path, lp, loaded, ran); });
+    layer_seconds += total_seconds(dump);
   }
+  info.stage_seconds.emplace_back("layer " + std::to_string(layer), layer_seconds);
+  return out;
+}
 
-  // settings for the report
+// The run's settings, for the report.
+void record_settings(const RunPlan& plan, const AttentionConfig& cfg, const std::vector<int64_t>& layers,
+                     SweepReport& rep) {
+  RunInfo& info = rep.info;
   rep.h2o = plan.h2o;
   info.checkpoint = plan.checkpoint;
   info.input_source = sweep_input_text(plan.input, cfg, rep.layers.front().input_source);
@@ -254,8 +254,11 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
   info.threads = plan.forward.threads;
   info.allow_tf32 = plan.forward.allow_tf32;
   info.notes.insert(info.notes.begin(), "layers run: " + layer_list_text(layers));
+}
 
-  // 5. outputs, into the set, which then replaces the directory's previous one
+// 5. outputs, into the set, which then replaces the directory's previous one.
+void write_outputs(const RunPlan& plan, SweepReport& rep, int64_t seq_len, OutputSet& outputs) {
+  RunInfo& info = rep.info;
   const std::vector<LayerOverlap> overlaps = layer_overlaps(rep);
   {
     StageTimer t(info.stage_seconds, "outputs");
@@ -263,8 +266,9 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
     outputs.write("scores.csv", sweep_scores_csv(rep));
     outputs.write("overlap.csv", sweep_overlap_csv(overlaps));
     std::ostringstream title;
-    title << "H2O scores of " << layers.size() << " layer" << (layers.size() == 1 ? "" : "s") << ", " << seq_len
-          << " tokens (" << info.backend << ", " << info.precision << ", mask " << mask_name(plan.forward.mask) << ")";
+    title << "H2O scores of " << rep.layers.size() << " layer" << (rep.layers.size() == 1 ? "" : "s") << ", "
+          << seq_len << " tokens (" << info.backend << ", " << info.precision << ", mask "
+          << mask_name(plan.forward.mask) << ")";
     outputs.write("heatmap.svg", sweep_heatmap_svg(rep, title.str()));
   }
   info.files = outputs.paths_with({"report.txt", "report.json"});
@@ -273,6 +277,26 @@ int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
   outputs.write("report.json", sweep_report_json(rep, overlaps));
   outputs.commit();
   std::fputs(text.c_str(), stdout);
+}
+
+int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
+  SweepReport rep;
+  rep.info.command = "sweep";
+  // 1. the output set first, so an unwritable --out fails before any work
+  OutputSet outputs(plan.out_dir, "sweep", OutputSet::Lock::FailIfHeld, run_inputs(plan));
+  AttentionConfig cfg;
+  const std::vector<int64_t> layers = open_and_check(plan, layers_arg, rep, cfg);
+  int64_t seq_len = -1;
+  for (size_t k = 0; k < layers.size(); ++k) {
+    SweepLayer out = run_layer(plan, layers[k], k == 0, seq_len, outputs, rep.info);
+    if (!plan.quiet)
+      std::fprintf(stderr, "mla-h2o sweep: layer %lld (%zu/%zu) done in %.2f s, kept %lld of %lld\n",
+                   static_cast<long long>(out.layer), k + 1, layers.size(), rep.info.stage_seconds.back().second,
+                   static_cast<long long>(out.decision.kept()), static_cast<long long>(seq_len));
+    rep.layers.push_back(std::move(out));
+  }
+  record_settings(plan, cfg, layers, rep);
+  write_outputs(plan, rep, seq_len, outputs);
   return 0;
 }
 

@@ -445,76 +445,56 @@ struct CheckpointPlan {
   uint64_t total_bytes = 0;
 };
 
-// Checks the options against the config (one error line each, before anything is written) and
-// plans every tensor with its shard.
-// `has_decoder` false: model_in's decoder keys are not a model's (an error with opts.experts > 0).
-CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& model_in, bool has_decoder) {
-  if (opts.dtype != "bf16" && opts.dtype != "f32" && opts.dtype != "f8_e4m3")
-    fail(ErrorKind::InvalidArgument, "synth: dtype '" + opts.dtype + "' is not one of bf16, f32, f8_e4m3");
-  if (opts.shards < 2) fail(ErrorKind::InvalidArgument, "synth: --shards must be >= 2 (index + shards layout), got " +
-                                                            std::to_string(opts.shards));
-  if (opts.shards > 99999) fail(ErrorKind::InvalidArgument, "synth: --shards must be <= 99999");
-  if (opts.layers.empty()) fail(ErrorKind::InvalidArgument, "synth: no layers requested (--layers)");
-  CheckpointPlan plan;
-  plan.model = model_in;
-  AttentionConfig& cfg = plan.model.attention;
-  if (opts.vocab < 0) fail(ErrorKind::InvalidArgument, "synth: --vocab must be > 0");
-  if (opts.vocab > 0) cfg.vocab_size = opts.vocab;
-  if (cfg.vocab_size <= 0 || cfg.hidden_size <= 0 || cfg.num_attention_heads <= 0 || cfg.kv_lora_rank <= 0 ||
-      cfg.qk_rope_head_dim < 2 || cfg.qk_rope_head_dim % 2 != 0 || cfg.qk_nope_head_dim <= 0 || cfg.v_head_dim <= 0)
-    fail(ErrorKind::InvalidArgument, "synth: the config's geometry is invalid (sizes must be > 0, qk_rope_head_dim even)");
-  if (opts.experts < 0) fail(ErrorKind::InvalidArgument, "synth: --experts must be > 0");
-  const bool whole = opts.experts > 0;
-  std::set<int64_t> seen;
-  for (int64_t L : opts.layers) {
-    if (L < 0 || (!whole && L >= cfg.num_hidden_layers))
-      fail(ErrorKind::InvalidArgument, "synth: layer " + std::to_string(L) + " is out of range [0, " +
-                                           std::to_string(cfg.num_hidden_layers) + ")");
-    if (!seen.insert(L).second) fail(ErrorKind::InvalidArgument, "synth: layer " + std::to_string(L) + " listed twice");
+// The whole model's checks (--experts > 0) and its keys: layers 0 .. L-1, the routed experts and
+// Kimi's INT4 quantization set.
+void plan_whole_model(const SynthOptions& opts, const std::set<int64_t>& seen, bool has_decoder, CheckpointPlan& plan) {
+  ModelConfig& d = plan.model;
+  AttentionConfig& cfg = d.attention;
+  if (!has_decoder) fail(ErrorKind::InvalidArgument, "synth: --experts needs a whole model's keys (a preset's)");
+  const std::string E = std::to_string(opts.experts), G = std::to_string(opts.group_size);
+  if (opts.dtype == "f8_e4m3")
+    fail(ErrorKind::InvalidArgument, "synth: --experts writes Kimi's layout (INT4 routed experts, the rest bf16 or f32); "
+                                     "--dtype f8_e4m3 is not part of it");
+  // The layers of a whole model are 0 .. L-1 (the forward reads them all).
+  const auto L = static_cast<int64_t>(seen.size());
+  if (*seen.rbegin() != L - 1) {
+    int64_t missing = 0;
+    while (seen.count(missing)) ++missing;
+    fail(ErrorKind::InvalidArgument, "synth: --experts writes a whole model, whose layers are 0 .. L-1; --layers lacks layer " +
+                                         std::to_string(missing));
   }
-  if (whole) {
-    if (!has_decoder) fail(ErrorKind::InvalidArgument, "synth: --experts needs a whole model's keys (a preset's)");
-    ModelConfig& d = plan.model;
-    const std::string E = std::to_string(opts.experts), G = std::to_string(opts.group_size);
-    if (opts.dtype == "f8_e4m3")
-      fail(ErrorKind::InvalidArgument, "synth: --experts writes Kimi's layout (INT4 routed experts, the rest bf16 or f32); "
-                                       "--dtype f8_e4m3 is not part of it");
-    // The layers of a whole model are 0 .. L-1 (the forward reads them all).
-    const auto L = static_cast<int64_t>(seen.size());
-    if (*seen.rbegin() != L - 1) {
-      int64_t missing = 0;
-      while (seen.count(missing)) ++missing;
-      fail(ErrorKind::InvalidArgument, "synth: --experts writes a whole model, whose layers are 0 .. L-1; --layers lacks layer " +
-                                           std::to_string(missing));
-    }
-    if (L <= d.first_k_dense_replace)
-      fail(ErrorKind::InvalidArgument, "synth: --layers writes only the dense layers 0 .. " + std::to_string(L - 1) +
-                                           " (first_k_dense_replace " + std::to_string(d.first_k_dense_replace) +
-                                           "), so no routed expert; list more layers, e.g. --layers " + layer_range_text(L + 1));
-    if (opts.experts % d.n_group != 0)
-      fail(ErrorKind::InvalidArgument, "synth: --experts " + E + " is not divisible by n_group " + std::to_string(d.n_group) +
-                                           " (experts are routed in n_group equal groups)");
-    if (d.topk_method == "noaux_tc" && opts.experts / d.n_group < 2)
-      fail(ErrorKind::InvalidArgument, "synth: --experts " + E + " leaves " + std::to_string(opts.experts / d.n_group) +
-                                           " expert per group of n_group " + std::to_string(d.n_group) +
-                                           "; a group's score is the sum of its top 2, so it needs at least 2");
-    if (opts.group_size <= 0) fail(ErrorKind::InvalidArgument, "synth: --group-size must be > 0, got " + G);
-    if (cfg.hidden_size % opts.group_size != 0)
-      fail(ErrorKind::InvalidArgument, "synth: --group-size " + G + " does not divide hidden_size " +
-                                           std::to_string(cfg.hidden_size) + " (the input width of gate_proj and up_proj)");
-    if (d.moe_intermediate_size % opts.group_size != 0)
-      fail(ErrorKind::InvalidArgument, "synth: --group-size " + G + " does not divide moe_intermediate_size " +
-                                           std::to_string(d.moe_intermediate_size) + " (the input width of down_proj)");
-    d.n_routed_experts = opts.experts;
-    // A token picks k among the experts of its topk_group groups; fewer experts than the
-    // preset's k leave k at what they allow.
-    d.num_experts_per_tok = std::min(d.num_experts_per_tok, d.topk_group * (opts.experts / d.n_group));
-    cfg.num_hidden_layers = L;
-    cfg.quantization = kimi_int4_quantization();
-    cfg.quantization.scheme.group_size = opts.group_size;
-    plan.whole = true;
-  }
+  if (L <= d.first_k_dense_replace)
+    fail(ErrorKind::InvalidArgument, "synth: --layers writes only the dense layers 0 .. " + std::to_string(L - 1) +
+                                         " (first_k_dense_replace " + std::to_string(d.first_k_dense_replace) +
+                                         "), so no routed expert; list more layers, e.g. --layers " + layer_range_text(L + 1));
+  if (opts.experts % d.n_group != 0)
+    fail(ErrorKind::InvalidArgument, "synth: --experts " + E + " is not divisible by n_group " + std::to_string(d.n_group) +
+                                         " (experts are routed in n_group equal groups)");
+  if (d.topk_method == "noaux_tc" && opts.experts / d.n_group < 2)
+    fail(ErrorKind::InvalidArgument, "synth: --experts " + E + " leaves " + std::to_string(opts.experts / d.n_group) +
+                                         " expert per group of n_group " + std::to_string(d.n_group) +
+                                         "; a group's score is the sum of its top 2, so it needs at least 2");
+  if (opts.group_size <= 0) fail(ErrorKind::InvalidArgument, "synth: --group-size must be > 0, got " + G);
+  if (cfg.hidden_size % opts.group_size != 0)
+    fail(ErrorKind::InvalidArgument, "synth: --group-size " + G + " does not divide hidden_size " +
+                                         std::to_string(cfg.hidden_size) + " (the input width of gate_proj and up_proj)");
+  if (d.moe_intermediate_size % opts.group_size != 0)
+    fail(ErrorKind::InvalidArgument, "synth: --group-size " + G + " does not divide moe_intermediate_size " +
+                                         std::to_string(d.moe_intermediate_size) + " (the input width of down_proj)");
+  d.n_routed_experts = opts.experts;
+  // A token picks k among the experts of its topk_group groups; fewer experts than the
+  // preset's k leave k at what they allow.
+  d.num_experts_per_tok = std::min(d.num_experts_per_tok, d.topk_group * (opts.experts / d.n_group));
+  cfg.num_hidden_layers = L;
+  cfg.quantization = kimi_int4_quantization();
+  cfg.quantization.scheme.group_size = opts.group_size;
+  plan.whole = true;
+}
 
+// Every tensor of the listed layers, then the model-level ones (embedding; norm and lm_head for
+// the whole model).
+void plan_tensors(const SynthOptions& opts, const std::set<int64_t>& seen, CheckpointPlan& plan) {
+  const AttentionConfig& cfg = plan.model.attention;
   const std::string prefix = cfg.nested_text_config ? "language_model.model." : "model.";
   const ModelConfig* d = plan.whole ? &plan.model : nullptr;
   for (int64_t L : seen) {
@@ -542,8 +522,10 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& mode
     head.shape = {cfg.vocab_size, cfg.hidden_size};
     plan.tensors.push_back(head);
   }
+}
 
-  // Shard assignment: layers over 1..N-1 by cumulative bytes, the model-level tensors in N.
+// Shard assignment: layers over 1..N-1 by cumulative bytes, the model-level tensors in N.
+void assign_shards(const SynthOptions& opts, CheckpointPlan& plan) {
   const auto N = static_cast<size_t>(opts.shards);
   uint64_t layer_bytes = 0;
   for (auto& t : plan.tensors) {
@@ -561,6 +543,38 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& mode
     t.shard = 1 + static_cast<size_t>(before * (N - 1) / layer_bytes);  // < 2^64: bytes < 2^47, N < 2^17
     before += t.stored_bytes;
   }
+}
+
+// Checks the options against the config (one error line each, before anything is written) and
+// plans every tensor with its shard.
+// `has_decoder` false: model_in's decoder keys are not a model's (an error with opts.experts > 0).
+CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& model_in, bool has_decoder) {
+  if (opts.dtype != "bf16" && opts.dtype != "f32" && opts.dtype != "f8_e4m3")
+    fail(ErrorKind::InvalidArgument, "synth: dtype '" + opts.dtype + "' is not one of bf16, f32, f8_e4m3");
+  if (opts.shards < 2) fail(ErrorKind::InvalidArgument, "synth: --shards must be >= 2 (index + shards layout), got " +
+                                                            std::to_string(opts.shards));
+  if (opts.shards > 99999) fail(ErrorKind::InvalidArgument, "synth: --shards must be <= 99999");
+  if (opts.layers.empty()) fail(ErrorKind::InvalidArgument, "synth: no layers requested (--layers)");
+  CheckpointPlan plan;
+  plan.model = model_in;
+  AttentionConfig& cfg = plan.model.attention;
+  if (opts.vocab < 0) fail(ErrorKind::InvalidArgument, "synth: --vocab must be > 0");
+  if (opts.vocab > 0) cfg.vocab_size = opts.vocab;
+  if (cfg.vocab_size <= 0 || cfg.hidden_size <= 0 || cfg.num_attention_heads <= 0 || cfg.kv_lora_rank <= 0 ||
+      cfg.qk_rope_head_dim < 2 || cfg.qk_rope_head_dim % 2 != 0 || cfg.qk_nope_head_dim <= 0 || cfg.v_head_dim <= 0)
+    fail(ErrorKind::InvalidArgument, "synth: the config's geometry is invalid (sizes must be > 0, qk_rope_head_dim even)");
+  if (opts.experts < 0) fail(ErrorKind::InvalidArgument, "synth: --experts must be > 0");
+  const bool whole = opts.experts > 0;
+  std::set<int64_t> seen;
+  for (int64_t L : opts.layers) {
+    if (L < 0 || (!whole && L >= cfg.num_hidden_layers))
+      fail(ErrorKind::InvalidArgument, "synth: layer " + std::to_string(L) + " is out of range [0, " +
+                                           std::to_string(cfg.num_hidden_layers) + ")");
+    if (!seen.insert(L).second) fail(ErrorKind::InvalidArgument, "synth: layer " + std::to_string(L) + " listed twice");
+  }
+  if (whole) plan_whole_model(opts, seen, has_decoder, plan);
+  plan_tensors(opts, seen, plan);
+  assign_shards(opts, plan);
   return plan;
 }
 
