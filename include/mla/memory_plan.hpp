@@ -147,6 +147,12 @@ class FitAlternatives {
       return fits(r);
     });
   }
+  // offer() of `base` with change(r) applied: one alternative flag, e.g. --precision bf16.
+  void offer_changed(const Request& base, const std::string& flag, const std::function<void(Request&)>& change) {
+    Request alt = base;
+    change(alt);
+    offer(alt, flag);
+  }
   void offer_line(std::string line) { list_.push_back(std::move(line)); }
   const std::vector<std::string>& list() const { return list_; }
 

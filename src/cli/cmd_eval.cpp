@@ -420,16 +420,9 @@ MemoryEstimate plan_memory(const ModelConfig& cfg, const EvalOptions& opt, int64
   if (memory_fits(mem, budget)) return mem;
   FitAlternatives<ModelMemoryRequest> would_fit([&](const ModelMemoryRequest& r) { return estimate_model_memory(cfg, r); },
                                                 budget);
-  if (mreq.precision == Precision::FP32) {
-    ModelMemoryRequest alt = mreq;
-    alt.precision = Precision::BF16;
-    would_fit.offer(alt, "--precision bf16");
-  }
-  if (dump) {
-    ModelMemoryRequest alt = mreq;
-    alt.keep_hidden_states = false;
-    would_fit.offer(alt, "no --dump-tensors");
-  }
+  if (mreq.precision == Precision::FP32) would_fit.offer_changed(mreq, "--precision bf16",
+      [](auto& r) { r.precision = Precision::BF16; });
+  if (dump) would_fit.offer_changed(mreq, "no --dump-tensors", [](auto& r) { r.keep_hidden_states = false; });
   if (const int64_t n = would_fit.largest(mreq, N, [P](ModelMemoryRequest& r, int64_t v) { r.stream_rows = v; r.tokens = P + v; });
       n >= 1)
     would_fit.offer_line("--steps " + std::to_string(n) + " or fewer");

@@ -122,21 +122,10 @@ MemoryPlan plan_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequ
   plan.fits = false;
   FitAlternatives<DecodeMemoryRequest> would_fit([&](const DecodeMemoryRequest& r) { return estimate_decode_memory(cfg, r); },
                                                  budget);
-  if (req.naive) {
-    DecodeMemoryRequest alt = req;
-    alt.naive = false;
-    would_fit.offer(alt, "--attention absorbed");
-  }
-  if (req.precision == Precision::FP32) {
-    DecodeMemoryRequest alt = req;
-    alt.precision = Precision::BF16;
-    would_fit.offer(alt, "--precision bf16");
-  }
-  if (req.dump_tensors) {
-    DecodeMemoryRequest alt = req;
-    alt.dump_tensors = false;
-    would_fit.offer(alt, "no --dump-tensors");
-  }
+  if (req.naive) would_fit.offer_changed(req, "--attention absorbed", [](auto& r) { r.naive = false; });
+  if (req.precision == Precision::FP32) would_fit.offer_changed(req, "--precision bf16",
+      [](auto& r) { r.precision = Precision::BF16; });
+  if (req.dump_tensors) would_fit.offer_changed(req, "no --dump-tensors", [](auto& r) { r.dump_tensors = false; });
   if (const int64_t N = would_fit.largest(req, req.steps, [](DecodeMemoryRequest& r, int64_t n) { r.steps = n; }); N >= 1) {
     would_fit.offer_line("--steps " + std::to_string(N) + " or fewer");
   } else {

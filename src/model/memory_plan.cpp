@@ -241,21 +241,11 @@ MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, con
   }
   plan.fits = false;
   FitAlternatives<MemoryRequest> would_fit([&](const MemoryRequest& r) { return estimate_memory(cfg, r); }, budget);
-  if (req.precision == Precision::FP32) {
-    MemoryRequest alt = req;
-    alt.precision = Precision::BF16;
-    would_fit.offer(alt, "--precision bf16");
-  }
-  if (req.backend != BackendKind::Cpu) {
-    MemoryRequest alt = req;
-    alt.backend = BackendKind::Cpu;
-    would_fit.offer(alt, "--backend cpu");
-  }
-  if (req.dump_tensors) {
-    MemoryRequest alt = req;
-    alt.dump_tensors = false;
-    would_fit.offer(alt, "no --dump-tensors");
-  }
+  if (req.precision == Precision::FP32) would_fit.offer_changed(req, "--precision bf16",
+      [](auto& r) { r.precision = Precision::BF16; });
+  if (req.backend != BackendKind::Cpu) would_fit.offer_changed(req, "--backend cpu",
+      [](auto& r) { r.backend = BackendKind::Cpu; });
+  if (req.dump_tensors) would_fit.offer_changed(req, "no --dump-tensors", [](auto& r) { r.dump_tensors = false; });
   // the largest S that fits as asked (the estimate grows with S)
   const int64_t lo = would_fit.largest(req, req.seq_len, [](MemoryRequest& r, int64_t S) { r.seq_len = S; });
   if (lo >= 1) would_fit.offer_line("--seq-len " + std::to_string(lo >= 1024 ? lo / 1024 * 1024 : lo) + " or fewer tokens");
