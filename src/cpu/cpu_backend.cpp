@@ -311,6 +311,84 @@ std::string describe(const PreparedWeights* w, int threads) {
   return d;
 }
 
+ProjectedRows project_rows(const Layer& L, const TensorF& hidden, const std::vector<int64_t>& positions,
+                           int64_t key_rows, const ProjectedChunk& projected, const StageRunner& stage) {
+  const AttentionConfig& cfg = L.cfg;
+  const int64_t T = hidden.dim(0), n = cfg.num_attention_heads, d_n = cfg.qk_nope_head_dim;
+  const int64_t d_r = cfg.qk_rope_head_dim, d_qk = d_n + d_r, d_v = cfg.v_head_dim, P = key_rows;
+  const int64_t latent_width = cfg.has_q_lora() ? cfg.q_lora_rank : n * d_qk;
+  ProjectedRows out{PrecisionMatrix(T, latent_width, L.bf16), KeyValueStates(P, n, d_n, d_r, d_v, L.bf16)};
+  for (int64_t r0 = 0; r0 < T; r0 += kRowChunk) {
+    const int64_t rows = std::min(kRowChunk, T - r0), stored_rows = std::clamp<int64_t>(P - r0, 0, rows);
+    const MatrixRM x = stage("q_path", [&] {  // (with the input rows it reads: the first stage)
+      MatrixRM chunk = input_rows(hidden, r0, rows, L.bf16);  // [rows, H]
+      const MatrixRM latent = q_latent(L, chunk);
+      out.q_store.set_rows(r0, rows, latent.data(), latent_width, L.threads);
+      return chunk;
+    });
+    // compressed_kv [rows, r_kv+d_r], latent_normed [rows, r_kv], kv [rows, n*(d_n+d_v)]
+    const KvPath kvp = stage("kv_path", [&] { return kv_path(L, x); });
+    const MatrixRM k_pe_roped = stage("rope", [&] {
+      return rope_key(L, std::vector<int64_t>(positions.begin() + r0, positions.begin() + r0 + rows), kvp.compressed_kv);
+    });
+    if (stored_rows > 0)
+      stage("attend", [&] {  // storing the keys/values is the attention's first step
+        out.states.set_kv_rows(r0, stored_rows, kvp.kv.data(), n * (d_n + d_v), L.threads);
+        out.states.set_k_pe_rows(r0, stored_rows, k_pe_roped.data(), d_r);
+      });
+    if (projected) projected(r0, rows, kvp, k_pe_roped);
+  }
+  return_freed_memory();  // the chunks' intermediates
+  return out;
+}
+
+MatrixRM stored_queries(const Layer& L, const PrecisionMatrix& q_store, const std::vector<int64_t>& positions,
+                        int64_t r0, int64_t rows, const StageRunner& stage) {
+  const int64_t latent_width = q_store.cols();
+  MatrixRM q = stage("q_path", [&] {  // [rows, n*d_qk]
+    MatrixRM latent(rows, latent_width);
+    q_store.widen_rows(r0, rows, latent.data(), latent_width, L.threads);
+    return q_from_latent(L, latent);
+  });
+  stage("rope", [&] { rope_query(L, std::vector<int64_t>(positions.begin() + r0, positions.begin() + r0 + rows), q); });
+  return q;
+}
+
+PrecisionMatrix attend_rows(const Layer& L, const ProjectedRows& projected, const std::vector<int64_t>& positions,
+                            const AttendRows& a, const StageRunner& stage) {
+  const AttentionConfig& cfg = L.cfg;
+  const int64_t n = cfg.num_attention_heads, d_qk = cfg.qk_head_dim(), d_v = cfg.v_head_dim;
+  const int64_t P = projected.states.seq_len;
+  PrecisionMatrix context(a.context ? P : 0, n * d_v, L.bf16);
+  const float scaling = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
+  // progress in FLOP of the products per computed query·key pair (2 d_qk for the scores, 2 d_v
+  // more for P·V): the work, so the time left extrapolates correctly although causal blocks grow
+  const int64_t flop_per_pair = 2 * (d_qk + (a.context ? d_v : 0));
+  const int64_t total_pairs = streaming_pairs(P, n, a.causal);
+  int64_t pairs_before = 0;
+  const int64_t pass = query_pass_rows(P);
+  for (int64_t r0 = 0; r0 < P; r0 += pass) {
+    const int64_t rows = std::min(pass, P - r0);
+    const MatrixRM q = stored_queries(L, projected.q_store, positions, r0, rows, stage);
+    if (a.queries) a.queries(q, r0);
+    stage("attend", [&] {
+      MatrixRM ctx(a.context ? rows : 0, n * d_v);  // feature h*d_v + d (HF's transpose + reshape)
+      BlockProgress progress;
+      if (a.progress)
+        progress = [&](int64_t done, int64_t) {
+          a.progress(a.progress_label, (pairs_before + done) * flop_per_pair, total_pairs * flop_per_pair);
+        };
+      streaming_attention(q.data(), n * d_qk, projected.states, a.causal, scaling, L.bf16, L.threads,
+                          L.w.attention_products, progress,
+                          {a.context ? ctx.data() : nullptr, a.context ? n * d_v : 0, a.head_mass, a.attn_weights},
+                          {r0, r0 + rows});
+      if (a.context) context.set_rows(r0, rows, ctx.data(), n * d_v, L.threads);
+    });
+    pairs_before += streaming_pairs(P, n, a.causal, {r0, r0 + rows});
+  }
+  return context;
+}
+
 namespace {
 
 class CpuBackend final : public Backend {
@@ -335,10 +413,10 @@ class CpuBackend final : public Backend {
   // The forward in three passes over the tokens, so that nothing but the stored keys/values,
   // the q latent and the attention context is ever held for all S tokens (docs/long-context.md
   // §1, §3):
-  //   1. projections, kRowChunk rows at a time: x -> q latent (stored in the run's precision),
-  //      kv_path -> keys/values (stored in the run's precision, KeyValueStates), rope of k_pe;
-  //   2. attention, query_pass_rows(S) queries at a time: q = q_b_proj(latent) and its rope,
-  //      then streaming_attention for those rows -> attn_context rows (run's precision);
+  //   1. projections, kRowChunk rows at a time (project_rows): x -> q latent (stored in the
+  //      run's precision), kv_path -> keys/values (stored in the run's precision, KeyValueStates), rope of k_pe;
+  //   2. attention, query_pass_rows(S) queries at a time (attend_rows): q = q_b_proj(latent) and
+  //      its rope, then streaming_attention for those rows -> attn_context rows (run's precision);
   //   3. o_proj, kRowChunk rows at a time, widened into attn_output (double) as they come.
   // The stages keep their names and report their total over the chunks.
   ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) override {
@@ -350,85 +428,37 @@ class CpuBackend final : public Backend {
     const int64_t S = hidden.dim(0), H = cfg.hidden_size, n = cfg.num_attention_heads;
     const int64_t r_kv = cfg.kv_lora_rank, d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim;
     const int64_t d_qk = d_n + d_r, d_v = cfg.v_head_dim;
-    const int64_t latent_width = cfg.has_q_lora() ? cfg.q_lora_rank : n * d_qk;
     const std::vector<int64_t> positions = position_ids(opt.position_offset, S);
-    auto slice = [&](int64_t begin, int64_t rows) {
-      return std::vector<int64_t>(positions.begin() + begin, positions.begin() + begin + rows);
-    };
     StageSeconds stages;
     const StageRunner stage(stages);  // a stage run chunk after chunk reports its total
     ForwardResult result;
     result.computed_in_double = false;
 
-    // 1. projections
-    PrecisionMatrix q_store(S, latent_width, L.bf16);  // [S, r_q] q_a_normed (or [S, n*d_qk] q_proj's q, before rope)
-    KeyValueStates states(S, n, d_n, d_r, d_v, L.bf16);
-    if (opt.keep_latent_cache) result.latent_cache = TensorD("latent_cache", {S, r_kv + d_r});
-    for (int64_t r0 = 0; r0 < S; r0 += kRowChunk) {
-      const int64_t rows = std::min(kRowChunk, S - r0);
-      const MatrixRM x = stage("q_path", [&] {  // (with the input rows it reads: the first stage)
-        MatrixRM chunk = input_rows(hidden, r0, rows, L.bf16);  // [rows, H]
-        const MatrixRM latent = q_latent(L, chunk);
-        q_store.set_rows(r0, rows, latent.data(), latent_width, L.threads);
-        return chunk;
-      });
-      // compressed_kv [rows, r_kv+d_r], latent_normed [rows, r_kv], kv [rows, n*(d_n+d_v)]
-      const KvPath kvp = stage("kv_path", [&] { return kv_path(L, x); });
-      const MatrixRM k_pe_roped = stage("rope", [&] { return rope_key(L, slice(r0, rows), kvp.compressed_kv); });
-      stage("attend", [&] {  // storing the keys/values is the attention's first step
-        states.set_kv_rows(r0, rows, kvp.kv.data(), n * (d_n + d_v), L.threads);
-        states.set_k_pe_rows(r0, rows, k_pe_roped.data(), d_r);
-      });
-      if (opt.keep_latent_cache) {  // rows [r0, r0 + rows) of latent_normed | k_pe_roped
+    // 1. projections (project_rows), the latent cache rows as they come
+    ProjectedChunk latent_cache_rows_of;
+    if (opt.keep_latent_cache) {
+      result.latent_cache = TensorD("latent_cache", {S, r_kv + d_r});
+      latent_cache_rows_of = [&](int64_t r0, int64_t rows, const KvPath& kvp, const MatrixRM& k_pe_roped) {
         const TensorD part = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), rows, r_kv, d_r);
         std::copy(part.ptr(), part.ptr() + rows * (r_kv + d_r), result.latent_cache.ptr() + r0 * (r_kv + d_r));
-      }
+      };
     }
-    return_freed_memory();  // the chunks' intermediates
-    if (opt.keep_states) export_key_value_states(states, result);
+    ProjectedRows projected = project_rows(L, hidden, positions, S, latent_cache_rows_of, stage);
+    if (opt.keep_states) export_key_value_states(projected.states, result);
 
-    // 2. attention, one query pass at a time
-    PrecisionMatrix context(S, n * d_v, L.bf16);  // [S, n*d_v] attn_context (bf16 values in a bf16 run)
+    // 2. attention, one query pass at a time (attend_rows)
     result.head_scores.assign(static_cast<size_t>(n * S), 0.0);
     if (opt.keep_attn_weights) result.attn_weights = TensorD("attn_weights", {n, S, S});
     if (opt.keep_states) result.query_states = TensorD("query_states", {n, S, d_qk});
-    {
-      const bool causal = opt.mask == Mask::Causal;
-      const float scaling = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
-      // progress in FLOP of the two products (2 (d_qk + d_v) per computed query·key pair): the
-      // work, so the time left extrapolates correctly although causal blocks grow with their row
-      const int64_t flop_per_pair = 2 * (d_qk + d_v);
-      const int64_t total_pairs = streaming_pairs(S, n, causal);
-      int64_t pairs_before = 0;
-      const int64_t pass = query_pass_rows(S);
-      for (int64_t r0 = 0; r0 < S; r0 += pass) {
-        const int64_t rows = std::min(pass, S - r0);
-        MatrixRM q = stage("q_path", [&] {  // [rows, n*d_qk]
-          MatrixRM latent(rows, latent_width);
-          q_store.widen_rows(r0, rows, latent.data(), latent_width, L.threads);
-          return q_from_latent(L, latent);
-        });
-        stage("rope", [&] { rope_query(L, slice(r0, rows), q); });
-        if (opt.keep_states) export_query_states(q, r0, S, n, d_qk, result.query_states);
-        stage("attend", [&] {
-          MatrixRM ctx(rows, n * d_v);  // feature h*d_v + d (HF's transpose + reshape)
-          BlockProgress progress;
-          if (opt.progress)
-            progress = [&](int64_t done, int64_t) {
-              opt.progress("attention FLOP", (pairs_before + done) * flop_per_pair, total_pairs * flop_per_pair);
-            };
-          streaming_attention(q.data(), n * d_qk, states, causal, scaling, L.bf16, L.threads, L.w.attention_products,
-                              progress,
-                              {ctx.data(), n * d_v, result.head_scores.data(),
-                               opt.keep_attn_weights ? result.attn_weights.ptr() : nullptr},
-                              {r0, r0 + rows});
-          context.set_rows(r0, rows, ctx.data(), n * d_v, L.threads);
-        });
-        pairs_before += streaming_pairs(S, n, causal, {r0, r0 + rows});
-      }
-    }
-    q_store = PrecisionMatrix();
-    states = KeyValueStates(0, 0, 0, 0, 0, false);  // the keys/values are no longer needed: a lower peak
+    AttendRows attend;
+    attend.causal = opt.mask == Mask::Causal;
+    attend.head_mass = result.head_scores.data();
+    attend.attn_weights = opt.keep_attn_weights ? result.attn_weights.ptr() : nullptr;
+    attend.progress = opt.progress;
+    if (opt.keep_states)
+      attend.queries = [&](const MatrixRM& q, int64_t r0) { export_query_states(q, r0, S, n, d_qk, result.query_states); };
+    const PrecisionMatrix context = attend_rows(L, projected, positions, attend, stage);  // [S, n*d_v]
+    projected = ProjectedRows{PrecisionMatrix(), KeyValueStates(0, 0, 0, 0, 0, false)};  // a lower peak
     return_freed_memory();
 
     // 3. o_proj, widened into attn_output as it comes

@@ -283,9 +283,10 @@ class CpuDecodeKernel final : public DecodeKernel {
 
 }  // namespace
 
-// The prefill in the forward's three passes over the rows (cpu_backend.cpp,
-// docs/long-context.md §1), so that only the q latent, the prompt's keys/values (in the run's
-// precision) and the latent cache are held for all rows:
+// The prefill in the forward's passes over the rows, the same functions the cpu backend's
+// forward calls (cpu_stages.hpp: project_rows, attend_rows, stored_queries; docs/long-context.md
+// §1), so that only the q latent, the prompt's keys/values (in the run's precision) and the
+// latent cache are held for all rows:
 //   1. projections, kRowChunk rows at a time over all T rows: the q latent into a store, the
 //      prompt rows' keys/values into KeyValueStates [P], every row's latent cache row;
 //   2. the causal attention of the P prompt rows, one query pass at a time (q from the stored
@@ -301,18 +302,14 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
   validate_layer(cfg, w, opt);  // the same checks and messages as every backend's prepare + forward
   validate_input(cfg, hidden, opt);
   const int64_t T = hidden.dim(0), n = cfg.num_attention_heads, r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim,
-                d_n = cfg.qk_nope_head_dim, d_v = cfg.v_head_dim, d_qk = cfg.qk_head_dim(), P = req.prompt_len;
+                d_qk = cfg.qk_head_dim(), P = req.prompt_len;
   check_decode_inputs_request(req, T);
   const int64_t w_rows = std::clamp<int64_t>(req.query_window, 1, P), query_begin = P - w_rows, Q = T - query_begin;
   const bool bf16 = opt.precision == Precision::BF16;
   const int threads = cpu::resolve_threads(opt.threads);
   const cpu::PreparedWeights pw = cpu::prepare_weights(cfg, w, bf16, threads, opt.gemm);
   const cpu::Layer L{cfg, pw, bf16, threads, static_cast<float>(opt.latent_norm_eps)};
-  const int64_t latent_width = cfg.has_q_lora() ? cfg.q_lora_rank : n * d_qk;
   const std::vector<int64_t> positions = position_ids(0, T);
-  auto slice = [&](int64_t begin, int64_t rows) {
-    return std::vector<int64_t>(positions.begin() + begin, positions.begin() + begin + rows);
-  };
 
   DecodeInputs in;
   in.prompt_len = P;
@@ -333,65 +330,41 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
           in.query_states.data[static_cast<size_t>((h * Q + s - query_begin) * d_qk + d)] = q(s - r0, h * d_qk + d);
   };
 
-  // 1. projections
-  cpu::PrecisionMatrix q_store(T, latent_width, bf16);  // [T, r_q] q_a_normed (or q_proj's q, before rope)
-  cpu::KeyValueStates states(P, n, d_n, d_r, d_v, bf16);  // the prompt's keys/values
-  for (int64_t r0 = 0; r0 < T; r0 += cpu::kRowChunk) {
-    const int64_t rows = std::min(cpu::kRowChunk, T - r0), prompt_rows = std::clamp<int64_t>(P - r0, 0, rows);
-    const MatrixRM x = cpu::input_rows(hidden, r0, rows, bf16);  // [rows, H]
-    const MatrixRM latent = cpu::q_latent(L, x);
-    q_store.set_rows(r0, rows, latent.data(), latent_width, threads);
-    const cpu::KvPath kvp = cpu::kv_path(L, x);
-    const MatrixRM k_pe_roped = cpu::rope_key(L, slice(r0, rows), kvp.compressed_kv);  // [rows, d_r]
-    if (prompt_rows > 0) {
-      states.set_kv_rows(r0, prompt_rows, kvp.kv.data(), n * (d_n + d_v), threads);
-      states.set_k_pe_rows(r0, prompt_rows, k_pe_roped.data(), d_r);
-    }
-    const TensorD part = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), rows, r_kv, d_r);
-    std::copy(part.ptr(), part.ptr() + rows * (r_kv + d_r), in.latent_cache.ptr() + r0 * (r_kv + d_r));
-  }
-  cpu::return_freed_memory();  // the chunks' intermediates
+  StageSeconds stages;  // (not reported: decode times the whole prefill)
+  const StageRunner stage(stages);
 
-  // q [rows, n*d_qk] of rows [r0, r0 + rows), roped, from the stored latent
-  auto queries = [&](int64_t r0, int64_t rows) {
-    MatrixRM latent(rows, latent_width);
-    q_store.widen_rows(r0, rows, latent.data(), latent_width, threads);
-    MatrixRM q = cpu::q_from_latent(L, latent);
-    cpu::rope_query(L, slice(r0, rows), q);
-    return q;
-  };
+  // 1. projections: the prompt's keys/values, every row's latent cache row
+  cpu::ProjectedRows projected = cpu::project_rows(
+      L, hidden, positions, P,
+      [&](int64_t r0, int64_t rows, const cpu::KvPath& kvp, const MatrixRM& k_pe_roped) {
+        const TensorD part = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), rows, r_kv, d_r);
+        std::copy(part.ptr(), part.ptr() + rows * (r_kv + d_r), in.latent_cache.ptr() + r0 * (r_kv + d_r));
+      },
+      stage);
 
-  // 2. the causal prefill attention over rows [0, P), one query pass at a time: its mass per head
+  // 2. the causal prefill attention over rows [0, P): its mass per head, no P·V (the prefill's
+  // attn_context is not needed); the statistics' rows and the held rows >= query_begin kept
   in.head_mass.assign(static_cast<size_t>(n * P), 0.0);
-  {
-    const float scaling = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
-    // the scores only (2 d_qk per pair): the prefill's attn_context is not needed, so no P·V
-    const int64_t flop_per_pair = 2 * d_qk, total_pairs = cpu::streaming_pairs(P, n, true);
-    int64_t pairs_before = 0;
-    const int64_t pass = cpu::query_pass_rows(P);
-    for (int64_t r0 = 0; r0 < P; r0 += pass) {
-      const int64_t rows = std::min(pass, P - r0);
-      const MatrixRM q = queries(r0, rows);
-      cpu::BlockProgress progress;
-      if (opt.progress)
-        progress = [&](int64_t done, int64_t) {
-          opt.progress("prefill attention FLOP", (pairs_before + done) * flop_per_pair, total_pairs * flop_per_pair);
-        };
-      cpu::streaming_attention(q.data(), n * d_qk, states, true, scaling, bf16, threads, pw.attention_products, progress,
-                               {nullptr, 0, in.head_mass.data(), nullptr}, {r0, r0 + rows});
-      pairs_before += cpu::streaming_pairs(P, n, true, {r0, r0 + rows});
-      if (first >= 0 && r0 + rows > first) {
-        const int64_t s0 = std::max(r0, first);
-        statistics_rows.set_rows(s0 - first, r0 + rows - s0, q.data() + (s0 - r0) * n * d_qk, n * d_qk, threads);
-      }
-      hold_queries(q, r0);
+  cpu::AttendRows attend;
+  attend.context = false;
+  attend.head_mass = in.head_mass.data();
+  attend.progress_label = "prefill attention FLOP";
+  attend.progress = opt.progress;
+  attend.queries = [&](const MatrixRM& q, int64_t r0) {
+    const int64_t rows = q.rows();
+    if (first >= 0 && r0 + rows > first) {
+      const int64_t s0 = std::max(r0, first);
+      statistics_rows.set_rows(s0 - first, r0 + rows - s0, q.data() + (s0 - r0) * n * d_qk, n * d_qk, threads);
     }
-  }
-  states = cpu::KeyValueStates(0, 0, 0, 0, 0, false);
+    hold_queries(q, r0);
+  };
+  cpu::attend_rows(L, projected, positions, attend, stage);
+  projected.states = cpu::KeyValueStates(0, 0, 0, 0, 0, false);
   cpu::return_freed_memory();
 
   // 3. the decode rows' queries [P, T)
-  for (int64_t r0 = P; r0 < T; r0 += cpu::kRowChunk) hold_queries(queries(r0, std::min(cpu::kRowChunk, T - r0)), r0);
+  for (int64_t r0 = P; r0 < T; r0 += cpu::kRowChunk)
+    hold_queries(cpu::stored_queries(L, projected.q_store, positions, r0, std::min(cpu::kRowChunk, T - r0), stage), r0);
 
   if (first >= 0) {
     in.query_statistics = prerope_query_statistics(

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/config.hpp"
+#include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla::cpu {
@@ -146,6 +148,39 @@ inline int64_t query_pass_rows(int64_t S) {
   const int64_t rows = (S / 8 + kRowChunk - 1) / kRowChunk * kRowChunk;
   return rows < kRowChunk ? kRowChunk : rows > 4 * kRowChunk ? 4 * kRowChunk : rows;
 }
+
+// The layer's first two passes over its rows (docs/long-context.md §1), written once for every
+// caller on the CPU: the backend's forward (cpu_backend.cpp) and decode's prefill
+// (cpu_decode.cpp). Their stages are timed by `stage` under the forward's names.
+//
+// Pass 1, projections, kRowChunk rows at a time over all T rows of `hidden`: the q latent into
+// q_store (the run's precision), the keys/values of rows [0, key_rows) into states, and each
+// chunk's kv path and roped k_pe handed to `projected` (a caller's latent cache rows).
+struct ProjectedRows {
+  PrecisionMatrix q_store;  // [T, r_q] q_a_normed (or [T, n*d_qk] q_proj's q, before rope)
+  KeyValueStates states;    // rows [0, key_rows)
+};
+using ProjectedChunk = std::function<void(int64_t r0, int64_t rows, const KvPath& kvp, const MatrixRM& k_pe_roped)>;
+ProjectedRows project_rows(const Layer& L, const TensorF& hidden, const std::vector<int64_t>& positions,
+                           int64_t key_rows, const ProjectedChunk& projected, const StageRunner& stage);
+// q [rows, n*d_qk] of rows [r0, r0 + rows), roped at positions[r0 ..], from the stored latent.
+MatrixRM stored_queries(const Layer& L, const PrecisionMatrix& q_store, const std::vector<int64_t>& positions,
+                        int64_t r0, int64_t rows, const StageRunner& stage);
+// Pass 2, attention of query rows [0, key_rows) against the stored keys, query_pass_rows(key_rows)
+// rows at a time (stored_queries; `queries` sees each pass's roped q): the mass per head into
+// head_mass [n, key_rows], P·V into the returned attn_context [key_rows, n*d_v] (bf16 values in a
+// bf16 run) unless `context` is false (decode's prefill: the scores and the mass only).
+struct AttendRows {
+  bool causal = true;
+  bool context = true;
+  double* head_mass = nullptr;     // [n, key_rows], set
+  double* attn_weights = nullptr;  // [n, key_rows, key_rows] or nullptr
+  const char* progress_label = "attention FLOP";
+  std::function<void(const char*, int64_t, int64_t)> progress;  // (label, FLOP done, FLOP in all)
+  std::function<void(const MatrixRM& q, int64_t r0)> queries;
+};
+PrecisionMatrix attend_rows(const Layer& L, const ProjectedRows& projected, const std::vector<int64_t>& positions,
+                            const AttendRows& a, const StageRunner& stage);
 
 // The floating-point operations (multiply-add = 2) a forward of S tokens needs in its GEMMs:
 // the five projections (q_a_proj, q_b_proj or q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj)
