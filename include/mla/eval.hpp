@@ -136,6 +136,11 @@ struct EvalResult {
   TensorF full_logits;                 // keep_full_states: [T, V]
   std::vector<TensorF> hidden_states;  // keep_full_states: [L+1] of [T, H] (as ModelForwardResult)
   StageSeconds stage_seconds;
+  // Where the layers' time went, summed over the layers (report.json "profile_s"; docs/eval.md
+  // §9): "load + prepare", "prompt: projections | attention | o_proj | mlp", "decode rows: ..."
+  // (the same four, the runs' prompt caches and features, the attention errors, the layer
+  // records). Inside the "layer L" records of stage_seconds, so never added to them.
+  StageSeconds profile;
   std::string engine;            // the kernels that ran
 };
 

@@ -10,7 +10,8 @@
 
 namespace mla::eval {
 
-PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int64_t window, const FeatureNeeds& needs) {
+PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int64_t window, const FeatureNeeds& needs,
+                          StageSeconds* stages) {
   const AttentionConfig& a = layer.config().attention;
   const int64_t P = h_prompt.rows();
   PromptLayer out;
@@ -25,7 +26,8 @@ PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int
                              out.statistics = prerope_query_statistics(a, p.q.data(), P, positions,
                                                                        std::min(needs.expected_sinks, P - 1));
                            }
-                         });
+                         },
+                         stages);
   return out;
 }
 

@@ -34,8 +34,10 @@ struct PromptLayer {
 // The causal forward of the prompt at `layer` (h_prompt [P, H] in place: decoder::forward_layer), its
 // keys, per-head mass and the queries of its last `window` rows; with `needs` asking for
 // features, its latent rows and (expected-attention) the statistics of its queries from row
-// needs.expected_sinks on.
-PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int64_t window, const FeatureNeeds& needs);
+// needs.expected_sinks on. `stages` (may be null): where the layer's time went, "prompt: ..."
+// (decoder::LayerPlugs::stages).
+PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int64_t window, const FeatureNeeds& needs,
+                          StageSeconds* stages = nullptr);
 
 // The per-token features of one run at one layer (mla/policy.hpp TokenFeatures): from the
 // prompt's latent rows and the run's own decode rows `latent` [N, r_kv + d_r].

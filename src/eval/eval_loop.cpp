@@ -21,6 +21,7 @@
 // Shape legend: T tokens, P prompt rows, N steps, H hidden_size, V vocab_size, n heads, d_v,
 //   L layers, R runs.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -235,7 +236,16 @@ struct LayerPass {
   const LayerWeights& attention;  // fp32 attention weights for the token features
   const EvalOptions& opt;
   int64_t L, L_count, threads;
+  StageSeconds& stages;  // summed over the layers (add_seconds)
 };
+
+// f() timed into the record `name` of `stages` (one record per name, summed over the layers).
+template <class F>
+void add_timed(StageSeconds& stages, const char* name, const F& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  add_seconds(stages, name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
 
 // 2a. every run's keys from its projected rows (p: the stacked rows); its manager (with the run's
 // own token features) reads the prompt
@@ -340,18 +350,22 @@ void decode_layer(const LayerPass& lp, std::vector<RunState>& runs, DecodeRows& 
   for (int64_t i = 0; i < R * N; ++i) positions[idx(i)] = P + i % N;
   decoder::LayerPlugs plugs;
   plugs.projected = [&](decoder::PreparedLayer::Projected& p) {
-    start_runs(lp, runs, p);
+    add_timed(lp.stages, "decode rows: runs' prompt caches and features", [&] { start_runs(lp, runs, p); });
     rows.q = std::move(p.q);
   };
-  plugs.attend = [&](MatrixRM& ctx) {
+  plugs.attend = [&](MatrixRM& ctx) {  // (timed as "decode rows: attention": the steps and the policies)
     rows.ctx.resize(R * N, a.num_attention_heads * a.v_head_dim);
     step_runs(lp, runs, rows);
     ctx = std::move(rows.ctx);
     rows.q = MatrixRM();
   };
-  plugs.attn_output = [&](const MatrixRM& attn) { attention_errors(lp, runs, attn); };
+  plugs.attn_output = [&](const MatrixRM& attn) {
+    add_timed(lp.stages, "decode rows: attention errors", [&] { attention_errors(lp, runs, attn); });
+  };
+  plugs.stages = &lp.stages;
+  plugs.stage_prefix = "decode rows";
   decoder::layer_forward(lp.layer, rows.h, positions, plugs);
-  finish_layer(lp, runs, rows.h);
+  add_timed(lp.stages, "decode rows: layer records", [&] { finish_layer(lp, runs, rows.h); });
 }
 
 // The final norm and lm_head of every run's rows; NLL, KL and top-1 against the full run.
@@ -463,23 +477,23 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     }
     std::unique_ptr<decoder::PreparedLayer> layer;
     LayerWeights attention;  // the fp32 attention weights the policies' token features read
-    {
+    add_timed(result.profile, "load + prepare", [&] {
       DecoderLayerWeights w = load_decoder_layer(ckpt, cfg, L, /*experts=*/true);
       layer = std::make_unique<decoder::PreparedLayer>(cfg, w, settings);
       if (needs.any()) attention = std::move(w.self_attn);
-    }
-    ckpt.release_mappings();
+      ckpt.release_mappings();
+    });
 
     // the policies' observation windows decide which prompt queries are kept
     int64_t window = 0;
     for (const RunState& r : runs)
       if (!r.full) window = std::max(window, policy_observation_window(r.policy));
     // 1. the prompt
-    eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs);
+    eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs, &result.profile);
     if (needs.expected_attention) prompt.statistics.future_rotation = future_rotation;
     check_finite(h_prompt, "layer " + std::to_string(L) + " output (the prompt's hidden states)", 0);
     // 2, 3: the decode rows of every run through the layer
-    const LayerPass lp{*layer, prompt, attention, opt, L, L_count, threads};
+    const LayerPass lp{*layer, prompt, attention, opt, L, L_count, threads, result.profile};
     decode_layer(lp, runs, rows);
     layer.reset();
     if (opt.progress) opt.progress("layers", L + 1, L_count);

@@ -478,6 +478,12 @@ void write_tail_keys(JsonWriter& j, const EvalRunInfo& info, const std::vector<E
     for (const auto& [name, s] : w.result.stage_seconds) eval_stages[name] += s;
   for (const auto& [name, s] : eval_stages) j.key("eval: " + name).value(s);
   j.end_object();
+  j.key("profile_s").begin_object();  // inside the "eval: layer L" records above, summed over the windows
+  StageSeconds profile;
+  for (const EvalWindow& w : windows)
+    for (const auto& [name, s] : w.result.profile) add_seconds(profile, name, s);
+  for (const auto& [name, s] : profile) j.key(name).value(s);
+  j.end_object();
   j.key("files").begin_array();
   for (const std::string& f : info.files) j.value(f);
   j.end_array();

@@ -19,6 +19,7 @@
 #include "decoder_layer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -280,25 +281,36 @@ void layer_forward(PreparedLayer& layer, MatrixRM& h, const std::vector<int64_t>
   if (static_cast<int64_t>(positions.size()) != h.rows())
     fail(ErrorKind::Shape, "layer " + std::to_string(layer.layer()) + ": " + std::to_string(h.rows()) + " rows at " +
                                std::to_string(positions.size()) + " positions");
+  // each part timed into plugs.stages when given
+  auto part = [&](const char* name, const auto& f) {
+    if (!plugs.stages) return f();
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    add_seconds(*plugs.stages, plugs.stage_prefix + ": " + name,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  };
   MatrixRM attn_output;
   {
     MatrixRM ctx;
     {
-      const MatrixRM x = layer.input_norm(h);
-      PreparedLayer::Projected p = layer.project(x, positions);
+      PreparedLayer::Projected p;
+      part("projections", [&] { p = layer.project(layer.input_norm(h), positions); });
       plugs.projected(p);
     }  // x and what the caller left of the projections are freed before the attention
-    plugs.attend(ctx);
-    attn_output = layer.o_proj(ctx);
+    part("attention", [&] { plugs.attend(ctx); });
+    part("o_proj", [&] { attn_output = layer.o_proj(ctx); });
   }
   if (plugs.attn_output) plugs.attn_output(attn_output);
-  layer.residual_add(h, attn_output);
-  const MatrixRM mlp = layer.mlp(layer.post_norm(h), plugs.routing);
-  layer.residual_add(h, mlp);
+  part("mlp", [&] {
+    layer.residual_add(h, attn_output);
+    const MatrixRM mlp = layer.mlp(layer.post_norm(h), plugs.routing);
+    layer.residual_add(h, mlp);
+  });
 }
 
 void forward_layer(PreparedLayer& layer, MatrixRM& h, cpu::RowKeys& keys, std::vector<double>* head_mass,
-                   Routing* routing, const std::function<void(const PreparedLayer::Projected&)>& also) {
+                   Routing* routing, const std::function<void(const PreparedLayer::Projected&)>& also,
+                   StageSeconds* stages) {
   const AttentionConfig& a = layer.config().attention;
   const int64_t m = h.rows();
   std::vector<int64_t> positions(idx(m));
@@ -316,6 +328,8 @@ void forward_layer(PreparedLayer& layer, MatrixRM& h, cpu::RowKeys& keys, std::v
     attend_causal(layer, q, 0, m, cpu::KeyView{&keys, nullptr, m}, ctx, head_mass);
   };
   plugs.routing = routing;
+  plugs.stages = stages;
+  plugs.stage_prefix = "prompt";
   layer_forward(layer, h, positions, plugs);
 }
 

@@ -141,6 +141,11 @@ struct LayerPlugs {
   // The attention output rows [m, H] before the residual add (eval's per-run errors). Optional.
   std::function<void(const MatrixRM& attn_output)> attn_output;
   Routing* routing = nullptr;  // receives the MoE routing (may be null)
+  // Where the layer's time goes (may be null): "<stage_prefix>: projections" (input_norm and
+  // project), ": attention" (plugs.attend), ": o_proj", ": mlp" (post_norm, MLP or MoE and both
+  // residual adds), each added to its one record (add_seconds), so layers sum.
+  StageSeconds* stages = nullptr;
+  std::string stage_prefix;
 };
 
 // THE composition of one DeepseekV3DecoderLayer over m rows at `positions` (h [m, H] in place):
@@ -154,8 +159,10 @@ void layer_forward(PreparedLayer& layer, MatrixRM& h, const std::vector<int64_t>
 // with the attention attend_causal. keys receives the layer's keys and values of those positions;
 // head_mass / routing as attend_causal / mlp (may be null); `also` (may be empty) sees the
 // projected rows first (eval's prompt keeps its last queries and its latent rows).
+// `stages` (may be null) as LayerPlugs::stages, under the prefix "prompt".
 void forward_layer(PreparedLayer& layer, MatrixRM& h, cpu::RowKeys& keys, std::vector<double>* head_mass,
-                   Routing* routing, const std::function<void(const PreparedLayer::Projected&)>& also = {});
+                   Routing* routing, const std::function<void(const PreparedLayer::Projected&)>& also = {},
+                   StageSeconds* stages = nullptr);
 
 // The final norm and lm_head (DeepseekV3Model.norm, DeepseekV3ForCausalLM.lm_head).
 class PreparedHead {

@@ -151,6 +151,14 @@ int main(int argc, char** argv) {
         double s = 0;
         if (!value.get(s)) std::printf("  %-34s %8.2f s\n", std::string(key).c_str(), s);
       }
+    simdjson::dom::object profile;  // inside the layers' times above
+    if (!report["profile_s"].get(profile)) {
+      std::printf("  profile of the layers (summed over them):\n");
+      for (auto [key, value] : profile) {
+        double s = 0;
+        if (!value.get(s)) std::printf("    %-46s %8.2f s\n", std::string(key).c_str(), s);
+      }
+    }
     std::string_view engine;
     if (!report["engine"].get(engine)) std::printf("  engine: %s\n", std::string(engine).c_str());
   }

@@ -751,6 +751,21 @@ BOOST_AUTO_TEST_CASE(cli_outputs) {
   BOOST_TEST(int64_t(j["prompt_len"].get_int64().value()) == 16);
   BOOST_TEST(j["summary"].get_array().size() == 8u);
   BOOST_TEST(j["synthetic_weights"].get_bool().value() == false);  // save_pretrained's weights
+  // the profile: every part of the layers, summed over them, inside the layers' own times
+  double layers_s = 0, profile_s = 0;
+  const simdjson::dom::object timing = j["timing_s"].get_object().value(), profile = j["profile_s"].get_object().value();
+  for (auto [key, value] : timing)
+    if (std::string_view(key).rfind("eval: layer ", 0) == 0) layers_s += value.get_double().value();
+  std::set<std::string> parts;
+  for (auto [key, value] : profile) {
+    parts.insert(std::string(key));
+    profile_s += value.get_double().value();
+  }
+  for (const char* part : {"load + prepare", "prompt: projections", "prompt: attention", "prompt: o_proj", "prompt: mlp",
+                           "decode rows: projections", "decode rows: attention", "decode rows: o_proj", "decode rows: mlp"})
+    BOOST_TEST(parts.count(part) == 1u, part);
+  BOOST_TEST(profile_s > 0);
+  BOOST_TEST(profile_s <= layers_s);
   // the dump: the full cache's logits [P+N, V] and hidden_states.0..3 [P+N, H], as model_forward's
   const mla::SafetensorsFile dump = mla::SafetensorsFile::open(out + "/tensors.safetensors");
   BOOST_TEST((dump.at("logits").shape == std::vector<uint64_t>{28, 128}));
