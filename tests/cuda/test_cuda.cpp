@@ -221,7 +221,8 @@ BOOST_AUTO_TEST_CASE(result_fields_and_stage_times) {
   // received over all keys and heads is n*S.
   double total = 0;
   for (double v : r.token_scores) total += v;
-  BOOST_TEST(std::abs(total - double(cfg.num_attention_heads * S)) < 1e-4 * double(S));
+  BOOST_TEST(std::abs(total - double(cfg.num_attention_heads * S)) <
+             mla::test::tolerance("token_scores", "cuda-sum-vs-exact", "fp32").atol * double(S));
   BOOST_TEST(!r.stage_seconds.empty());
   for (const auto& [name, sec] : r.stage_seconds) BOOST_TEST(sec >= 0.0, name);
   BOOST_TEST(!gpu->description().empty());

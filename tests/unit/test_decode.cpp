@@ -299,6 +299,7 @@ const char* kSmallPolicies =
 
 BOOST_AUTO_TEST_CASE(invariants_every_policy_every_step) {
   const int64_t P = 30, N = 18;
+  const double recall_above_one = tolerance("mass_recall", "rounding-past-bound", "double").atol;
   const Layer l = tiny_layer(P + N);
   auto b = make_cpu_backend();
   const DecodeOptions o = options(P, N, {10, 16}, kSmallPolicies);
@@ -336,9 +337,9 @@ BOOST_AUTO_TEST_CASE(invariants_every_policy_every_step) {
         BOOST_TEST(st.cache_len == K + 1);  // K held + the new token (oracle: its K + 1 best)
         BOOST_TEST(st.held == K);           // every policy holds its budget after the step
         BOOST_TEST(st.mass_recall >= 0.0);
-        BOOST_TEST(st.mass_recall <= 1.0 + 1e-12);
+        BOOST_TEST(st.mass_recall <= 1.0 + recall_above_one);
         BOOST_TEST(st.mass_recall_min <= st.mass_recall_p5);
-        BOOST_TEST(st.mass_recall_p5 <= st.mass_recall + 1e-12);
+        BOOST_TEST(st.mass_recall_p5 <= st.mass_recall + recall_above_one);
         BOOST_TEST(st.rel_error >= 0.0);
         if (s.kind == PolicyKind::Oracle) continue;
         // protected: sinks and the recent window (x - recent, x] are in the attended cache
@@ -706,7 +707,8 @@ BOOST_AUTO_TEST_CASE(absorbed_equals_naive_and_cpu_equals_reference) {
         BOOST_TEST(g.ok, "naive cpu vs reference: " << g.message);
         for (size_t i = 0; i < t.steps.size(); ++i) {
           BOOST_TEST(cpu_abs.traces[k].steps[i].evicted == t.steps[i].evicted);
-          BOOST_TEST(cpu_abs.traces[k].steps[i].mass_recall == t.steps[i].mass_recall, boost::test_tools::tolerance(1e-4));
+          BOOST_TEST(cpu_abs.traces[k].steps[i].mass_recall == t.steps[i].mass_recall,
+                     boost::test_tools::tolerance(tolerance("mass_recall", "decode-absorbed-cpu-vs-reference", prec).rtol));
         }
       }
     }

@@ -18,6 +18,7 @@
 #include "mla/report.hpp"
 #include "mla/safetensors.hpp"
 #include "test_util.hpp"
+#include "tolerances.hpp"
 
 namespace {
 
@@ -299,7 +300,8 @@ BOOST_AUTO_TEST_CASE(compare_values_by_hand) {
   BOOST_TEST(c.max_abs == 0.5);
   BOOST_TEST(c.max_rel == 0.25);                          // 0.5 / 2
   BOOST_TEST(c.norm_error == 0.5 / std::sqrt(30.0));      // ||a-b|| = 0.5, ||a||^2 = 30
-  BOOST_TEST(c.cosine == 31.0 / (std::sqrt(30.0) * std::sqrt(32.25)), boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(c.cosine == 31.0 / (std::sqrt(30.0) * std::sqrt(32.25)),
+             boost::test_tools::tolerance(mla::test::tolerance("cosine", "compare-values-hand-worked", "double").rtol));
   BOOST_TEST(c.worst_index == (std::vector<uint64_t>{0, 1}), boost::test_tools::per_element());
   BOOST_TEST(c.worst_a == 2.0);
   BOOST_TEST(c.worst_b == 2.5);

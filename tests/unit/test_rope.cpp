@@ -124,18 +124,21 @@ BOOST_AUTO_TEST_CASE(inv_freq_fp32_matches_double) {
 // §4 step 3: raw correction dims 8.9145 / 19.1646 (4 decimals printed), truncated to 8 / 20.
 BOOST_AUTO_TEST_CASE(correction_range_k25) {
   const mla::YarnRange r = mla::yarn_correction_range(yarn_config(50000.0, 64.0, 32.0, 1.0));
-  BOOST_TEST(std::fabs(r.low_raw - 8.9145) <= 5e-5);
-  BOOST_TEST(std::fabs(r.high_raw - 19.1646) <= 5e-5);
+  const double printed = mla::test::tolerance("yarn_correction_dim", "ours-vs-spec-table", "double").atol;
+  BOOST_TEST(std::fabs(r.low_raw - 8.9145) <= printed);
+  BOOST_TEST(std::fabs(r.high_raw - 19.1646) <= printed);
   BOOST_TEST(r.low == 8.0);
   BOOST_TEST(r.high == 20.0);
   // closed form: dim * ln(4096 / (beta * 2 pi)) / (2 ln 50000)
   const double pi = 3.141592653589793;
-  BOOST_TEST(std::fabs(r.low_raw - 64.0 * std::log(4096.0 / (64.0 * pi)) / (2.0 * std::log(50000.0))) <= 1e-13);
+  BOOST_TEST(std::fabs(r.low_raw - 64.0 * std::log(4096.0 / (64.0 * pi)) / (2.0 * std::log(50000.0))) <=
+             mla::test::tolerance("yarn_correction_dim", "ours-vs-closed-form", "double").atol);
 }
 
 BOOST_AUTO_TEST_CASE(correction_range_k2_0905_and_deepseek_v3) {
   const mla::YarnRange k2 = mla::yarn_correction_range(yarn_config(50000.0, 64.0, 1.0, 1.0));
-  BOOST_TEST(std::fabs(k2.low_raw - 19.1646) <= 5e-5);
+  BOOST_TEST(std::fabs(k2.low_raw - 19.1646) <=
+             mla::test::tolerance("yarn_correction_dim", "ours-vs-spec-table", "double").atol);
   BOOST_TEST(k2.low == 19.0);
   BOOST_TEST(k2.high == 20.0);
   // DeepSeek-V3: theta 1e4, factor 40, beta 32/1 -> low 10, high 23
@@ -179,7 +182,9 @@ BOOST_AUTO_TEST_CASE(softmax_scale_table) {
     AttentionConfig c = yarn_config(50000.0, r.factor, 32.0, 1.0);
     c.rope.mscale = r.mscale_all_dim;
     c.rope.mscale_all_dim = r.mscale_all_dim;
-    BOOST_TEST(std::fabs(mla::softmax_scale(c) - r.expected) <= 1e-15, "factor " << r.factor);
+    BOOST_TEST(std::fabs(mla::softmax_scale(c) - r.expected) <=
+                   mla::test::tolerance("softmax_scale", "ours-vs-spec-table", "double").atol,
+               "factor " << r.factor);
   }
   // mscale_all_dim absent (0): no m^2 on the scale
   AttentionConfig c = yarn_config(50000.0, 64.0, 32.0, 1.0);
@@ -198,7 +203,8 @@ BOOST_AUTO_TEST_CASE(attention_factor) {
   // mscale_all_dim absent: get_mscale(factor) = 0.1 ln(64) + 1 goes on cos/sin instead
   c.rope.mscale = 1.0;
   c.rope.mscale_all_dim = 0.0;
-  BOOST_TEST(std::fabs(mla::rope_attention_factor(c) - (0.1 * std::log(64.0) + 1.0)) <= 1e-15);
+  BOOST_TEST(std::fabs(mla::rope_attention_factor(c) - (0.1 * std::log(64.0) + 1.0)) <=
+             mla::test::tolerance("attention_factor", "ours-vs-closed-form", "double").atol);
   // an explicit attention_factor wins
   c.rope.attention_factor = 0.5;
   BOOST_TEST(mla::rope_attention_factor(c) == 0.5);

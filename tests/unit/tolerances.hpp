@@ -352,6 +352,166 @@ inline constexpr Tolerance kTolerances[] = {
    "leaves a uniform error of rms s / sqrt(12) = 0.096 sigma: norm error ~0.096, cosine "
    "~1 - 0.096^2 / 2 = 0.995; a wrong scale or code layout gives >= 0.3. Elementwise off (the "
    "bound is per group's scale, not per value)"},
+  // ---- scalar checks (rows added by "tol-table": bounds that were literals in the tests) --------
+  // A scalar check uses one field of its row: atol (|got - ref| <= atol) or rtol (|got - ref| <=
+  // rtol * |ref|, or Boost's tolerance(rtol), which is relative to both sides). Where a check
+  // scales a field or uses it for a bound of another kind, the reason says so first: ulps (the two
+  // exp rows of suite vector_kernels), a share of values (model-first-differing-tensor-vs-hf), a
+  // lower bound (prefill-full-vs-masked-hf), a one-sided bound (rounding-past-bound), atol times S
+  // (cuda-sum-vs-exact), rtol times a sum (score_mean), atol in units of a block scale (fp8). The
+  // values are those the literals had; "not measured" means that neither the test nor the git log
+  // records a figure.
+  // -- probability sums (each query row's softmax sums to 1)
+  {"attn_weights_row_sum", "reference-vs-one", "double", 1e-15, 0.0, kNoBound, -1.0,
+   "suite reference (softmax_rows_sum_to_one): each row of the reference's double softmax (T <= 9 "
+   "terms in [0, 1], each p = e / s rounded once) summed in double against 1: typical error ~ "
+   "sqrt(T)*u64 ~ 3e-16; the worst case (T roundings of p plus T - 1 additions, ~2T*u64 ~ 2e-15 "
+   "for T = 9) is above the bound, which the test has held on every small geometry and mask"},
+  {"attn_weights_row_sum", "fixed-order-vs-one", "fp32", 1e-5, 0.0, kNoBound, -1.0,
+   "suite model (fixed_order_attention_row_is_the_same_from_any_store): one head's T = 40 fp32 "
+   "probabilities of the fixed-order row attention (exp_fixed within 1 ulp, 16-lane fp32 sum, "
+   "p = e / sum in fp32) summed in double against 1: the lane sum's error <= T*u32 ~ 2.4e-6 plus "
+   "~2*u32 per p: ~2.5e-6 worst; 4x margin (not measured)"},
+  {"attn_weights_row_sum", "fixed-order-vs-one", "bf16", 2e-2, 0.0, kNoBound, -1.0,
+   "as the fp32 row, with each p rounded to bf16 (HF's rounding of the softmax output): each p moves "
+   "by <= 2^-8 of itself (half an ulp of an 8-bit significand), so |sum - 1| <= 2^-8 = 3.9e-3 in "
+   "the worst case (all roundings one way), typically ~sqrt(T)*2^-8*max p; ~5x the worst case "
+   "(not measured). A sanity check only: the bits themselves are compared exactly above it"},
+  {"head_scores", "sum-vs-exact", "double", 1e-13, 0.0, kNoBound, -1.0,
+   "suite reference (backend_result_fields): one head's H2O mass over S = 7 keys on the odd "
+   "geometry, reference backend in double, against S (every causal query row sums to 1): S rows "
+   "each within ~2S*u64 ~ 1.6e-15 of 1 plus the mass sums' own roundings (<= S*u64*S ~ 5e-15): "
+   "~1e-14 worst; 10x margin"},
+  {"token_scores", "sum-vs-exact", "double", 1e-13, 0.0, kNoBound, -1.0,
+   "as head_scores sum-vs-exact double: all n*S = 21 masses (n = 3 heads) against n*S, ~2e-14 "
+   "worst; ~5x margin"},
+  {"token_scores", "reference-vs-attn-weights-column", "double", 1e-15, 0.0, kNoBound, -1.0,
+   "suite reference (backend_result_fields): causal, so the last key's mass is the sum over the "
+   "n = 3 heads of p[h, S-1, S-1] alone; the backend's mass against the test's sum of those 3 "
+   "doubles <= 1: at most 2 additions apart, <= 2*u64*3 ~ 6.7e-16"},
+  {"token_scores", "run-sum-vs-exact", "fp32", 1e-3, 0.0, kNoBound, -1.0,
+   "suite cli (run_seeded_outputs): `run` (fp32, backend auto) on the tiny checkpoint, 4 heads x "
+   "24 queries: report.json's scores.sum against 96. Each fp32 softmax row sums to 1 within ~S*u32 "
+   "~ 1.4e-6 (S = 24) in the worst case, 96 rows: <= 1.4e-4; ~7x margin (not measured)"},
+  {"token_scores", "cuda-sum-vs-exact", "fp32", 1e-4, 0.0, kNoBound, -1.0,
+   "tests/cuda (result_fields_and_stage_times; also run on the host emulator, suite cuda_emulated): "
+   "the CUDA backend's masses summed over keys against n*S on tiny (n = 2, S = 9), bound atol * S "
+   "= 9e-4: each fp32 softmax row sums to 1 within ~S*u32 ~ 5.4e-7, n*S = 18 rows: ~1e-5 worst; "
+   "the bound is ~90x that (not measured; it leaves room for a device exp less exact than 1 ulp)"},
+  {"token_scores", "sweep-reference-sum-vs-exact", "double", 1e-9, 0.0, kNoBound, -1.0,
+   "suite sweep (sweep_outputs_match_per_layer_runs): one layer's masses read back from scores.csv "
+   "(%.17g, round trip) and summed, against n*S = 4*24; reference backend, double sums: 96 rows "
+   "each within ~2S*u64 ~ 5e-15 of 1, ~5e-13 in all at worst. The bound is ~2000x that (not "
+   "measured): looser than the analysis needs (compare token_scores sum-vs-exact double, 1e-13)"},
+  {"score_mean", "sweep-csv-vs-recomputed", "double", 0.0, 1e-12, kNoBound, -1.0,
+   "suite sweep: layers.csv's score_mean against the mean of the same layer's scores.csv values "
+   "(both printed %.17g, round trip), |got - ref| <= rtol * (the sum of the S = 24 scores), as the "
+   "test writes it: two double sums of 24 positive values in possibly different orders, <= 24*u64 "
+   "~ 2.7e-15 of the sum apart; bound ~400x that (not measured)"},
+  // -- kernels' exp
+  {"exp", "fixed-order-vs-double", "fp32", 0.0, 2.4e-7, kNoBound, -1.0,
+   "suite model (fixed_order_exp_and_sum_are_one_function_per_value): exp_fixed / exp_lanes on "
+   "softmax arguments in [-50, 0] against double exp, for results above FLT_MIN (1.2e-38, below "
+   "which fp32 is subnormal and a relative bound is meaningless): docs/math.md §15.4 measured <= 1 "
+   "ulp, and one fp32 ulp is <= 2^-23 = 1.2e-7 relative: bound 2 ulps = 4*u32 = 2.4e-7"},
+  {"exp", "vector-kernels-vs-correctly-rounded", "fp32", 1.0, 0.0, kNoBound, -1.0,
+   "atol counts ulps here (the distance of the fp32 bit patterns), not an absolute difference. "
+   "Suite vector_kernels: every instruction set's exp against the correctly rounded value "
+   "(tests/data/exp/exp_f32_reference.txt, mpmath at 200 bits) on 1,286 points: at most 1 ulp "
+   "(docs/long-context.md §2: 90 % of the points exact)"},
+  {"exp", "vector-kernels-vs-std-exp", "fp32", 1.0, 0.0, kNoBound, -1.0,
+   "atol counts ulps, as the row above. Every instruction set's exp against std::exp (glibc expf, "
+   "itself within 1 ulp of the table) on every 509th float of [-104, 0] (2.2 million): at most "
+   "1 ulp (docs/long-context.md §2: 99.1 % identical)"},
+  // -- whole model
+  {"*", "model-first-differing-tensor-vs-hf", "bf16", 0.02, 0.0, kNoBound, -1.0,
+   "atol is a share of values here, not a difference: test_model.cpp kFirstDifferenceShare. The "
+   "first tensor of a bf16 forward (hidden_states.0, .1, ..., logits) that is not bit-identical to "
+   "transformers' may differ in at most this share of its values: a one-ulp flip where two fp32 "
+   "summation orders straddle a rounding boundary touches a handful of values of its layer "
+   "(measured: 6 of 1280, 0.5 %), while a missing or extra rounding point moves ~20 % of the first "
+   "layer it affects (tried: silu's)"},
+  {"mean_nll", "ours-vs-fixture-meta", "double", 1e-12, 0.0, kNoBound, -1.0,
+   "suite model (shipped tiny-mla): the test's double log-softmax mean NLL of the stored transformers "
+   "logits against the fixture's own figure (metadata mean_nll_fp32 / _bf16, float64 log-softmax in "
+   "the script): the same 1023 per-token values, each within a few u64 relative (libm vs numpy "
+   "log/exp), summed in other orders: <= ~1023*u64*0.73 ~ 8e-14 worst; ~10x margin (not measured)"},
+  // -- rope and softmax scale (docs/math.md §4, §5)
+  {"yarn_correction_dim", "ours-vs-spec-table", "double", 5e-5, 0.0, kNoBound, -1.0,
+   "suite rope: YaRN's raw correction dims (8.9145, 19.1646) as docs/math.md §4 step 3 prints them, "
+   "with 4 decimals: half a unit of the 4th decimal is 5e-5; our double value is exact to ~1e-15"},
+  {"yarn_correction_dim", "ours-vs-closed-form", "double", 1e-13, 0.0, kNoBound, -1.0,
+   "suite rope: the raw correction dim against the test's closed form dim * ln(4096 / (beta * 2 pi)) "
+   "/ (2 ln base) in double: the same ~6 roundings (u64 each, of values ~9) in another association: "
+   "<= ~6*u64*9 ~ 6e-15; ~15x margin"},
+  {"softmax_scale", "ours-vs-spec-table", "double", 1e-15, 0.0, kNoBound, -1.0,
+   "suite rope (softmax_scale_table): 192^-0.5 * m^2, m = 0.1 * mscale_all_dim * ln(factor) + 1, "
+   "against docs/math.md §5's 17-digit values of the same double formula: ~6 roundings of u64 on "
+   "values ~0.14 (~1.5e-17 each) plus the printed digits' last unit: ~1e-16; ~10x margin"},
+  {"attention_factor", "ours-vs-closed-form", "double", 1e-15, 0.0, kNoBound, -1.0,
+   "suite rope: the cos/sin multiplier get_mscale(64) = 0.1 ln 64 + 1 ~ 1.416 against the test's "
+   "expression of it: <= 3 roundings of u64 * 1.4 ~ 4.7e-16 apart; ~2x margin"},
+  // -- eval metrics (suite eval, metrics_by_definition: eval's double against the test's long double)
+  {"logits", "prefill-full-vs-masked-hf", "fp32", kNoBound, kNoBound, 1e-2, -1.0,
+   "max_norm_error is a LOWER bound here: the check has power. Suite eval (prefill compression): "
+   "the full cache's logits must be farther than 1e-2 normalized from transformers' logits under "
+   "the streaming policy's mask, 1000x the model-cpu-vs-hf fp32 bound (1e-5) that the streaming "
+   "run itself meets, so a comparison that cannot tell the two caches apart fails (not measured)"},
+  {"*", "eval-vs-long-double", "double", 0.0, 1e-12, kNoBound, -1.0,
+   "eval's per-position NLL and predicted probability and its summaries (mean NLL, perplexity "
+   "ratio, mean KL, top-1 agreement) against the same definitions in long double on the same fp32 "
+   "logits: eval's double log-softmax over V logits (max, sum of V exps, log) is within ~V*u64 of "
+   "its value relative to the log-sum-exp, then at most a division by N or an exp: ~1e-14 for the "
+   "test model's vocabulary; ~100x margin"},
+  {"kl", "eval-vs-long-double", "double", 0.0, 1e-9, kNoBound, -1.0,
+   "per-position KL(full || policy) = sum_v p_full (log p_full - log p_policy): V terms of either "
+   "sign that cancel to a small KL, so the double sum's rounding (~V*u64*sum|terms|) and the log-"
+   "probabilities' own errors (~u64*|log p| each) are large relative to the KL itself; 1e-9 "
+   "relative (not measured)"},
+  {"delta_nll", "eval-vs-long-double", "double", 0.0, 1e-9, kNoBound, -1.0,
+   "mean NLL of the policy minus that of the full cache: two means of O(1) values ~1e-12 relative "
+   "each (the wildcard row), whose difference cancels to a small delta, amplifying the relative "
+   "error by mean/delta; 1e-9 relative (not measured)"},
+  {"kl", "rounding-past-bound", "double", 1e-15, 0.0, kNoBound, -1.0,
+   "a one-sided bound: KL >= -atol. KL is >= 0 exactly; eval's double sum of V terms of either "
+   "sign may fall just below 0 where the policy's distribution equals the full cache's to rounding"},
+  {"mass_recall", "rounding-past-bound", "double", 1e-12, 0.0, kNoBound, -1.0,
+   "a one-sided bound: a mass recall (kept attention mass / total mass, a mean over heads) <= "
+   "1 + atol (suite eval: each layer's mean; suite decode: every step), and the step's 5th "
+   "percentile over heads (the minimum for fewer than 20 heads) <= its mean + atol: sums of O(1) "
+   "double values divided by their count, a few u64 past the exact bound at most; ~1000x margin"},
+  {"mass_recall", "decode-absorbed-cpu-vs-reference", "fp32", 0.0, 1e-4, kNoBound, -1.0,
+   "suite decode (absorbed_equals_naive_and_cpu_equals_reference): every step's mass recall of "
+   "the cpu absorbed decode kernel against the reference's, on the odd geometry, every policy: a "
+   "ratio of sums of positive probabilities, so its relative error is about that of the "
+   "probabilities (cpu-vs-reference fp32: ~sqrt(K)*u32 ~ 1e-6 typical, rtol 1e-3 elementwise); "
+   "1e-4 (not measured)"},
+  {"mass_recall", "decode-absorbed-cpu-vs-reference", "bf16", 0.0, 1e-4, kNoBound, -1.0,
+   "as the fp32 row, in bf16: the same rounding points on both sides, so the probabilities differ "
+   "by the one-ulp flips of cpu-vs-reference bf16 (a fraction ~3e-3 of them, 2^-8 relative each), "
+   "which a recall summed over many positions and heads dilutes; the test uses the same 1e-4 "
+   "(not measured)"},
+  {"t_cdf", "ours-at-scipy-quantile", "double", 1e-13, 0.0, kNoBound, -1.0,
+   "suite eval (t_quantiles_match_scipy): our two-sided Student-t CDF at scipy's 0.975 quantile "
+   "against 0.95, df 1 .. 1000: the closed-form series has <= df/2 terms of u64 each (<= 5.5e-14 "
+   "at df = 1000), plus scipy's quantile error (~1e-14 relative) times the density (< 0.4): "
+   "< 1e-13"},
+  {"mean_interval", "ours-vs-python-printed", "double", 1e-15, 0.0, kNoBound, -1.0,
+   "suite eval (mean_interval_and_quantiles_by_hand): the t-interval's low end -0.0437... against "
+   "the value Python printed (17 digits) from the same formula: mean 0.3 minus t*se ~ 0.344, each "
+   "within a few u64 of 0.34 (~1e-16), so the difference is ~1e-16; ~10x margin"},
+  // -- hand-worked comparisons and formats
+  {"cosine", "compare-values-hand-worked", "double", 0.0, 1e-15, kNoBound, -1.0,
+   "suite report (compare_values_by_hand): mla::compare_values' cosine of [1, 2, 3, 4] and "
+   "[1, 2.5, 3, 4] against 31 / (sqrt(30) sqrt(32.25)): the dot product and squared norms are exact "
+   "in double (small integers and quarters), leaving 2 square roots, a product and a division: "
+   "<= 4*u64 = 4.4e-16 relative; ~2x margin"},
+  {"kv_b_proj", "fp8-e4m3-vs-f32", "fp8", 9.765625e-4, 0.0625, kNoBound, -1.0,
+   "suite checkpoint (the f8_e4m3 checkpoint's dequantized kv_b_proj against the f32 weights it was "
+   "made from), the format's own rounding error: atol is in units of the block's scale (scale_inv = "
+   "amax / 448). E4M3 keeps 3 fraction bits, so a normal value rounds to within half an ulp, 2^-4 "
+   "= 0.0625 of itself (rtol); subnormals (below 2^-6 scale units) step by 2^-9, half a step 2^-10 "
+   "= 9.765625e-4 scale units (atol)"},
 };
 // clang-format on
 
