@@ -115,12 +115,14 @@ MIX4 = {"text": 0.30, "rcopy": 0.10, "tcopy": 0.30, "passkey": 0.30}
 # the filler holds too, so a copy head must match a longer prefix. Stage T does for text what
 # stage I did for random strings (a text span repeated to the row's end, every repeat a target, at
 # L 512 where steps are cheap), beside text-span copy and passkey rows; stage E goes back to L 2048
-# for the shallow 2 k needles (depths drawn from 2-40 % in a third of the passkey rows).
+# for the shallow 2 k needles. In both stages a third of the passkey rows put the needle at 2-40 %
+# depth (SHALLOW_SHARE), the cells attempt 4 missed.
 STAGES5 = STAGES + [("D", 2048, 2, 800, 3e-4, 20), ("T", 512, 8, 600, 5e-4, 20), ("E", 2048, 2, 600, 3e-4, 20)]
 MIX5T = {"text": 0.15, "tinduct": 0.35, "tcopy": 0.30, "passkey": 0.20}
 MIX5E = {"text": 0.25, "tinduct": 0.05, "tcopy": 0.35, "passkey": 0.35}
 RECIPES = {"2": (STAGES, MIX), "3": (STAGES3, MIX3), "4": (STAGES4, MIX), "5": (STAGES5, MIX)}
 STAGE_MIX = {"D": MIX4, "T": MIX5T, "E": MIX5E}  # a stage's own mix, where it has one (else the recipe's)
+SHALLOW_SHARE = {"T": 1 / 3, "E": 1 / 3}  # a stage's share of passkey rows with the needle at 2-40 % depth
 CONTINUES = {"4": len(STAGES), "5": len(STAGES) + 1}  # recipes that start from a shipped model: stages already run
 
 
@@ -258,7 +260,7 @@ def row_passkey(text, rng, n, answer_weight, depth=None, key=None):
     return body, w, key, answer_at
 
 
-def make_batch(text, rng, batch, seq_len, mix, answer_weight, repeat_only=False, copy_weight=1.0):
+def make_batch(text, rng, batch, seq_len, mix, answer_weight, repeat_only=False, copy_weight=1.0, shallow_share=0.0):
     """Returns ids [batch, seq_len], target weights [batch, seq_len] (weight of predicting ids[:, t])
     and each row's kind."""
     kinds, probs = list(mix), np.array([mix[k] for k in mix])
@@ -280,7 +282,7 @@ def make_batch(text, rng, batch, seq_len, mix, answer_weight, repeat_only=False,
         elif kind == "tinduct":
             body, w = row_tinduct(text, rng, n)
         else:
-            shallow = "tinduct" in mix and rng.random() < 1 / 3  # recipe 5: a third of the needles at 2-40 %
+            shallow = shallow_share > 0 and rng.random() < shallow_share  # the needle at 2-40 % depth
             body, w, _, _ = row_passkey(text, rng, n, answer_weight,
                                         depth=float(rng.uniform(0.02, 0.40)) if shallow else None)
         assert len(body) == n and len(w) == n, (kind, len(body), len(w))
@@ -523,7 +525,8 @@ def main():
             for g in opt.param_groups:
                 g["lr"] = lr_now
             x, w, row_kinds = make_batch(train_text, rng, batch, seq_len, mix, args.answer_weight,
-                                         repeat_only=(name == "A" and st["recipe_a2"]), copy_weight=args.copy_weight)
+                                         repeat_only=(name == "A" and st["recipe_a2"]), copy_weight=args.copy_weight,
+                                         shallow_share=SHALLOW_SHARE.get(name, 0.0))
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
                 logits = model(input_ids=x).logits
             nll = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, VOCAB), x[:, 1:].reshape(-1),
@@ -707,8 +710,8 @@ def write_card(out, cfg, args, st, res, heads, stats):
     a("- Rows: text (every byte a target), random-string copy (1-4 strings of 8-48 [A-Za-z0-9] written once")
     a("  and repeated; only the repeat is a target), text-span copy (a 32-256 byte span repeated), passkey")
     a(f"  (the key in the needle is no target; the 5 answer digits weigh {args.answer_weight})"
-      + ("; text induction (recipe 5: a text span of L/8-L/4 bytes repeated to the row's end, every repeat a target)."
-         if args.recipe == "5" else "."))
+      + ("; text induction (recipe 5: a text span of L/8-L/4 bytes repeated to the row's end, every repeat a target)"
+         "; in stages T and E a third of the passkey needles at 2-40 % depth." if args.recipe == "5" else "."))
     a(f"- Recipe {args.recipe}. Stages: " + "; ".join(f"{s[0]}: L {s[1]}, batch {s[2]}, {s[3]} steps, lr {s[4]}, "
                                                   f"warm-up {s[5]}" for s in args.stages) + ".")
     a(f"  Mix {args.mix}" + "".join(f"; stage {k}: {v}" for k, v in STAGE_MIX.items() if k in [t[0] for t in args.stages])

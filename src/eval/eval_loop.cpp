@@ -21,7 +21,6 @@
 // Shape legend: T tokens, P prompt rows, N steps, H hidden_size, V vocab_size, n heads, d_v,
 //   L layers, R runs.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -239,14 +238,6 @@ struct LayerPass {
   StageSeconds& stages;  // summed over the layers (add_seconds)
 };
 
-// f() timed into the record `name` of `stages` (one record per name, summed over the layers).
-template <class F>
-void add_timed(StageSeconds& stages, const char* name, const F& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  add_seconds(stages, name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-}
-
 // 2a. every run's keys from its projected rows (p: the stacked rows); its manager (with the run's
 // own token features) reads the prompt
 void start_runs(const LayerPass& lp, std::vector<RunState>& runs, const decoder::PreparedLayer::Projected& p) {
@@ -350,7 +341,7 @@ void decode_layer(const LayerPass& lp, std::vector<RunState>& runs, DecodeRows& 
   for (int64_t i = 0; i < R * N; ++i) positions[idx(i)] = P + i % N;
   decoder::LayerPlugs plugs;
   plugs.projected = [&](decoder::PreparedLayer::Projected& p) {
-    add_timed(lp.stages, "decode rows: runs' prompt caches and features", [&] { start_runs(lp, runs, p); });
+    StageRunner(lp.stages)("decode rows: runs' prompt caches and features", [&] { start_runs(lp, runs, p); });
     rows.q = std::move(p.q);
   };
   plugs.attend = [&](MatrixRM& ctx) {  // (timed as "decode rows: attention": the steps and the policies)
@@ -360,12 +351,12 @@ void decode_layer(const LayerPass& lp, std::vector<RunState>& runs, DecodeRows& 
     rows.q = MatrixRM();
   };
   plugs.attn_output = [&](const MatrixRM& attn) {
-    add_timed(lp.stages, "decode rows: attention errors", [&] { attention_errors(lp, runs, attn); });
+    StageRunner(lp.stages)("decode rows: attention errors", [&] { attention_errors(lp, runs, attn); });
   };
   plugs.stages = &lp.stages;
   plugs.stage_prefix = "decode rows";
   decoder::layer_forward(lp.layer, rows.h, positions, plugs);
-  add_timed(lp.stages, "decode rows: layer records", [&] { finish_layer(lp, runs, rows.h); });
+  StageRunner(lp.stages)("decode rows: layer records", [&] { finish_layer(lp, runs, rows.h); });
 }
 
 // The final norm and lm_head of every run's rows; NLL, KL and top-1 against the full run.
@@ -477,7 +468,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     }
     std::unique_ptr<decoder::PreparedLayer> layer;
     LayerWeights attention;  // the fp32 attention weights the policies' token features read
-    add_timed(result.profile, "load + prepare", [&] {
+    StageRunner(result.profile)("load + prepare", [&] {
       DecoderLayerWeights w = load_decoder_layer(ckpt, cfg, L, /*experts=*/true);
       layer = std::make_unique<decoder::PreparedLayer>(cfg, w, settings);
       if (needs.any()) attention = std::move(w.self_attn);

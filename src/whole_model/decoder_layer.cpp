@@ -19,7 +19,6 @@
 #include "decoder_layer.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -281,14 +280,9 @@ void layer_forward(PreparedLayer& layer, MatrixRM& h, const std::vector<int64_t>
   if (static_cast<int64_t>(positions.size()) != h.rows())
     fail(ErrorKind::Shape, "layer " + std::to_string(layer.layer()) + ": " + std::to_string(h.rows()) + " rows at " +
                                std::to_string(positions.size()) + " positions");
-  // each part timed into plugs.stages when given
-  auto part = [&](const char* name, const auto& f) {
-    if (!plugs.stages) return f();
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    add_seconds(*plugs.stages, plugs.stage_prefix + ": " + name,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  };
+  StageSeconds untimed;  // each part is timed into plugs.stages when given
+  const StageRunner stage(plugs.stages ? *plugs.stages : untimed);
+  auto part = [&](const char* name, const auto& f) { stage((plugs.stage_prefix + ": " + name).c_str(), f); };
   MatrixRM attn_output;
   {
     MatrixRM ctx;
