@@ -131,10 +131,21 @@ STAGES6 = STAGES5 + [("U", 1024, 4, 500, 4e-4, 20), ("F", 2048, 2, 300, 2e-4, 20
 MIX6U = {"text": 0.20, "tfar": 0.40, "tinduct": 0.10, "passkey": 0.30}
 MIX6F = {"text": 0.25, "tfar": 0.30, "tcopy": 0.10, "passkey": 0.35}
 FAR_GAP_WEIGHT = 0.3
-RECIPES = {"2": (STAGES, MIX), "3": (STAGES3, MIX3), "4": (STAGES4, MIX), "5": (STAGES5, MIX), "6": (STAGES6, MIX)}
-STAGE_MIX = {"D": MIX4, "T": MIX5T, "E": MIX5E, "U": MIX6U, "F": MIX6F}  # a stage's own mix, where it has one (else the recipe's)
-SHALLOW_SHARE = {"T": 1 / 3, "E": 1 / 3, "U": 1 / 3, "F": 1 / 3}  # a stage's share of passkey rows with the needle at 2-40 % depth
-CONTINUES = {"4": len(STAGES), "5": len(STAGES) + 1, "6": len(STAGES5)}  # recipes that start from a shipped model: stages already run
+# Recipe 7 (attempt 7): continues from attempt 6's weights (--init-from). Attempt 6's copy probe at
+# 1024 bytes fell from 0.39 to 0.25 in stage U and stopped there: stage U's gaps (L/5 .. L/2, 205-512
+# bytes at L 1024) put a repeat closer to its first occurrence than the card's probe does (~590
+# bytes), and every later repeat could copy from the nearest earlier one. Stage V trains one far
+# repeat per row at the probe's distances (row_tspan: a 96-256 byte text span at 5-35 % of the row,
+# its one verbatim repeat 300-800 bytes later, text around both), beside far induction, text and
+# passkey rows; stage G at L 2048 keeps far single repeats in the mix for the 2 k needles.
+STAGES7 = STAGES6 + [("V", 1024, 4, 800, 4e-4, 20), ("G", 2048, 2, 300, 2e-4, 20)]
+MIX7V = {"text": 0.20, "tspan": 0.45, "tfar": 0.10, "passkey": 0.25}
+MIX7G = {"text": 0.25, "tspan": 0.35, "tcopy": 0.05, "passkey": 0.35}
+RECIPES = {"2": (STAGES, MIX), "3": (STAGES3, MIX3), "4": (STAGES4, MIX), "5": (STAGES5, MIX), "6": (STAGES6, MIX),
+           "7": (STAGES7, MIX)}
+STAGE_MIX = {"D": MIX4, "T": MIX5T, "E": MIX5E, "U": MIX6U, "F": MIX6F, "V": MIX7V, "G": MIX7G}  # a stage's own mix, where it has one (else the recipe's)
+SHALLOW_SHARE = {"T": 1 / 3, "E": 1 / 3, "U": 1 / 3, "F": 1 / 3, "V": 1 / 3, "G": 1 / 3}  # a stage's share of passkey rows with the needle at 2-40 % depth
+CONTINUES = {"4": len(STAGES), "5": len(STAGES) + 1, "6": len(STAGES5), "7": len(STAGES6)}  # recipes that start from a shipped model: stages already run
 
 
 def build_config():
@@ -255,6 +266,25 @@ def row_tfar(text, rng, n):
     return b"".join(parts), np.concatenate(ws)
 
 
+def row_tspan(text, rng, n):
+    """one far repeat (stage V of recipe 7): a held-in text span of 96-256 bytes at 5-35 % of the row
+    and its one verbatim repeat 300-800 bytes after its end (the card's copy probe puts a 128-byte
+    span's repeat ~590 bytes after it at 1024 bytes), text before, between and after. The text weighs
+    FAR_GAP_WEIGHT, the span's first occurrence too, the repeat's bytes after its first weigh 1."""
+    span = base.window(text, rng, int(rng.integers(96, min(257, n // 4) + 1)))
+    start = int(rng.uniform(0.05, 0.35) * n)
+    room = n - start - 2 * len(span)  # bytes of text left for the gap and the tail
+    gap = int(rng.integers(min(300, room), min(800, room) + 1))
+    lead = base.window(text, rng, start)
+    between = base.window(text, rng, gap)
+    tail = base.window(text, rng, n - start - 2 * len(span) - gap)
+    body = lead + span + between + span + tail
+    w = np.full(n, FAR_GAP_WEIGHT, np.float32)
+    r0 = start + len(span) + gap  # the repeat's first byte
+    w[r0 + 1:r0 + len(span)] = 1.0
+    return body, w
+
+
 def row_tcopy(text, rng, n, copy_weight=1.0):
     """filler with a 32-256 byte text span written twice; every byte a target, the repeat's bytes
     (after its first) weighing copy_weight (1.0 in recipes 2 and 3)."""
@@ -316,6 +346,8 @@ def make_batch(text, rng, batch, seq_len, mix, answer_weight, repeat_only=False,
             body, w = row_tinduct(text, rng, n)
         elif kind == "tfar":
             body, w = row_tfar(text, rng, n)
+        elif kind == "tspan":
+            body, w = row_tspan(text, rng, n)
         else:
             shallow = shallow_share > 0 and rng.random() < shallow_share  # the needle at 2-40 % depth
             body, w, _, _ = row_passkey(text, rng, n, answer_weight,
@@ -480,11 +512,12 @@ def main():
                     help="2: attempt 2; 3: induction rows kept, no stage-A warm-up, longer stage C; "
                          "4: attempt 2's weights (--init-from) and a stage D at L 2048; "
                          "5: attempt 4's weights (--init-from), text induction at L 512 (T), then L 2048 (E); "
-                         "6: attempt 5's weights (--init-from), far text induction at L 1024 (U), then L 2048 (F)")
+                         "6: attempt 5's weights (--init-from), far text induction at L 1024 (U), then L 2048 (F); "
+                         "7: attempt 6's weights (--init-from), one far text repeat per row at L 1024 (V), then L 2048 (G)")
     ap.add_argument("--init-from", default="models/tiny-mla-recall",
-                    help="recipes 4-6: the model directory (attempt 2's, 4's, 5's) whose weights, log and events it continues")
+                    help="recipes 4-7: the model directory (attempt 2's, 4's, 5's, 6's) whose weights, log and events it continues")
     ap.add_argument("--copy-weight", type=float, default=None,
-                    help="weight of a text-span repeat's bytes (default 3.0 in recipes 4-6, else 1.0)")
+                    help="weight of a text-span repeat's bytes (default 3.0 in recipes 4-7, else 1.0)")
     ap.add_argument("--stage-steps", default="", help="override the stages' step counts, e.g. 1200,250,100")
     ap.add_argument("--finish-only", action="store_true", help="write the shipped model and card from the state")
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
@@ -585,7 +618,7 @@ def main():
             row = {"stage": name, "recipe": "A2" if (name == "A" and st["recipe_a2"]) else name,
                    "step": st["global_step"], "tokens": st["tokens"], "wall_s": round(st["wall_s"], 1),
                    "lr": lr_now, "train_loss": float(loss.detach()),
-                   **{f"loss_{k}": round(per_kind.get(k, float("nan")), 4) for k in ("induct", "text", "rcopy", "tcopy", "tinduct", "passkey")},
+                   **{f"loss_{k}": round(per_kind.get(k, float("nan")), 4) for k in ("induct", "text", "rcopy", "tcopy", "tinduct", "tfar", "tspan", "passkey")},
                    "induct_probe": "",
                    "max_over_mean_load": max(ratios) if ratios else 0.0,
                    "heldout_bpb": "", "copy_first": "", "copy_repeat": "", "copy_ratio": "", "passkey": ""}
@@ -747,10 +780,13 @@ def write_card(out, cfg, args, st, res, heads, stats):
     a("  and repeated; only the repeat is a target), text-span copy (a 32-256 byte span repeated), passkey")
     a(f"  (the key in the needle is no target; the 5 answer digits weigh {args.answer_weight})"
       + ("; text induction (recipe 5: a text span of L/8-L/4 bytes repeated to the row's end, every repeat a target)"
-         "; in stages T and E a third of the passkey needles at 2-40 % depth" if args.recipe in ("5", "6") else "")
+         "; in stages T and E a third of the passkey needles at 2-40 % depth" if args.recipe in ("5", "6", "7") else "")
       + ("; far text induction (recipe 6: a 96-256 byte text span repeated after text gaps of L/5-L/2 bytes, every"
          f" repeat a target, the gaps weighing {FAR_GAP_WEIGHT}); in stages U and F a third of the needles at 2-40 % depth"
-         if args.recipe == "6" else "") + ".")
+         if args.recipe in ("6", "7") else "")
+      + ("; one far text repeat (recipe 7: a 96-256 byte text span at 5-35 % of the row and its one repeat 300-800"
+         f" bytes after it, the repeat a target, the rest weighing {FAR_GAP_WEIGHT}); in stages V and G a third of the"
+         " needles at 2-40 % depth" if args.recipe == "7" else "") + ".")
     a(f"- Recipe {args.recipe}. Stages: " + "; ".join(f"{s[0]}: L {s[1]}, batch {s[2]}, {s[3]} steps, lr {s[4]}, "
                                                   f"warm-up {s[5]}" for s in args.stages) + ".")
     a(f"  Mix {args.mix}" + "".join(f"; stage {k}: {v}" for k, v in STAGE_MIX.items() if k in [t[0] for t in args.stages])
