@@ -26,7 +26,7 @@ PrecisionMatrix project_chunks(const Layer& L, int64_t T, const InputRows& input
   const AttentionConfig& cfg = L.cfg;
   const int64_t r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim;
   const int64_t latent_width = cfg.has_q_lora() ? cfg.q_lora_rank : cfg.num_attention_heads * cfg.qk_head_dim();
-  PrecisionMatrix q_store(T, latent_width, L.bf16);
+  PrecisionMatrix q_store(T, latent_width, L.bf16());
   for (int64_t r0 = 0; r0 < T; r0 += kRowChunk) {
     const int64_t rows = std::min(kRowChunk, T - r0);
     const MatrixRM x = stage("q_path", [&] {  // (with the input rows it reads: the first stage)
@@ -64,7 +64,7 @@ PrecisionMatrix attend_passes(const Layer& L, const PrecisionMatrix& q_store, in
                               const StageRunner& stage) {
   const int64_t n = L.cfg.num_attention_heads, d_v = L.cfg.v_head_dim;
   const bool context = static_cast<bool>(plugs.output);
-  PrecisionMatrix attn_context(context ? A : 0, n * d_v, L.bf16);
+  PrecisionMatrix attn_context(context ? A : 0, n * d_v, L.bf16());
   const int64_t pass = plugs.pass_rows > 0 ? plugs.pass_rows : query_pass_rows(A);
   for (int64_t r0 = 0; r0 < A; r0 += pass) {
     const int64_t rows = std::min(pass, A - r0);
@@ -143,8 +143,8 @@ void keep_query_rows(const MatrixRM& q, int64_t r0, int64_t first, MatrixRM& kep
   if (s1 > s0) kept.middleRows(s0 - first, s1 - s0) = q.middleRows(s0 - r0, s1 - s0);
 }
 
-KeptQueries::KeptQueries(int64_t first, int64_t end, int64_t n, int64_t d_qk, bool bf16)
-    : first_(first), n_(n), d_qk_(d_qk), rows_(std::max<int64_t>(end - first, 0), n * d_qk, bf16) {}
+KeptQueries::KeptQueries(int64_t first, int64_t end, int64_t n, int64_t d_qk, Precision precision)
+    : first_(first), n_(n), d_qk_(d_qk), rows_(std::max<int64_t>(end - first, 0), n * d_qk, precision == Precision::BF16) {}
 
 void KeptQueries::keep(const MatrixRM& q, int64_t r0, int threads) {
   const int64_t s0 = std::max(r0, first_), s1 = std::min(r0 + q.rows(), first_ + rows_.rows());
@@ -170,7 +170,7 @@ QueryStatistics KeptQueries::statistics(const AttentionConfig& cfg, const std::v
 StreamedAttention::StreamedAttention(const Layer& L, int64_t key_rows, bool causal)
     : L_(L),
       states_(key_rows, L.cfg.num_attention_heads, L.cfg.qk_nope_head_dim, L.cfg.qk_rope_head_dim, L.cfg.v_head_dim,
-              L.bf16),
+              L.bf16()),
       causal_(causal) {}
 
 void StreamedAttention::plug(AttentionPlugs& plugs) {
@@ -206,7 +206,7 @@ void StreamedAttention::attend(const MatrixRM& q, int64_t r0, MatrixRM& ctx) {
     block_progress = [&](int64_t done, int64_t) {
       progress(progress_label, (pairs_before_ + done) * flop_per_pair, total_pairs * flop_per_pair);
     };
-  streaming_attention(q.data(), n * d_qk, states_, causal_, scaling, L_.bf16, L_.threads, L_.w.attention_products,
+  streaming_attention(q.data(), n * d_qk, states_, causal_, scaling, L_.bf16(), L_.threads, L_.w.attention_products,
                       block_progress,
                       {context ? ctx.data() : nullptr, context ? n * d_v : 0, head_mass, attn_weights}, {r0, r0 + rows});
   pairs_before_ += streaming_pairs(P, n, causal_, {r0, r0 + rows});
@@ -215,7 +215,7 @@ void StreamedAttention::attend(const MatrixRM& q, int64_t r0, MatrixRM& ctx) {
 // ---- the row kernel --------------------------------------------------------------------------
 
 RowAttentionSpec row_attention_spec(const Layer& L) {
-  return {static_cast<float>(softmax_scale(L.cfg)), L.bf16};  // the scale: a Python float, used as fp32
+  return {static_cast<float>(softmax_scale(L.cfg)), L.precision};  // the scale: a Python float, used as fp32
 }
 
 CausalRowAttention::CausalRowAttention(const Layer& L, int64_t m, RowKeys& keys, std::vector<double>* head_mass)

@@ -89,7 +89,7 @@ void keep_query_rows(const MatrixRM& q, int64_t r0, int64_t first, MatrixRM& kep
 // bf16 values in a bf16 run), for expected-attention's statistics of the pre-RoPE queries.
 class KeptQueries {
  public:
-  KeptQueries(int64_t first, int64_t end, int64_t n, int64_t d_qk, bool bf16);
+  KeptQueries(int64_t first, int64_t end, int64_t n, int64_t d_qk, Precision precision);
   void keep(const MatrixRM& q, int64_t r0, int threads);  // the pass's rows inside [first, end)
   // prerope_query_statistics (mla/decode.hpp) of the kept rows; positions: [end] of rows 0..end-1.
   QueryStatistics statistics(const AttentionConfig& cfg, const std::vector<int64_t>& positions) const;

@@ -79,15 +79,17 @@ std::vector<float> prepare_vector(const TensorF& t, bool bf16) {
 
 // ---- the stages (cpu_stages.hpp) ------------------------------------------------------------
 
-PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads, Gemm gemm) {
+PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, Precision precision, int threads,
+                                Gemm gemm) {
   std::string reason;
-  const std::unique_ptr<GemmEngine> engine = make_gemm_engine(gemm, bf16, reason);
-  return prepare_weights_on(*engine, gemm_name(gemm), reason, cfg, w, bf16, threads);
+  const std::unique_ptr<GemmEngine> engine = make_gemm_engine(gemm, precision == Precision::BF16, reason);
+  return prepare_weights_on(*engine, gemm_name(gemm), reason, cfg, w, precision, threads);
 }
 
 PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& requested, const std::string& reason,
-                                   const AttentionConfig& /*cfg: validated against*/, const LayerWeights& w, bool bf16,
-                                   int threads) {
+                                   const AttentionConfig& /*cfg: validated against*/, const LayerWeights& w,
+                                   Precision precision, int threads) {
+  const bool bf16 = precision == Precision::BF16;
   const TensorF none;  // q_b_proj, q_proj and kv_b_proj have no bias (HF)
   PreparedWeights p;
   p.q_a_proj = prepare_linear(engine, w.q_a_proj, "q_a_proj", w.q_a_proj_bias, bf16, threads);
@@ -107,12 +109,10 @@ PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& reques
   return p;
 }
 
-MatrixRM input_rows(const TensorF& hidden, bool bf16) { return input_rows(hidden, 0, hidden.dim(0), bf16); }
-
-MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, bool bf16) {
+MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, Precision precision) {
   const int64_t H = hidden.dim(1);
   MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr() + row_begin * H, rows, H);  // [rows, H]
-  if (bf16) round_to_bf16_inplace(x.data(), x.size());
+  if (precision == Precision::BF16) round_to_bf16_inplace(x.data(), x.size());
   return x;
 }
 
@@ -127,7 +127,7 @@ MatrixRM q_latent(const Layer& L, const MatrixRM& x) {
   MatrixRM q_a;  // [S, r_q]
   w.q_a_proj->run(x, L.threads, q_a);
   MatrixRM q_a_normed(S, r_q);  // [S, r_q]
-  rms_norm(q_a.data(), r_q, S, r_q, w.q_a_layernorm.data(), L.latent_norm_eps, L.bf16, q_a_normed.data(), r_q);
+  rms_norm(q_a.data(), r_q, S, r_q, w.q_a_layernorm.data(), L.latent_norm_eps, L.bf16(), q_a_normed.data(), r_q);
   return q_a_normed;
 }
 
@@ -144,7 +144,7 @@ KvPath kv_path(const Layer& L, const MatrixRM& x) {
   KvPath out;
   w.kv_a_proj_with_mqa->run(x, L.threads, out.compressed_kv);
   out.latent_normed.resize(S, r_kv);  // kv_a_layernorm reads the first r_kv columns (the latent)
-  rms_norm(out.compressed_kv.data(), r_kv + d_r, S, r_kv, w.kv_a_layernorm.data(), L.latent_norm_eps, L.bf16,
+  rms_norm(out.compressed_kv.data(), r_kv + d_r, S, r_kv, w.kv_a_layernorm.data(), L.latent_norm_eps, L.bf16(),
            out.latent_normed.data(), r_kv);
   w.kv_b_proj->run(out.latent_normed, L.threads, out.kv);
   return out;
@@ -156,7 +156,7 @@ namespace {
 // (DeepseekV3's `.to(x.dtype)`; DeepseekV2 multiplies by its fp32 freqs_cis unrounded).
 RopeTables run_rope_tables(const Layer& L, const std::vector<int64_t>& positions) {
   RopeTables tables = rope_tables(L.cfg, positions);
-  if (L.bf16 && L.cfg.rope_style() != RopeStyle::Complex) {
+  if (L.bf16() && L.cfg.rope_style() != RopeStyle::Complex) {
     round_to_bf16_inplace(tables.cos.data(), static_cast<int64_t>(tables.cos.size()));
     round_to_bf16_inplace(tables.sin.data(), static_cast<int64_t>(tables.sin.size()));
   }
@@ -178,7 +178,7 @@ void rope_query(const Layer& L, const std::vector<int64_t>& positions, MatrixRM&
     for (int64_t h = 0; h < n; ++h) {
       float* q_rope_half = q.data() + s * n * d_qk + h * d_qk + d_n;
       std::copy_n(q_rope_half, d_r, q_pe_s);
-      cpu::rope(q_pe_s, q_rope_half, cos, sin, d_r, cfg.rope_style(), L.bf16);
+      cpu::rope(q_pe_s, q_rope_half, cos, sin, d_r, cfg.rope_style(), L.bf16());
     }
   });
 }
@@ -190,7 +190,7 @@ MatrixRM rope_key(const Layer& L, const std::vector<int64_t>& positions, const M
   MatrixRM k_pe_roped(S, d_r);  // [S, d_r]  one roped key per token, shared by all heads
   parallel_for(S, L.threads, [&](int64_t s, int) {
     cpu::rope(compressed_kv.data() + s * (r_kv + d_r) + r_kv, k_pe_roped.data() + s * d_r, tables.cos.data() + s * d_r,
-              tables.sin.data() + s * d_r, d_r, cfg.rope_style(), L.bf16);
+              tables.sin.data() + s * d_r, d_r, cfg.rope_style(), L.bf16());
   });
   return k_pe_roped;
 }
@@ -294,7 +294,7 @@ class CpuBackend final : public Backend {
     prepared_ = false;
     validate_layer(cfg, w, opt);
     const int threads = resolve_threads(opt.threads);
-    weights_ = prepare_weights(cfg, w, opt.precision == Precision::BF16, threads, opt.gemm);
+    weights_ = prepare_weights(cfg, w, opt.precision, threads, opt.gemm);
     cfg_ = cfg;
     precision_ = opt.precision;
     threads_ = threads;
@@ -310,7 +310,7 @@ class CpuBackend final : public Backend {
   ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) override {
     check_prepared(prepared_, precision_, opt);
     validate_input(cfg_, hidden, opt);
-    const Layer L{cfg_, weights_, precision_ == Precision::BF16, opt.threads > 0 ? opt.threads : threads_,
+    const Layer L{cfg_, weights_, precision_, opt.threads > 0 ? opt.threads : threads_,
                   static_cast<float>(opt.latent_norm_eps)};
     const int64_t S = hidden.dim(0), H = cfg_.hidden_size, n = cfg_.num_attention_heads, d_qk = cfg_.qk_head_dim();
     StageSeconds stages;
@@ -341,7 +341,7 @@ class CpuBackend final : public Backend {
       if (r0 == 0) result.attn_output = huge_page_tensor<double>("attn_output", {S, H});  // (the keys freed by now)
       stage("export", [&] { widen_rows(y.data(), H, y.rows(), H, result.attn_output.ptr() + r0 * H, L.threads); });
     };
-    attention_layer(L, S, [&](int64_t r0, int64_t rows) { return input_rows(hidden, r0, rows, L.bf16); },
+    attention_layer(L, S, [&](int64_t r0, int64_t rows) { return input_rows(hidden, r0, rows, L.precision); },
                     position_ids(opt.position_offset, S), plugs, stage);
     stage("export", [&] {
       check_attn_output_finite(result.attn_output, opt.precision);

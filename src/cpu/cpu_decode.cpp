@@ -304,10 +304,9 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
                 d_qk = cfg.qk_head_dim(), P = req.prompt_len;
   check_decode_inputs_request(req, T);
   const int64_t w_rows = std::clamp<int64_t>(req.query_window, 1, P), query_begin = P - w_rows, Q = T - query_begin;
-  const bool bf16 = opt.precision == Precision::BF16;
   const int threads = cpu::resolve_threads(opt.threads);
-  const cpu::PreparedWeights pw = cpu::prepare_weights(cfg, w, bf16, threads, opt.gemm);
-  const cpu::Layer L{cfg, pw, bf16, threads, static_cast<float>(opt.latent_norm_eps)};
+  const cpu::PreparedWeights pw = cpu::prepare_weights(cfg, w, opt.precision, threads, opt.gemm);
+  const cpu::Layer L{cfg, pw, opt.precision, threads, static_cast<float>(opt.latent_norm_eps)};
 
   DecodeInputs in;
   in.prompt_len = P;
@@ -319,7 +318,7 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
   in.query_states = TensorD("query_states", {n, Q, d_qk});  // HF layout of rows query_begin .. T-1
   // rows [first, P) of the roped q (exact in the run's precision) for expected-attention's statistics
   const int64_t first = req.statistics_from;
-  cpu::KeptQueries statistics_rows(first >= 0 ? first : P, P, n, d_qk, bf16);
+  cpu::KeptQueries statistics_rows(first >= 0 ? first : P, P, n, d_qk, opt.precision);
 
   cpu::StreamedAttention attention(L, P, /*causal=*/true);
   attention.progress_label = "prefill attention FLOP";
@@ -341,7 +340,7 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
           in.query_states.data[static_cast<size_t>((h * Q + s - query_begin) * d_qk + d)] = q(s - r0, h * d_qk + d);
   };
   StageSeconds stages;  // (not reported: decode times the whole prefill)
-  cpu::attention_layer(L, T, [&](int64_t r0, int64_t rows) { return cpu::input_rows(hidden, r0, rows, bf16); },
+  cpu::attention_layer(L, T, [&](int64_t r0, int64_t rows) { return cpu::input_rows(hidden, r0, rows, opt.precision); },
                        position_ids(0, T), plugs, StageRunner(stages));
   if (first >= 0) in.query_statistics = statistics_rows.statistics(cfg, position_ids(0, P));
   return in;

@@ -60,26 +60,27 @@ struct PreparedWeights {
 struct Layer {
   const AttentionConfig& cfg;
   const PreparedWeights& w;
-  bool bf16 = false;              // PyTorch bf16 emulation (docs/math.md §7)
-  int threads = 1;                // workers (and OpenBLAS threads of the projections)
-  float latent_norm_eps = 1e-6f;  // q_a_layernorm / kv_a_layernorm eps
+  Precision precision = Precision::FP32;  // BF16: PyTorch bf16 emulation (docs/math.md §7)
+  int threads = 1;                        // workers (and OpenBLAS threads of the projections)
+  float latent_norm_eps = 1e-6f;          // q_a_layernorm / kv_a_layernorm eps
+  bool bf16() const { return precision == Precision::BF16; }
 };
 
 // Prepares weights the validator accepted for cfg (mla/validate.hpp: validate_layer) for the
 // GEMM engine `gemm` (make_gemm_engine: Eigen by default, the backend passes --gemm), rounded
 // to bf16 in bf16 mode; absent tensors stay empty. attend's per-head products run on the same
 // engine (oneDNN: onednn_attention.hpp).
-PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads,
+PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, Precision precision, int threads,
                                 Gemm gemm = Gemm::Eigen);
 // The same on a given engine (the whole-model forward passes the fixed-order engine,
 // fixed_order.hpp); `requested` and `reason` are reported in PreparedWeights::gemm.
 PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& requested, const std::string& reason,
-                                   const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads);
+                                   const AttentionConfig& cfg, const LayerWeights& w, Precision precision,
+                                   int threads);
 
-// hidden [S, H] fp32, validated (mla/validate.hpp: validate_hidden) -> x [S, H]; bf16 mode
-// rounds it (HF's input is a bf16 tensor). The second form: rows [row_begin, row_begin+rows).
-MatrixRM input_rows(const TensorF& hidden, bool bf16);
-MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, bool bf16);
+// rows [row_begin, row_begin + rows) of hidden [S, H] fp32, validated (mla/validate.hpp:
+// validate_hidden) -> x [rows, H]; bf16 mode rounds them (HF's input is a bf16 tensor).
+MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, Precision precision);
 
 // x [S, H] -> q [S, n*d_qk], head-major: feature h*d_qk + (nope d_n | rope d_r). In two steps,
 // so the pipeline keeps the small latent and makes q from it later, rows at a time:

@@ -22,6 +22,8 @@
 #include <span>
 #include <vector>
 
+#include "mla/attention.hpp"
+
 namespace mla::cpu {
 
 // One layer's keys and values in the kernel's layout, for positions [first, first + rows).
@@ -51,7 +53,7 @@ struct KeyView {
 
 struct RowAttentionSpec {
   float scaling = 1.0f;  // softmax scale as fp32 (torch multiplies by the Python float)
-  bool bf16 = false;
+  Precision precision = Precision::FP32;
 };
 
 // Per-worker buffers (resized on use).

@@ -21,7 +21,7 @@ PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int
   out.queries.resize(out.window, n * d_qk);
   // expected-attention's statistics read the queries of rows [first, P)
   const int64_t first = needs.expected_attention ? std::min(needs.expected_sinks, P - 1) : P;
-  cpu::KeptQueries statistics_rows(first, P, n, d_qk, layer.bf16());
+  cpu::KeptQueries statistics_rows(first, P, n, d_qk, layer.precision());
   cpu::CausalRowAttention causal(layer.attention(), P, out.keys, &out.head_mass);
   decoder::LayerPlugs plugs;
   causal.plug(plugs.attention);

@@ -75,7 +75,7 @@ PreparedLayer::PreparedLayer(const ModelConfig& cfg, const DecoderLayerWeights& 
       loader_(std::move(loader)) {
   const std::unique_ptr<cpu::GemmEngine> engine = cpu::make_fixed_order_engine();
   attention_ = cpu::prepare_weights_on(*engine, "fixed-order", "row-invariant sums (docs/math.md §15.4)",
-                                       cfg.attention, w.self_attn, bf16_, threads_);
+                                       cfg.attention, w.self_attn, settings.precision, threads_);
   input_layernorm_ = prepared_vector(w.self_attn.input_layernorm, bf16_);
   post_attention_layernorm_ = prepared_vector(w.post_attention_layernorm, bf16_);
   spec_ = cpu::row_attention_spec(attention());

@@ -74,12 +74,12 @@ class PreparedLayer {
 
   int64_t layer() const { return layer_; }
   bool moe() const { return moe_; }
-  bool bf16() const { return bf16_; }
+  Precision precision() const { return bf16_ ? Precision::BF16 : Precision::FP32; }
   int threads() const { return threads_; }
   const ModelConfig& config() const { return cfg_; }
   const cpu::RowAttentionSpec& attention_spec() const { return spec_; }
   // The attention's weights on the fixed-order engine, for cpu::attention_layer and its kernels.
-  cpu::Layer attention() const { return {cfg_.attention, attention_, bf16_, threads_, latent_eps_}; }
+  cpu::Layer attention() const { return {cfg_.attention, attention_, precision(), threads_, latent_eps_}; }
 
   // ---- the equations ----
   MatrixRM input_norm(const Eigen::Ref<const MatrixRM>& h) const;  // [m, H] -> [m, H]
