@@ -6,10 +6,10 @@
 // the one layer composition (decoder::layer_forward):
 //   1. the prompt rows [0, P): the causal forward, shared by every run (prefill_layer)
 //   2. the decode rows [P, T) of every run stacked, R x N rows through the layer together (the
-//      projections, o_proj and the MLP/MoE as one product each, the MoE grouping the rows of
-//      every run by expert), with the attention plugged in:
-//      a. each run's keys from its rows; its manager reads the prompt (observation window,
-//         prefill cut)
+//      projections and o_proj by chunks of 4096 rows, the MLP/MoE as one product each, the MoE
+//      grouping the rows of every run by expert), with the keys and attention plugged in:
+//      a. each run's keys from its rows, chunk by chunk; once all are stored, its manager reads
+//         the prompt (observation window, prefill cut)
 //      b. the steps x = P .. T-1 in order, every run at step x (runs in parallel), by the one step
 //         loop (mla/step_loop.hpp): the full run attends [0, x]; a policy run attends the cache
 //         its manager gives, which then evicts
