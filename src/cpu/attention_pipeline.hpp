@@ -1,6 +1,6 @@
 // src/cpu/attention_pipeline.hpp — THE attention layer on the CPU: one function, attention_layer,
 // runs HF DeepseekV3Attention's stages (cpu_stages.hpp) over the rows of every CPU caller, in three
-// passes (docs/long-context.md §1, docs/backends.md §1):
+// passes (docs/long-context.md §1, docs/backends.md §3):
 //
 //   1. projections, kRowChunk rows at a time: x = input(rows) -> q latent (stored for every row
 //      in the run's precision), kv_path, rope of k_pe; each chunk's keys/values go to the
