@@ -8,8 +8,9 @@
 //   r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim,
 //   d_qk = d_n + d_r.
 //
-// forward() runs the stages of cpu_stages.hpp in HF's order, each timed (StageRunner), in three
-// passes over the tokens (see forward(); docs/long-context.md §1):
+// forward() runs the one CPU attention layer (attention_pipeline.hpp: three passes over the
+// tokens, docs/long-context.md §1) with the streamed kernel plugged in. Its stages (cpu_stages.hpp,
+// implemented here), in HF's order, each timed (StageRunner):
 //   q_path    q latent = q_a_layernorm(q_a(x)) per row chunk, stored; q = q_b(latent) per query pass
 //             (or q = q_proj(x))                                        [S, r_q] -> [rows, n*d_qk]
 //   kv_path   compressed_kv = kv_a(x) = [latent | k_pe]; kv = kv_b(RMSNorm_kv(latent)), per chunk
@@ -40,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_pipeline.hpp"
 #include "cpu_kernels.hpp"
 #include "cpu_stages.hpp"
 #include "onednn_attention.hpp"
@@ -77,15 +79,17 @@ std::vector<float> prepare_vector(const TensorF& t, bool bf16) {
 
 // ---- the stages (cpu_stages.hpp) ------------------------------------------------------------
 
-PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads, Gemm gemm) {
+PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, Precision precision, int threads,
+                                Gemm gemm) {
   std::string reason;
-  const std::unique_ptr<GemmEngine> engine = make_gemm_engine(gemm, bf16, reason);
-  return prepare_weights_on(*engine, gemm_name(gemm), reason, cfg, w, bf16, threads);
+  const std::unique_ptr<GemmEngine> engine = make_gemm_engine(gemm, precision == Precision::BF16, reason);
+  return prepare_weights_on(*engine, gemm_name(gemm), reason, cfg, w, precision, threads);
 }
 
 PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& requested, const std::string& reason,
-                                   const AttentionConfig& /*cfg: validated against*/, const LayerWeights& w, bool bf16,
-                                   int threads) {
+                                   const AttentionConfig& /*cfg: validated against*/, const LayerWeights& w,
+                                   Precision precision, int threads) {
+  const bool bf16 = precision == Precision::BF16;
   const TensorF none;  // q_b_proj, q_proj and kv_b_proj have no bias (HF)
   PreparedWeights p;
   p.q_a_proj = prepare_linear(engine, w.q_a_proj, "q_a_proj", w.q_a_proj_bias, bf16, threads);
@@ -105,12 +109,10 @@ PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& reques
   return p;
 }
 
-MatrixRM input_rows(const TensorF& hidden, bool bf16) { return input_rows(hidden, 0, hidden.dim(0), bf16); }
-
-MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, bool bf16) {
+MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, Precision precision) {
   const int64_t H = hidden.dim(1);
   MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr() + row_begin * H, rows, H);  // [rows, H]
-  if (bf16) round_to_bf16_inplace(x.data(), x.size());
+  if (precision == Precision::BF16) round_to_bf16_inplace(x.data(), x.size());
   return x;
 }
 
@@ -125,7 +127,7 @@ MatrixRM q_latent(const Layer& L, const MatrixRM& x) {
   MatrixRM q_a;  // [S, r_q]
   w.q_a_proj->run(x, L.threads, q_a);
   MatrixRM q_a_normed(S, r_q);  // [S, r_q]
-  rms_norm(q_a.data(), r_q, S, r_q, w.q_a_layernorm.data(), L.latent_norm_eps, L.bf16, q_a_normed.data(), r_q);
+  rms_norm(q_a.data(), r_q, S, r_q, w.q_a_layernorm.data(), L.latent_norm_eps, L.bf16(), q_a_normed.data(), r_q);
   return q_a_normed;
 }
 
@@ -136,15 +138,13 @@ MatrixRM q_from_latent(const Layer& L, const MatrixRM& latent) {
   return q;
 }
 
-MatrixRM q_path(const Layer& L, const MatrixRM& x) { return q_from_latent(L, q_latent(L, x)); }
-
 KvPath kv_path(const Layer& L, const MatrixRM& x) {
   const PreparedWeights& w = L.w;
   const int64_t S = x.rows(), r_kv = L.cfg.kv_lora_rank, d_r = L.cfg.qk_rope_head_dim;
   KvPath out;
   w.kv_a_proj_with_mqa->run(x, L.threads, out.compressed_kv);
   out.latent_normed.resize(S, r_kv);  // kv_a_layernorm reads the first r_kv columns (the latent)
-  rms_norm(out.compressed_kv.data(), r_kv + d_r, S, r_kv, w.kv_a_layernorm.data(), L.latent_norm_eps, L.bf16,
+  rms_norm(out.compressed_kv.data(), r_kv + d_r, S, r_kv, w.kv_a_layernorm.data(), L.latent_norm_eps, L.bf16(),
            out.latent_normed.data(), r_kv);
   w.kv_b_proj->run(out.latent_normed, L.threads, out.kv);
   return out;
@@ -156,7 +156,7 @@ namespace {
 // (DeepseekV3's `.to(x.dtype)`; DeepseekV2 multiplies by its fp32 freqs_cis unrounded).
 RopeTables run_rope_tables(const Layer& L, const std::vector<int64_t>& positions) {
   RopeTables tables = rope_tables(L.cfg, positions);
-  if (L.bf16 && L.cfg.rope_style() != RopeStyle::Complex) {
+  if (L.bf16() && L.cfg.rope_style() != RopeStyle::Complex) {
     round_to_bf16_inplace(tables.cos.data(), static_cast<int64_t>(tables.cos.size()));
     round_to_bf16_inplace(tables.sin.data(), static_cast<int64_t>(tables.sin.size()));
   }
@@ -178,7 +178,7 @@ void rope_query(const Layer& L, const std::vector<int64_t>& positions, MatrixRM&
     for (int64_t h = 0; h < n; ++h) {
       float* q_rope_half = q.data() + s * n * d_qk + h * d_qk + d_n;
       std::copy_n(q_rope_half, d_r, q_pe_s);
-      cpu::rope(q_pe_s, q_rope_half, cos, sin, d_r, cfg.rope_style(), L.bf16);
+      cpu::rope(q_pe_s, q_rope_half, cos, sin, d_r, cfg.rope_style(), L.bf16());
     }
   });
 }
@@ -190,40 +190,9 @@ MatrixRM rope_key(const Layer& L, const std::vector<int64_t>& positions, const M
   MatrixRM k_pe_roped(S, d_r);  // [S, d_r]  one roped key per token, shared by all heads
   parallel_for(S, L.threads, [&](int64_t s, int) {
     cpu::rope(compressed_kv.data() + s * (r_kv + d_r) + r_kv, k_pe_roped.data() + s * d_r, tables.cos.data() + s * d_r,
-              tables.sin.data() + s * d_r, d_r, cfg.rope_style(), L.bf16);
+              tables.sin.data() + s * d_r, d_r, cfg.rope_style(), L.bf16());
   });
   return k_pe_roped;
-}
-
-MatrixRM rope(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q, const MatrixRM& compressed_kv) {
-  rope_query(L, positions, q);
-  return rope_key(L, positions, compressed_kv);
-}
-
-KeyValueStates key_value_states(const Layer& L, const MatrixRM& kv, const MatrixRM& k_pe_roped) {
-  const AttentionConfig& cfg = L.cfg;
-  const int64_t S = kv.rows(), n = cfg.num_attention_heads;
-  const int64_t d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim;
-  KeyValueStates states(S, n, d_n, d_r, d_v, L.bf16);
-  states.set_kv_rows(0, S, kv.data(), n * (d_n + d_v), L.threads);
-  states.set_k_pe_rows(0, S, k_pe_roped.data(), d_r);
-  return states;
-}
-
-Attention attend(const Layer& L, const MatrixRM& q, const KeyValueStates& kv, bool causal, bool keep_attn_weights,
-                 const BlockProgress& progress) {
-  const AttentionConfig& cfg = L.cfg;
-  const int64_t S = q.rows(), n = cfg.num_attention_heads, d_v = cfg.v_head_dim;
-  const int64_t d_qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim;
-  const float scaling = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
-  Attention out;
-  out.attn_context.resize(S, n * d_v);  // feature h*d_v + d (HF's transpose + reshape)
-  out.head_scores.assign(static_cast<size_t>(n * S), 0.0);
-  if (keep_attn_weights) out.attn_weights = TensorD("attn_weights", {n, S, S});
-  streaming_attention(q.data(), n * d_qk, kv, causal, scaling, L.bf16, L.threads, L.w.attention_products, progress,
-                      {out.attn_context.data(), n * d_v, out.head_scores.data(),
-                       keep_attn_weights ? out.attn_weights.ptr() : nullptr});
-  return out;
 }
 
 MatrixRM o_proj(const Layer& L, const MatrixRM& attn_context) {
@@ -311,84 +280,6 @@ std::string describe(const PreparedWeights* w, int threads) {
   return d;
 }
 
-ProjectedRows project_rows(const Layer& L, const TensorF& hidden, const std::vector<int64_t>& positions,
-                           int64_t key_rows, const ProjectedChunk& projected, const StageRunner& stage) {
-  const AttentionConfig& cfg = L.cfg;
-  const int64_t T = hidden.dim(0), n = cfg.num_attention_heads, d_n = cfg.qk_nope_head_dim;
-  const int64_t d_r = cfg.qk_rope_head_dim, d_qk = d_n + d_r, d_v = cfg.v_head_dim, P = key_rows;
-  const int64_t latent_width = cfg.has_q_lora() ? cfg.q_lora_rank : n * d_qk;
-  ProjectedRows out{PrecisionMatrix(T, latent_width, L.bf16), KeyValueStates(P, n, d_n, d_r, d_v, L.bf16)};
-  for (int64_t r0 = 0; r0 < T; r0 += kRowChunk) {
-    const int64_t rows = std::min(kRowChunk, T - r0), stored_rows = std::clamp<int64_t>(P - r0, 0, rows);
-    const MatrixRM x = stage("q_path", [&] {  // (with the input rows it reads: the first stage)
-      MatrixRM chunk = input_rows(hidden, r0, rows, L.bf16);  // [rows, H]
-      const MatrixRM latent = q_latent(L, chunk);
-      out.q_store.set_rows(r0, rows, latent.data(), latent_width, L.threads);
-      return chunk;
-    });
-    // compressed_kv [rows, r_kv+d_r], latent_normed [rows, r_kv], kv [rows, n*(d_n+d_v)]
-    const KvPath kvp = stage("kv_path", [&] { return kv_path(L, x); });
-    const MatrixRM k_pe_roped = stage("rope", [&] {
-      return rope_key(L, std::vector<int64_t>(positions.begin() + r0, positions.begin() + r0 + rows), kvp.compressed_kv);
-    });
-    if (stored_rows > 0)
-      stage("attend", [&] {  // storing the keys/values is the attention's first step
-        out.states.set_kv_rows(r0, stored_rows, kvp.kv.data(), n * (d_n + d_v), L.threads);
-        out.states.set_k_pe_rows(r0, stored_rows, k_pe_roped.data(), d_r);
-      });
-    if (projected) projected(r0, rows, kvp, k_pe_roped);
-  }
-  return_freed_memory();  // the chunks' intermediates
-  return out;
-}
-
-MatrixRM stored_queries(const Layer& L, const PrecisionMatrix& q_store, const std::vector<int64_t>& positions,
-                        int64_t r0, int64_t rows, const StageRunner& stage) {
-  const int64_t latent_width = q_store.cols();
-  MatrixRM q = stage("q_path", [&] {  // [rows, n*d_qk]
-    MatrixRM latent(rows, latent_width);
-    q_store.widen_rows(r0, rows, latent.data(), latent_width, L.threads);
-    return q_from_latent(L, latent);
-  });
-  stage("rope", [&] { rope_query(L, std::vector<int64_t>(positions.begin() + r0, positions.begin() + r0 + rows), q); });
-  return q;
-}
-
-PrecisionMatrix attend_rows(const Layer& L, const ProjectedRows& projected, const std::vector<int64_t>& positions,
-                            const AttendRows& a, const StageRunner& stage) {
-  const AttentionConfig& cfg = L.cfg;
-  const int64_t n = cfg.num_attention_heads, d_qk = cfg.qk_head_dim(), d_v = cfg.v_head_dim;
-  const int64_t P = projected.states.seq_len;
-  PrecisionMatrix context(a.context ? P : 0, n * d_v, L.bf16);
-  const float scaling = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
-  // progress in FLOP of the products per computed query·key pair (2 d_qk for the scores, 2 d_v
-  // more for P·V): the work, so the time left extrapolates correctly although causal blocks grow
-  const int64_t flop_per_pair = 2 * (d_qk + (a.context ? d_v : 0));
-  const int64_t total_pairs = streaming_pairs(P, n, a.causal);
-  int64_t pairs_before = 0;
-  const int64_t pass = query_pass_rows(P);
-  for (int64_t r0 = 0; r0 < P; r0 += pass) {
-    const int64_t rows = std::min(pass, P - r0);
-    const MatrixRM q = stored_queries(L, projected.q_store, positions, r0, rows, stage);
-    if (a.queries) a.queries(q, r0);
-    stage("attend", [&] {
-      MatrixRM ctx(a.context ? rows : 0, n * d_v);  // feature h*d_v + d (HF's transpose + reshape)
-      BlockProgress progress;
-      if (a.progress)
-        progress = [&](int64_t done, int64_t) {
-          a.progress(a.progress_label, (pairs_before + done) * flop_per_pair, total_pairs * flop_per_pair);
-        };
-      streaming_attention(q.data(), n * d_qk, projected.states, a.causal, scaling, L.bf16, L.threads,
-                          L.w.attention_products, progress,
-                          {a.context ? ctx.data() : nullptr, a.context ? n * d_v : 0, a.head_mass, a.attn_weights},
-                          {r0, r0 + rows});
-      if (a.context) context.set_rows(r0, rows, ctx.data(), n * d_v, L.threads);
-    });
-    pairs_before += streaming_pairs(P, n, a.causal, {r0, r0 + rows});
-  }
-  return context;
-}
-
 namespace {
 
 class CpuBackend final : public Backend {
@@ -403,75 +294,55 @@ class CpuBackend final : public Backend {
     prepared_ = false;
     validate_layer(cfg, w, opt);
     const int threads = resolve_threads(opt.threads);
-    weights_ = prepare_weights(cfg, w, opt.precision == Precision::BF16, threads, opt.gemm);
+    weights_ = prepare_weights(cfg, w, opt.precision, threads, opt.gemm);
     cfg_ = cfg;
     precision_ = opt.precision;
     threads_ = threads;
     prepared_ = true;
   }
 
-  // The forward in three passes over the tokens, so that nothing but the stored keys/values,
-  // the q latent and the attention context is ever held for all S tokens (docs/long-context.md
-  // §1, §3):
-  //   1. projections, kRowChunk rows at a time (project_rows): x -> q latent (stored in the
-  //      run's precision), kv_path -> keys/values (stored in the run's precision, KeyValueStates), rope of k_pe;
-  //   2. attention, query_pass_rows(S) queries at a time (attend_rows): q = q_b_proj(latent) and
-  //      its rope, then streaming_attention for those rows -> attn_context rows (run's precision);
-  //   3. o_proj, kRowChunk rows at a time, widened into attn_output (double) as they come.
-  // The stages keep their names and report their total over the chunks.
+  // The forward: the CPU attention layer (attention_pipeline.hpp: projections by row chunks,
+  // attention by query passes, o_proj by row chunks; docs/long-context.md §1, §3) with the
+  // streamed kernel plugged in, so that nothing but the stored keys/values, the q latent and the
+  // attention context is ever held for all S tokens; each chunk's output widened into
+  // attn_output (double) as it comes. The stages keep their names and report their total over
+  // the chunks.
   ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) override {
     check_prepared(prepared_, precision_, opt);
     validate_input(cfg_, hidden, opt);
-    const Layer L{cfg_, weights_, precision_ == Precision::BF16, opt.threads > 0 ? opt.threads : threads_,
+    const Layer L{cfg_, weights_, precision_, opt.threads > 0 ? opt.threads : threads_,
                   static_cast<float>(opt.latent_norm_eps)};
-    const AttentionConfig& cfg = cfg_;
-    const int64_t S = hidden.dim(0), H = cfg.hidden_size, n = cfg.num_attention_heads;
-    const int64_t r_kv = cfg.kv_lora_rank, d_n = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim;
-    const int64_t d_qk = d_n + d_r, d_v = cfg.v_head_dim;
-    const std::vector<int64_t> positions = position_ids(opt.position_offset, S);
+    const int64_t S = hidden.dim(0), H = cfg_.hidden_size, n = cfg_.num_attention_heads, d_qk = cfg_.qk_head_dim();
     StageSeconds stages;
     const StageRunner stage(stages);  // a stage run chunk after chunk reports its total
     ForwardResult result;
     result.computed_in_double = false;
-
-    // 1. projections (project_rows), the latent cache rows as they come
-    ProjectedChunk latent_cache_rows_of;
+    StreamedAttention attention(L, S, opt.mask == Mask::Causal);
+    attention.progress = opt.progress;
+    AttentionPlugs plugs;
+    attention.plug(plugs);
     if (opt.keep_latent_cache) {
-      result.latent_cache = TensorD("latent_cache", {S, r_kv + d_r});
-      latent_cache_rows_of = [&](int64_t r0, int64_t rows, const KvPath& kvp, const MatrixRM& k_pe_roped) {
-        const TensorD part = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), rows, r_kv, d_r);
-        std::copy(part.ptr(), part.ptr() + rows * (r_kv + d_r), result.latent_cache.ptr() + r0 * (r_kv + d_r));
-      };
+      result.latent_cache = TensorD("latent_cache", {S, cfg_.kv_lora_rank + cfg_.qk_rope_head_dim});
+      plugs.latent = latent_cache_into(result.latent_cache);
     }
-    ProjectedRows projected = project_rows(L, hidden, positions, S, latent_cache_rows_of, stage);
-    if (opt.keep_states) export_key_value_states(projected.states, result);
-
-    // 2. attention, one query pass at a time (attend_rows)
-    result.head_scores.assign(static_cast<size_t>(n * S), 0.0);
-    if (opt.keep_attn_weights) result.attn_weights = TensorD("attn_weights", {n, S, S});
-    if (opt.keep_states) result.query_states = TensorD("query_states", {n, S, d_qk});
-    AttendRows attend;
-    attend.causal = opt.mask == Mask::Causal;
-    attend.head_mass = result.head_scores.data();
-    attend.attn_weights = opt.keep_attn_weights ? result.attn_weights.ptr() : nullptr;
-    attend.progress = opt.progress;
+    plugs.keys_stored = [&] {  // the attention's outputs, allocated once the projections are done
+      if (opt.keep_states) export_key_value_states(attention.states(), result);
+      result.head_scores.assign(static_cast<size_t>(n * S), 0.0);
+      attention.head_mass = result.head_scores.data();
+      if (opt.keep_attn_weights) {
+        result.attn_weights = TensorD("attn_weights", {n, S, S});
+        attention.attn_weights = result.attn_weights.ptr();
+      }
+      if (opt.keep_states) result.query_states = TensorD("query_states", {n, S, d_qk});
+    };
     if (opt.keep_states)
-      attend.queries = [&](const MatrixRM& q, int64_t r0) { export_query_states(q, r0, S, n, d_qk, result.query_states); };
-    const PrecisionMatrix context = attend_rows(L, projected, positions, attend, stage);  // [S, n*d_v]
-    projected = ProjectedRows{PrecisionMatrix(), KeyValueStates(0, 0, 0, 0, 0, false)};  // a lower peak
-    return_freed_memory();
-
-    // 3. o_proj, widened into attn_output as it comes
-    result.attn_output = huge_page_tensor<double>("attn_output", {S, H});
-    for (int64_t r0 = 0; r0 < S; r0 += kRowChunk) {
-      const int64_t rows = std::min(kRowChunk, S - r0);
-      const MatrixRM y = stage("o_proj", [&] {  // [rows, H]
-        MatrixRM ctx(rows, n * d_v);
-        context.widen_rows(r0, rows, ctx.data(), n * d_v, L.threads);
-        return o_proj(L, ctx);
-      });
-      stage("export", [&] { widen_rows(y.data(), H, rows, H, result.attn_output.ptr() + r0 * H, L.threads); });
-    }
+      plugs.queries = [&](const MatrixRM& q, int64_t r0) { export_query_states(q, r0, S, n, d_qk, result.query_states); };
+    plugs.output = [&](int64_t r0, const MatrixRM& y) {  // [rows, H], widened as it comes
+      if (r0 == 0) result.attn_output = huge_page_tensor<double>("attn_output", {S, H});  // (the keys freed by now)
+      stage("export", [&] { widen_rows(y.data(), H, y.rows(), H, result.attn_output.ptr() + r0 * H, L.threads); });
+    };
+    attention_layer(L, S, [&](int64_t r0, int64_t rows) { return input_rows(hidden, r0, rows, L.precision); },
+                    position_ids(opt.position_offset, S), plugs, stage);
     stage("export", [&] {
       check_attn_output_finite(result.attn_output, opt.precision);
       result.token_scores = token_scores_from_heads(result.head_scores, n);

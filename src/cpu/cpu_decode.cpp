@@ -1,9 +1,9 @@
 // src/cpu/cpu_decode.cpp — the cpu backend's part of `mla-h2o decode` (docs/decode.md §1, §3):
 //
-// compute_cpu_decode_inputs: the backend's stage functions (cpu_stages.hpp) in one pass —
-//   q_path, kv_path and rope over all T rows at positions 0 .. T-1, then attend over the P
-//   prompt rows (causal) for the attention mass per head; no o_proj (the prefill's attn_output
-//   is not needed), which is ~40 % of the prefill's FLOPs for Kimi.
+// compute_cpu_decode_inputs: the one CPU attention layer (attention_pipeline.hpp) over all T rows
+//   at positions 0 .. T-1 — q_path, kv_path and rope, then attend over the P prompt rows
+//   (causal) for the attention mass per head; no P·V and no o_proj (the prefill's attn_output is
+//   not needed), which is ~40 % of the prefill's FLOPs for Kimi.
 //
 // The decode kernel (Eigen + OpenBLAS): one query row at a time against the latent cache,
 // absorbed (as vLLM, SGLang and DeepSeek's inference code run MLA decode) or naive (per-head
@@ -39,6 +39,7 @@
 #include "mla/error.hpp"
 #include "mla/rope.hpp"
 #include "mla/validate.hpp"
+#include "src/cpu/attention_pipeline.hpp"
 #include "src/cpu/cpu_kernels.hpp"
 #include "src/cpu/cpu_stages.hpp"
 
@@ -283,17 +284,15 @@ class CpuDecodeKernel final : public DecodeKernel {
 
 }  // namespace
 
-// The prefill in the forward's passes over the rows, the same functions the cpu backend's
-// forward calls (cpu_stages.hpp: project_rows, attend_rows, stored_queries; docs/long-context.md
-// §1), so that only the q latent, the prompt's keys/values (in the run's precision) and the
-// latent cache are held for all rows:
-//   1. projections, kRowChunk rows at a time over all T rows: the q latent into a store, the
-//      prompt rows' keys/values into KeyValueStates [P], every row's latent cache row;
-//   2. the causal attention of the P prompt rows, one query pass at a time (q from the stored
-//      latent, then its rope): the mass per head, without P·V (the prefill's output is not
-//      needed); the roped queries of the statistics' rows and of the held rows >= query_begin
-//      are kept as they come;
-//   3. the queries of the decode rows [P, T) (held: they are the steps' queries).
+// The prefill through the one CPU attention layer (attention_pipeline.hpp, the backend's forward's
+// passes; docs/long-context.md §1) with the streamed kernel plugged in, so that only the q latent,
+// the prompt's keys/values (in the run's precision) and the latent cache are held for all rows:
+//   1. projections, kRowChunk rows at a time over all T rows: the prompt rows' keys/values into
+//      KeyValueStates [P], every row's latent cache row;
+//   2. the causal attention of the P prompt rows, one query pass at a time: the mass per head,
+//      without P·V and o_proj (the prefill's output is not needed); then the queries of the decode
+//      rows [P, T). The roped queries of the statistics' rows and of the held rows >= query_begin
+//      are kept as they come.
 // The same numbers as one pass over all rows: chunked projections give the same bits
 // (kRowChunk is a multiple of the engines' row chunks), the stores hold the run's values
 // exactly, and query passes add up to one streamed call (suite streaming).
@@ -305,11 +304,9 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
                 d_qk = cfg.qk_head_dim(), P = req.prompt_len;
   check_decode_inputs_request(req, T);
   const int64_t w_rows = std::clamp<int64_t>(req.query_window, 1, P), query_begin = P - w_rows, Q = T - query_begin;
-  const bool bf16 = opt.precision == Precision::BF16;
   const int threads = cpu::resolve_threads(opt.threads);
-  const cpu::PreparedWeights pw = cpu::prepare_weights(cfg, w, bf16, threads, opt.gemm);
-  const cpu::Layer L{cfg, pw, bf16, threads, static_cast<float>(opt.latent_norm_eps)};
-  const std::vector<int64_t> positions = position_ids(0, T);
+  const cpu::PreparedWeights pw = cpu::prepare_weights(cfg, w, opt.precision, threads, opt.gemm);
+  const cpu::Layer L{cfg, pw, opt.precision, threads, static_cast<float>(opt.latent_norm_eps)};
 
   DecodeInputs in;
   in.prompt_len = P;
@@ -321,64 +318,31 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
   in.query_states = TensorD("query_states", {n, Q, d_qk});  // HF layout of rows query_begin .. T-1
   // rows [first, P) of the roped q (exact in the run's precision) for expected-attention's statistics
   const int64_t first = req.statistics_from;
-  cpu::PrecisionMatrix statistics_rows(first >= 0 ? P - first : 0, n * d_qk, bf16);
-  // q [rows, n*d_qk] of rows [r0, r0 + rows): its rows >= query_begin into query_states
-  auto hold_queries = [&](const MatrixRM& q, int64_t r0) {
+  cpu::KeptQueries statistics_rows(first >= 0 ? first : P, P, n, d_qk, opt.precision);
+
+  cpu::StreamedAttention attention(L, P, /*causal=*/true);
+  attention.progress_label = "prefill attention FLOP";
+  attention.progress = opt.progress;
+  cpu::AttentionPlugs plugs;
+  attention.plug(plugs);
+  plugs.latent = cpu::latent_cache_into(in.latent_cache);
+  plugs.keys_stored = [&] {
+    in.head_mass.assign(static_cast<size_t>(n * P), 0.0);
+    attention.head_mass = in.head_mass.data();
+  };
+  plugs.attended_rows = P;
+  // q [rows, n*d_qk] of rows [r0, r0 + rows): the statistics' rows, its rows >= query_begin into query_states
+  plugs.queries = [&](const MatrixRM& q, int64_t r0) {
+    statistics_rows.keep(q, r0, threads);
     for (int64_t s = std::max(r0, query_begin); s < r0 + q.rows(); ++s)
       for (int64_t h = 0; h < n; ++h)
         for (int64_t d = 0; d < d_qk; ++d)
           in.query_states.data[static_cast<size_t>((h * Q + s - query_begin) * d_qk + d)] = q(s - r0, h * d_qk + d);
   };
-
   StageSeconds stages;  // (not reported: decode times the whole prefill)
-  const StageRunner stage(stages);
-
-  // 1. projections: the prompt's keys/values, every row's latent cache row
-  cpu::ProjectedRows projected = cpu::project_rows(
-      L, hidden, positions, P,
-      [&](int64_t r0, int64_t rows, const cpu::KvPath& kvp, const MatrixRM& k_pe_roped) {
-        const TensorD part = latent_cache_rows(kvp.latent_normed.data(), k_pe_roped.data(), rows, r_kv, d_r);
-        std::copy(part.ptr(), part.ptr() + rows * (r_kv + d_r), in.latent_cache.ptr() + r0 * (r_kv + d_r));
-      },
-      stage);
-
-  // 2. the causal prefill attention over rows [0, P): its mass per head, no P·V (the prefill's
-  // attn_context is not needed); the statistics' rows and the held rows >= query_begin kept
-  in.head_mass.assign(static_cast<size_t>(n * P), 0.0);
-  cpu::AttendRows attend;
-  attend.context = false;
-  attend.head_mass = in.head_mass.data();
-  attend.progress_label = "prefill attention FLOP";
-  attend.progress = opt.progress;
-  attend.queries = [&](const MatrixRM& q, int64_t r0) {
-    const int64_t rows = q.rows();
-    if (first >= 0 && r0 + rows > first) {
-      const int64_t s0 = std::max(r0, first);
-      statistics_rows.set_rows(s0 - first, r0 + rows - s0, q.data() + (s0 - r0) * n * d_qk, n * d_qk, threads);
-    }
-    hold_queries(q, r0);
-  };
-  cpu::attend_rows(L, projected, positions, attend, stage);
-  projected.states = cpu::KeyValueStates(0, 0, 0, 0, 0, false);
-  cpu::return_freed_memory();
-
-  // 3. the decode rows' queries [P, T)
-  for (int64_t r0 = P; r0 < T; r0 += cpu::kRowChunk)
-    hold_queries(cpu::stored_queries(L, projected.q_store, positions, r0, std::min(cpu::kRowChunk, T - r0), stage), r0);
-
-  if (first >= 0) {
-    in.query_statistics = prerope_query_statistics(
-        cfg,
-        [&](int64_t s, int64_t h, float* out) {  // head h of row s, widened exactly
-          const int64_t at = (s - first) * n * d_qk + h * d_qk;
-          if (bf16) {
-            for (int64_t d = 0; d < d_qk; ++d) out[d] = bf16::from_bits(statistics_rows.bits()[at + d]).to_float();
-          } else {
-            std::copy_n(statistics_rows.values() + at, d_qk, out);
-          }
-        },
-        P, position_ids(0, P), first);
-  }
+  cpu::attention_layer(L, T, [&](int64_t r0, int64_t rows) { return cpu::input_rows(hidden, r0, rows, opt.precision); },
+                       position_ids(0, T), plugs, StageRunner(stages));
+  if (first >= 0) in.query_statistics = statistics_rows.statistics(cfg, position_ids(0, P));
   return in;
 }
 

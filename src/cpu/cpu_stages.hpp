@@ -1,20 +1,20 @@
-// src/cpu/cpu_stages.hpp — the stages of the cpu backend's forward (cpu_backend.cpp), one
-// function per stage of HF DeepseekV3Attention.forward, in the order the reference
-// (reference/mla_reference.hpp) runs them:
+// src/cpu/cpu_stages.hpp — the stages of the CPU attention layer, one function per stage of HF
+// DeepseekV3Attention.forward, in the order the reference (reference/mla_reference.hpp) runs
+// them; attention_pipeline.hpp composes them (the one CPU attention layer):
 //
 //   input     hidden [S, H] -> x (bf16 values in bf16 mode)
 //   q_path    q = q_b_proj(q_a_layernorm(q_a_proj(x)))  or  q_proj(x)       docs/math.md §3.1, §3.2
 //   kv_path   compressed_kv = kv_a_proj_with_mqa(x) = [latent | k_pe];
 //             kv = kv_b_proj(kv_a_layernorm(latent))                          §3.3
 //   rope      q's rope halves and k_pe rotated at the given positions         §3.4, §6
-//   attend    per head and block of 64 queries: softmax(mask(scaling q k^T)) v, and the H2O
-//             column sums, streamed (no [n, S, S] tensor)                    §3.6
+//   attend    the caller's kernel: streamed per head and block of 64 queries
+//             (streaming_attention.hpp) or row by row (row_attention.hpp)     §3.6
 //   o_proj    attn_output = o_proj(attn_context)                              §3.6 step 7
-//   export    ForwardResult (widened to double; query/key/value states on request)
+//   export    the backend's ForwardResult (widened to double; states on request)
 //
 // The row-wise stages (input, q_path, kv_path, rope, o_proj) take any number of rows with
-// their own positions, so a caller that processes new tokens against a cache reuses them as
-// they are. attend is the no-cache case: queries and keys are the same S tokens.
+// their own positions; on the fixed-order engine (fixed_order.hpp) a row's bits do not depend on
+// the other rows, on oneDNN/Eigen the pipeline's kRowChunk chunks keep them.
 //
 // Shape legend (config names): S = rows (tokens), H = hidden_size, n = num_attention_heads,
 //   r_q = q_lora_rank, r_kv = kv_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim,
@@ -60,32 +60,32 @@ struct PreparedWeights {
 struct Layer {
   const AttentionConfig& cfg;
   const PreparedWeights& w;
-  bool bf16 = false;              // PyTorch bf16 emulation (docs/math.md §7)
-  int threads = 1;                // workers (and OpenBLAS threads of the projections)
-  float latent_norm_eps = 1e-6f;  // q_a_layernorm / kv_a_layernorm eps
+  Precision precision = Precision::FP32;  // BF16: PyTorch bf16 emulation (docs/math.md §7)
+  int threads = 1;                        // workers (and OpenBLAS threads of the projections)
+  float latent_norm_eps = 1e-6f;          // q_a_layernorm / kv_a_layernorm eps
+  bool bf16() const { return precision == Precision::BF16; }
 };
 
 // Prepares weights the validator accepted for cfg (mla/validate.hpp: validate_layer) for the
 // GEMM engine `gemm` (make_gemm_engine: Eigen by default, the backend passes --gemm), rounded
 // to bf16 in bf16 mode; absent tensors stay empty. attend's per-head products run on the same
 // engine (oneDNN: onednn_attention.hpp).
-PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads,
+PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, Precision precision, int threads,
                                 Gemm gemm = Gemm::Eigen);
 // The same on a given engine (the whole-model forward passes the fixed-order engine,
 // fixed_order.hpp); `requested` and `reason` are reported in PreparedWeights::gemm.
 PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& requested, const std::string& reason,
-                                   const AttentionConfig& cfg, const LayerWeights& w, bool bf16, int threads);
+                                   const AttentionConfig& cfg, const LayerWeights& w, Precision precision,
+                                   int threads);
 
-// hidden [S, H] fp32, validated (mla/validate.hpp: validate_hidden) -> x [S, H]; bf16 mode
-// rounds it (HF's input is a bf16 tensor). The second form: rows [row_begin, row_begin+rows).
-MatrixRM input_rows(const TensorF& hidden, bool bf16);
-MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, bool bf16);
+// rows [row_begin, row_begin + rows) of hidden [S, H] fp32, validated (mla/validate.hpp:
+// validate_hidden) -> x [rows, H]; bf16 mode rounds them (HF's input is a bf16 tensor).
+MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, Precision precision);
 
 // x [S, H] -> q [S, n*d_qk], head-major: feature h*d_qk + (nope d_n | rope d_r). In two steps,
-// so a caller may keep the small latent and make q from it later, rows at a time:
+// so the pipeline keeps the small latent and makes q from it later, rows at a time:
 //   q_latent       x -> q_a_normed = q_a_layernorm(q_a_proj(x)) [S, r_q]  (q_lora_rank null: q_proj(x))
 //   q_from_latent  q_a_normed -> q_b_proj(q_a_normed) [S, n*d_qk]         (q_lora_rank null: as is)
-MatrixRM q_path(const Layer& L, const MatrixRM& x);
 MatrixRM q_latent(const Layer& L, const MatrixRM& x);
 MatrixRM q_from_latent(const Layer& L, const MatrixRM& latent);
 
@@ -97,29 +97,13 @@ struct KvPath {
 // x [S, H] -> KvPath
 KvPath kv_path(const Layer& L, const MatrixRM& x);
 
-// Rotates q's rope halves in place (q: [S, n*d_qk], rope half of head h at h*d_qk + d_n, left
-// in HF's de-interleaved order) and returns k_pe_roped [S, d_r] (HF order, shared by all
-// heads) from the k_pe columns of compressed_kv [S, r_kv + d_r]. positions: [S], row s at
-// positions[s]; cos/sin from the fp32 tables (src/math/rope.cpp), rounded to bf16 in bf16 mode.
-MatrixRM rope(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q, const MatrixRM& compressed_kv);
-// Its two halves: q's rope halves in place; k_pe_roped from compressed_kv.
+// The rope (positions: [S], row s at positions[s]; cos/sin from the fp32 tables,
+// src/math/rope.cpp, rounded to bf16 in bf16 mode): rope_query rotates q's rope halves in place
+// (q: [S, n*d_qk], rope half of head h at h*d_qk + d_n, left in HF's de-interleaved order);
+// rope_key returns k_pe_roped [S, d_r] (HF order, shared by all heads) from the k_pe columns of
+// compressed_kv [S, r_kv + d_r].
 void rope_query(const Layer& L, const std::vector<int64_t>& positions, MatrixRM& q);
 MatrixRM rope_key(const Layer& L, const std::vector<int64_t>& positions, const MatrixRM& compressed_kv);
-
-struct Attention {
-  MatrixRM attn_context;             // [S, n*d_v]  P.V, heads concatenated (o_proj input)
-  std::vector<double> head_scores;   // [n*S]       head_scores[h*S + t] = sum_s p[h, s, t] (double)
-  TensorD attn_weights;              // [n, S, S]   post-softmax probabilities (keep_attn_weights only)
-};
-// kv [S, n*(d_n+d_v)] and k_pe_roped [S, d_r] -> the keys/values attend reads, stored in the
-// run's precision (bf16 bits in a bf16 run: half the bytes; streaming_attention.hpp).
-KeyValueStates key_value_states(const Layer& L, const MatrixRM& kv, const MatrixRM& k_pe_roped);
-// q (roped) [S, n*d_qk] and the keys/values -> Attention, streamed per head and block of 64
-// queries (streaming_attention.hpp; docs/long-context.md), the products on
-// L.w.attention_products: O(S) memory unless
-// keep_attn_weights asks for the [n, S, S] probabilities. `progress` gets (blocks done, total).
-Attention attend(const Layer& L, const MatrixRM& q, const KeyValueStates& kv, bool causal, bool keep_attn_weights,
-                 const BlockProgress& progress);
 
 // What runs the stages: "projections: oneDNN ..., per-head products: ..., 2 threads" or
 // "Eigen 3.4.0 + OpenBLAS sgemm (...), 1 thread" (w null: before any preparation). The cpu
@@ -129,7 +113,7 @@ std::string describe(const PreparedWeights* w, int threads);
 // attn_context [S, n*d_v] -> attn_output [S, H]
 MatrixRM o_proj(const Layer& L, const MatrixRM& attn_context);
 
-// The forward's passes over the tokens (cpu_backend.cpp, docs/long-context.md §1):
+// The passes over the rows (attention_pipeline.hpp, docs/long-context.md §1):
 // Hands the heap's free pages back to the system between the passes: glibc keeps freed blocks
 // below its mmap threshold (which grows up to 32 MiB) in its arenas, so the keys/values and the
 // chunks' intermediates of the earlier passes would otherwise stay resident beside the later
@@ -148,39 +132,6 @@ inline int64_t query_pass_rows(int64_t S) {
   const int64_t rows = (S / 8 + kRowChunk - 1) / kRowChunk * kRowChunk;
   return rows < kRowChunk ? kRowChunk : rows > 4 * kRowChunk ? 4 * kRowChunk : rows;
 }
-
-// The layer's first two passes over its rows (docs/long-context.md §1), written once for every
-// caller on the CPU: the backend's forward (cpu_backend.cpp) and decode's prefill
-// (cpu_decode.cpp). Their stages are timed by `stage` under the forward's names.
-//
-// Pass 1, projections, kRowChunk rows at a time over all T rows of `hidden`: the q latent into
-// q_store (the run's precision), the keys/values of rows [0, key_rows) into states, and each
-// chunk's kv path and roped k_pe handed to `projected` (a caller's latent cache rows).
-struct ProjectedRows {
-  PrecisionMatrix q_store;  // [T, r_q] q_a_normed (or [T, n*d_qk] q_proj's q, before rope)
-  KeyValueStates states;    // rows [0, key_rows)
-};
-using ProjectedChunk = std::function<void(int64_t r0, int64_t rows, const KvPath& kvp, const MatrixRM& k_pe_roped)>;
-ProjectedRows project_rows(const Layer& L, const TensorF& hidden, const std::vector<int64_t>& positions,
-                           int64_t key_rows, const ProjectedChunk& projected, const StageRunner& stage);
-// q [rows, n*d_qk] of rows [r0, r0 + rows), roped at positions[r0 ..], from the stored latent.
-MatrixRM stored_queries(const Layer& L, const PrecisionMatrix& q_store, const std::vector<int64_t>& positions,
-                        int64_t r0, int64_t rows, const StageRunner& stage);
-// Pass 2, attention of query rows [0, key_rows) against the stored keys, query_pass_rows(key_rows)
-// rows at a time (stored_queries; `queries` sees each pass's roped q): the mass per head into
-// head_mass [n, key_rows], P·V into the returned attn_context [key_rows, n*d_v] (bf16 values in a
-// bf16 run) unless `context` is false (decode's prefill: the scores and the mass only).
-struct AttendRows {
-  bool causal = true;
-  bool context = true;
-  double* head_mass = nullptr;     // [n, key_rows], set
-  double* attn_weights = nullptr;  // [n, key_rows, key_rows] or nullptr
-  const char* progress_label = "attention FLOP";
-  std::function<void(const char*, int64_t, int64_t)> progress;  // (label, FLOP done, FLOP in all)
-  std::function<void(const MatrixRM& q, int64_t r0)> queries;
-};
-PrecisionMatrix attend_rows(const Layer& L, const ProjectedRows& projected, const std::vector<int64_t>& positions,
-                            const AttendRows& a, const StageRunner& stage);
 
 // The floating-point operations (multiply-add = 2) a forward of S tokens needs in its GEMMs:
 // the five projections (q_a_proj, q_b_proj or q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj)

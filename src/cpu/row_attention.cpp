@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
+#include "cpu_kernels.hpp"
 #include "fixed_order.hpp"
 #include "mla/bf16.hpp"
 
@@ -104,7 +106,7 @@ void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView&
                 float* probs, float* ctx, RowScratch& scratch) {
   const RowKeys& shape = *keys.low;
   const int64_t n = shape.n, d_qk = shape.d_qk(), d_v = shape.d_v, m = static_cast<int64_t>(positions.size());
-  const bool avx2 = fixed_order_avx2();
+  const bool avx2 = fixed_order_avx2(), bf16 = spec.precision == Precision::BF16;
   // query_states transposed to [d_qk][n], as the keys are held
   scratch.query.resize(idx(d_qk * n));
   for (int64_t h = 0; h < n; ++h)
@@ -126,7 +128,7 @@ void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView&
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < m; ++j) {
       float s = scratch.scores[idx(j * n + h)];
-      s = spec.bf16 ? round_to_bf16(round_to_bf16(s) * spec.scaling) : s * spec.scaling;
+      s = bf16 ? round_to_bf16(round_to_bf16(s) * spec.scaling) : s * spec.scaling;
       p[j] = s;
       max = std::max(max, s);
     }
@@ -135,16 +137,48 @@ void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView&
     const float sum = sum_lanes(scratch.e.data(), m);
     for (int64_t j = 0; j < m; ++j) {
       const float v = scratch.e[idx(j)] / sum;
-      p[j] = spec.bf16 ? round_to_bf16(v) : v;
+      p[j] = bf16 ? round_to_bf16(v) : v;
     }
     // 3. ctx[h] = p . v_h (§7 #14)
     for (int64_t j = 0; j < m; ++j) values[idx(j)] = keys.at(positions[idx(j)]).value_at(positions[idx(j)]) + h * d_v;
     float* out = ctx + h * d_v;
     if (avx2) weighted_sum_avx2(p, values.data(), m, d_v, out);
     else weighted_sum_scalar(p, values.data(), m, 0, d_v, out);
-    if (spec.bf16)
+    if (bf16)
       for (int64_t d = 0; d < d_v; ++d) out[d] = round_to_bf16(out[d]);
   }
+}
+
+void attend_causal(const RowAttentionSpec& spec, int threads, const float* q, int64_t ld_q, int64_t row_begin,
+                   int64_t row_end, const KeyView& keys, float* ctx, double* head_mass, int64_t key_rows) {
+  const int64_t n = keys.low->n, d_v = keys.low->d_v, rows = row_end - row_begin;
+  // fixed chunks of rows: each chunk sums its rows' probabilities in row order, then the chunks
+  // are added in order (the same bits for any number of threads)
+  constexpr int64_t kChunk = 64;
+  const int64_t chunks = (rows + kChunk - 1) / kChunk;
+  std::vector<std::vector<double>> partial(head_mass ? idx(chunks) : 0);  // [chunk][n*key_rows]
+  std::vector<RowScratch> scratch(idx(threads));
+  std::vector<std::vector<float>> probs(idx(threads));        // [worker][n*(s+1)]
+  std::vector<std::vector<int64_t>> positions(idx(threads));  // [worker][s+1]
+  parallel_for(chunks, threads, [&](int64_t c, int worker) {
+    std::vector<int64_t>& pos = positions[idx(worker)];
+    std::vector<float>& p = probs[idx(worker)];
+    if (head_mass) partial[idx(c)].assign(idx(n * key_rows), 0.0);
+    for (int64_t s = row_begin + c * kChunk; s < std::min(row_end, row_begin + (c + 1) * kChunk); ++s) {
+      pos.resize(idx(s + 1));
+      std::iota(pos.begin(), pos.end(), 0);
+      p.resize(idx(n * (s + 1)));
+      attend_row(spec, q + (s - row_begin) * ld_q, keys, pos, p.data(), ctx + (s - row_begin) * n * d_v,
+                 scratch[idx(worker)]);
+      if (head_mass) {
+        std::vector<double>& part = partial[idx(c)];
+        for (int64_t h = 0; h < n; ++h)
+          for (int64_t t = 0; t <= s; ++t) part[idx(h * key_rows + t)] += static_cast<double>(p[idx(h * (s + 1) + t)]);
+      }
+    }
+  });
+  for (const std::vector<double>& part : partial)
+    for (size_t i = 0; i < part.size(); ++i) head_mass[i] += part[i];
 }
 
 }  // namespace mla::cpu

@@ -1,8 +1,9 @@
 // src/cpu/row_attention.hpp — the attention of ONE query row over a list of cached positions,
 // transformers' eager arithmetic (docs/math.md §3.6, the bf16 rounding points §7 #10-#14) in the
 // fixed-order sums of fixed_order.hpp. The whole-model forward computes every causal row with it
-// (the list 0..s), and `mla-h2o eval` every decode row (the list a policy's cache holds), so a
-// row whose cache evicted nothing is the same arithmetic in both, bit for bit (docs/eval.md).
+// (the list 0..s: attend_causal), and `mla-h2o eval` every decode row (the list a policy's cache
+// holds), so a row whose cache evicted nothing is the same arithmetic in both, bit for bit
+// (docs/eval.md).
 //
 //   score[h, j] = dot(query_states[h], key_states[h, t_j])          fma chain over d = 0..d_qk-1
 //                 bf16: bf16(bf16(score) * fp32(scaling)); fp32: score * fp32(scaling)
@@ -10,6 +11,8 @@
 //   ctx[h, :]   = dot over j of p[h, j] v[h, t_j, :]                  fma chain over j in list order
 //                 bf16: -> bf16
 // (A masked key of HF's causal mask has probability exactly 0 there; here it is not in the list.)
+// attend_causal runs it over the rows of a causal prefill (the attention_pipeline.hpp plug
+// CausalRowAttention).
 //
 // Shape legend: n = heads, d_n / d_r / d_v head dims, d_qk = d_n + d_r, T = positions held,
 //   m = positions attended.
@@ -18,6 +21,8 @@
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "mla/attention.hpp"
 
 namespace mla::cpu {
 
@@ -48,7 +53,7 @@ struct KeyView {
 
 struct RowAttentionSpec {
   float scaling = 1.0f;  // softmax scale as fp32 (torch multiplies by the Python float)
-  bool bf16 = false;
+  Precision precision = Precision::FP32;
 };
 
 // Per-worker buffers (resized on use).
@@ -61,5 +66,14 @@ struct RowScratch {
 // row multiplies the values with; ctx: [n*d_v] (head h at h*d_v), HF's attn_output before o_proj.
 void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView& keys,
                 std::span<const int64_t> positions, float* probs, float* ctx, RowScratch& scratch);
+
+// The rows [row_begin, row_end) of a causal prefill, row s attending positions 0..s of `keys`
+// (attend_row), rows in parallel on `threads` workers. q: row row_begin of the queries
+// [rows, n*d_qk] (row stride ld_q); ctx: [rows, n*d_v] for those rows. head_mass (may be null;
+// [n*key_rows], head h at h*key_rows) is added each head's probabilities per key, summed in row
+// order per chunk of 64 rows counted from row_begin, then chunk after chunk: the same bits for
+// any thread count, and for rows split into calls at multiples of 64.
+void attend_causal(const RowAttentionSpec& spec, int threads, const float* q, int64_t ld_q, int64_t row_begin,
+                   int64_t row_end, const KeyView& keys, float* ctx, double* head_mass, int64_t key_rows);
 
 }  // namespace mla::cpu

@@ -7,27 +7,36 @@
 #include <numeric>
 
 #include "mla/error.hpp"
+#include "mla/rope.hpp"
 
 namespace mla::eval {
 
 PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int64_t window, const FeatureNeeds& needs,
                           StageSeconds* stages) {
   const AttentionConfig& a = layer.config().attention;
-  const int64_t P = h_prompt.rows();
+  const int64_t P = h_prompt.rows(), n = a.num_attention_heads, d_qk = a.qk_head_dim();
+  const std::vector<int64_t> positions = position_ids(0, P);
   PromptLayer out;
   out.window = std::clamp<int64_t>(window, 0, P);
-  decoder::forward_layer(layer, h_prompt, out.keys, &out.head_mass, nullptr,
-                         [&](const decoder::PreparedLayer::Projected& p) {
-                           out.queries = p.q.bottomRows(out.window);
-                           if (needs.any()) out.latent = p.latent;
-                           if (needs.expected_attention) {
-                             std::vector<int64_t> positions(static_cast<size_t>(P));
-                             std::iota(positions.begin(), positions.end(), 0);
-                             out.statistics = prerope_query_statistics(a, p.q.data(), P, positions,
-                                                                       std::min(needs.expected_sinks, P - 1));
-                           }
-                         },
-                         stages);
+  out.queries.resize(out.window, n * d_qk);
+  // expected-attention's statistics read the queries of rows [first, P)
+  const int64_t first = needs.expected_attention ? std::min(needs.expected_sinks, P - 1) : P;
+  cpu::KeptQueries statistics_rows(first, P, n, d_qk, layer.precision());
+  cpu::CausalRowAttention causal(layer.attention(), P, out.keys, &out.head_mass);
+  decoder::LayerPlugs plugs;
+  causal.plug(plugs.attention);
+  if (needs.any()) {
+    out.latent.resize(P, a.kv_lora_rank + a.qk_rope_head_dim);
+    plugs.attention.latent = cpu::latent_cache_into(out.latent);
+  }
+  plugs.attention.queries = [&](const MatrixRM& q, int64_t r0) {
+    cpu::keep_query_rows(q, r0, P - out.window, out.queries);
+    statistics_rows.keep(q, r0, layer.threads());
+  };
+  plugs.stages = stages;
+  plugs.stage_prefix = "prompt";
+  decoder::layer_forward(layer, h_prompt, positions, plugs);
+  if (needs.expected_attention) out.statistics = statistics_rows.statistics(a, positions);
   return out;
 }
 

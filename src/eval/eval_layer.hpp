@@ -31,11 +31,11 @@ struct PromptLayer {
   QueryStatistics statistics;      // of the pre-RoPE prompt queries (expected-attention), else empty
 };
 
-// The causal forward of the prompt at `layer` (h_prompt [P, H] in place: decoder::forward_layer), its
-// keys, per-head mass and the queries of its last `window` rows; with `needs` asking for
-// features, its latent rows and (expected-attention) the statistics of its queries from row
-// needs.expected_sinks on. `stages` (may be null): where the layer's time went, "prompt: ..."
-// (decoder::LayerPlugs::stages).
+// The causal forward of the prompt at `layer` (h_prompt [P, H] in place): decoder::layer_forward
+// with cpu::CausalRowAttention plugged in, keeping its keys and per-head mass, and from its hooks
+// the queries of its last `window` rows; with `needs` asking for features, its latent rows and
+// (expected-attention) the statistics of its queries from row needs.expected_sinks on.
+// `stages` (may be null): where the layer's time went, "prompt: ..." (decoder::LayerPlugs::stages).
 PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int64_t window, const FeatureNeeds& needs,
                           StageSeconds* stages = nullptr);
 

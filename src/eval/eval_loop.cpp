@@ -6,10 +6,10 @@
 // the one layer composition (decoder::layer_forward):
 //   1. the prompt rows [0, P): the causal forward, shared by every run (prefill_layer)
 //   2. the decode rows [P, T) of every run stacked, R x N rows through the layer together (the
-//      projections, o_proj and the MLP/MoE as one product each, the MoE grouping the rows of
-//      every run by expert), with the attention plugged in:
-//      a. each run's keys from its rows; its manager reads the prompt (observation window,
-//         prefill cut)
+//      projections and o_proj by chunks of 4096 rows, the MLP/MoE as one product each, the MoE
+//      grouping the rows of every run by expert), with the keys and attention plugged in:
+//      a. each run's keys from its rows, chunk by chunk; once all are stored, its manager reads
+//         the prompt (observation window, prefill cut)
 //      b. the steps x = P .. T-1 in order, every run at step x (runs in parallel), by the one step
 //         loop (mla/step_loop.hpp): the full run attends [0, x]; a policy run attends the cache
 //         its manager gives, which then evicts
@@ -60,8 +60,9 @@ struct RunState {
 struct DecodeRows {
   MatrixRM h;    // [R*N, H] residual stream
   // this layer:
-  MatrixRM q;    // [R*N, n*d_qk] query_states (rope applied)
-  MatrixRM ctx;  // [R*N, n*d_v]  attention context
+  MatrixRM q;       // [R*N, n*d_qk] query_states (rope applied)
+  MatrixRM ctx;     // [R*N, n*d_v]  attention context
+  MatrixRM latent;  // [R*N, r_kv + d_r] latent cache rows
 };
 
 // A non-finite value is never a result (issue 29: a layer whose kv_b_proj overflowed gave mean NLL
@@ -238,22 +239,33 @@ struct LayerPass {
   StageSeconds& stages;  // summed over the layers (add_seconds)
 };
 
-// 2a. every run's keys from its projected rows (p: the stacked rows); its manager (with the run's
-// own token features) reads the prompt
-void start_runs(const LayerPass& lp, std::vector<RunState>& runs, const decoder::PreparedLayer::Projected& p) {
+// 2a. every run's keys from the stacked rows [r0, r0 + rows) of a projected chunk (kv, k_pe_roped)
+void store_run_keys(const LayerPass& lp, std::vector<RunState>& runs, int64_t r0, int64_t rows, const MatrixRM& kv,
+                    const MatrixRM& k_pe_roped) {
   const AttentionConfig& a = lp.layer.config().attention;
-  const int64_t P = lp.opt.prompt_len, N = lp.opt.steps, n = a.num_attention_heads, d_v = a.v_head_dim;
+  const int64_t P = lp.opt.prompt_len, N = lp.opt.steps;
   for (RunState& r : runs) {
-    r.keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, P, N);
-    r.keys.set_rows(P, N, p.kv.data() + r.row0 * p.kv.cols(), p.kv.cols(), p.k_pe_roped.data() + r.row0 * p.k_pe_roped.cols(),
-                    p.k_pe_roped.cols());
+    const int64_t s0 = std::max(r0, r.row0), s1 = std::min(r0 + rows, r.row0 + N);  // its rows in the chunk
+    if (s1 <= s0) continue;
+    if (s0 == r.row0) r.keys.reset(a.num_attention_heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, P, N);
+    r.keys.set_rows(P + s0 - r.row0, s1 - s0, kv.data() + (s0 - r0) * kv.cols(), kv.cols(),
+                    k_pe_roped.data() + (s0 - r0) * k_pe_roped.cols(), k_pe_roped.cols());
+  }
+}
+
+// 2a. every run's manager (with the run's own token features, from its rows of the stacked latent
+// cache rows) reads the prompt
+void start_runs(const LayerPass& lp, std::vector<RunState>& runs, const MatrixRM& latent) {
+  const AttentionConfig& a = lp.layer.config().attention;
+  const int64_t P = lp.opt.prompt_len, N = lp.opt.steps, n = a.num_attention_heads;
+  for (RunState& r : runs) {
     r.recall.assign(idx(N), 1.0);
     r.cache_len.assign(idx(N), 0);
     r.held.assign(idx(N), 0);
     if (r.full) continue;
     // only what this run's policy reads (the union over every run would make each run compute
     // every other policy's features: 3.5x the work with the 14 presets)
-    r.features = eval::run_features(a, lp.attention, lp.prompt, p.latent.middleRows(r.row0, N), feature_needs({r.policy}));
+    r.features = eval::run_features(a, lp.attention, lp.prompt, latent.middleRows(r.row0, N), feature_needs({r.policy}));
     PolicyContext pctx;
     pctx.heads = n;
     pctx.prompt_len = P;
@@ -333,19 +345,26 @@ void finish_layer(const LayerPass& lp, std::vector<RunState>& runs, const Matrix
   }
 }
 
-// 2, 3: the decode rows of every run through the layer (decoder::layer_forward) with eval's attention
+// 2, 3: the decode rows of every run through the layer (decoder::layer_forward) with eval's keys
+// (each run's own) and attention (the step loop) plugged in
 void decode_layer(const LayerPass& lp, std::vector<RunState>& runs, DecodeRows& rows) {
   const AttentionConfig& a = lp.layer.config().attention;
   const int64_t P = lp.opt.prompt_len, N = lp.opt.steps, R = static_cast<int64_t>(runs.size());
   std::vector<int64_t> positions(idx(R * N));  // each run's rows at P .. T-1
   for (int64_t i = 0; i < R * N; ++i) positions[idx(i)] = P + i % N;
+  rows.latent.resize(R * N, a.kv_lora_rank + a.qk_rope_head_dim);
   decoder::LayerPlugs plugs;
-  plugs.projected = [&](decoder::PreparedLayer::Projected& p) {
-    StageRunner(lp.stages)("decode rows: runs' prompt caches and features", [&] { start_runs(lp, runs, p); });
-    rows.q = std::move(p.q);
+  plugs.attention.keys = [&](int64_t r0, int64_t count, const cpu::KvPath& kvp, const MatrixRM& k_pe_roped) {
+    store_run_keys(lp, runs, r0, count, kvp.kv, k_pe_roped);
   };
-  plugs.attend = [&](MatrixRM& ctx) {  // (timed as "decode rows: attention": the steps and the policies)
-    rows.ctx.resize(R * N, a.num_attention_heads * a.v_head_dim);
+  plugs.attention.latent = cpu::latent_cache_into(rows.latent);
+  plugs.attention.keys_stored = [&] {
+    StageRunner(lp.stages)("decode rows: runs' prompt caches and features", [&] { start_runs(lp, runs, rows.latent); });
+  };
+  plugs.attention.pass_rows = R * N;  // one pass: the steps go position by position through every run
+  plugs.attention.attend = [&](const MatrixRM& q, int64_t, MatrixRM& ctx) {  // (timed as "decode rows: attention")
+    rows.q = q;
+    rows.ctx = std::move(ctx);
     step_runs(lp, runs, rows);
     ctx = std::move(rows.ctx);
     rows.q = MatrixRM();

@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
@@ -76,11 +75,10 @@ PreparedLayer::PreparedLayer(const ModelConfig& cfg, const DecoderLayerWeights& 
       loader_(std::move(loader)) {
   const std::unique_ptr<cpu::GemmEngine> engine = cpu::make_fixed_order_engine();
   attention_ = cpu::prepare_weights_on(*engine, "fixed-order", "row-invariant sums (docs/math.md §15.4)",
-                                       cfg.attention, w.self_attn, bf16_, threads_);
+                                       cfg.attention, w.self_attn, settings.precision, threads_);
   input_layernorm_ = prepared_vector(w.self_attn.input_layernorm, bf16_);
   post_attention_layernorm_ = prepared_vector(w.post_attention_layernorm, bf16_);
-  spec_.scaling = static_cast<float>(softmax_scale(cfg.attention));
-  spec_.bf16 = bf16_;
+  spec_ = cpu::row_attention_spec(attention());
   if (!moe_) {
     dense_ = prepare_mlp(w.mlp, bf16_);
     return;
@@ -109,7 +107,7 @@ int64_t PreparedLayer::prepared_bytes() const {
   return b;
 }
 
-MatrixRM PreparedLayer::input_norm(const MatrixRM& h) const {
+MatrixRM PreparedLayer::input_norm(const Eigen::Ref<const MatrixRM>& h) const {
   const int64_t H = h.cols();
   MatrixRM x(h.rows(), H);
   for_rows(h.rows(), threads_, [&](int64_t r0, int64_t r1) {
@@ -126,25 +124,6 @@ MatrixRM PreparedLayer::post_norm(const MatrixRM& h) const {
                   y.data() + r0 * H, H);
   });
   return y;
-}
-
-PreparedLayer::Projected PreparedLayer::project(const MatrixRM& x, const std::vector<int64_t>& positions) const {
-  const cpu::Layer L{cfg_.attention, attention_, bf16_, threads_, latent_eps_};
-  const int64_t r_kv = cfg_.attention.kv_lora_rank, d_r = cfg_.attention.qk_rope_head_dim;
-  Projected p;
-  p.q = cpu::q_path(L, x);
-  cpu::KvPath kvp = cpu::kv_path(L, x);
-  p.k_pe_roped = cpu::rope(L, positions, p.q, kvp.compressed_kv);
-  p.kv = std::move(kvp.kv);
-  p.latent.resize(x.rows(), r_kv + d_r);
-  p.latent.leftCols(r_kv) = kvp.latent_normed;
-  p.latent.rightCols(d_r) = p.k_pe_roped;
-  return p;
-}
-
-MatrixRM PreparedLayer::o_proj(const MatrixRM& attn_context) const {
-  const cpu::Layer L{cfg_.attention, attention_, bf16_, threads_, latent_eps_};
-  return cpu::o_proj(L, attn_context);
 }
 
 void PreparedLayer::residual_add(MatrixRM& h, const MatrixRM& delta) const {
@@ -241,90 +220,43 @@ MatrixRM PreparedLayer::mlp(const MatrixRM& y, Routing* routing) {
   return moe(y, routing);
 }
 
-void attend_causal(const PreparedLayer& layer, const MatrixRM& q, int64_t row_begin, int64_t row_end,
-                   const cpu::KeyView& keys, MatrixRM& ctx, std::vector<double>* head_mass) {
-  const AttentionConfig& a = layer.config().attention;
-  const int64_t n = a.num_attention_heads, d_v = a.v_head_dim, rows = row_end - row_begin;
-  ctx.resize(rows, n * d_v);
-  // fixed chunks of rows: each chunk sums its rows' probabilities in row order, then the chunks
-  // are added in order (the same bits for any number of threads)
-  constexpr int64_t kChunk = 64;
-  const int64_t chunks = (rows + kChunk - 1) / kChunk, T = row_end;
-  std::vector<std::vector<double>> partial(head_mass ? idx(chunks) : 0);
-  std::vector<cpu::RowScratch> scratch(idx(layer.threads()));
-  std::vector<std::vector<float>> probs(idx(layer.threads()));
-  std::vector<std::vector<int64_t>> positions(idx(layer.threads()));
-  cpu::parallel_for(chunks, layer.threads(), [&](int64_t c, int worker) {
-    std::vector<int64_t>& pos = positions[idx(worker)];
-    std::vector<float>& p = probs[idx(worker)];
-    if (head_mass) partial[idx(c)].assign(idx(n * T), 0.0);
-    for (int64_t s = row_begin + c * kChunk; s < std::min(row_end, row_begin + (c + 1) * kChunk); ++s) {
-      pos.resize(idx(s + 1));
-      std::iota(pos.begin(), pos.end(), 0);
-      p.resize(idx(n * (s + 1)));
-      cpu::attend_row(layer.attention_spec(), q.data() + (s - row_begin) * q.cols(), keys, pos, p.data(),
-                      ctx.data() + (s - row_begin) * n * d_v, scratch[idx(worker)]);
-      if (head_mass) {
-        std::vector<double>& part = partial[idx(c)];
-        for (int64_t h = 0; h < n; ++h)
-          for (int64_t t = 0; t <= s; ++t) part[idx(h * T + t)] += static_cast<double>(p[idx(h * (s + 1) + t)]);
-      }
-    }
-  });
-  if (head_mass)
-    for (const std::vector<double>& part : partial)
-      for (size_t i = 0; i < part.size(); ++i) (*head_mass)[i] += part[i];
+namespace {
+
+// The attention pipeline's stages as the layer's parts: "projections" (q_path with input_norm,
+// kv_path, rope), "attention" (attend: storing the keys and the plugged attention), "o_proj".
+void add_attention_parts(const StageSeconds& pipeline, const std::string& prefix, StageSeconds& parts) {
+  for (const auto& [name, seconds] : pipeline) {
+    const char* part = name == "attend" ? "attention" : name == "o_proj" ? "o_proj" : "projections";
+    add_seconds(parts, prefix + ": " + part, seconds);
+  }
 }
 
+}  // namespace
+
 void layer_forward(PreparedLayer& layer, MatrixRM& h, const std::vector<int64_t>& positions, const LayerPlugs& plugs) {
-  if (static_cast<int64_t>(positions.size()) != h.rows())
-    fail(ErrorKind::Shape, "layer " + std::to_string(layer.layer()) + ": " + std::to_string(h.rows()) + " rows at " +
+  const int64_t m = h.rows(), H = h.cols();
+  if (static_cast<int64_t>(positions.size()) != m)
+    fail(ErrorKind::Shape, "layer " + std::to_string(layer.layer()) + ": " + std::to_string(m) + " rows at " +
                                std::to_string(positions.size()) + " positions");
   StageSeconds untimed;  // each part is timed into plugs.stages when given
-  const StageRunner stage(plugs.stages ? *plugs.stages : untimed);
-  auto part = [&](const char* name, const auto& f) { stage((plugs.stage_prefix + ": " + name).c_str(), f); };
-  MatrixRM attn_output;
+  StageSeconds& parts = plugs.stages ? *plugs.stages : untimed;
+  MatrixRM attn_output(m, H);
   {
-    MatrixRM ctx;
-    {
-      PreparedLayer::Projected p;
-      part("projections", [&] { p = layer.project(layer.input_norm(h), positions); });
-      plugs.projected(p);
-    }  // x and what the caller left of the projections are freed before the attention
-    part("attention", [&] { plugs.attend(ctx); });
-    part("o_proj", [&] { attn_output = layer.o_proj(ctx); });
+    StageSeconds pipeline;
+    cpu::AttentionPlugs attention = plugs.attention;
+    attention.output = [&](int64_t r0, const MatrixRM& y) { attn_output.middleRows(r0, y.rows()) = y; };
+    cpu::attention_layer(layer.attention(), m,
+                         [&](int64_t r0, int64_t rows) { return layer.input_norm(h.middleRows(r0, rows)); },
+                         positions, attention, StageRunner(pipeline));
+    add_attention_parts(pipeline, plugs.stage_prefix, parts);
   }
   if (plugs.attn_output) plugs.attn_output(attn_output);
-  part("mlp", [&] {
+  const StageRunner stage(parts);
+  stage((plugs.stage_prefix + ": mlp").c_str(), [&] {
     layer.residual_add(h, attn_output);
     const MatrixRM mlp = layer.mlp(layer.post_norm(h), plugs.routing);
     layer.residual_add(h, mlp);
   });
-}
-
-void forward_layer(PreparedLayer& layer, MatrixRM& h, cpu::RowKeys& keys, std::vector<double>* head_mass,
-                   Routing* routing, const std::function<void(const PreparedLayer::Projected&)>& also,
-                   StageSeconds* stages) {
-  const AttentionConfig& a = layer.config().attention;
-  const int64_t m = h.rows();
-  std::vector<int64_t> positions(idx(m));
-  std::iota(positions.begin(), positions.end(), 0);
-  MatrixRM q;  // [m, n*d_qk]
-  LayerPlugs plugs;
-  plugs.projected = [&](PreparedLayer::Projected& p) {
-    keys.reset(a.num_attention_heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, 0, m);
-    keys.set_rows(0, m, p.kv.data(), p.kv.cols(), p.k_pe_roped.data(), p.k_pe_roped.cols());
-    if (also) also(p);
-    q = std::move(p.q);
-  };
-  plugs.attend = [&](MatrixRM& ctx) {
-    if (head_mass) head_mass->assign(idx(a.num_attention_heads * m), 0.0);
-    attend_causal(layer, q, 0, m, cpu::KeyView{&keys, nullptr, m}, ctx, head_mass);
-  };
-  plugs.routing = routing;
-  plugs.stages = stages;
-  plugs.stage_prefix = "prompt";
-  layer_forward(layer, h, positions, plugs);
 }
 
 PreparedHead::PreparedHead(const ModelConfig& cfg, const ModelHeadWeights& w, Precision precision, int threads)

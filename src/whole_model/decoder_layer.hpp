@@ -2,13 +2,13 @@
 // equation (docs/math.md §15), every one row-wise in the fixed-order arithmetic of
 // src/cpu/fixed_order.hpp, so that a row's result does not depend on which other rows are
 // computed with it. One function composes them (layer_forward); the plain forward
-// (model_forward.cpp) and `mla-h2o eval` (src/eval/) plug their attention into it:
+// (model_forward.cpp) and `mla-h2o eval` (src/eval/) plug their keys and attention into it:
 //
 //   x        = input_norm(h)                      input_layernorm, eps rms_norm_eps      [m, H]
-//   proj     = project(x, positions)              q (roped), kv = kv_b_proj(kv_a_layernorm(latent)),
-//                                                 k_pe roped (the attention's q_path/kv_path/rope)
-//   ctx row  = cpu::attend_row(query row, keys, positions attended)                      [n*d_v]
-//   a        = o_proj(ctx)                                                               [m, H]
+//   a        = cpu::attention_layer(x, positions) the one CPU attention layer             [m, H]
+//              (src/cpu/attention_pipeline.hpp: projections by row chunks on the fixed-order
+//              engine, the caller's attention by query passes, e.g. cpu::CausalRowAttention:
+//              cpu::attend_row per row over the positions it attends, o_proj by row chunks)
 //   h        = residual_add(h, a)                 bf16: bf16(h + a)
 //   y        = post_norm(h)                       post_attention_layernorm               [m, H]
 //   f        = mlp(y)                             dense_mlp or moe                        [m, H]
@@ -33,6 +33,7 @@
 
 #include "mla/attention.hpp"
 #include "mla/model.hpp"
+#include "src/cpu/attention_pipeline.hpp"
 #include "src/cpu/cpu_stages.hpp"
 #include "src/cpu/fixed_order.hpp"
 #include "src/cpu/row_attention.hpp"
@@ -73,21 +74,15 @@ class PreparedLayer {
 
   int64_t layer() const { return layer_; }
   bool moe() const { return moe_; }
-  bool bf16() const { return bf16_; }
+  Precision precision() const { return bf16_ ? Precision::BF16 : Precision::FP32; }
   int threads() const { return threads_; }
   const ModelConfig& config() const { return cfg_; }
   const cpu::RowAttentionSpec& attention_spec() const { return spec_; }
+  // The attention's weights on the fixed-order engine, for cpu::attention_layer and its kernels.
+  cpu::Layer attention() const { return {cfg_.attention, attention_, precision(), threads_, latent_eps_}; }
 
   // ---- the equations ----
-  MatrixRM input_norm(const MatrixRM& h) const;  // [m, H] -> [m, H]
-  struct Projected {
-    MatrixRM q;           // [m, n*d_qk]   query_states rows (rope halves rotated, HF order)
-    MatrixRM kv;          // [m, n*(d_n+d_v)] kv_b_proj output: k_nope | value per head
-    MatrixRM k_pe_roped;  // [m, d_r]
-    MatrixRM latent;      // [m, r_kv + d_r] the latent cache row: kv_a_layernorm(c) | k_pe roped
-  };
-  Projected project(const MatrixRM& x, const std::vector<int64_t>& positions) const;
-  MatrixRM o_proj(const MatrixRM& attn_context) const;  // [m, n*d_v] -> [m, H]
+  MatrixRM input_norm(const Eigen::Ref<const MatrixRM>& h) const;  // [m, H] -> [m, H]
   void residual_add(MatrixRM& h, const MatrixRM& delta) const;
   MatrixRM post_norm(const MatrixRM& h) const;
   // dense SwiGLU or DeepseekV3MoE; routing (may be null) receives the MoE routing.
@@ -123,46 +118,30 @@ class PreparedLayer {
 PreparedMlp prepare_mlp(const MlpWeights& w, bool bf16);
 
 
-// The attention of rows [row_begin, row_end) of a causal prefill (each row s attends positions
-// 0..s of `keys`), rows in parallel: ctx rows [rows, n*d_v]. head_mass (optional, [n*T] double,
-// zeroed by the caller) receives sum over the rows of each head's probabilities per key, summed
-// in row order per fixed chunk of rows and then over chunks (the same for any thread count).
-void attend_causal(const PreparedLayer& layer, const MatrixRM& q, int64_t row_begin, int64_t row_end,
-                   const cpu::KeyView& keys, MatrixRM& ctx, std::vector<double>* head_mass);
-
-// What a caller plugs into the one composition of a layer (layer_forward): where the projected
-// rows go, how their attention is computed, and what it reads of the attention output.
+// What a caller plugs into the one composition of a layer (layer_forward).
 struct LayerPlugs {
-  // After input_norm and project of every row: the caller takes what its attention needs (the
-  // keys, the queries; moving them out frees the rest before the attention). Required.
-  std::function<void(PreparedLayer::Projected&)> projected;
-  // The attention of every row: ctx [m, n*d_v] (HF's attn_output before o_proj). Required.
-  std::function<void(MatrixRM& ctx)> attend;
+  // The attention's key store and kernel (cpu::attention_layer): keys and attend required (e.g.
+  // cpu::CausalRowAttention::plug), hooks optional; `output` is the layer's own (set by
+  // layer_forward: the residual add).
+  cpu::AttentionPlugs attention;
   // The attention output rows [m, H] before the residual add (eval's per-run errors). Optional.
   std::function<void(const MatrixRM& attn_output)> attn_output;
   Routing* routing = nullptr;  // receives the MoE routing (may be null)
-  // Where the layer's time goes (may be null): "<stage_prefix>: projections" (input_norm and
-  // project), ": attention" (plugs.attend), ": o_proj", ": mlp" (post_norm, MLP or MoE and both
-  // residual adds), each added to its one record (add_seconds), so layers sum.
+  // Where the layer's time goes (may be null): "<stage_prefix>: projections" (input_norm, q_path,
+  // kv_path and rope), ": attention" (storing the keys and the plugged attention), ": o_proj",
+  // ": mlp" (post_norm, MLP or MoE and both residual adds), each added to its one record
+  // (add_seconds), so layers sum.
   StageSeconds* stages = nullptr;
   std::string stage_prefix;
 };
 
 // THE composition of one DeepseekV3DecoderLayer over m rows at `positions` (h [m, H] in place):
-// input_norm, project -> plugs.projected, plugs.attend -> ctx, o_proj -> plugs.attn_output,
-// residual, post_norm, mlp, residual. Every caller (the causal forward, eval's prompt and its
-// decode rows of every run at once) goes through it; rows are independent, so a row's bits do
-// not depend on the other rows computed with it.
+// cpu::attention_layer(input_norm(h)) with plugs.attention -> attn_output -> plugs.attn_output,
+// residual, post_norm, mlp, residual. Every whole-model caller (the causal forward and eval's
+// prompt with cpu::CausalRowAttention, eval's decode rows of every run at once with its policies'
+// attention) goes through it; rows are independent, so a row's bits do not depend on the other
+// rows computed with it.
 void layer_forward(PreparedLayer& layer, MatrixRM& h, const std::vector<int64_t>& positions, const LayerPlugs& plugs);
-
-// The causal forward of one layer over rows at positions 0..m-1 (h [m, H] in place): layer_forward
-// with the attention attend_causal. keys receives the layer's keys and values of those positions;
-// head_mass / routing as attend_causal / mlp (may be null); `also` (may be empty) sees the
-// projected rows first (eval's prompt keeps its last queries and its latent rows).
-// `stages` (may be null) as LayerPlugs::stages, under the prefix "prompt".
-void forward_layer(PreparedLayer& layer, MatrixRM& h, cpu::RowKeys& keys, std::vector<double>* head_mass,
-                   Routing* routing, const std::function<void(const PreparedLayer::Projected&)>& also = {},
-                   StageSeconds* stages = nullptr);
 
 // The final norm and lm_head (DeepseekV3Model.norm, DeepseekV3ForCausalLM.lm_head).
 class PreparedHead {

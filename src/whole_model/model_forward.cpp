@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "mla/error.hpp"
+#include "mla/rope.hpp"
 #include "src/whole_model/decoder_layer.hpp"
 
 namespace mla {
@@ -48,9 +49,14 @@ ModelForwardResult model_forward(const Checkpoint& ckpt, const ModelConfig& cfg,
       layer = std::make_unique<decoder::PreparedLayer>(cfg, w, settings, loader);
     }  // the fp32 copies read from the shards are freed here
     if (opt.resident_experts) ckpt.release_mappings();
+    // the causal forward of every row: keys in RowKeys, each row over positions 0..s (attend_row)
     cpu::RowKeys keys;
+    cpu::CausalRowAttention causal(layer->attention(), h.rows(), keys);
     decoder::Routing routing;
-    decoder::forward_layer(*layer, h, keys, nullptr, opt.keep_routing && layer->moe() ? &routing : nullptr);
+    decoder::LayerPlugs plugs;
+    causal.plug(plugs.attention);
+    plugs.routing = opt.keep_routing && layer->moe() ? &routing : nullptr;
+    decoder::layer_forward(*layer, h, position_ids(0, h.rows()), plugs);
     if (opt.keep_routing && layer->moe()) out.routing.push_back(LayerRouting{L, routing.k, routing.experts, routing.weights});
     layer.reset();
     if (!opt.resident_experts) ckpt.release_mappings();

@@ -299,45 +299,49 @@ std::vector<float> token_by_token(const Model& m, const std::vector<int64_t>& id
     MatrixRM h = mla::decoder::embed(m.ckpt, {ids[static_cast<size_t>(x)]}, precision);  // [1, H]
     for (int64_t L = 0; L < L_count; ++L) {
       Layer& l = layers[static_cast<size_t>(L)];
-      const mla::decoder::PreparedLayer::Projected p = l.prepared->project(l.prepared->input_norm(h), {x});
-      l.keys.set_rows(x, 1, p.kv.data(), p.kv.cols(), p.k_pe_roped.data(), p.k_pe_roped.cols());
+      // token x through the layer: its key joins the layer's cache, its row attends over the cache
       const mla::cpu::KeyView keys{&l.prompt.keys, &l.keys, kP};
-      MatrixRM ctx(1, n * d_v);
       std::vector<int64_t> all(static_cast<size_t>(x + 1));
       std::iota(all.begin(), all.end(), 0);
-      if (full) {
-        std::vector<float> probs(static_cast<size_t>(n * (x + 1)));
-        mla::cpu::attend_row(l.prepared->attention_spec(), p.q.data(), keys, all, probs.data(), ctx.data(), scratch);
-      } else {
-        if (needs.any()) {  // token x's features, written where the manager reads them
-          l.latent.row(i) = p.latent.row(0);
-          const mla::TokenFeatures f = mla::eval::run_features(a, l.attention, l.prompt, l.latent, needs);
-          for (auto [dst, src] : {std::pair{&l.features.key_norm, &f.key_norm}, std::pair{&l.features.value_norm, &f.value_norm},
-                                  std::pair{&l.features.output_norm, &f.output_norm},
-                                  std::pair{&l.features.expected_attention, &f.expected_attention},
-                                  std::pair{&l.features.key_diff, &f.key_diff}})
-            for (int64_t hd = 0; hd < n && !src->empty(); ++hd)
-              (*dst)[static_cast<size_t>(hd * (kP + kN) + x)] = (*src)[static_cast<size_t>(hd * (kP + kN) + x)];
-        }
-        std::span<const int64_t> cache;
-        std::vector<double> oracle;
-        if (l.manager->needs_full_attention()) {
-          std::vector<float> pf(static_cast<size_t>(n * (x + 1)));
-          std::vector<float> unused(static_cast<size_t>(n * d_v));
-          mla::cpu::attend_row(l.prepared->attention_spec(), p.q.data(), keys, all, pf.data(), unused.data(), scratch);
-          oracle.assign(pf.begin(), pf.end());
-          cache = l.manager->begin_step(x, oracle);
+      MatrixRM latent(1, a.kv_lora_rank + a.qk_rope_head_dim);  // token x's latent cache row
+      mla::decoder::LayerPlugs plugs;
+      plugs.attention.keys = [&](int64_t, int64_t, const mla::cpu::KvPath& kvp, const MatrixRM& k_pe_roped) {
+        l.keys.set_rows(x, 1, kvp.kv.data(), kvp.kv.cols(), k_pe_roped.data(), k_pe_roped.cols());
+      };
+      plugs.attention.latent = mla::cpu::latent_cache_into(latent);
+      plugs.attention.attend = [&](const MatrixRM& q, int64_t, MatrixRM& ctx) {
+        if (full) {
+          std::vector<float> probs(static_cast<size_t>(n * (x + 1)));
+          mla::cpu::attend_row(l.prepared->attention_spec(), q.data(), keys, all, probs.data(), ctx.data(), scratch);
         } else {
-          cache = l.manager->begin_step(x);
+          if (needs.any()) {  // token x's features, written where the manager reads them
+            l.latent.row(i) = latent.row(0);
+            const mla::TokenFeatures f = mla::eval::run_features(a, l.attention, l.prompt, l.latent, needs);
+            for (auto [dst, src] : {std::pair{&l.features.key_norm, &f.key_norm}, std::pair{&l.features.value_norm, &f.value_norm},
+                                    std::pair{&l.features.output_norm, &f.output_norm},
+                                    std::pair{&l.features.expected_attention, &f.expected_attention},
+                                    std::pair{&l.features.key_diff, &f.key_diff}})
+              for (int64_t hd = 0; hd < n && !src->empty(); ++hd)
+                (*dst)[static_cast<size_t>(hd * (kP + kN) + x)] = (*src)[static_cast<size_t>(hd * (kP + kN) + x)];
+          }
+          std::span<const int64_t> cache;
+          std::vector<double> oracle;
+          if (l.manager->needs_full_attention()) {
+            std::vector<float> pf(static_cast<size_t>(n * (x + 1)));
+            std::vector<float> unused(static_cast<size_t>(n * d_v));
+            mla::cpu::attend_row(l.prepared->attention_spec(), q.data(), keys, all, pf.data(), unused.data(), scratch);
+            oracle.assign(pf.begin(), pf.end());
+            cache = l.manager->begin_step(x, oracle);
+          } else {
+            cache = l.manager->begin_step(x);
+          }
+          std::vector<float> probs(cache.size() * static_cast<size_t>(n));
+          mla::cpu::attend_row(l.prepared->attention_spec(), q.data(), keys, cache, probs.data(), ctx.data(), scratch);
+          const std::vector<double> probs_d(probs.begin(), probs.end());
+          l.manager->end_step(probs_d);
         }
-        std::vector<float> probs(cache.size() * static_cast<size_t>(n));
-        mla::cpu::attend_row(l.prepared->attention_spec(), p.q.data(), keys, cache, probs.data(), ctx.data(), scratch);
-        const std::vector<double> probs_d(probs.begin(), probs.end());
-        l.manager->end_step(probs_d);
-      }
-      l.prepared->residual_add(h, l.prepared->o_proj(ctx));
-      const MatrixRM f = l.prepared->mlp(l.prepared->post_norm(h), nullptr);
-      l.prepared->residual_add(h, f);
+      };
+      mla::decoder::layer_forward(*l.prepared, h, {x}, plugs);
     }
     const MatrixRM row = head.logits(h);
     logits.insert(logits.end(), row.data(), row.data() + row.size());

@@ -444,7 +444,7 @@ BOOST_AUTO_TEST_CASE(fixed_order_attention_row_is_the_same_from_any_store) {
     low.set_rows(0, 25, kv.data(), n * w, pe.data(), d_r);
     high.reset(n, d_n, d_r, d_v, 25, T - 25);
     high.set_rows(25, T - 25, kv.data() + 25 * n * w, n * w, pe.data() + 25 * d_r, d_r);
-    const mla::cpu::RowAttentionSpec spec{0.125f, bf16};
+    const mla::cpu::RowAttentionSpec spec{0.125f, bf16 ? mla::Precision::BF16 : mla::Precision::FP32};
     std::vector<int64_t> positions(T);
     std::iota(positions.begin(), positions.end(), 0);
     std::vector<float> p_ref(n * T), ctx_ref(n * d_v);
