@@ -187,7 +187,7 @@ struct DecodeMemoryRequest {
   int64_t query_window = 32;  // prompt rows whose queries are held besides the N steps (prompt_query_window)
   int64_t budgets = 1;        // how many cache budgets
   int64_t policies = 1;       // policies other than full
-  int64_t features = 0;       // per-token feature arrays the policies read (FeatureNeeds: 0..4)
+  int64_t features = 0;       // per-token feature arrays the policies read (FeatureNeeds::arrays: 0..5)
   bool naive = false;         // --attention naive: per-head k/v of every token
   Precision precision = Precision::FP32;
   bool dump_tensors = false;
@@ -197,6 +197,11 @@ struct DecodeMemoryRequest {
   bool query_statistics = false; // expected-attention: the prompt's roped queries are kept
 };
 MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req);
+// What decode's options ask (memory_plan.cpp): P, N (opt.steps, or input_rows - P when 0), the
+// prompt queries held, the budgets, the policies run at each, the feature arrays they read and
+// expected-attention's statistics; the caller adds backend, precision, dump and threads.
+struct DecodeOptions;
+DecodeMemoryRequest decode_memory_request(const DecodeOptions& opt, int64_t input_rows);
 // As plan_memory: fits, or a refusal naming what would (--attention absorbed, --precision bf16,
 // no --dump-tensors, fewer --steps, a shorter --prompt-len).
 MemoryPlan plan_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req, const MemoryBudget& budget);

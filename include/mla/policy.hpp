@@ -139,6 +139,10 @@ struct FeatureNeeds {
   int64_t expected_sinks = 0;    // expected-attention: prompt rows [0, sinks) left out of the query statistics
   int64_t expected_future = 0;   // expected-attention: future positions averaged
   bool any() const { return key_norm || value_norm || output_norm || expected_attention || key_diff; }
+  // how many of the [n, T] arrays above are read (0..5): what a memory plan holds for them
+  int64_t arrays() const {
+    return int64_t{key_norm} + value_norm + output_norm + expected_attention + key_diff;
+  }
 };
 // What the policies of a run need (several expected-attention settings must agree on sinks
 // and future: Error(InvalidArgument) otherwise); add_feature_needs adds one policy's.

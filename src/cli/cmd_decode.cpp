@@ -129,26 +129,15 @@ std::vector<std::string> caveats(const std::string& synthetic, const InputReques
 // The memory plan of this decode (mla/memory_plan.hpp) from the flags and the input's row count,
 // before the layer or the input rows are built: refuses with one line when it cannot fit.
 MemoryPlan check_decode_memory(const DecodePlan& plan, const AttentionConfig& cfg, int64_t input_rows) {
-  const DecodeOptions& opt = plan.decode;
-  DecodeMemoryRequest req;
-  req.backend = plan.run.backend == BackendKind::Reference ? BackendKind::Reference : BackendKind::Cpu;
-  req.input_rows = input_rows;
-  req.prompt_len = opt.prompt_len;
-  req.steps = opt.steps > 0 ? opt.steps : input_rows - opt.prompt_len;
+  DecodeMemoryRequest req = decode_memory_request(plan.decode, input_rows);
   if (input_rows <= 0 || req.steps < 1 || req.steps > input_rows - req.prompt_len) return {};  // check_decode_options says why
-  req.query_window = prompt_query_window(opt);
-  req.budgets = static_cast<int64_t>(opt.budgets.size());
-  req.policies = static_cast<int64_t>(std::count_if(opt.policies.begin(), opt.policies.end(),
-                                                    [](const PolicySettings& s) { return s.kind != PolicyKind::Full; }));
-  const FeatureNeeds needs = feature_needs(opt.policies);
-  req.features = int64_t{needs.key_norm} + needs.value_norm + needs.output_norm + needs.expected_attention;
+  req.backend = plan.run.backend == BackendKind::Reference ? BackendKind::Reference : BackendKind::Cpu;
   req.naive = plan.attention == DecodeAttention::Naive;
   req.precision = plan.run.forward.precision;
   req.dump_tensors = plan.dump_tensors;
   req.input_layernorm = needs_input_layernorm(plan.run.input);
   req.threads = cpu_threads(plan.run.forward.threads);
   req.gemm = plan.run.forward.gemm;
-  req.query_statistics = needs.expected_attention;
   const MemoryPlan mp = plan_decode_memory(cfg, req, host_memory_budget());
   if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
   return mp;

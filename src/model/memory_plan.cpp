@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "mla/decode.hpp"
 #include "mla/error.hpp"
 #include "mla/memory_available.hpp"
 
@@ -251,6 +252,21 @@ MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, con
   if (lo >= 1) would_fit.offer_line("--seq-len " + std::to_string(lo >= 1024 ? lo / 1024 * 1024 : lo) + " or fewer tokens");
   plan.refusal = memory_refusal(asked(req), plan.estimate, budget, would_fit.list());
   return plan;
+}
+
+DecodeMemoryRequest decode_memory_request(const DecodeOptions& opt, int64_t input_rows) {
+  DecodeMemoryRequest req;
+  req.input_rows = input_rows;
+  req.prompt_len = opt.prompt_len;
+  req.steps = opt.steps > 0 ? opt.steps : input_rows - opt.prompt_len;
+  req.query_window = prompt_query_window(opt);
+  req.budgets = static_cast<int64_t>(opt.budgets.size());
+  req.policies = static_cast<int64_t>(std::count_if(opt.policies.begin(), opt.policies.end(),
+                                                    [](const PolicySettings& s) { return s.kind != PolicyKind::Full; }));
+  const FeatureNeeds needs = feature_needs(opt.policies);
+  req.features = needs.arrays();
+  req.query_statistics = needs.expected_attention;
+  return req;
 }
 
 int64_t largest_fitting(int64_t upper, const std::function<bool(int64_t)>& fits) {

@@ -17,8 +17,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "geometries.hpp"
+#include "mla/decode.hpp"
 #include "mla/eval_cost.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/policy.hpp"
@@ -253,6 +256,43 @@ BOOST_AUTO_TEST_CASE(decode_plan) {
   for (const char* w : {"not enough memory for decode of P = 400000 prompt rows and N = 1000 steps", "at its peak (estimated, ",
                         "is available (MemAvailable)", "would fit: "})
     BOOST_TEST(contains(p.refusal, w), "missing '" << w << "' in: " << p.refusal);
+}
+
+// Decode's request from its options holds one [n, T] f64 array for every per-token feature the
+// policies read (mla/policy.hpp TokenFeatures), counted by hand per preset: keydiff's key_diff was
+// left out, so its plan was n * T * 8 bytes short (issue 28).
+BOOST_AUTO_TEST_CASE(decode_plan_counts_every_feature_array) {
+  const auto kimi = mla::test::geometry("kimi");
+  const auto request_of = [](const std::string& policies) {
+    mla::DecodeOptions o;
+    o.prompt_len = 4096;
+    o.budgets = {256, 512};
+    o.policies = mla::parse_policy_list(policies);
+    return mla::decode_memory_request(o, 4096 + 128);
+  };
+  const std::vector<std::pair<std::string, int64_t>> by_hand = {
+      {"full", 0}, {"h2o", 0}, {"streaming", 0}, {"snapkv", 0}, {"oracle", 0},
+      {"knorm", 1},               // key_norm
+      {"keydiff", 1},             // key_diff
+      {"value-aware", 1},         // output_norm
+      {"expected-attention", 2},  // value_norm (vnorm) + expected_attention
+      {"expected-attention:vnorm=0", 1},
+      {"knorm,keydiff", 2},
+      {"knorm,keydiff,value-aware,expected-attention", 5}};
+  for (const auto& [policies, arrays] : by_hand) BOOST_TEST(request_of(policies).features == arrays, policies);
+  const mla::DecodeMemoryRequest keydiff = request_of("keydiff");
+  BOOST_TEST(keydiff.steps == 128);
+  BOOST_TEST(keydiff.budgets == 2);
+  BOOST_TEST(keydiff.policies == 1);
+  BOOST_TEST(request_of("full,keydiff,h2o").policies == 2);  // full is the reference, not a run
+  // the decode steps hold the array: keydiff's phase is knorm's (one array each), streaming's + n T 8
+  const auto steps_of = [&](const mla::DecodeMemoryRequest& q) {
+    for (const auto& phase : mla::estimate_decode_memory(kimi, q).phases)
+      if (phase.name == "decode steps") return phase.bytes();
+    return int64_t{-1};
+  };
+  BOOST_TEST(steps_of(keydiff) == steps_of(request_of("knorm")));
+  BOOST_TEST(steps_of(keydiff) - steps_of(request_of("streaming")) == kimi.num_attention_heads * (4096 + 128) * 8);
 }
 
 BOOST_AUTO_TEST_CASE(parsers) {
