@@ -284,8 +284,7 @@ DecodeMemoryRequest decode_memory_request(const DecodeOptions& opt, int64_t inpu
   req.steps = opt.steps > 0 ? opt.steps : input_rows - opt.prompt_len;
   req.query_window = prompt_query_window(opt);
   req.budgets = static_cast<int64_t>(opt.budgets.size());
-  req.policies = static_cast<int64_t>(std::count_if(opt.policies.begin(), opt.policies.end(),
-                                                    [](const PolicySettings& s) { return s.kind != PolicyKind::Full; }));
+  req.policies = evicting_policy_count(opt.policies);
   const FeatureNeeds needs = feature_needs(opt.policies);
   req.features = needs.arrays();
   req.query_statistics = needs.expected_attention;
@@ -323,12 +322,10 @@ MemoryPlan plan_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequ
 }
 
 ModelMemoryRequest eval_memory_request(const EvalOptions& opt, bool dump_tensors) {
-  int64_t policies = 0;  // the full run and every (policy, budget)
-  for (const PolicySettings& s : opt.policies) policies += s.kind != PolicyKind::Full;
   ModelMemoryRequest req;
   req.tokens = opt.prompt_len + opt.steps;
   req.precision = opt.precision;
-  req.streams = 1 + policies * static_cast<int64_t>(opt.budgets.size());
+  req.streams = 1 + static_cast<int64_t>(policy_runs(opt.budgets, opt.policies).size());  // full + every run
   req.stream_rows = opt.steps;
   req.keep_hidden_states = dump_tensors;
   req.threads = cpu::resolve_threads(opt.threads);
