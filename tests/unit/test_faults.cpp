@@ -640,7 +640,7 @@ BOOST_AUTO_TEST_CASE(memory_plans_cover_every_command) {
   const RunResult d = run_bounded(decode);
   BOOST_TEST_REQUIRE(d.exit_code == 0, d.err);
   BOOST_TEST(int64_t(parser.load(dir + "/decode/report.json")["memory"]["planned_peak_bytes"]) > 0);
-  expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100M", decode), "decode",
+  expect_error_line(mla::test::run_cli_after(too_little, decode), "decode",
                     {"not enough memory for decode of P = 40 prompt rows and N = 8 steps", "MLA_MEMORY_AVAILABLE"});
   expect_error_line(mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=100M", "synth --preset tiny --out '" + dir + "/s'"), "synth",
                     {"not enough memory for synth"});
