@@ -147,15 +147,8 @@ MemoryPlan check_decode_memory(const DecodePlan& plan, const AttentionConfig& cf
 
 DecodePlan read_decode_plan(const Args& a) {
   DecodePlan plan;
+  plan.run = read_run_plan(a, "decode", {{"prompt-len", "P"}, {"cache-budget", "K"}});
   RunPlan& r = plan.run;
-  r.command = "decode";
-  r.checkpoint = a.str("checkpoint");
-  if (r.checkpoint.empty()) fail(ErrorKind::InvalidArgument, "--checkpoint PATH is required (see mla-h2o decode --help)");
-  if (!a.has("prompt-len")) fail(ErrorKind::InvalidArgument, "--prompt-len P is required (see mla-h2o decode --help)");
-  if (!a.has("cache-budget")) fail(ErrorKind::InvalidArgument, "--cache-budget K is required (see mla-h2o decode --help)");
-  r.config_path = a.str("config");
-  r.layer = a.integer("layer", 0, 0);
-  r.input = input_request(a);
   r.backend = a.choice("backend", {"cpu", "reference"}, "cpu") == "reference" ? BackendKind::Reference : BackendKind::Cpu;
   r.forward.mask = Mask::Causal;
   r.forward.precision = a.choice("precision", {"fp32", "bf16"}, "fp32") == "bf16" ? Precision::BF16 : Precision::FP32;
