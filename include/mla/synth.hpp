@@ -33,13 +33,12 @@ inline constexpr int64_t kSynthMaxShards = 99999;  // the file names' five digit
 class OutputSet;
 // Writes config.json, model.safetensors.index.json and the shards into opts.out_dir as one output
 // set (mla/output_set.hpp: the directory gets the whole checkpoint or keeps what it held); returns
-// the attention config used.
-AttentionConfig synthesize_checkpoint(const SynthOptions& opts);
-// Same, for an explicit model (tests use it for odd geometries): its attention, and with
-// opts.experts > 0 its decoder keys (n_routed_experts replaced by opts.experts,
-// num_experts_per_tok capped by what they allow). An AttentionConfig alone writes attention only.
+// the model written (opts.preset's, opts.vocab applied; with opts.experts its decoder as written).
+ModelConfig synthesize_checkpoint(const SynthOptions& opts);
+// Same, for an explicit model (tests use it for odd geometries, a ModelConfig holding only an
+// attention config among them): its attention, and with opts.experts > 0 its decoder keys
+// (n_routed_experts replaced by opts.experts, num_experts_per_tok capped by what they allow).
 void synthesize_checkpoint(const SynthOptions& opts, const ModelConfig& model);
-void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg);
 // The f32 values synth draws for tensor `name` (its plain name, e.g. "...mlp.experts.3.up_proj.weight")
 // of the checkpoint these arguments write, before they are rounded to the stored dtype or
 // quantized to INT4: what a test compares a loaded tensor with. Error(TensorNotFound) for a

@@ -447,10 +447,9 @@ struct CheckpointPlan {
 
 // The whole model's checks (--experts > 0) and its keys: layers 0 .. L-1, the routed experts and
 // Kimi's INT4 quantization set.
-void plan_whole_model(const SynthOptions& opts, const std::set<int64_t>& seen, bool has_decoder, CheckpointPlan& plan) {
+void plan_whole_model(const SynthOptions& opts, const std::set<int64_t>& seen, CheckpointPlan& plan) {
   ModelConfig& d = plan.model;
   AttentionConfig& cfg = d.attention;
-  if (!has_decoder) fail(ErrorKind::InvalidArgument, "synth: --experts needs a whole model's keys (a preset's)");
   const std::string E = std::to_string(opts.experts), G = std::to_string(opts.group_size);
   if (opts.dtype == "f8_e4m3")
     fail(ErrorKind::InvalidArgument, "synth: --experts writes Kimi's layout (INT4 routed experts, the rest bf16 or f32); "
@@ -547,8 +546,7 @@ void assign_shards(const SynthOptions& opts, CheckpointPlan& plan) {
 
 // Checks the options against the config (one error line each, before anything is written) and
 // plans every tensor with its shard.
-// `has_decoder` false: model_in's decoder keys are not a model's (an error with opts.experts > 0).
-CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& model_in, bool has_decoder) {
+CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& model_in) {
   if (opts.dtype != "bf16" && opts.dtype != "f32" && opts.dtype != "f8_e4m3")
     fail(ErrorKind::InvalidArgument, "synth: dtype '" + opts.dtype + "' is not one of bf16, f32, f8_e4m3");
   if (opts.shards < 2) fail(ErrorKind::InvalidArgument, "synth: --shards must be >= 2 (index + shards layout), got " +
@@ -573,7 +571,7 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& mode
                                            std::to_string(cfg.num_hidden_layers) + ")");
     if (!seen.insert(L).second) fail(ErrorKind::InvalidArgument, "synth: layer " + std::to_string(L) + " listed twice");
   }
-  if (whole) plan_whole_model(opts, seen, has_decoder, plan);
+  if (whole) plan_whole_model(opts, seen, plan);
   plan_tensors(opts, seen, plan);
   assign_shards(opts, plan);
   return plan;
@@ -582,7 +580,7 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& mode
 }  // namespace
 
 std::vector<float> synthesized_values(const SynthOptions& opts, const ModelConfig& model, const std::string& name) {
-  const CheckpointPlan plan = plan_checkpoint(opts, model, true);
+  const CheckpointPlan plan = plan_checkpoint(opts, model);
   for (const PlannedTensor& t : plan.tensors)
     if (t.name == name) return generate_values(t, opts.seed);
   fail(ErrorKind::TensorNotFound, "synth: writes no tensor '" + name + "'");
@@ -621,8 +619,8 @@ void write_planned(const SynthOptions& opts, const CheckpointPlan& plan, OutputS
 }
 
 // The options' plan, refused with one line when a shard cannot be built in memory (memory_plan.cpp).
-CheckpointPlan plan_within_memory(const SynthOptions& opts, const ModelConfig& model, bool has_decoder) {
-  CheckpointPlan plan = plan_checkpoint(opts, model, has_decoder);
+CheckpointPlan plan_within_memory(const SynthOptions& opts, const ModelConfig& model) {
+  CheckpointPlan plan = plan_checkpoint(opts, model);
   const MemoryPlan mp = plan_synth_memory(opts, model, host_memory_budget());
   if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
   return plan;
@@ -631,8 +629,7 @@ CheckpointPlan plan_within_memory(const SynthOptions& opts, const ModelConfig& m
 }  // namespace
 
 MemoryEstimate estimate_synth_memory(const SynthOptions& opts, const ModelConfig& model) {
-  // (has_decoder: the options were checked against the model by the plan the caller made first)
-  const CheckpointPlan plan = plan_checkpoint(opts, model, true);
+  const CheckpointPlan plan = plan_checkpoint(opts, model);
   const auto N = static_cast<size_t>(opts.shards);
   std::vector<int64_t> shard_bytes(N + 1, 0);
   for (const auto& t : plan.tensors) shard_bytes[t.shard] += static_cast<int64_t>(t.stored_bytes);  // < 2^47 bytes
@@ -644,7 +641,7 @@ MemoryEstimate estimate_synth_memory(const SynthOptions& opts, const ModelConfig
 }
 
 void write_synthetic_checkpoint(const SynthOptions& opts, const ModelConfig& model, OutputSet& out) {
-  write_planned(opts, plan_within_memory(opts, model, true), out);
+  write_planned(opts, plan_within_memory(opts, model), out);
 }
 
 namespace {
@@ -660,13 +657,7 @@ void synthesize_planned(const SynthOptions& opts, const CheckpointPlan& plan) {
 
 // a bad option fails (in plan_checkpoint) before the directory is touched
 void synthesize_checkpoint(const SynthOptions& opts, const ModelConfig& model) {
-  synthesize_planned(opts, plan_within_memory(opts, model, true));
-}
-
-void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg) {
-  ModelConfig attention_only;
-  attention_only.attention = cfg;
-  synthesize_planned(opts, plan_within_memory(opts, attention_only, false));
+  synthesize_planned(opts, plan_within_memory(opts, model));
 }
 
 const std::vector<std::string>& synth_presets() {
@@ -700,13 +691,13 @@ ModelConfig synth_preset_model(const SynthOptions& opts) {
   return m;
 }
 
-AttentionConfig synthesize_checkpoint(const SynthOptions& opts) {
+ModelConfig synthesize_checkpoint(const SynthOptions& opts) {
   SynthOptions o = opts;
   const ModelConfig m = synth_preset_model(opts);
   o.vocab = m.attention.vocab_size;
-  const CheckpointPlan plan = plan_within_memory(o, m, true);  // attention only unless opts.experts > 0
+  const CheckpointPlan plan = plan_within_memory(o, m);  // attention only unless opts.experts > 0
   synthesize_planned(o, plan);
-  return plan.model.attention;
+  return plan.model;
 }
 
 }  // namespace mla
