@@ -139,16 +139,8 @@ inline constexpr ConfigLimits kConfigLimits{};
 AttentionConfig parse_config(std::string_view json, const std::string& source_name = "config.json");
 AttentionConfig load_config(const std::string& path);
 
-// The Kimi K2.6 geometry (Kimi K2.5 values where K2.6's are unpublished) and a tiny one.
-AttentionConfig kimi_k26_config();
-AttentionConfig tiny_config();
-// Published geometries, from each model's config.json (docs/checkpoints.md §8 cites them):
-//   deepseek_v3_config        deepseek-ai/DeepSeek-V3 (DeepseekV3ForCausalLM, 61 layers, 128 heads)
-//   deepseek_v2_lite_config   deepseek-ai/DeepSeek-V2-Lite (DeepseekV2ForCausalLM, q_proj, yarn 40)
-//   moonlight_config          moonshotai/Moonlight-16B-A3B (DeepseekV3ForCausalLM, q_proj, plain RoPE)
-AttentionConfig deepseek_v3_config();
-AttentionConfig deepseek_v2_lite_config();
-AttentionConfig moonlight_config();
+// The presets (Kimi K2.6, DeepSeek-V3, DeepSeek-V2-Lite, Moonlight, tiny) are whole models, one
+// function each: mla/model.hpp (kimi_k26_model() ...; .attention is the geometry).
 
 // The compressed-tensors scheme of Kimi K2-Thinking / K2.5 / K2.6's routed experts: pack-quantized,
 // int, 4 bits, symmetric, strategy group, group_size 32, targets Linear, Kimi's ignore list.

@@ -1,5 +1,11 @@
-// mla/memory_plan.hpp — how much memory a forward will need, decided before anything large is
+// mla/memory_plan.hpp — how much memory a command will need, decided before anything large is
 // allocated, and the one-line refusal when it cannot fit (docs/long-context.md, "Memory plan").
+//
+// The one planner (src/model/memory_plan.cpp) makes every command's decision: run, sweep and
+// demo (plan_memory), decode (plan_decode_memory), eval (plan_model_memory, plan_model_windows)
+// and synth (plan_synth_memory). Each builds its request from the command's options, estimates
+// it, and when it does not fit names the variants that would (FitAlternatives); the estimates
+// describe the buffers beside the code that holds them.
 //
 // The estimate adds up, phase by phase, every buffer the program holds at that point, in bytes,
 // from the geometry: the pipeline's own (the loaded weights, the input, the results and the
@@ -108,8 +114,10 @@ std::vector<MemoryPart> forward_result_memory(const MemoryDims& d, const MemoryR
 MemoryEstimate estimate_memory(const AttentionConfig& cfg, const MemoryRequest& req);
 
 // The pieces every plan is made of (a forward's above, decode's in src/layer_eviction/decode_memory.cpp):
-// the peak of `phases` plus the process allowance;
+// the peak of `phases` plus the process allowance (process_allowance_bytes, or `process_bytes`
+// where a command counts its own);
 MemoryEstimate estimate_of_phases(std::vector<MemoryPhase> phases, int64_t device_peak_bytes = 0);
+MemoryEstimate estimate_of_phases(std::vector<MemoryPhase> phases, int64_t device_peak_bytes, int64_t process_bytes);
 // what the pipeline holds while a layer runs: its weights as loaded, the input rows [S, H],
 // input_layernorm for --tokens / --residual;
 std::vector<MemoryPart> pipeline_held_memory(const MemoryDims& d, bool input_layernorm);
@@ -187,7 +195,7 @@ struct DecodeMemoryRequest {
   int64_t query_window = 32;  // prompt rows whose queries are held besides the N steps (prompt_query_window)
   int64_t budgets = 1;        // how many cache budgets
   int64_t policies = 1;       // policies other than full
-  int64_t features = 0;       // per-token feature arrays the policies read (FeatureNeeds: 0..4)
+  int64_t features = 0;       // per-token feature arrays the policies read (FeatureNeeds::arrays: 0..5)
   bool naive = false;         // --attention naive: per-head k/v of every token
   Precision precision = Precision::FP32;
   bool dump_tensors = false;
@@ -197,9 +205,57 @@ struct DecodeMemoryRequest {
   bool query_statistics = false; // expected-attention: the prompt's roped queries are kept
 };
 MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req);
+// What decode's options ask (memory_plan.cpp): P, N (opt.steps, or input_rows - P when 0), the
+// prompt queries held, the budgets, the policies run at each, the feature arrays they read and
+// expected-attention's statistics; the caller adds backend, precision, dump and threads.
+struct DecodeOptions;
+DecodeMemoryRequest decode_memory_request(const DecodeOptions& opt, int64_t input_rows);
 // As plan_memory: fits, or a refusal naming what would (--attention absorbed, --precision bf16,
 // no --dump-tensors, fewer --steps, a shorter --prompt-len).
 MemoryPlan plan_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req, const MemoryBudget& budget);
+
+// ---- eval (src/whole_model/model_forward.cpp: the buffers of a streamed whole-model forward) ----
+
+struct ModelConfig;
+struct EvalOptions;
+struct ModelMemoryRequest {
+  int64_t tokens = 0;             // T
+  Precision precision = Precision::BF16;
+  bool resident_experts = true;
+  bool keep_hidden_states = false;
+  int64_t streams = 1;            // eval: residual streams carried layer to layer (1 + runs)
+  int64_t stream_rows = 0;        // eval: rows of each extra stream (N decode steps)
+  int threads = 1;
+};
+// The phases of a streamed forward: the largest layer's weights (as read and as prepared), the
+// activations of all tokens, the keys of one layer, the logits; the peak is the largest phase plus
+// a fixed allowance for the process (kModelProcessBytes).
+MemoryEstimate estimate_model_memory(const ModelConfig& cfg, const ModelMemoryRequest& req);
+inline constexpr int64_t kModelProcessBytes = int64_t{320} << 20;
+// What eval's options ask (memory_plan.cpp): T = P + N tokens, the full run and every (policy,
+// budget) run as streams of N rows, the hidden states kept for --dump-tensors.
+ModelMemoryRequest eval_memory_request(const EvalOptions& opt, bool dump_tensors);
+// eval of one window (the one with the most decoded positions): fits, or a refusal naming what
+// would (--precision bf16, no --dump-tensors, fewer --steps, fewer runs).
+MemoryPlan plan_model_memory(const ModelConfig& cfg, const ModelMemoryRequest& req, const MemoryBudget& budget);
+// How many of `windows` windows run at once (docs/eval.md §9): with --threads T and W windows,
+// min(T, W) workers of T / workers threads each, as many as fit when each holds one window's runs
+// and its own copy of the layer being computed (the process counted once). A window's figures do
+// not depend on its threads (the fixed-order sums), so this changes the time, never the bits.
+struct ModelWindowsPlan {
+  int64_t workers = 1;
+  MemoryEstimate memory;  // one window's plan, its phases times `workers`
+};
+ModelWindowsPlan plan_model_windows(const MemoryEstimate& one_window, int threads, int64_t windows, const MemoryBudget& budget);
+
+// ---- synth (src/model/synth.cpp: each shard is encoded whole in memory before it is written) ----
+
+struct SynthOptions;
+// One phase per shard: its tensors as stored; the process counted as kSynthProcessBytes.
+MemoryEstimate estimate_synth_memory(const SynthOptions& opts, const ModelConfig& model);
+inline constexpr int64_t kSynthProcessBytes = int64_t{256} << 20;
+// Fits, or a refusal naming what would (more --shards, a smaller --vocab).
+MemoryPlan plan_synth_memory(const SynthOptions& opts, const ModelConfig& model, const MemoryBudget& budget);
 
 // ---- the cost of the reference backend (its announced estimate and its progress) ----------
 

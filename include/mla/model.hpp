@@ -86,8 +86,16 @@ ModelConfig load_model_config(const std::string& path);
 // family's transformers config names them); parse_model_config reads it back field by field.
 std::string model_config_to_json(const ModelConfig& m, bool nested);
 
-// The whole models of `synth --preset` (docs/checkpoints.md §4): mla/config.hpp's attention
-// geometry and the decoder keys of each model's published config.json.
+// The presets, the whole models of `synth --preset` (docs/checkpoints.md §4): the attention geometry
+// and the decoder keys of each model's published config.json (docs/checkpoints.md §8 cites them),
+// one function each; `.attention` is the geometry alone:
+//   kimi_k26_model().attention        Kimi K2.6 (K2.5 values where K2.6's are unpublished; nested layout)
+//   deepseek_v3_model().attention     deepseek-ai/DeepSeek-V3 (DeepseekV3ForCausalLM, 61 layers, 128 heads)
+//   deepseek_v2_lite_model()...       deepseek-ai/DeepSeek-V2-Lite (DeepseekV2ForCausalLM, q_proj, yarn 40)
+//   moonlight_model()...              moonshotai/Moonlight-16B-A3B (DeepseekV3ForCausalLM, q_proj, plain RoPE)
+//   tiny_model().attention            Kimi's layout with every width distinct: H 64, n 4, r_q 48, r_kv 32,
+//                                     d_n 16, d_r 8, d_v 16, 2 layers, vocab 97
+// and their decoder keys:
 //   kimi_k26_model          Kimi K2 (every release to K2.6): intermediate 18432, 384 experts of 2048,
 //                           first_k_dense_replace 1, 1 shared, 8 per token, one group,
 //                           norm_topk_prob, routed_scaling_factor 2.827
@@ -97,7 +105,7 @@ std::string model_config_to_json(const ModelConfig& m, bool nested);
 //                           first 1 dense (10944), not normalised, routed_scaling_factor 1
 //   moonlight_model         64 experts of 1408 in one group, 6 per token, 2 shared, first 1 dense
 //                           (11264), norm_topk_prob, routed_scaling_factor 2.446
-//   tiny_model              tiny_config(): intermediate 96, 8 experts of 32 in 2 groups, top-1
+//   tiny_model              intermediate 96, 8 experts of 32 in 2 groups, top-1
 //                           group, 2 per token, 1 shared, first 1 dense, routed_scaling_factor 2.827
 ModelConfig kimi_k26_model();
 ModelConfig deepseek_v3_model();

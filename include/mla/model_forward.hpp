@@ -67,19 +67,7 @@ ModelForwardResult model_forward(const Checkpoint& ckpt, const ModelConfig& cfg,
                                  const ModelForwardOptions& opt);
 
 // ---- memory ------------------------------------------------------------------------------------
-
-struct ModelMemoryRequest {
-  int64_t tokens = 0;             // T
-  Precision precision = Precision::BF16;
-  bool resident_experts = true;
-  bool keep_hidden_states = false;
-  int64_t streams = 1;            // eval: residual streams carried layer to layer (1 + runs)
-  int64_t stream_rows = 0;        // eval: rows of each extra stream (N decode steps)
-  int threads = 1;
-};
-// The phases of a streamed forward: the largest layer's weights (as read and as prepared), the
-// activations of all tokens, the keys of one layer, the logits; the peak is the largest phase plus
-// the process allowance of memory_plan.hpp.
-MemoryEstimate estimate_model_memory(const ModelConfig& cfg, const ModelMemoryRequest& req);
+// ModelMemoryRequest and estimate_model_memory (defined in model_forward.cpp) are declared in
+// mla/memory_plan.hpp beside eval's plan, which uses them.
 
 }  // namespace mla

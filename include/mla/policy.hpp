@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -101,11 +102,30 @@ int64_t recent_tokens(const PolicySettings& s, int64_t budget);
 int64_t protected_tokens(const PolicySettings& s, int64_t budget);
 bool policy_window_is_recent(PolicyKind k);  // snapkv, pyramidkv: the window is the recent set
 bool policy_protects_nothing(PolicyKind k);  // full, oracle
+// full: nothing is evicted. It is the reference every run is measured against, computed once
+// whatever the budgets, and not a run of its own.
+bool policy_is_full_cache(PolicyKind k);
+// pyramidkv: its budget differs by layer (layer_budget), so it is checked with the layer.
+bool policy_budget_depends_on_layer(PolicyKind k);
+// Error(InvalidArgument) unless `layer_budget` (K on most policies; pyramidkv's on this layer,
+// asked as K) holds more than the tokens `s` never evicts.
+void check_budget_holds(const PolicySettings& s, int64_t budget, int64_t layer_budget);
+
+// The runs of decode and eval: every budget x every policy but the full cache, budget-major, in
+// the order the policies were given; `policy` indexes that list.
+struct PolicyRun {
+  size_t policy = 0;
+  int64_t budget = 0;
+};
+std::vector<PolicyRun> policy_runs(const std::vector<int64_t>& budgets, const std::vector<PolicySettings>& policies);
+// The policies that run at every budget (all but the full cache).
+int64_t evicting_policy_count(const std::vector<PolicySettings>& policies);
 
 // The one observation-window rule: how many of the last prompt queries a policy reads before
-// its prefill cut (tova 1; snapkv, pyramidkv, scissorhands their window; others 0). A run holds
-// min(P, the largest over its policies) prompt queries.
+// its prefill cut (tova 1; snapkv, pyramidkv, scissorhands their window; others 0). A run set
+// holds min(P, the largest over its policies) prompt queries (held_prompt_queries).
 int64_t policy_observation_window(const PolicySettings& s);
+int64_t held_prompt_queries(const std::vector<PolicySettings>& policies, int64_t prompt_len);
 
 // The one layer-budget rule: the budget of `layer` (of `num_layers`) when the mean over layers is
 // K; K for every policy but pyramidkv, whose pyramid_budget is raised to one more than it
@@ -139,6 +159,10 @@ struct FeatureNeeds {
   int64_t expected_sinks = 0;    // expected-attention: prompt rows [0, sinks) left out of the query statistics
   int64_t expected_future = 0;   // expected-attention: future positions averaged
   bool any() const { return key_norm || value_norm || output_norm || expected_attention || key_diff; }
+  // how many of the [n, T] arrays above are read (0..5): what a memory plan holds for them
+  int64_t arrays() const {
+    return int64_t{key_norm} + value_norm + output_norm + expected_attention + key_diff;
+  }
 };
 // What the policies of a run need (several expected-attention settings must agree on sinks
 // and future: Error(InvalidArgument) otherwise); add_feature_needs adds one policy's.
@@ -172,6 +196,9 @@ class CacheManager {
   // head_mass: [n, P], the attention mass each prompt token received in the causal prefill per
   // head (ForwardResult::head_scores). Cuts the prompt to at most K tokens (the tie rule).
   void prefill(std::span<const double> head_mass);
+  // Both, as decode and eval feed a manager: the attention of the last min(P, observation_window())
+  // prompt queries, ascending (probs_of(q): [n, q+1], alive until this returns), then prefill().
+  void read_prompt(std::span<const double> head_mass, const std::function<std::span<const double>(int64_t q)>& probs_of);
 
   // Decode step at position x (x = P, P+1, ... in order): x joins; the cache it attends over.
   virtual bool needs_full_attention() const { return false; }

@@ -29,6 +29,7 @@
 #include "mla/h2o.hpp"
 #include "mla/json_text.hpp"
 #include "mla/provenance.hpp"
+#include "mla/safetensors.hpp"
 #include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
@@ -141,6 +142,7 @@ class JsonWriter {
   JsonWriter& value(int v) { return value(static_cast<int64_t>(v)); }
   JsonWriter& value(bool v);
   JsonWriter& null();
+  JsonWriter& raw(std::string_view literal);  // a value already written as JSON (inspect's config literals)
   const std::string& str() const { return out_; }
 
  private:
@@ -178,6 +180,35 @@ void write_decision(JsonWriter& w, std::span<const double> scores, const H2ODeci
 std::vector<std::string> write_tensor_dump(const std::string& path, const TensorF& hidden,
                                            const ForwardResult& result, int64_t n_heads,
                                            const std::map<std::string, std::string>& metadata);
+
+// ---- `mla-h2o inspect --json` (src/report/inspect.cpp, docs/checkpoints.md §5) ---------------
+
+// One tensor of a header: its shard's file name ("" in file mode) and what the header says.
+struct InspectRow {
+  std::string shard;
+  TensorInfo info;
+};
+// File mode: {kind "file", path, file_size, header_size, metadata {...}, tensors [...]}.
+struct InspectedFile {
+  std::string path;
+  uint64_t file_size = 0, header_size = 0;
+  std::map<std::string, std::string> metadata;
+  std::vector<InspectRow> tensors;  // in offset order
+};
+std::string inspect_file_json(const InspectedFile& f);
+// Checkpoint mode: {kind "checkpoint", path, prefix, shards, missing_shards, tensors (with their
+// shard), config {...}, quantization {...} | null, layers_present, layer0_attention_parameters |
+// null}. config and quantization are (key, JSON literal) pairs, as the text shows them.
+struct InspectedCheckpoint {
+  std::string path, prefix;
+  int64_t shards = 0;
+  std::vector<std::string> missing_shards;
+  std::vector<InspectRow> tensors;
+  std::vector<std::pair<std::string, std::string>> config, quantization;
+  std::vector<int64_t> layers_present;
+  std::optional<uint64_t> layer0_attention_parameters;  // when layer 0 is complete
+};
+std::string inspect_checkpoint_json(const InspectedCheckpoint& c);
 
 // The files of a command go through one output set: mla/output_set.hpp.
 

@@ -1,5 +1,6 @@
 // mla/stats.hpp — the statistics `eval` reports over windows (docs/eval.md §3.1): a mean with
-// its Student-t confidence interval, the t quantile it needs, and an order-statistic quantile.
+// its Student-t confidence interval, the t quantile it needs, and an order-statistic quantile;
+// and the deviation of one output row from the full cache's (decode and eval).
 // Every function is one formula, computed in double; the tests check them against tabulated
 // values and a hand computation.
 #pragma once
@@ -31,5 +32,16 @@ MeanInterval mean_t_interval(const std::vector<double>& x, double coverage = 0.9
 // type 7, numpy's default): h = (n - 1) q, x_(floor h) + (h - floor h)(x_(floor h + 1) - x_(floor h)).
 // NaN for an empty sample.
 double quantile_linear(std::vector<double> x, double q);
+
+// How far a row is from the reference row of the full cache (n values each; every sum in double,
+// in index order, the values widened first), as decode and eval report it:
+//   distance  = ||a - b||
+//   rel_error = distance / ||b||             (0 when both are 0, inf when only b is)
+//   cosine    = a . b / (||a|| ||b||)        (1 when a = b = 0, 0 when one of them is 0 alone)
+struct RowDeviation {
+  double distance = 0, rel_error = 0, cosine = 0;
+};
+RowDeviation row_deviation(const double* a, const double* b, int64_t n);
+RowDeviation row_deviation(const float* a, const float* b, int64_t n);
 
 }  // namespace mla

@@ -19,7 +19,7 @@ struct SynthOptions {
   std::vector<int64_t> layers = {0};
   int64_t vocab = 0;             // rows of embed_tokens; 0 = preset default
   uint64_t seed = 0;
-  int64_t shards = 2;            // at least 2 (index + shards, real layout)
+  int64_t shards = 2;            // 2 .. kSynthMaxShards (index + shards, real layout)
   // > 0: the whole model with this many routed experts per MoE layer: every layer's attention,
   // norms and MLP (dense below first_k_dense_replace, else router + shared expert + routed
   // experts), the final norm and lm_head. The routed experts are stored compressed-tensors
@@ -29,16 +29,16 @@ struct SynthOptions {
   int64_t experts = 0;
   int64_t group_size = 32;       // INT4 group size (Kimi: 32)
 };
+inline constexpr int64_t kSynthMaxShards = 99999;  // the file names' five digits
 class OutputSet;
 // Writes config.json, model.safetensors.index.json and the shards into opts.out_dir as one output
 // set (mla/output_set.hpp: the directory gets the whole checkpoint or keeps what it held); returns
-// the attention config used.
-AttentionConfig synthesize_checkpoint(const SynthOptions& opts);
-// Same, for an explicit model (tests use it for odd geometries): its attention, and with
-// opts.experts > 0 its decoder keys (n_routed_experts replaced by opts.experts,
-// num_experts_per_tok capped by what they allow). An AttentionConfig alone writes attention only.
+// the model written (opts.preset's, opts.vocab applied; with opts.experts its decoder as written).
+ModelConfig synthesize_checkpoint(const SynthOptions& opts);
+// Same, for an explicit model (tests use it for odd geometries, a ModelConfig holding only an
+// attention config among them): its attention, and with opts.experts > 0 its decoder keys
+// (n_routed_experts replaced by opts.experts, num_experts_per_tok capped by what they allow).
 void synthesize_checkpoint(const SynthOptions& opts, const ModelConfig& model);
-void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg);
 // The f32 values synth draws for tensor `name` (its plain name, e.g. "...mlp.experts.3.up_proj.weight")
 // of the checkpoint these arguments write, before they are rounded to the stored dtype or
 // quantized to INT4: what a test compares a loaded tensor with. Error(TensorNotFound) for a

@@ -108,7 +108,7 @@ void write_decode_tensors(const std::string& path, const DecodeInputs& in, int64
   add("prefill_scores", {static_cast<int64_t>(prefill_scores.size())}, prefill_scores);
   add("attn_output.full", r.full_output.shape, r.full_output.data);
   for (const PolicyTrace& t : r.traces)
-    if (t.policy.kind != PolicyKind::Full)
+    if (!policy_is_full_cache(t.policy.kind))
       add("attn_output." + t.policy.label + ".K" + std::to_string(t.budget), t.attn_output.shape, t.attn_output.data);
   write_safetensors(path, tensors, meta);
 }
@@ -129,26 +129,15 @@ std::vector<std::string> caveats(const std::string& synthetic, const InputReques
 // The memory plan of this decode (mla/memory_plan.hpp) from the flags and the input's row count,
 // before the layer or the input rows are built: refuses with one line when it cannot fit.
 MemoryPlan check_decode_memory(const DecodePlan& plan, const AttentionConfig& cfg, int64_t input_rows) {
-  const DecodeOptions& opt = plan.decode;
-  DecodeMemoryRequest req;
-  req.backend = plan.run.backend == BackendKind::Reference ? BackendKind::Reference : BackendKind::Cpu;
-  req.input_rows = input_rows;
-  req.prompt_len = opt.prompt_len;
-  req.steps = opt.steps > 0 ? opt.steps : input_rows - opt.prompt_len;
+  DecodeMemoryRequest req = decode_memory_request(plan.decode, input_rows);
   if (input_rows <= 0 || req.steps < 1 || req.steps > input_rows - req.prompt_len) return {};  // check_decode_options says why
-  req.query_window = prompt_query_window(opt);
-  req.budgets = static_cast<int64_t>(opt.budgets.size());
-  req.policies = static_cast<int64_t>(std::count_if(opt.policies.begin(), opt.policies.end(),
-                                                    [](const PolicySettings& s) { return s.kind != PolicyKind::Full; }));
-  const FeatureNeeds needs = feature_needs(opt.policies);
-  req.features = int64_t{needs.key_norm} + needs.value_norm + needs.output_norm + needs.expected_attention;
+  req.backend = plan.run.backend == BackendKind::Reference ? BackendKind::Reference : BackendKind::Cpu;
   req.naive = plan.attention == DecodeAttention::Naive;
   req.precision = plan.run.forward.precision;
   req.dump_tensors = plan.dump_tensors;
   req.input_layernorm = needs_input_layernorm(plan.run.input);
   req.threads = cpu_threads(plan.run.forward.threads);
   req.gemm = plan.run.forward.gemm;
-  req.query_statistics = needs.expected_attention;
   const MemoryPlan mp = plan_decode_memory(cfg, req, host_memory_budget());
   if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
   return mp;
@@ -158,15 +147,8 @@ MemoryPlan check_decode_memory(const DecodePlan& plan, const AttentionConfig& cf
 
 DecodePlan read_decode_plan(const Args& a) {
   DecodePlan plan;
+  plan.run = read_run_plan(a, "decode", {{"prompt-len", "P"}, {"cache-budget", "K"}});
   RunPlan& r = plan.run;
-  r.command = "decode";
-  r.checkpoint = a.str("checkpoint");
-  if (r.checkpoint.empty()) fail(ErrorKind::InvalidArgument, "--checkpoint PATH is required (see mla-h2o decode --help)");
-  if (!a.has("prompt-len")) fail(ErrorKind::InvalidArgument, "--prompt-len P is required (see mla-h2o decode --help)");
-  if (!a.has("cache-budget")) fail(ErrorKind::InvalidArgument, "--cache-budget K is required (see mla-h2o decode --help)");
-  r.config_path = a.str("config");
-  r.layer = a.integer("layer", 0, 0);
-  r.input = input_request(a);
   r.backend = a.choice("backend", {"cpu", "reference"}, "cpu") == "reference" ? BackendKind::Reference : BackendKind::Cpu;
   r.forward.mask = Mask::Causal;
   r.forward.precision = a.choice("precision", {"fp32", "bf16"}, "fp32") == "bf16" ? Precision::BF16 : Precision::FP32;
@@ -193,44 +175,45 @@ DecodePlan read_decode_plan(const Args& a) {
   return plan;
 }
 
-int execute_decode(const DecodePlan& plan, OutputSet& out) {
-  // load (the shared load: checkpoint, input, decode's memory plan, layer, input rows)
-  const LoadedRun in = load(plan.run, [&](const AttentionConfig& c, int64_t rows) { return check_decode_memory(plan, c, rows); });
-  StageSeconds stages = in.stages;
-  const AttentionConfig& cfg = in.ckpt.config();
-  const int64_t T = in.input.hidden.dim(0);
+namespace {
+
+// The decode options of this run: the plan's, with the layer, the row count and the dump.
+DecodeOptions decode_options(const DecodePlan& plan, const AttentionConfig& cfg, int64_t T) {
   DecodeOptions opt = plan.decode;
   opt.layer = plan.run.layer;
   opt.num_layers = cfg.num_hidden_layers;
   if (opt.steps == 0) opt.steps = T - opt.prompt_len;
   opt.keep_outputs = plan.dump_tensors;
   check_decode_options(opt, T);
-  const int64_t P = opt.prompt_len, N = opt.steps, rows = P + N;
-  TensorF hidden = in.input.hidden;  // the rows used: [P + N, H]
-  hidden.shape[0] = rows;
-  hidden.data.resize(static_cast<size_t>(rows * cfg.hidden_size));
+  return opt;
+}
 
-  ProgressLine progress(plan.run.command, plan.run.quiet);
-  ForwardOptions fopt = in.options;
-  fopt.mask = Mask::Causal;
-  fopt.progress = progress.callback();
+// prefill: projections of every row, the causal prefill's attention mass, the latent cache
+DecodeInputs prefill(const DecodePlan& plan, const LoadedRun& in, const TensorF& hidden, const DecodeOptions& opt,
+                     const ForwardOptions& fopt, StageSeconds& stages) {
+  const AttentionConfig& cfg = in.ckpt.config();
   const FeatureNeeds needs = feature_needs(opt.policies);
-
-  // prefill: projections of every row, the causal prefill's attention mass, the latent cache
   DecodeInputsRequest req;
-  req.prompt_len = P;
+  req.prompt_len = opt.prompt_len;
   req.query_window = prompt_query_window(opt);
-  if (needs.expected_attention) req.statistics_from = std::min(needs.expected_sinks, P - 1);
+  if (needs.expected_attention) req.statistics_from = std::min(needs.expected_sinks, opt.prompt_len - 1);
   const bool reference = plan.run.backend == BackendKind::Reference;
-  const DecodeInputs inputs = timed(stages, reference ? "prefill (reference)" : "prefill + projections (cpu)", [&] {
+  return timed(stages, reference ? "prefill (reference)" : "prefill + projections (cpu)", [&] {
     if (!reference) return compute_cpu_decode_inputs(cfg, in.weights, hidden, req, fopt);
     std::unique_ptr<Backend> backend = make_reference_backend();
     backend->prepare(cfg, in.weights, fopt);
     return compute_decode_inputs(*backend, cfg, hidden, req, fopt);
   });
-  // the per-token features some policies read (expected-attention's future rotation with progress:
-  // O(future) work, minutes at future = 10^8)
-  const TokenFeatures features = timed(stages, "token features", [&] {
+}
+
+// The per-token features some policies read (expected-attention's future rotation with progress:
+// O(future) work, minutes at future = 10^8).
+TokenFeatures token_features(const LoadedRun& in, const DecodeInputs& inputs, const DecodeOptions& opt, ProgressLine& progress,
+                             StageSeconds& stages) {
+  const AttentionConfig& cfg = in.ckpt.config();
+  const FeatureNeeds needs = feature_needs(opt.policies);
+  const int64_t P = opt.prompt_len;
+  return timed(stages, "token features", [&] {
     QueryStatistics stats = inputs.query_statistics;
     if (needs.expected_attention)
       stats.future_rotation = mean_rope_rotation(cfg, P, needs.expected_future, [&](int64_t done, int64_t total) {
@@ -238,43 +221,34 @@ int execute_decode(const DecodePlan& plan, OutputSet& out) {
       });
     return compute_token_features(cfg, in.weights, inputs.latent_cache, P, needs, stats);
   });
-  progress.finish();
+}
 
-  // decode: the kernel, then every step of every policy and budget
-  DecodeKernelSpec ks;
-  ks.attention = plan.attention;
-  ks.precision = fopt.precision;
-  ks.slots = decode_slots(opt);
-  ks.rows = N;
-  ks.threads = fopt.threads;
-  std::unique_ptr<DecodeKernel> kernel = timed(stages, "decode kernel prepare", [&] {
-    return reference ? make_reference_decode_kernel(cfg, in.weights, inputs, ks) : make_cpu_decode_kernel(cfg, in.weights, inputs, ks);
-  });
-  DecodeContext dctx;
-  dctx.head_mass = inputs.head_mass;
-  dctx.features = &features;
+// ||h|| of each decode row [N]: the residual stream's norm when the source gives it, else the
+// norm of the row given (which stands for it).
+std::vector<double> residual_norms(const LoadedRun& in, const TensorF& hidden, int64_t P, int64_t N) {
   const std::vector<double>& residual = in.input.residual_norm;  // [T] when the source gives it
-  dctx.residual_norm.resize(static_cast<size_t>(N));
+  const int64_t H = hidden.dim(1);
+  std::vector<double> out(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) {
     const size_t row = static_cast<size_t>(P + i);
     if (!residual.empty()) {
-      dctx.residual_norm[static_cast<size_t>(i)] = residual[row];
-    } else {  // the rows given stand for the residual stream
+      out[static_cast<size_t>(i)] = residual[row];
+    } else {
       double acc = 0;
-      for (int64_t j = 0; j < cfg.hidden_size; ++j) {
-        const double v = hidden.data[row * static_cast<size_t>(cfg.hidden_size) + static_cast<size_t>(j)];
+      for (int64_t j = 0; j < H; ++j) {
+        const double v = hidden.data[row * static_cast<size_t>(H) + static_cast<size_t>(j)];
         acc += v * v;
       }
-      dctx.residual_norm[static_cast<size_t>(i)] = std::sqrt(acc);
+      out[static_cast<size_t>(i)] = std::sqrt(acc);
     }
   }
-  const DecodeResult result = timed(stages, "decode steps", [&] {
-    return run_decode(opt, dctx, *kernel, [&](int64_t done, int64_t total) { progress.update("decode steps", done, total); });
-  });
-  progress.finish();
-  const std::vector<DecodeSummary> summary = summarize(result);
+  return out;
+}
 
-  // outputs
+// What ran, for report.json and stdout (the files and stages are added when written).
+DecodeRunInfo run_info(const DecodePlan& plan, const LoadedRun& in, const DecodeInputs& inputs, const DecodeKernel& kernel,
+                       const ForwardOptions& fopt) {
+  const AttentionConfig& cfg = in.ckpt.config();
   DecodeRunInfo info;
   info.checkpoint = plan.run.checkpoint;
   info.synthetic_weights = in.ckpt.synthetic_origin();
@@ -282,21 +256,22 @@ int execute_decode(const DecodePlan& plan, OutputSet& out) {
   info.caveats = caveats(info.synthetic_weights, plan.run.input);
   info.layer = plan.run.layer;
   info.input = in.input.description;
-  info.residual_source = !residual.empty() ? (plan.run.input.kind == InputKind::Tokens
-                                                  ? "||h|| = the embed_tokens row, the residual stream entering layer 0"
-                                                  : "||h|| = the --residual row, the residual stream entering the layer")
-                                           : "||h|| = the row given (the attention's input, standing for the residual stream)";
-  info.rows = T;
+  info.residual_source = !in.input.residual_norm.empty()
+                             ? (plan.run.input.kind == InputKind::Tokens
+                                    ? "||h|| = the embed_tokens row, the residual stream entering layer 0"
+                                    : "||h|| = the --residual row, the residual stream entering the layer")
+                             : "||h|| = the row given (the attention's input, standing for the residual stream)";
+  info.rows = in.input.hidden.dim(0);
   info.config = cfg;
   info.precision = precision_name(fopt.precision);
   info.attention = decode_attention_name(plan.attention);
   info.latent_norm_eps_mode = in.latent_eps_mode;
   info.latent_norm_eps = in.options.latent_norm_eps;
-  info.backend_requested = reference ? "reference" : "cpu";
+  info.backend_requested = plan.run.backend == BackendKind::Reference ? "reference" : "cpu";
   info.backend = inputs.backend;
   info.backend_description = inputs.description;
   info.gemm = inputs.gemm;
-  info.decode_kernel = kernel->description();
+  info.decode_kernel = kernel.description();
   info.threads = fopt.threads;
   info.notes = plan.run.notes;
   if (plan.run.input.kind == InputKind::Tokens && plan.run.layer > 0) info.notes.push_back(tokens_caveat(std::to_string(plan.run.layer)));
@@ -307,36 +282,92 @@ int execute_decode(const DecodePlan& plan, OutputSet& out) {
     info.memory_available_bytes = in.memory.budget.host_bytes;
     info.memory_available_source = in.memory.budget.host_source;
   }
+  return info;
+}
+
+// decode.csv, summary.csv, decode.svg, budget.svg (>= 2 budgets), decode_tensors.safetensors
+// (--dump-tensors); the files are listed in info.
+void write_outputs(OutputSet& out, const DecodePlan& plan, DecodeRunInfo& info, const DecodeOptions& opt,
+                   const DecodeResult& result, const std::vector<DecodeSummary>& summary, const DecodeInputs& inputs,
+                   const AttentionConfig& cfg) {
+  const int64_t P = opt.prompt_len, N = opt.steps;
   const std::string tag = info.synthetic_weights.empty() ? "" : "[synthetic weights] ";
+  out.write("decode.csv", decode_csv(result));
+  out.write("summary.csv", decode_summary_csv(summary));
+  out.write("decode.svg", decode_svg(result, opt.budgets.front(),
+                                     tag + "layer " + std::to_string(info.layer) + ", P = " + std::to_string(P) + ", K = " +
+                                         std::to_string(opt.budgets.front()) + ": rel_error of attn_output per decode step (" +
+                                         info.precision + ", " + info.attention + ")"));
+  if (opt.budgets.size() >= 2)
+    out.write("budget.svg", budget_svg(summary, tag + "layer " + std::to_string(info.layer) + ", P = " + std::to_string(P) +
+                                                    ", N = " + std::to_string(N) + ": mean rel_error against the tokens held"));
+  if (plan.dump_tensors) {
+    const std::map<std::string, std::string> meta = {
+        {"producer", std::string("mla-h2o ") + MLA_VERSION + " decode"},
+        {"checkpoint", info.checkpoint},
+        {"layer", std::to_string(info.layer)},
+        {"input", info.input},
+        {"precision", info.precision},
+        {"attention", info.attention},
+        {"backend", info.backend + " (" + info.backend_description + ")"},
+        {"synthetic_weights", info.synthetic_weights.empty() ? "no" : info.synthetic_weights},
+        {"rope_order", cfg.rope_style() == RopeStyle::Complex
+                           ? "latent_cache rope half in HF DeepseekV2's order: pairs (2i, 2i+1) in place (as its cache)"
+                           : "latent_cache rope half in HF's de-interleaved order (as key_states)"},
+        {"config", config_to_json(cfg, false)},
+    };
+    write_decode_tensors(out.add("decode_tensors.safetensors"), inputs, cfg.num_attention_heads, result, meta);
+  }
+  info.files = out.paths_with({"report.json"});
+}
+
+}  // namespace
+
+int execute_decode(const DecodePlan& plan, OutputSet& out) {
+  // load (the shared load: checkpoint, input, decode's memory plan, layer, input rows)
+  const LoadedRun in = load(plan.run, [&](const AttentionConfig& c, int64_t rows) { return check_decode_memory(plan, c, rows); });
+  StageSeconds stages = in.stages;
+  const AttentionConfig& cfg = in.ckpt.config();
+  const DecodeOptions opt = decode_options(plan, cfg, in.input.hidden.dim(0));
+  const int64_t P = opt.prompt_len, N = opt.steps, rows = P + N;
+  TensorF hidden = in.input.hidden;  // the rows used: [P + N, H]
+  hidden.shape[0] = rows;
+  hidden.data.resize(static_cast<size_t>(rows * cfg.hidden_size));
+
+  ProgressLine progress(plan.run.command, plan.run.quiet);
+  ForwardOptions fopt = in.options;
+  fopt.mask = Mask::Causal;
+  fopt.progress = progress.callback();
+  const DecodeInputs inputs = prefill(plan, in, hidden, opt, fopt, stages);
+  const TokenFeatures features = token_features(in, inputs, opt, progress, stages);
+  progress.finish();
+
+  // decode: the kernel, then every step of every policy and budget
+  DecodeKernelSpec ks;
+  ks.attention = plan.attention;
+  ks.precision = fopt.precision;
+  ks.slots = decode_slots(opt);
+  ks.rows = N;
+  ks.threads = fopt.threads;
+  std::unique_ptr<DecodeKernel> kernel = timed(stages, "decode kernel prepare", [&] {
+    return plan.run.backend == BackendKind::Reference ? make_reference_decode_kernel(cfg, in.weights, inputs, ks)
+                                                      : make_cpu_decode_kernel(cfg, in.weights, inputs, ks);
+  });
+  DecodeContext dctx;
+  dctx.head_mass = inputs.head_mass;
+  dctx.features = &features;
+  dctx.residual_norm = residual_norms(in, hidden, P, N);
+  const DecodeResult result = timed(stages, "decode steps", [&] {
+    return run_decode(opt, dctx, *kernel, [&](int64_t done, int64_t total) { progress.update("decode steps", done, total); });
+  });
+  progress.finish();
+  const std::vector<DecodeSummary> summary = summarize(result);
+
+  // outputs
+  DecodeRunInfo info = run_info(plan, in, inputs, *kernel, fopt);
   {
     StageTimer t(stages, "write outputs");
-    out.write("decode.csv", decode_csv(result));
-    out.write("summary.csv", decode_summary_csv(summary));
-    out.write("decode.svg", decode_svg(result, opt.budgets.front(),
-                                       tag + "layer " + std::to_string(info.layer) + ", P = " + std::to_string(P) + ", K = " +
-                                           std::to_string(opt.budgets.front()) + ": rel_error of attn_output per decode step (" +
-                                           info.precision + ", " + info.attention + ")"));
-    if (opt.budgets.size() >= 2)
-      out.write("budget.svg", budget_svg(summary, tag + "layer " + std::to_string(info.layer) + ", P = " + std::to_string(P) +
-                                                      ", N = " + std::to_string(N) + ": mean rel_error against the tokens held"));
-    if (plan.dump_tensors) {
-      const std::map<std::string, std::string> meta = {
-          {"producer", std::string("mla-h2o ") + MLA_VERSION + " decode"},
-          {"checkpoint", info.checkpoint},
-          {"layer", std::to_string(info.layer)},
-          {"input", info.input},
-          {"precision", info.precision},
-          {"attention", info.attention},
-          {"backend", info.backend + " (" + info.backend_description + ")"},
-          {"synthetic_weights", info.synthetic_weights.empty() ? "no" : info.synthetic_weights},
-          {"rope_order", cfg.rope_style() == RopeStyle::Complex
-                             ? "latent_cache rope half in HF DeepseekV2's order: pairs (2i, 2i+1) in place (as its cache)"
-                             : "latent_cache rope half in HF's de-interleaved order (as key_states)"},
-          {"config", config_to_json(cfg, false)},
-      };
-      write_decode_tensors(out.add("decode_tensors.safetensors"), inputs, cfg.num_attention_heads, result, meta);
-    }
-    info.files = out.paths_with({"report.json"});
+    write_outputs(out, plan, info, opt, result, summary, inputs, cfg);
   }
   info.stages = stages;
   info.memory_peak_rss_bytes = peak_rss_bytes();

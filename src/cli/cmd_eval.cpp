@@ -405,35 +405,13 @@ LoadedModel load_model(const EvalPlan& plan, StageSeconds& stages) {
 }
 
 // The memory plan of every run (full, each policy x budget) of the window with the most decoded
-// positions; one that cannot fit is one error line naming what would (memory_refusal).
-MemoryEstimate plan_memory(const ModelConfig& cfg, const EvalOptions& opt, int64_t P, int64_t N, bool dump) {
-  const int64_t runs = eval_cost(cfg, opt).runs;  // the full run and every (policy, budget)
-  ModelMemoryRequest mreq;
-  mreq.tokens = P + N;
-  mreq.precision = opt.precision;
-  mreq.streams = runs;
-  mreq.stream_rows = N;
-  mreq.keep_hidden_states = dump;
-  mreq.threads = cpu::resolve_threads(opt.threads);
-  const MemoryEstimate mem = estimate_model_memory(cfg, mreq);
+// positions (mla/memory_plan.hpp), then how many windows run at once; one that cannot fit is one
+// error line naming what would (memory_refusal).
+ModelWindowsPlan check_eval_memory(const ModelConfig& cfg, const EvalOptions& opt, bool dump, int64_t windows) {
   const MemoryBudget budget = host_memory_budget();
-  if (memory_fits(mem, budget)) return mem;
-  FitAlternatives<ModelMemoryRequest> would_fit([&](const ModelMemoryRequest& r) { return estimate_model_memory(cfg, r); },
-                                                budget);
-  if (mreq.precision == Precision::FP32) would_fit.offer_changed(mreq, "--precision bf16",
-      [](auto& r) { r.precision = Precision::BF16; });
-  if (dump) would_fit.offer_changed(mreq, "no --dump-tensors", [](auto& r) { r.keep_hidden_states = false; });
-  if (const int64_t n = would_fit.largest(mreq, N, [P](ModelMemoryRequest& r, int64_t v) { r.stream_rows = v; r.tokens = P + v; });
-      n >= 1)
-    would_fit.offer_line("--steps " + std::to_string(n) + " or fewer");
-  if (const int64_t k = would_fit.largest(mreq, runs, [](ModelMemoryRequest& r, int64_t v) { r.streams = v; }); k >= 2)
-    would_fit.offer_line("at most " + std::to_string(k) + " runs (fewer --policy or --cache-budget: each policy x budget is a "
-                         "run, full one more)");
-  fail(ErrorKind::Unsupported,
-       memory_refusal("eval of " + std::to_string(runs) + " runs x " + std::to_string(N) + " decoded positions after P = " +
-                          std::to_string(P) + " prompt tokens, --precision " + precision_name(opt.precision) +
-                          (dump ? " --dump-tensors" : ""),
-                      mem, budget, would_fit.list()));
+  const MemoryPlan mp = plan_model_memory(cfg, eval_memory_request(opt, dump), budget);
+  if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
+  return plan_model_windows(mp.estimate, cpu::resolve_threads(opt.threads), windows, budget);
 }
 
 // One window to evaluate: its ids, where they came from, and its options (P and N may differ
@@ -460,27 +438,6 @@ void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs,
   if (workers > 1) windows += ", " + std::to_string(workers) + " at a time";
   std::printf("mla-h2o eval: plan: %s%s\n", eval_cost_line(total, rate).c_str(), windows.c_str());
   std::fflush(stdout);
-}
-
-// How many windows run at once: with --threads T and W windows, min(T, W) workers of T / workers
-// threads each, as many as the memory plan fits (each worker holds one window's runs and its own
-// copy of the layer being computed). A window's figures do not depend on its threads (the
-// fixed-order sums, docs/cpu-gemm.md), so this changes the time, never the bits (docs/eval.md §9).
-struct WindowPlan {
-  int64_t workers = 1;
-  MemoryEstimate memory;  // one window's plan, its phases times `workers` (the process counted once)
-};
-WindowPlan plan_windows(const MemoryEstimate& one_window, int threads, int64_t windows) {
-  const MemoryBudget budget = host_memory_budget();
-  const auto times = [&](int64_t k) {
-    MemoryEstimate all = one_window;
-    const int64_t each = one_window.host_peak_bytes - one_window.process_bytes;
-    all.host_peak_bytes = one_window.process_bytes + (each > kMemoryUnbounded / k ? kMemoryUnbounded : each * k);
-    return all;
-  };
-  for (int64_t workers = std::min<int64_t>(threads, windows); workers > 1; --workers)
-    if (const MemoryEstimate all = times(workers); memory_fits(all, budget)) return WindowPlan{workers, all};
-  return WindowPlan{1, one_window};
 }
 
 // Every window under one progress line: the decode steps of every layer of every window; with
@@ -647,9 +604,8 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
         }
     return 0;
   });
-  const TaskSample& longest = samples.back();  // the largest context: the memory plan's
-  const WindowPlan wp = plan_windows(plan_memory(m.cfg, jobs.back().opt, longest.prompt_len, longest.steps, plan.dump_tensors),
-                                     cpu::resolve_threads(opt.threads), static_cast<int64_t>(jobs.size()));
+  // the largest context (the last sample's) is the memory plan's
+  const ModelWindowsPlan wp = check_eval_memory(m.cfg, jobs.back().opt, plan.dump_tensors, static_cast<int64_t>(jobs.size()));
   const MemoryEstimate& mem = wp.memory;
   print_cost_plan(m.cfg, jobs, wp.workers);
 
@@ -722,7 +678,7 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   check_eval_options(opt, static_cast<int64_t>(tokens.size()), cfg.attention.num_hidden_layers);
   const int64_t P = opt.prompt_len, N = opt.steps;
   const int64_t window_count = static_cast<int64_t>(inputs.size());
-  const WindowPlan wp = plan_windows(plan_memory(cfg, opt, P, N, plan.dump_tensors), cpu::resolve_threads(opt.threads), window_count);
+  const ModelWindowsPlan wp = check_eval_memory(cfg, opt, plan.dump_tensors, window_count);
   const MemoryEstimate& mem = wp.memory;
 
   // ---- eval: the windows, several at once when --threads allows, one progress line for all ----

@@ -29,6 +29,7 @@
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/json_text.hpp"
+#include "mla/report.hpp"
 #include "mla/rope.hpp"
 #include "mla/safetensors.hpp"
 
@@ -61,12 +62,6 @@ std::string shape_text(const std::vector<uint64_t>& shape) {
   return s + "]";
 }
 
-std::string json_shape(const std::vector<uint64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // 101124096 -> "101,124,096"
 std::string grouped(uint64_t v) {
   std::string d = std::to_string(v), out;
@@ -77,10 +72,7 @@ std::string grouped(uint64_t v) {
   return out;
 }
 
-struct Row {
-  std::string shard;  // file name only ("" in file mode)
-  TensorInfo info;
-};
+using Row = InspectRow;  // shard: the file name only ("" in file mode)
 
 void print_rows_text(const std::vector<Row>& rows, bool with_shard) {
   size_t wname = 4, wshape = 5;
@@ -99,30 +91,12 @@ void print_rows_text(const std::vector<Row>& rows, bool with_shard) {
   }
 }
 
-std::string rows_json(const std::vector<Row>& rows, bool with_shard) {
-  std::string s = "[";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const auto& t = rows[i].info;
-    s += std::string(i ? "," : "") + "\n    {" + (with_shard ? "\"shard\": " + json_quote(rows[i].shard) + ", " : "") +
-         "\"name\": " + json_quote(t.name) + ", \"dtype\": " + json_quote(dtype_name(t.dtype)) +
-         ", \"shape\": " + json_shape(t.shape) + ", \"bytes\": " + std::to_string(t.nbytes()) +
-         ", \"data_offsets\": [" + std::to_string(t.begin) + "," + std::to_string(t.end) + "]}";
-  }
-  return s + (rows.empty() ? "]" : "\n  ]");
-}
-
 int inspect_file(const std::string& path, bool json) {
   const SafetensorsFile f = SafetensorsFile::open(path);
   std::vector<Row> rows;
   for (const auto& t : f.tensors()) rows.push_back({"", t});
   if (json) {
-    std::string meta = "{";
-    size_t k = 0;
-    for (const auto& [key, value] : f.metadata()) meta += (k++ ? ", " : "") + json_quote(key) + ": " + json_quote(value);
-    meta += "}";
-    std::printf("{\n  \"kind\": \"file\",\n  \"path\": %s,\n  \"file_size\": %" PRIu64 ",\n  \"header_size\": %" PRIu64
-                ",\n  \"metadata\": %s,\n  \"tensors\": %s\n}\n",
-                json_quote(path).c_str(), f.file_size(), f.header_size(), meta.c_str(), rows_json(rows, false).c_str());
+    std::fputs(inspect_file_json(InspectedFile{path, f.file_size(), f.header_size(), f.metadata(), rows}).c_str(), stdout);
     return 0;
   }
   std::printf("file %s: %s bytes, header %s bytes, %zu tensors\n", path.c_str(), grouped(f.file_size()).c_str(),
@@ -200,12 +174,6 @@ std::vector<std::pair<std::string, std::string>> quantization_keys(const PackQua
   };
 }
 
-std::string pairs_json(const std::vector<std::pair<std::string, std::string>>& p) {
-  std::string g = "{";
-  for (size_t i = 0; i < p.size(); ++i) g += std::string(i ? ", " : "") + json_quote(p[i].first) + ": " + p[i].second;
-  return g + "}";
-}
-
 int inspect_checkpoint(const std::string& path, const std::string& config, bool json) {
   const double progress_after = progress_after_seconds();
   const Checkpoint ck = Checkpoint::open(path, config);
@@ -255,15 +223,9 @@ int inspect_checkpoint(const std::string& path, const std::string& config, bool 
   const auto quant = quantization_keys(ck.config().quantization, packed);
 
   if (json) {
-    std::string pres = "[", miss = "[";
-    for (size_t i = 0; i < present.size(); ++i) pres += (i ? "," : "") + std::to_string(present[i]);
-    for (size_t i = 0; i < missing.size(); ++i) miss += (i ? "," : "") + json_quote(missing[i]);
-    std::printf("{\n  \"kind\": \"checkpoint\",\n  \"path\": %s,\n  \"prefix\": %s,\n  \"shards\": %zu,\n"
-                "  \"missing_shards\": %s],\n  \"tensors\": %s,\n  \"config\": %s,\n  \"quantization\": %s,\n"
-                "  \"layers_present\": %s],\n  \"layer0_attention_parameters\": %s\n}\n",
-                json_quote(path).c_str(), json_quote(ck.prefix()).c_str(), shards.size(), miss.c_str(),
-                rows_json(rows, true).c_str(), pairs_json(geo).c_str(), quant.empty() ? "null" : pairs_json(quant).c_str(),
-                pres.c_str(), layer0_complete ? std::to_string(params0).c_str() : "null");
+    InspectedCheckpoint c{path, ck.prefix(), static_cast<int64_t>(shards.size()), missing, rows, geo, quant, present, {}};
+    if (layer0_complete) c.layer0_attention_parameters = params0;
+    std::fputs(inspect_checkpoint_json(c).c_str(), stdout);
     return 0;
   }
   std::printf("checkpoint %s: %zu shard%s, %zu tensors, prefix '%s'\n", path.c_str(), shards.size(),

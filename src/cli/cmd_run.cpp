@@ -341,13 +341,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   const CommandSpec spec = run_spec();
   const Args a = Args::parse(spec, argv);
   if (print_help_if_asked(a, spec)) return 0;
-  RunPlan plan;
-  plan.command = "run";
-  plan.checkpoint = a.str("checkpoint");
-  if (plan.checkpoint.empty()) fail(ErrorKind::InvalidArgument, "--checkpoint PATH is required (see mla-h2o run --help)");
-  plan.config_path = a.str("config");
-  plan.layer = a.integer("layer", 0, 0);
-  plan.input = input_request(a);
+  RunPlan plan = read_run_plan(a, "run");
   read_forward_flags(a, plan, "causal", "fp32");
   OutputSet out(plan.out_dir, plan.command, OutputSet::Lock::FailIfHeld, run_inputs(plan));
   return execute_run(plan, out);

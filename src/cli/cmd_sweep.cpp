@@ -306,12 +306,7 @@ int cmd_sweep(const std::vector<std::string>& argv) {
   const CommandSpec spec = sweep_spec();
   const Args a = Args::parse(spec, argv);
   if (print_help_if_asked(a, spec)) return 0;
-  RunPlan plan;
-  plan.command = "sweep";
-  plan.checkpoint = a.str("checkpoint");
-  if (plan.checkpoint.empty()) fail(ErrorKind::InvalidArgument, "--checkpoint PATH is required (see mla-h2o sweep --help)");
-  plan.config_path = a.str("config");
-  plan.input = input_request(a);
+  RunPlan plan = read_run_plan(a, "sweep");  // (sweep has --layers, not --layer)
   plan.out_dir = "mla-h2o-sweep";
   read_forward_flags(a, plan, "causal", "fp32");
   const std::string layers = a.str("layers", "all");

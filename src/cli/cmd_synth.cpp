@@ -70,10 +70,10 @@ int cmd_synth(const std::vector<std::string>& argv) {
   opts.layers = args.int_list("layers", opts.experts > 0 ? whole : std::vector<int64_t>{0});
   opts.vocab = args.integer("vocab", 0, 1, kConfigLimits.vocab);
   opts.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
-  opts.shards = args.integer("shards", 2, 2, 99999);
+  opts.shards = args.integer("shards", 2, 2, kSynthMaxShards);
 
   const auto t0 = std::chrono::steady_clock::now();
-  const AttentionConfig cfg = synthesize_checkpoint(opts);
+  const AttentionConfig cfg = synthesize_checkpoint(opts).attention;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   uintmax_t bytes = 0;

@@ -69,6 +69,21 @@ BackendKind backend_kind(const std::string& s) {
 }
 }  // namespace
 
+RunPlan read_run_plan(const Args& a, const std::string& command,
+                      const std::vector<std::pair<std::string, std::string>>& required) {
+  RunPlan plan;
+  plan.command = command;
+  plan.checkpoint = a.str("checkpoint");
+  if (plan.checkpoint.empty()) fail(ErrorKind::InvalidArgument, "--checkpoint PATH is required (see mla-h2o " + command + " --help)");
+  for (const auto& [flag, what] : required)
+    if (!a.has(flag))
+      fail(ErrorKind::InvalidArgument, "--" + flag + " " + what + " is required (see mla-h2o " + command + " --help)");
+  plan.config_path = a.str("config");
+  plan.layer = a.integer("layer", 0, 0);
+  plan.input = input_request(a);
+  return plan;
+}
+
 // Reads the flags of forward_flags() into `plan`.
 void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default_mask, const std::string& default_precision) {
   plan.forward.mask = a.choice("mask", {"causal", "none"}, default_mask) == "causal" ? Mask::Causal : Mask::None;

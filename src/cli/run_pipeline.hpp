@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "args.hpp"
@@ -48,6 +49,11 @@ struct RunPlan {
 std::vector<std::string> run_inputs(const RunPlan& plan);
 
 std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::string& default_precision);
+// What run, sweep and decode read the same way: the command, --checkpoint (required, then each
+// of `required` {flag, what} in order: "--FLAG WHAT is required (see mla-h2o COMMAND --help)"),
+// --config, --layer (0 where the command has none) and the input source (input_request).
+RunPlan read_run_plan(const Args& a, const std::string& command,
+                      const std::vector<std::pair<std::string, std::string>>& required = {});
 void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default_mask, const std::string& default_precision);
 
 // --latent-norm-eps: "hf" -> 1e-6, "config" -> rms_norm_eps, else a positive finite number;

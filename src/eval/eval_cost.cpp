@@ -32,8 +32,7 @@ double attention_flops_per_key(const AttentionConfig& cfg) {
 EvalCost eval_cost(const ModelConfig& cfg, const EvalOptions& opt) {
   const AttentionConfig& a = cfg.attention;
   const double P = static_cast<double>(opt.prompt_len), N = static_cast<double>(opt.steps);
-  int64_t policies = 0;
-  for (const PolicySettings& s : opt.policies) policies += s.kind != PolicyKind::Full;
+  const int64_t policies = evicting_policy_count(opt.policies);
   EvalCost c;
   c.runs = 1 + policies * static_cast<int64_t>(opt.budgets.size());
   c.rows_per_layer = opt.prompt_len + c.runs * opt.steps;

@@ -66,17 +66,12 @@ TokenFeatures run_features(const AttentionConfig& cfg, const LayerWeights& w, co
 }
 
 void prefill_manager(CacheManager& manager, const decoder::PreparedLayer& layer, const PromptLayer& prompt) {
-  const int64_t P = prompt.keys.rows, w = std::min(manager.observation_window(), prompt.window);
-  if (manager.observation_window() > prompt.window)
-    fail(ErrorKind::InvalidArgument, "eval: a policy reads " + std::to_string(manager.observation_window()) +
-                                         " prompt queries but only " + std::to_string(prompt.window) + " were kept");
-  std::vector<std::vector<double>> window_probs;  // alive until prefill() returns
-  window_probs.reserve(static_cast<size_t>(w));
-  for (int64_t q = P - w; q < P; ++q) {
+  std::vector<std::vector<double>> window_probs;  // alive until read_prompt returns (prompt_query_probs
+  window_probs.reserve(static_cast<size_t>(prompt.window));  // fails for a query outside the window kept)
+  manager.read_prompt(prompt.head_mass, [&](int64_t q) -> std::span<const double> {
     window_probs.push_back(prompt_query_probs(layer, prompt, q));
-    manager.observe_prompt_query(q, window_probs.back());
-  }
-  manager.prefill(prompt.head_mass);
+    return window_probs.back();
+  });
 }
 
 }  // namespace mla::eval

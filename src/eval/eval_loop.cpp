@@ -30,6 +30,7 @@
 #include "mla/error.hpp"
 #include "mla/eval.hpp"
 #include "mla/model_forward.hpp"
+#include "mla/stats.hpp"
 #include "mla/step_loop.hpp"
 #include "src/cpu/cpu_kernels.hpp"
 
@@ -83,22 +84,8 @@ std::string run_name(const PolicySettings& policy, int64_t budget, bool full) {
   return full ? std::string("the full cache") : policy.label + " at K = " + std::to_string(budget);
 }
 
-double norm(const float* v, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(v[i]) * static_cast<double>(v[i]);
-  return std::sqrt(s);
-}
-
-// ||a_row - b_row|| / ||b_row|| (0 when both are 0)
-double rel_error(const float* a, const float* b, int64_t n) {
-  double d = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double e = static_cast<double>(a[i]) - static_cast<double>(b[i]);
-    d += e * e;
-  }
-  const double nb = norm(b, n);
-  return nb > 0 ? std::sqrt(d) / nb : (d == 0 ? 0.0 : std::numeric_limits<double>::infinity());
-}
+// ||a_row - b_row|| / ||b_row|| (0 when both are 0): mla/stats.hpp's row_deviation
+double rel_error(const float* a, const float* b, int64_t n) { return row_deviation(a, b, n).rel_error; }
 
 // log-softmax of one row of logits, in double: out[v] = l[v] - logsumexp(l)
 void log_softmax(const float* l, int64_t V, std::vector<double>& out) {
@@ -217,15 +204,13 @@ std::vector<RunState> make_runs(const EvalOptions& opt) {
   full.policy = policy_preset("full");
   full.full = true;
   runs.push_back(std::move(full));
-  for (int64_t K : opt.budgets)
-    for (const PolicySettings& s : opt.policies) {
-      if (s.kind == PolicyKind::Full) continue;
-      RunState r;
-      r.policy = s;
-      r.budget = K;
-      r.row0 = static_cast<int64_t>(runs.size()) * opt.steps;
-      runs.push_back(std::move(r));
-    }
+  for (const PolicyRun& pr : policy_runs(opt.budgets, opt.policies)) {
+    RunState r;
+    r.policy = opt.policies[pr.policy];
+    r.budget = pr.budget;
+    r.row0 = static_cast<int64_t>(runs.size()) * opt.steps;
+    runs.push_back(std::move(r));
+  }
   return runs;
 }
 
@@ -495,9 +480,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     });
 
     // the policies' observation windows decide which prompt queries are kept
-    int64_t window = 0;
-    for (const RunState& r : runs)
-      if (!r.full) window = std::max(window, policy_observation_window(r.policy));
+    const int64_t window = held_prompt_queries(opt.policies, P);
     // 1. the prompt
     eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs, &result.profile);
     if (needs.expected_attention) prompt.statistics.future_rotation = future_rotation;

@@ -312,123 +312,150 @@ void fsync_path(const std::string& path, const std::string& what) {
   if (rc != 0) fail(ErrorKind::Io, "cannot write " + what + ": " + why);
 }
 
+// The directory --out names, as the set will replace it: absolute, normalised, its symbolic links
+// resolved (the set replaces the real directory).
+fs::path resolved_target(const std::string& dir) {
+  if (dir.empty()) fail(ErrorKind::InvalidArgument, "output directory: empty path");
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "out/" -> "out"
+  p = fs::weakly_canonical(p, ec);
+  if (ec || p == p.root_path() || !p.has_filename())
+    fail(ErrorKind::InvalidArgument, "output directory '" + dir + "': not a directory an output set can replace");
+  return p;
+}
+
+// The target directory, created (with its parents) when it does not exist: whether this call created it.
+bool open_target(const std::string& dir, const std::string& target, const std::string& parent) {
+  struct stat st {};
+  if (::lstat(target.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) fail(ErrorKind::Io, "output directory " + dir + " exists and is not a directory");
+    return false;
+  }
+  if (errno != ENOENT) fail(ErrorKind::Io, "cannot use output directory " + dir + ": " + sys_error());
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) fail(ErrorKind::Io, "cannot create output directory " + dir + ": " + ec.message());
+  if (::mkdir(target.c_str(), 0777) == 0) return true;
+  if (errno != EEXIST) fail(ErrorKind::Io, "cannot create output directory " + dir + ": " + sys_error());
+  return false;
+}
+
+// The lock, on the directory itself (its descriptor; `st` its inode); a writer that committed
+// meanwhile may have exchanged it for a new one, so the locked inode must still be the one at the path.
+int lock_target(const std::string& dir, const std::string& target, OutputSet::Lock lock, struct stat& st) {
+  for (int attempt = 0;; ++attempt) {
+    const int fd = ::open(target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) fail(ErrorKind::Io, "cannot open output directory " + dir + ": " + sys_error());
+    if (::flock(fd, LOCK_EX | (lock == OutputSet::Lock::Wait ? 0 : LOCK_NB)) != 0) {
+      const int err = errno;
+      ::close(fd);
+      if (err == EWOULDBLOCK)
+        fail(ErrorKind::Io, "another mla-h2o process is writing to " + dir +
+                                " (it holds the directory's lock); wait for it to finish or pass another --out");
+      fail(ErrorKind::Io, "cannot lock output directory " + dir + ": " + std::strerror(err));
+    }
+    struct stat locked {}, now {};
+    if (::fstat(fd, &locked) == 0 && ::stat(target.c_str(), &now) == 0 && locked.st_ino == now.st_ino &&
+        locked.st_dev == now.st_dev) {
+      st = locked;
+      return fd;
+    }
+    ::close(fd);
+    if (attempt == 3) fail(ErrorKind::Io, "output directory " + dir + " keeps being replaced by another process");
+  }
+}
+
+// The locked target can be replaced by a set: writable, not a mount point, not holding the
+// current directory, and what it holds is an earlier set, all of it, as written.
+void check_replaceable(const std::string& dir, const std::string& target, const std::string& parent, const struct stat& st) {
+  if (::access(target.c_str(), W_OK | X_OK) != 0)
+    fail(ErrorKind::Io, "output directory " + dir + " is not writable: " + sys_error());
+  struct stat up {};
+  if (::stat(parent.c_str(), &up) == 0 && up.st_dev != st.st_dev)
+    fail(ErrorKind::Io, "output directory " + dir + " is a mount point, so a new set cannot replace it in one step; "
+                        "pass a directory below it");
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  if (!ec) {
+    const std::string here = fs::weakly_canonical(cwd, ec).string();
+    if (!ec && (here == target || here.rfind(target + "/", 0) == 0))
+      fail(ErrorKind::InvalidArgument, "output directory " + dir + " holds the current directory; pass a directory of its own");
+  }
+  const std::vector<std::string> entries = entries_of(target);
+  if (entries.empty()) return;
+  bool found = false;
+  const std::map<std::string, ManifestEntry> listed = manifest_files(target, found);
+  const std::string advice = "; pass a new or empty directory (an earlier mla-h2o set there is replaced as a whole)";
+  for (const std::string& e : entries) {
+    if (e == kOutputManifest && found) continue;
+    const auto it = listed.find(e);
+    if (it == listed.end())
+      fail(ErrorKind::Io, "output directory " + dir + " holds '" + e + "', which " +
+                              (found ? "its earlier mla-h2o set does not list" : "mla-h2o did not write") + advice);
+    if (const std::string why = not_as_written(target, e, it->second); !why.empty())
+      fail(ErrorKind::Io, "output directory " + dir + " holds '" + e + "', which " + why + ", so it is not removed" + advice);
+  }
+}
+
+// Staging directories of writers that died (SIGKILL, power loss).
+void remove_stale_staging(const std::string& parent, const std::string& prefix) {
+  DIR* d = ::opendir(parent.c_str());
+  if (!d) return;
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d))
+    if (stale_staging(e->d_name, prefix)) stale.push_back(e->d_name);
+  ::closedir(d);
+  std::error_code ec;
+  for (const std::string& s : stale) fs::remove_all(fs::path(parent) / s, ec);
+}
+
+// The staging directory beside the target, with the permissions the target has (mode >= 0) or
+// would get (-1: created by this set).
+std::string make_staging(const std::string& dir, const std::string& parent, const std::string& prefix, int mode) {
+  static std::atomic<int> counter{0};
+  const std::string staging = (fs::path(parent) / (prefix + std::to_string(::getpid()) + "-" + std::to_string(counter++))).string();
+  if (::mkdir(staging.c_str(), 0777) != 0)
+    fail(ErrorKind::Io, "cannot create a staging directory beside " + dir + " (in " + parent + "): " + sys_error());
+  if (mode >= 0) ::chmod(staging.c_str(), static_cast<mode_t>(mode));
+  return staging;
+}
+
+// A free slot for the signal handlers (what to remove and say if the process is interrupted).
+int claim_slot(const std::string& staging, const std::string& target, bool created_target, const std::string& command,
+               const std::string& dir) {
+  const std::lock_guard<std::mutex> g(g_mutex);
+  for (int k = 0; k < kSlots; ++k) {
+    Slot& s = g_slots[k];
+    if (s.state.load() != kFree) continue;
+    copy_text(s.staging, sizeof s.staging, staging);
+    copy_text(s.target, sizeof s.target, target);
+    s.remove_target = created_target;
+    copy_text(s.message_head, sizeof s.message_head, "mla-h2o " + command + ": interrupted by ");
+    copy_text(s.message_tail, sizeof s.message_tail, "; " + dir + (created_target ? " not created" : " left as it was") + "\n");
+    s.state.store(kStaging);
+    return k;
+  }
+  fail(ErrorKind::Io, "too many output sets open at once in one process");
+}
+
 }  // namespace
 
 OutputSet::OutputSet(std::string dir, std::string command, Lock lock, const std::vector<std::string>& inputs)
     : dir_(std::move(dir)), command_(std::move(command)) {
-  if (dir_.empty()) fail(ErrorKind::InvalidArgument, "output directory: empty path");
-  std::error_code ec;
-  fs::path p = fs::absolute(dir_, ec).lexically_normal();
-  if (!p.has_filename()) p = p.parent_path();  // "out/" -> "out"
-  p = fs::weakly_canonical(p, ec);             // symbolic links resolved: the set replaces the real directory
-  if (ec || p == p.root_path() || !p.has_filename())
-    fail(ErrorKind::InvalidArgument, "output directory '" + dir_ + "': not a directory an output set can replace");
+  const fs::path p = resolved_target(dir_);
   target_ = p.string();
   const std::string parent = p.parent_path().string(), name = p.filename().string();
   check_apart_from_inputs(dir_, p, inputs);  // before anything is created
-
+  created_target_ = open_target(dir_, target_, parent);
   struct stat st {};
-  if (::lstat(target_.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) fail(ErrorKind::Io, "output directory " + dir_ + " exists and is not a directory");
-  } else if (errno == ENOENT) {
-    fs::create_directories(parent, ec);
-    if (ec) fail(ErrorKind::Io, "cannot create output directory " + dir_ + ": " + ec.message());
-    if (::mkdir(target_.c_str(), 0777) == 0) {
-      created_target_ = true;
-    } else if (errno != EEXIST) {
-      fail(ErrorKind::Io, "cannot create output directory " + dir_ + ": " + sys_error());
-    }
-  } else {
-    fail(ErrorKind::Io, "cannot use output directory " + dir_ + ": " + sys_error());
-  }
-
-  // The lock, on the directory itself; a writer that committed meanwhile may have exchanged it
-  // for a new one, so the locked inode must still be the one at the path.
-  for (int attempt = 0;; ++attempt) {
-    lock_fd_ = ::open(target_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (lock_fd_ < 0) fail(ErrorKind::Io, "cannot open output directory " + dir_ + ": " + sys_error());
-    if (::flock(lock_fd_, LOCK_EX | (lock == Lock::Wait ? 0 : LOCK_NB)) != 0) {
-      const int err = errno;
-      ::close(lock_fd_);
-      lock_fd_ = -1;
-      if (err == EWOULDBLOCK)
-        fail(ErrorKind::Io, "another mla-h2o process is writing to " + dir_ +
-                                " (it holds the directory's lock); wait for it to finish or pass another --out");
-      fail(ErrorKind::Io, "cannot lock output directory " + dir_ + ": " + std::strerror(err));
-    }
-    struct stat locked {}, now {};
-    if (::fstat(lock_fd_, &locked) == 0 && ::stat(target_.c_str(), &now) == 0 && locked.st_ino == now.st_ino &&
-        locked.st_dev == now.st_dev) {
-      st = locked;
-      break;
-    }
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    if (attempt == 3) fail(ErrorKind::Io, "output directory " + dir_ + " keeps being replaced by another process");
-  }
-
+  lock_fd_ = lock_target(dir_, target_, lock, st);
   try {
-    if (::access(target_.c_str(), W_OK | X_OK) != 0)
-      fail(ErrorKind::Io, "output directory " + dir_ + " is not writable: " + sys_error());
-    struct stat up {};
-    if (::stat(parent.c_str(), &up) == 0 && up.st_dev != st.st_dev)
-      fail(ErrorKind::Io, "output directory " + dir_ + " is a mount point, so a new set cannot replace it in one step; "
-                          "pass a directory below it");
-    const fs::path cwd = fs::current_path(ec);
-    if (!ec) {
-      const std::string here = fs::weakly_canonical(cwd, ec).string();
-      if (!ec && (here == target_ || here.rfind(target_ + "/", 0) == 0))
-        fail(ErrorKind::InvalidArgument, "output directory " + dir_ +
-                                             " holds the current directory; pass a directory of its own");
-    }
-    // What is there must be an earlier set, all of it.
-    const std::vector<std::string> entries = entries_of(target_);
-    if (!entries.empty()) {
-      bool found = false;
-      const std::map<std::string, ManifestEntry> listed = manifest_files(target_, found);
-      const std::string advice = "; pass a new or empty directory (an earlier mla-h2o set there is replaced as a whole)";
-      for (const std::string& e : entries) {
-        if (e == kOutputManifest && found) continue;
-        const auto it = listed.find(e);
-        if (it == listed.end())
-          fail(ErrorKind::Io, "output directory " + dir_ + " holds '" + e + "', which " +
-                                  (found ? "its earlier mla-h2o set does not list" : "mla-h2o did not write") + advice);
-        if (const std::string why = not_as_written(target_, e, it->second); !why.empty())
-          fail(ErrorKind::Io, "output directory " + dir_ + " holds '" + e + "', which " + why +
-                                  ", so it is not removed" + advice);
-      }
-    }
-    // Staging directories of writers that died (SIGKILL, power loss).
+    check_replaceable(dir_, target_, parent, st);
     const std::string prefix = staging_prefix(name);
-    if (DIR* d = ::opendir(parent.c_str())) {
-      std::vector<std::string> stale;
-      while (const dirent* e = ::readdir(d))
-        if (stale_staging(e->d_name, prefix)) stale.push_back(e->d_name);
-      ::closedir(d);
-      for (const std::string& s : stale) fs::remove_all(fs::path(parent) / s, ec);
-    }
-    // The staging directory, with the permissions the directory has (or would get).
-    static std::atomic<int> counter{0};
-    staging_ = (fs::path(parent) / (prefix + std::to_string(::getpid()) + "-" + std::to_string(counter++))).string();
-    if (::mkdir(staging_.c_str(), 0777) != 0)
-      fail(ErrorKind::Io, "cannot create a staging directory beside " + dir_ + " (in " + parent + "): " + sys_error());
-    if (!created_target_) ::chmod(staging_.c_str(), st.st_mode & 07777);
-    {
-      const std::lock_guard<std::mutex> g(g_mutex);
-      for (int k = 0; k < kSlots && slot_ < 0; ++k) {
-        Slot& s = g_slots[k];
-        if (s.state.load() != kFree) continue;
-        copy_text(s.staging, sizeof s.staging, staging_);
-        copy_text(s.target, sizeof s.target, target_);
-        s.remove_target = created_target_;
-        copy_text(s.message_head, sizeof s.message_head, "mla-h2o " + command_ + ": interrupted by ");
-        copy_text(s.message_tail, sizeof s.message_tail,
-                  "; " + dir_ + (created_target_ ? " not created" : " left as it was") + "\n");
-        s.state.store(kStaging);
-        slot_ = k;
-      }
-    }
-    if (slot_ < 0) fail(ErrorKind::Io, "too many output sets open at once in one process");
+    remove_stale_staging(parent, prefix);
+    staging_ = make_staging(dir_, parent, prefix, created_target_ ? -1 : static_cast<int>(st.st_mode & 07777));
+    slot_ = claim_slot(staging_, target_, created_target_, command_, dir_);
     install_handlers();
   } catch (...) {
     if (!staging_.empty()) ::rmdir(staging_.c_str());

@@ -23,18 +23,13 @@
 
 #include "mla/decode.hpp"
 #include "mla/error.hpp"
+#include "mla/stats.hpp"
 #include "mla/step_loop.hpp"
 
 namespace mla {
 namespace {
 
 size_t idx(int64_t i) { return static_cast<size_t>(i); }
-
-double norm(const double* v, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += v[i] * v[i];
-  return std::sqrt(s);
-}
 
 // The (budget, policy) runs other than full, budget-major, with their slots 1, 2, ...
 struct Run {
@@ -64,11 +59,8 @@ void check_decode_flags(const DecodeOptions& opt) {
       if (__builtin_add_overflow(s.sinks, recent_tokens(s, K), &sum))
         bad("--policy " + s.label + ": sinks " + std::to_string(s.sinks) + " + recent " + std::to_string(recent_tokens(s, K)) +
             " overflows 64 bits (--sinks, --recent or the policy's settings)");
-    if (s.kind == PolicyKind::PyramidKV) continue;  // its budget depends on the layer: checked with it
-    for (int64_t K : opt.budgets)
-      if (const int64_t p = protected_tokens(s, K); K <= p)  // protected_tokens saturates: never wraps
-        bad("--cache-budget " + std::to_string(K) + " must be > the " + std::to_string(p) + " tokens " + s.label +
-            " never evicts (sinks + recent window)");
+    if (policy_budget_depends_on_layer(s.kind)) continue;  // checked with the layer (check_decode_options)
+    for (int64_t K : opt.budgets) check_budget_holds(s, K, K);
   }
 }
 
@@ -85,25 +77,12 @@ void check_decode_options(const DecodeOptions& opt, int64_t T) {
   if (opt.layer < 0 || opt.layer >= opt.num_layers)
     bad("decode: layer " + std::to_string(opt.layer) + " of " + std::to_string(opt.num_layers));
   for (const PolicySettings& s : opt.policies)
-    for (int64_t K : opt.budgets) {
-      const int64_t k = layer_budget(s, K, opt), p = protected_tokens(s, k);
-      if (k <= p)
-        bad("--cache-budget " + std::to_string(K) + (k != K ? " (" + std::to_string(k) + " on this layer)" : "") +
-            " must be > the " + std::to_string(p) + " tokens " + s.label + " never evicts (sinks + recent window)");
-    }
+    for (int64_t K : opt.budgets) check_budget_holds(s, K, layer_budget(s, K, opt));
 }
 
-int64_t prompt_query_window(const DecodeOptions& opt) {
-  int64_t w = 0;
-  for (const PolicySettings& s : opt.policies) w = std::max(w, policy_observation_window(s));
-  return std::min(w, opt.prompt_len);
-}
+int64_t prompt_query_window(const DecodeOptions& opt) { return held_prompt_queries(opt.policies, opt.prompt_len); }
 
-int64_t decode_slots(const DecodeOptions& opt) {
-  const int64_t others = static_cast<int64_t>(std::count_if(opt.policies.begin(), opt.policies.end(),
-                                                            [](const PolicySettings& s) { return s.kind != PolicyKind::Full; }));
-  return 1 + static_cast<int64_t>(opt.budgets.size()) * others;
-}
+int64_t decode_slots(const DecodeOptions& opt) { return 1 + static_cast<int64_t>(policy_runs(opt.budgets, opt.policies).size()); }
 
 namespace {
 
@@ -112,47 +91,36 @@ std::vector<Run> make_runs(const DecodeOptions& opt, const DecodeContext& dc, in
   const int64_t P = opt.prompt_len, T = P + opt.steps;
   const PolicyContext pc{n, P, T, dc.features};
   std::vector<Run> runs;
-  int64_t slot = 1;
-  for (int64_t K : opt.budgets)
-    for (size_t p = 0; p < opt.policies.size(); ++p) {
-      const PolicySettings& s = opt.policies[p];
-      if (s.kind == PolicyKind::Full) continue;
-      Run r;
-      r.policy = p;
-      r.budget = K;
-      r.slot = slot++;
-      r.cache = make_cache_manager(s, layer_budget(s, K, opt), pc);
-      r.trace.policy = s;
-      r.trace.budget = K;
-      r.trace.layer_budget = r.cache->budget();
-      runs.push_back(std::move(r));
-    }
-
+  for (const PolicyRun& pr : policy_runs(opt.budgets, opt.policies)) {
+    const PolicySettings& s = opt.policies[pr.policy];
+    Run r;
+    r.policy = pr.policy;
+    r.budget = pr.budget;
+    r.slot = static_cast<int64_t>(runs.size()) + 1;
+    r.cache = make_cache_manager(s, layer_budget(s, pr.budget, opt), pc);
+    r.trace.policy = s;
+    r.trace.budget = pr.budget;
+    r.trace.layer_budget = r.cache->budget();
+    runs.push_back(std::move(r));
+  }
   return runs;
 }
 
 // The prompt queries the managers read (once, by the kernel), then each manager's cut.
 void prefill_runs(const DecodeOptions& opt, const DecodeContext& dc, DecodeKernel& kernel, std::vector<Run>& runs) {
-  const int64_t P = opt.prompt_len;
-  {
-    int64_t w = 0;
-    for (const Run& r : runs) w = std::max(w, std::min(P, r.cache->observation_window()));
-    std::vector<std::vector<double>> probs(idx(w));  // [w] of [n, q+1]; alive until every prefill()
-    for (int64_t k = 0; k < w; ++k) {
-      const int64_t q = P - w + k;
-      std::vector<int64_t> prefix(idx(q + 1));
-      std::iota(prefix.begin(), prefix.end(), 0);
-      kernel.begin_query(q);
-      kernel.attend(prefix, probs[idx(k)], -1, 0);
-      for (Run& r : runs)
-        if (q >= P - r.cache->observation_window()) r.cache->observe_prompt_query(q, probs[idx(k)]);
-    }
-    for (Run& r : runs) {
-      r.cache->prefill(dc.head_mass);
-      r.trace.prefill_kept.assign(r.cache->cache().begin(), r.cache->cache().end());
-    }
+  const int64_t P = opt.prompt_len, w = prompt_query_window(opt);
+  std::vector<std::vector<double>> probs(idx(w));  // [w] of [n, q+1]; alive until every manager has read them
+  for (int64_t k = 0; k < w; ++k) {
+    const int64_t q = P - w + k;
+    std::vector<int64_t> prefix(idx(q + 1));
+    std::iota(prefix.begin(), prefix.end(), 0);
+    kernel.begin_query(q);
+    kernel.attend(prefix, probs[idx(k)], -1, 0);
   }
-
+  for (Run& r : runs) {
+    r.cache->read_prompt(dc.head_mass, [&](int64_t q) { return std::span<const double>(probs[idx(q - (P - w))]); });
+    r.trace.prefill_kept.assign(r.cache->cache().begin(), r.cache->cache().end());
+  }
 }
 
 // The kernel's attention for the step loop: slot 0 is full, run k has its slot.
@@ -222,17 +190,14 @@ PolicyTrace step_runs(const DecodeOptions& opt, DecodeKernel& kernel, std::vecto
 // Every run's outputs (o_proj) and their errors against the full cache, in the runs' order.
 DecodeResult measure_outputs(const DecodeOptions& opt, const DecodeContext& dc, DecodeKernel& kernel, std::vector<Run>& runs,
                              PolicyTrace& full) {
-  const int64_t N = opt.steps;
   DecodeResult result;
   TensorD full_output = kernel.outputs(0);
   const int64_t H = full_output.dim(1);
-  std::vector<double> full_norm(idx(N));
-  for (int64_t i = 0; i < N; ++i) full_norm[idx(i)] = norm(full_output.ptr() + i * H, H);
   for (DecodeStep& st : full.steps) st.residual_error = dc.residual_norm.empty() ? std::nan("") : 0.0;
   size_t next = 0;
   for (int64_t K : opt.budgets)
     for (const PolicySettings& s : opt.policies) {
-      if (s.kind == PolicyKind::Full) {
+      if (policy_is_full_cache(s.kind)) {
         PolicyTrace t;
         t.policy = s;
         t.budget = K;
@@ -245,19 +210,12 @@ DecodeResult measure_outputs(const DecodeOptions& opt, const DecodeContext& dc, 
       Run& r = runs[next++];
       TensorD out = kernel.outputs(r.slot);  // [N, H]
       for (DecodeStep& st : r.trace.steps) {
-        const double* o = out.ptr() + st.step * H;
-        const double* f = full_output.ptr() + st.step * H;
-        double diff = 0, dot = 0;
-        for (int64_t k = 0; k < H; ++k) {
-          diff += (o[k] - f[k]) * (o[k] - f[k]);
-          dot += o[k] * f[k];
-        }
-        const double nf = full_norm[idx(st.step)], no = norm(o, H), d = std::sqrt(diff);
-        st.rel_error = nf > 0 ? d / nf : (diff == 0 ? 0.0 : INFINITY);
-        st.cosine = nf > 0 && no > 0 ? dot / (nf * no) : (diff == 0 ? 1.0 : 0.0);
+        const RowDeviation e = row_deviation(out.ptr() + st.step * H, full_output.ptr() + st.step * H, H);
+        st.rel_error = e.rel_error;
+        st.cosine = e.cosine;
         st.residual_error = dc.residual_norm.empty() ? std::nan("")
-                            : dc.residual_norm[idx(st.step)] > 0 ? d / dc.residual_norm[idx(st.step)]
-                                                                  : (diff == 0 ? 0.0 : INFINITY);
+                            : dc.residual_norm[idx(st.step)] > 0 ? e.distance / dc.residual_norm[idx(st.step)]
+                                                                  : (e.distance == 0 ? 0.0 : INFINITY);
       }
       if (opt.keep_outputs) r.trace.attn_output = std::move(out);
       result.traces.push_back(std::move(r.trace));

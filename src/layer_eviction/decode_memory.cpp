@@ -1,5 +1,5 @@
-// src/layer_eviction/decode_memory.cpp — the memory plan of `mla-h2o decode` (mla/memory_plan.hpp):
-// the buffers of src/cpu/cpu_decode.cpp and decode_inputs.cpp (the prefill and the kernel),
+// src/layer_eviction/decode_memory.cpp — the memory estimate of `mla-h2o decode` (mla/memory_plan.hpp;
+// the decision is the planner's, src/model/memory_plan.cpp): the buffers of src/cpu/cpu_decode.cpp and decode_inputs.cpp (the prefill and the kernel),
 // token_features.cpp, src/policies/ (each cache manager's state) and decode_loop.cpp (the
 // traces), phase by phase, sized from the geometry and the flags; keep
 // them in step with that code.
@@ -108,39 +108,6 @@ MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMe
   if (r.dump_tensors) written.push_back({"dump payloads f64", mul({T * (d.r_kv + d.d_r) + slots * N * d.H, kF64})});
   phases.push_back({"outputs", joined(joined(held, inputs), written)});
   return estimate_of_phases(std::move(phases));
-}
-
-MemoryPlan plan_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req, const MemoryBudget& budget) {
-  MemoryPlan plan;
-  plan.request.backend = req.backend;
-  plan.request.seq_len = req.prompt_len + req.steps;
-  plan.request.precision = req.precision;
-  plan.request.dump_tensors = req.dump_tensors;
-  plan.budget = budget;
-  plan.estimate = estimate_decode_memory(cfg, req);
-  if (memory_fits(plan.estimate, budget)) return plan;
-  plan.fits = false;
-  FitAlternatives<DecodeMemoryRequest> would_fit([&](const DecodeMemoryRequest& r) { return estimate_decode_memory(cfg, r); },
-                                                 budget);
-  if (req.naive) would_fit.offer_changed(req, "--attention absorbed", [](auto& r) { r.naive = false; });
-  if (req.precision == Precision::FP32) would_fit.offer_changed(req, "--precision bf16",
-      [](auto& r) { r.precision = Precision::BF16; });
-  if (req.dump_tensors) would_fit.offer_changed(req, "no --dump-tensors", [](auto& r) { r.dump_tensors = false; });
-  if (const int64_t N = would_fit.largest(req, req.steps, [](DecodeMemoryRequest& r, int64_t n) { r.steps = n; }); N >= 1) {
-    would_fit.offer_line("--steps " + std::to_string(N) + " or fewer");
-  } else {
-    DecodeMemoryRequest one_step = req;
-    one_step.steps = 1;
-    if (const int64_t P = would_fit.largest(one_step, req.prompt_len, [](DecodeMemoryRequest& r, int64_t p) { r.prompt_len = p; });
-        P >= 1)
-      would_fit.offer_line("--prompt-len " + std::to_string(P) + " or shorter");
-  }
-  std::string asked = "decode of P = " + std::to_string(req.prompt_len) + " prompt rows and N = " + std::to_string(req.steps) +
-                      " steps, " + std::to_string(req.budgets) + " budget(s) x " + std::to_string(req.policies) +
-                      " policies, --backend " + backend_name(req.backend) + " --precision " + precision_name(req.precision) +
-                      (req.naive ? " --attention naive" : "") + (req.dump_tensors ? " --dump-tensors" : "");
-  plan.refusal = memory_refusal(asked, plan.estimate, budget, would_fit.list());
-  return plan;
 }
 
 }  // namespace mla

@@ -1,4 +1,5 @@
-// src/math/stats.cpp — mla/stats.hpp: Student-t intervals and quantiles (docs/eval.md §3.1).
+// src/math/stats.cpp — mla/stats.hpp: Student-t intervals and quantiles (docs/eval.md §3.1), and a
+// row's deviation from a reference row (docs/decode.md §4).
 #include "mla/stats.hpp"
 
 #include <algorithm>
@@ -79,5 +80,30 @@ double quantile_linear(std::vector<double> x, double q) {
   if (i + 1 >= x.size()) return x.back();
   return x[i] + (h - static_cast<double>(i)) * (x[i + 1] - x[i]);
 }
+
+namespace {
+
+template <class T>
+RowDeviation deviation(const T* a, const T* b, int64_t n) {
+  double diff = 0, dot = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
+    diff += (x - y) * (x - y);
+    dot += x * y;
+    aa += x * x;
+    bb += y * y;
+  }
+  const double na = std::sqrt(aa), nb = std::sqrt(bb);
+  RowDeviation r;
+  r.distance = std::sqrt(diff);
+  r.rel_error = nb > 0 ? r.distance / nb : (diff == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+  r.cosine = nb > 0 && na > 0 ? dot / (nb * na) : (diff == 0 ? 1.0 : 0.0);
+  return r;
+}
+
+}  // namespace
+
+RowDeviation row_deviation(const double* a, const double* b, int64_t n) { return deviation(a, b, n); }
+RowDeviation row_deviation(const float* a, const float* b, int64_t n) { return deviation(a, b, n); }
 
 }  // namespace mla

@@ -567,8 +567,22 @@ AttentionConfig load_config(const std::string& path) {
   return parse_config(read_regular_file(path, int64_t{16} << 20, ErrorKind::Config), path);
 }
 
-AttentionConfig kimi_k26_config() {
-  AttentionConfig c;
+PackQuantization kimi_int4_quantization() {
+  PackQuantization q;
+  q.present = true;
+  q.scheme = {"pack-quantized", 4, "int", true, "group", 32, false, ""};
+  q.weight_groups = 1;
+  q.targets = {"Linear"};
+  q.ignore = {"re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+              "re:.*lm_head.*", "re:vision_tower.*", "re:mm_projector.*"};
+  return q;
+}
+
+// The presets (mla/model.hpp lists them): each model's attention geometry and decoder keys, one
+// function each. Kimi K2.6: the K2.5 layout and values where K2.6's are unpublished.
+ModelConfig kimi_k26_model() {
+  ModelConfig m;
+  AttentionConfig& c = m.attention;
   c.model_type = "kimi_k25";  // K2.6 ships the K2.5 layout: text model under text_config
   c.nested_text_config = true;
   c.hidden_size = 7168;
@@ -595,14 +609,25 @@ AttentionConfig kimi_k26_config() {
   c.rope.mscale = 1.0;
   c.rope.mscale_all_dim = 1.0;
   c.rope.truncate = true;
-  return c;
+  m.intermediate_size = 18432;
+  m.moe_intermediate_size = 2048;
+  m.first_k_dense_replace = 1;
+  m.n_routed_experts = 384;
+  m.n_shared_experts = 1;
+  m.num_experts_per_tok = 8;
+  m.n_group = 1;
+  m.topk_group = 1;
+  m.norm_topk_prob = true;
+  m.routed_scaling_factor = 2.827;
+  return m;
 }
 
 // deepseek-ai/DeepSeek-V3 config.json: hidden 7168, 128 heads, q_lora_rank 1536, kv_lora_rank 512,
 // 128 / 64 / 128, 61 layers, vocab 129280, max_position_embeddings 163840, rms_norm_eps 1e-6,
 // rope_theta 10000, yarn factor 40 (original 4096, beta 32 / 1, mscale = mscale_all_dim = 1).
-AttentionConfig deepseek_v3_config() {
-  AttentionConfig c;
+ModelConfig deepseek_v3_model() {
+  ModelConfig m;
+  AttentionConfig& c = m.attention;
   c.model_type = "deepseek_v3";
   c.hidden_size = 7168;
   c.num_attention_heads = c.num_key_value_heads = 128;
@@ -621,14 +646,27 @@ AttentionConfig deepseek_v3_config() {
   c.rope.original_max_position_embeddings = 4096;
   c.rope.mscale = 1.0;
   c.rope.mscale_all_dim = 1.0;
-  return c;
+  m.intermediate_size = 18432;
+  m.moe_intermediate_size = 2048;
+  m.first_k_dense_replace = 3;
+  m.n_routed_experts = 256;
+  m.n_shared_experts = 1;
+  m.num_experts_per_tok = 8;
+  m.n_group = 8;
+  m.topk_group = 4;
+  m.norm_topk_prob = true;
+  m.routed_scaling_factor = 2.5;
+  m.bos_token_id = 0;
+  m.eos_token_id = 1;
+  return m;
 }
 
 // deepseek-ai/DeepSeek-V2-Lite config.json: hidden 2048, 16 heads, q_lora_rank null, kv_lora_rank
 // 512, 128 / 64 / 128, 27 layers, vocab 102400, max_position_embeddings 163840, rms_norm_eps 1e-6,
 // rope_theta 10000, yarn factor 40 (original 4096, beta 32 / 1, mscale = mscale_all_dim = 0.707).
-AttentionConfig deepseek_v2_lite_config() {
-  AttentionConfig c;
+ModelConfig deepseek_v2_lite_model() {
+  ModelConfig m;
+  AttentionConfig& c = m.attention;
   c.model_type = "deepseek_v2";
   c.family = ModelFamily::DeepseekV2;
   c.hidden_size = 2048;
@@ -648,98 +686,6 @@ AttentionConfig deepseek_v2_lite_config() {
   c.rope.original_max_position_embeddings = 4096;
   c.rope.mscale = 0.707;
   c.rope.mscale_all_dim = 0.707;
-  return c;
-}
-
-// moonshotai/Moonlight-16B-A3B config.json: hidden 2048, 16 heads, q_lora_rank null, kv_lora_rank
-// 512, 128 / 64 / 128, 27 layers, vocab 163840, max_position_embeddings 8192, rms_norm_eps 1e-5,
-// rope_theta 50000, no rope_scaling (plain RoPE).
-AttentionConfig moonlight_config() {
-  AttentionConfig c;
-  c.model_type = "deepseek_v3";
-  c.hidden_size = 2048;
-  c.num_attention_heads = c.num_key_value_heads = 16;
-  c.q_lora_rank = 0;
-  c.kv_lora_rank = 512;
-  c.qk_nope_head_dim = 128;
-  c.qk_rope_head_dim = 64;
-  c.v_head_dim = 128;
-  c.num_hidden_layers = 27;
-  c.vocab_size = 163840;
-  c.max_position_embeddings = 8192;
-  c.rms_norm_eps = 1e-5;
-  c.rope.rope_theta = 50000.0;
-  return c;
-}
-
-PackQuantization kimi_int4_quantization() {
-  PackQuantization q;
-  q.present = true;
-  q.scheme = {"pack-quantized", 4, "int", true, "group", 32, false, ""};
-  q.weight_groups = 1;
-  q.targets = {"Linear"};
-  q.ignore = {"re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
-              "re:.*lm_head.*", "re:vision_tower.*", "re:mm_projector.*"};
-  return q;
-}
-
-AttentionConfig tiny_config() {
-  // Every dimension distinct where the math allows, so a transposed or mixed-up buffer
-  // cannot pass: H 64, n 4, r_q 48, r_kv 32, d_n 16, d_r 8, d_v 16 (q_b 96x48, kv_b 128x32,
-  // o 64x64). Same rope settings as Kimi: with d_r = 8 the yarn ramp is low 1, high 3, so
-  // the 4 frequencies are unscaled, unscaled, half-blended and fully interpolated.
-  AttentionConfig c = kimi_k26_config();
-  c.hidden_size = 64;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 4;
-  c.q_lora_rank = 48;
-  c.kv_lora_rank = 32;
-  c.qk_nope_head_dim = 16;
-  c.qk_rope_head_dim = 8;
-  c.v_head_dim = 16;
-  c.num_hidden_layers = 2;
-  c.vocab_size = 97;
-  return c;
-}
-
-// The decoder keys of each preset (mla/model.hpp lists them); the attention is the config above.
-ModelConfig kimi_k26_model() {
-  ModelConfig m;
-  m.attention = kimi_k26_config();
-  m.intermediate_size = 18432;
-  m.moe_intermediate_size = 2048;
-  m.first_k_dense_replace = 1;
-  m.n_routed_experts = 384;
-  m.n_shared_experts = 1;
-  m.num_experts_per_tok = 8;
-  m.n_group = 1;
-  m.topk_group = 1;
-  m.norm_topk_prob = true;
-  m.routed_scaling_factor = 2.827;
-  return m;
-}
-
-ModelConfig deepseek_v3_model() {
-  ModelConfig m;
-  m.attention = deepseek_v3_config();
-  m.intermediate_size = 18432;
-  m.moe_intermediate_size = 2048;
-  m.first_k_dense_replace = 3;
-  m.n_routed_experts = 256;
-  m.n_shared_experts = 1;
-  m.num_experts_per_tok = 8;
-  m.n_group = 8;
-  m.topk_group = 4;
-  m.norm_topk_prob = true;
-  m.routed_scaling_factor = 2.5;
-  m.bos_token_id = 0;
-  m.eos_token_id = 1;
-  return m;
-}
-
-ModelConfig deepseek_v2_lite_model() {
-  ModelConfig m;
-  m.attention = deepseek_v2_lite_config();
   m.intermediate_size = 10944;
   m.moe_intermediate_size = 1408;
   m.first_k_dense_replace = 1;
@@ -757,9 +703,25 @@ ModelConfig deepseek_v2_lite_model() {
   return m;
 }
 
+// moonshotai/Moonlight-16B-A3B config.json: hidden 2048, 16 heads, q_lora_rank null, kv_lora_rank
+// 512, 128 / 64 / 128, 27 layers, vocab 163840, max_position_embeddings 8192, rms_norm_eps 1e-5,
+// rope_theta 50000, no rope_scaling (plain RoPE).
 ModelConfig moonlight_model() {
   ModelConfig m;
-  m.attention = moonlight_config();
+  AttentionConfig& c = m.attention;
+  c.model_type = "deepseek_v3";
+  c.hidden_size = 2048;
+  c.num_attention_heads = c.num_key_value_heads = 16;
+  c.q_lora_rank = 0;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  c.num_hidden_layers = 27;
+  c.vocab_size = 163840;
+  c.max_position_embeddings = 8192;
+  c.rms_norm_eps = 1e-5;
+  c.rope.rope_theta = 50000.0;
   m.intermediate_size = 11264;
   m.moe_intermediate_size = 1408;
   m.first_k_dense_replace = 1;
@@ -776,10 +738,25 @@ ModelConfig moonlight_model() {
 }
 
 ModelConfig tiny_model() {
-  // Widths distinct from tiny_config()'s 64 / 48 / 32 / 16 / 8 where INT4 allows: the experts'
-  // inputs (64 and 32) are multiples of Kimi's group size 32.
+  // Kimi K2.6's layout and rope with small widths. The MLP's widths are distinct from the
+  // attention's 64 / 48 / 32 / 16 / 8 where INT4 allows: the experts' inputs (64 and 32) are
+  // multiples of Kimi's group size 32.
   ModelConfig m = kimi_k26_model();
-  m.attention = tiny_config();
+  // Every dimension distinct where the math allows, so a transposed or mixed-up buffer
+  // cannot pass: H 64, n 4, r_q 48, r_kv 32, d_n 16, d_r 8, d_v 16 (q_b 96x48, kv_b 128x32,
+  // o 64x64). Same rope settings as Kimi: with d_r = 8 the yarn ramp is low 1, high 3, so
+  // the 4 frequencies are unscaled, unscaled, half-blended and fully interpolated.
+  AttentionConfig& c = m.attention;
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 4;
+  c.q_lora_rank = 48;
+  c.kv_lora_rank = 32;
+  c.qk_nope_head_dim = 16;
+  c.qk_rope_head_dim = 8;
+  c.v_head_dim = 16;
+  c.num_hidden_layers = 2;
+  c.vocab_size = 97;
   m.intermediate_size = 96;
   m.moe_intermediate_size = 32;
   m.n_routed_experts = 8;

@@ -9,6 +9,11 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "mla/decode.hpp"
+#include "mla/eval.hpp"
+#include "mla/model.hpp"
+#include "mla/synth.hpp"
+#include "src/cpu/cpu_kernels.hpp"
 #include "mla/error.hpp"
 #include "mla/memory_available.hpp"
 
@@ -119,6 +124,10 @@ MemoryEstimate estimate_memory(const AttentionConfig& cfg, const MemoryRequest& 
 }
 
 MemoryEstimate estimate_of_phases(std::vector<MemoryPhase> phases, int64_t device_peak_bytes) {
+  return estimate_of_phases(std::move(phases), device_peak_bytes, process_allowance_bytes());
+}
+
+MemoryEstimate estimate_of_phases(std::vector<MemoryPhase> phases, int64_t device_peak_bytes, int64_t process_bytes) {
   MemoryEstimate e;
   e.phases = std::move(phases);
   e.device_peak_bytes = device_peak_bytes;
@@ -129,7 +138,7 @@ MemoryEstimate estimate_of_phases(std::vector<MemoryPhase> phases, int64_t devic
       e.peak_phase = p.name;
     }
   }
-  e.process_bytes = process_allowance_bytes();
+  e.process_bytes = process_bytes;
   e.host_peak_bytes = std::min(kMemoryUnbounded, peak + e.process_bytes);
   return e;
 }
@@ -206,9 +215,25 @@ std::string format_bytes(int64_t bytes) {
   return buf;
 }
 
-// ---- the decision ----------------------------------------------------------------------------
+// ---- the decisions: every command's plan -----------------------------------------------------
 
 namespace {
+
+// The decision every plan makes: `req` as asked fits, or the refusal names the variants of it
+// that would (`offer` adds them to the search).
+template <class Request>
+MemoryPlan decide(const Request& req, const std::function<MemoryEstimate(const Request&)>& estimate, const MemoryBudget& budget,
+                  const std::string& asked, const std::function<void(FitAlternatives<Request>&)>& offer) {
+  MemoryPlan plan;
+  plan.budget = budget;
+  plan.estimate = estimate(req);
+  if (memory_fits(plan.estimate, budget)) return plan;
+  plan.fits = false;
+  FitAlternatives<Request> would_fit(estimate, budget);
+  offer(would_fit);
+  plan.refusal = memory_refusal(asked, plan.estimate, budget, would_fit.list());
+  return plan;
+}
 
 std::string asked(const MemoryRequest& r) {
   std::string s = "S = " + std::to_string(r.seq_len) + " tokens, --backend " + backend_name(r.backend) +
@@ -220,17 +245,16 @@ std::string asked(const MemoryRequest& r) {
 }  // namespace
 
 MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, const MemoryBudget& budget) {
-  MemoryPlan plan;
-  plan.request = req;
-  plan.budget = budget;
-  plan.estimate = estimate_memory(cfg, req);
-  if (memory_fits(plan.estimate, budget)) return plan;
-  if (req.dump_tensors && req.attn_weights) {
+  const auto estimate = [&](const MemoryRequest& r) { return estimate_memory(cfg, r); };
+  // without the attn_weights dump when only that does not fit (the run goes on, with a note)
+  if (const MemoryEstimate as_asked = estimate(req); req.holds_attn_weights() && !memory_fits(as_asked, budget)) {
     MemoryRequest without = req;
     without.attn_weights = false;
-    const MemoryEstimate e = estimate_memory(cfg, without);
-    if (memory_fits(e, budget)) {
-      const Shortfall with = shortfall(plan.estimate, budget);
+    if (const MemoryEstimate e = estimate(without); memory_fits(e, budget)) {
+      const Shortfall with = shortfall(as_asked, budget);
+      MemoryPlan plan;
+      plan.request = req;
+      plan.budget = budget;
       plan.note = "attn_weights [" + std::to_string(cfg.num_attention_heads) + ", " + std::to_string(req.seq_len) + ", " +
                   std::to_string(req.seq_len) + "] not dumped: with it the run needs " + with.need + " but " +
                   with.available + "; the other tensors are written";
@@ -239,18 +263,125 @@ MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, con
       return plan;
     }
   }
-  plan.fits = false;
-  FitAlternatives<MemoryRequest> would_fit([&](const MemoryRequest& r) { return estimate_memory(cfg, r); }, budget);
-  if (req.precision == Precision::FP32) would_fit.offer_changed(req, "--precision bf16",
-      [](auto& r) { r.precision = Precision::BF16; });
-  if (req.backend != BackendKind::Cpu) would_fit.offer_changed(req, "--backend cpu",
-      [](auto& r) { r.backend = BackendKind::Cpu; });
-  if (req.dump_tensors) would_fit.offer_changed(req, "no --dump-tensors", [](auto& r) { r.dump_tensors = false; });
-  // the largest S that fits as asked (the estimate grows with S)
-  const int64_t lo = would_fit.largest(req, req.seq_len, [](MemoryRequest& r, int64_t S) { r.seq_len = S; });
-  if (lo >= 1) would_fit.offer_line("--seq-len " + std::to_string(lo >= 1024 ? lo / 1024 * 1024 : lo) + " or fewer tokens");
-  plan.refusal = memory_refusal(asked(req), plan.estimate, budget, would_fit.list());
+  MemoryPlan plan = decide<MemoryRequest>(req, estimate, budget, asked(req), [&](FitAlternatives<MemoryRequest>& would_fit) {
+    if (req.precision == Precision::FP32) would_fit.offer_changed(req, "--precision bf16",
+        [](auto& r) { r.precision = Precision::BF16; });
+    if (req.backend != BackendKind::Cpu) would_fit.offer_changed(req, "--backend cpu",
+        [](auto& r) { r.backend = BackendKind::Cpu; });
+    if (req.dump_tensors) would_fit.offer_changed(req, "no --dump-tensors", [](auto& r) { r.dump_tensors = false; });
+    // the largest S that fits as asked (the estimate grows with S)
+    const int64_t lo = would_fit.largest(req, req.seq_len, [](MemoryRequest& r, int64_t S) { r.seq_len = S; });
+    if (lo >= 1) would_fit.offer_line("--seq-len " + std::to_string(lo >= 1024 ? lo / 1024 * 1024 : lo) + " or fewer tokens");
+  });
+  plan.request = req;
   return plan;
+}
+
+DecodeMemoryRequest decode_memory_request(const DecodeOptions& opt, int64_t input_rows) {
+  DecodeMemoryRequest req;
+  req.input_rows = input_rows;
+  req.prompt_len = opt.prompt_len;
+  req.steps = opt.steps > 0 ? opt.steps : input_rows - opt.prompt_len;
+  req.query_window = prompt_query_window(opt);
+  req.budgets = static_cast<int64_t>(opt.budgets.size());
+  req.policies = evicting_policy_count(opt.policies);
+  const FeatureNeeds needs = feature_needs(opt.policies);
+  req.features = needs.arrays();
+  req.query_statistics = needs.expected_attention;
+  return req;
+}
+
+MemoryPlan plan_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req, const MemoryBudget& budget) {
+  const std::string asked = "decode of P = " + std::to_string(req.prompt_len) + " prompt rows and N = " +
+                            std::to_string(req.steps) + " steps, " + std::to_string(req.budgets) + " budget(s) x " +
+                            std::to_string(req.policies) + " policies, --backend " + backend_name(req.backend) +
+                            " --precision " + precision_name(req.precision) + (req.naive ? " --attention naive" : "") +
+                            (req.dump_tensors ? " --dump-tensors" : "");
+  MemoryPlan plan = decide<DecodeMemoryRequest>(
+      req, [&](const DecodeMemoryRequest& r) { return estimate_decode_memory(cfg, r); }, budget, asked,
+      [&](FitAlternatives<DecodeMemoryRequest>& would_fit) {
+        if (req.naive) would_fit.offer_changed(req, "--attention absorbed", [](auto& r) { r.naive = false; });
+        if (req.precision == Precision::FP32) would_fit.offer_changed(req, "--precision bf16",
+            [](auto& r) { r.precision = Precision::BF16; });
+        if (req.dump_tensors) would_fit.offer_changed(req, "no --dump-tensors", [](auto& r) { r.dump_tensors = false; });
+        if (const int64_t N = would_fit.largest(req, req.steps, [](DecodeMemoryRequest& r, int64_t n) { r.steps = n; }); N >= 1) {
+          would_fit.offer_line("--steps " + std::to_string(N) + " or fewer");
+        } else {
+          DecodeMemoryRequest one_step = req;
+          one_step.steps = 1;
+          if (const int64_t P = would_fit.largest(one_step, req.prompt_len, [](DecodeMemoryRequest& r, int64_t p) { r.prompt_len = p; });
+              P >= 1)
+            would_fit.offer_line("--prompt-len " + std::to_string(P) + " or shorter");
+        }
+      });
+  plan.request.backend = req.backend;
+  plan.request.seq_len = req.prompt_len + req.steps;
+  plan.request.precision = req.precision;
+  plan.request.dump_tensors = req.dump_tensors;
+  return plan;
+}
+
+ModelMemoryRequest eval_memory_request(const EvalOptions& opt, bool dump_tensors) {
+  ModelMemoryRequest req;
+  req.tokens = opt.prompt_len + opt.steps;
+  req.precision = opt.precision;
+  req.streams = 1 + static_cast<int64_t>(policy_runs(opt.budgets, opt.policies).size());  // full + every run
+  req.stream_rows = opt.steps;
+  req.keep_hidden_states = dump_tensors;
+  req.threads = cpu::resolve_threads(opt.threads);
+  return req;
+}
+
+MemoryPlan plan_model_memory(const ModelConfig& cfg, const ModelMemoryRequest& req, const MemoryBudget& budget) {
+  const int64_t runs = req.streams, N = req.stream_rows, P = req.tokens - N;
+  const std::string asked = "eval of " + std::to_string(runs) + " runs x " + std::to_string(N) + " decoded positions after P = " +
+                            std::to_string(P) + " prompt tokens, --precision " + precision_name(req.precision) +
+                            (req.keep_hidden_states ? " --dump-tensors" : "");
+  return decide<ModelMemoryRequest>(
+      req, [&](const ModelMemoryRequest& r) { return estimate_model_memory(cfg, r); }, budget, asked,
+      [&](FitAlternatives<ModelMemoryRequest>& would_fit) {
+        if (req.precision == Precision::FP32) would_fit.offer_changed(req, "--precision bf16",
+            [](auto& r) { r.precision = Precision::BF16; });
+        if (req.keep_hidden_states) would_fit.offer_changed(req, "no --dump-tensors", [](auto& r) { r.keep_hidden_states = false; });
+        if (const int64_t n = would_fit.largest(req, N, [P](ModelMemoryRequest& r, int64_t v) { r.stream_rows = v; r.tokens = P + v; });
+            n >= 1)
+          would_fit.offer_line("--steps " + std::to_string(n) + " or fewer");
+        if (const int64_t k = would_fit.largest(req, runs, [](ModelMemoryRequest& r, int64_t v) { r.streams = v; }); k >= 2)
+          would_fit.offer_line("at most " + std::to_string(k) + " runs (fewer --policy or --cache-budget: each policy x budget is a "
+                               "run, full one more)");
+      });
+}
+
+ModelWindowsPlan plan_model_windows(const MemoryEstimate& one_window, int threads, int64_t windows, const MemoryBudget& budget) {
+  const auto times = [&](int64_t k) {
+    MemoryEstimate all = one_window;
+    const int64_t each = one_window.host_peak_bytes - one_window.process_bytes;
+    all.host_peak_bytes = one_window.process_bytes + (each > kMemoryUnbounded / k ? kMemoryUnbounded : each * k);
+    return all;
+  };
+  for (int64_t workers = std::min<int64_t>(threads, windows); workers > 1; --workers)
+    if (const MemoryEstimate all = times(workers); memory_fits(all, budget)) return ModelWindowsPlan{workers, all};
+  return ModelWindowsPlan{1, one_window};
+}
+
+MemoryPlan plan_synth_memory(const SynthOptions& opts, const ModelConfig& model, const MemoryBudget& budget) {
+  const int64_t vocab = opts.vocab > 0 ? opts.vocab : model.attention.vocab_size;
+  const std::string asked = "synth of " + std::to_string(opts.layers.size()) + " layer(s) and a vocabulary of " +
+                            std::to_string(vocab) + " in " + std::to_string(opts.shards) + " shards, --dtype " + opts.dtype;
+  return decide<SynthOptions>(
+      opts, [&](const SynthOptions& o) { return estimate_synth_memory(o, model); }, budget, asked,
+      [&](FitAlternatives<SynthOptions>& would_fit) {
+        // the fewest shards that fit (the largest shard shrinks as the layers spread over more)
+        if (opts.shards < kSynthMaxShards) {
+          const int64_t fewer =
+              would_fit.largest(opts, kSynthMaxShards - opts.shards, [](SynthOptions& o, int64_t v) { o.shards = kSynthMaxShards - v; });
+          const int64_t shards = kSynthMaxShards - fewer;
+          would_fit.offer_changed(opts, "--shards " + std::to_string(shards), [&](SynthOptions& o) { o.shards = shards; });
+        }
+        // the largest vocabulary that fits (embed_tokens, and lm_head for a whole model, grow with it)
+        if (const int64_t v = would_fit.largest(opts, vocab, [](SynthOptions& o, int64_t n) { o.vocab = n; }); v >= 1)
+          would_fit.offer_changed(opts, "--vocab " + std::to_string(v), [&](SynthOptions& o) { o.vocab = v; });
+      });
 }
 
 int64_t largest_fitting(int64_t upper, const std::function<bool(int64_t)>& fits) {

@@ -447,10 +447,9 @@ struct CheckpointPlan {
 
 // The whole model's checks (--experts > 0) and its keys: layers 0 .. L-1, the routed experts and
 // Kimi's INT4 quantization set.
-void plan_whole_model(const SynthOptions& opts, const std::set<int64_t>& seen, bool has_decoder, CheckpointPlan& plan) {
+void plan_whole_model(const SynthOptions& opts, const std::set<int64_t>& seen, CheckpointPlan& plan) {
   ModelConfig& d = plan.model;
   AttentionConfig& cfg = d.attention;
-  if (!has_decoder) fail(ErrorKind::InvalidArgument, "synth: --experts needs a whole model's keys (a preset's)");
   const std::string E = std::to_string(opts.experts), G = std::to_string(opts.group_size);
   if (opts.dtype == "f8_e4m3")
     fail(ErrorKind::InvalidArgument, "synth: --experts writes Kimi's layout (INT4 routed experts, the rest bf16 or f32); "
@@ -547,13 +546,13 @@ void assign_shards(const SynthOptions& opts, CheckpointPlan& plan) {
 
 // Checks the options against the config (one error line each, before anything is written) and
 // plans every tensor with its shard.
-// `has_decoder` false: model_in's decoder keys are not a model's (an error with opts.experts > 0).
-CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& model_in, bool has_decoder) {
+CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& model_in) {
   if (opts.dtype != "bf16" && opts.dtype != "f32" && opts.dtype != "f8_e4m3")
     fail(ErrorKind::InvalidArgument, "synth: dtype '" + opts.dtype + "' is not one of bf16, f32, f8_e4m3");
   if (opts.shards < 2) fail(ErrorKind::InvalidArgument, "synth: --shards must be >= 2 (index + shards layout), got " +
                                                             std::to_string(opts.shards));
-  if (opts.shards > 99999) fail(ErrorKind::InvalidArgument, "synth: --shards must be <= 99999");
+  if (opts.shards > kSynthMaxShards)
+    fail(ErrorKind::InvalidArgument, "synth: --shards must be <= " + std::to_string(kSynthMaxShards));
   if (opts.layers.empty()) fail(ErrorKind::InvalidArgument, "synth: no layers requested (--layers)");
   CheckpointPlan plan;
   plan.model = model_in;
@@ -572,7 +571,7 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& mode
                                            std::to_string(cfg.num_hidden_layers) + ")");
     if (!seen.insert(L).second) fail(ErrorKind::InvalidArgument, "synth: layer " + std::to_string(L) + " listed twice");
   }
-  if (whole) plan_whole_model(opts, seen, has_decoder, plan);
+  if (whole) plan_whole_model(opts, seen, plan);
   plan_tensors(opts, seen, plan);
   assign_shards(opts, plan);
   return plan;
@@ -581,7 +580,7 @@ CheckpointPlan plan_checkpoint(const SynthOptions& opts, const ModelConfig& mode
 }  // namespace
 
 std::vector<float> synthesized_values(const SynthOptions& opts, const ModelConfig& model, const std::string& name) {
-  const CheckpointPlan plan = plan_checkpoint(opts, model, true);
+  const CheckpointPlan plan = plan_checkpoint(opts, model);
   for (const PlannedTensor& t : plan.tensors)
     if (t.name == name) return generate_values(t, opts.seed);
   fail(ErrorKind::TensorNotFound, "synth: writes no tensor '" + name + "'");
@@ -593,19 +592,6 @@ namespace {
 void write_planned(const SynthOptions& opts, const CheckpointPlan& plan, OutputSet& out) {
   const AttentionConfig& cfg = plan.model.attention;
   const auto N = static_cast<size_t>(opts.shards);
-
-  // Memory plan: write_shard encodes a whole shard in memory before writing it.
-  std::vector<uint64_t> shard_bytes(N + 1, 0);
-  for (const auto& t : plan.tensors) shard_bytes[t.shard] += t.stored_bytes;
-  const size_t largest = static_cast<size_t>(std::max_element(shard_bytes.begin(), shard_bytes.end()) - shard_bytes.begin());
-  const MemoryBudget budget = host_memory_budget();
-  const uint64_t need = shard_bytes[largest] + (uint64_t{256} << 20);  // + the process itself
-  if (budget.host_bytes >= 0 && need > static_cast<uint64_t>(budget.host_bytes))
-    fail(ErrorKind::Unsupported, "not enough memory for synth: shard " + shard_file_name(largest, N) +
-                                     " is built in memory before it is written and needs ~" +
-                                     format_bytes(static_cast<int64_t>(std::min<uint64_t>(need, INT64_MAX / 4))) + " but " +
-                                     format_bytes(budget.host_bytes) + " is available (" + budget.host_source +
-                                     "); fewer layers per shard (--shards) or a smaller --vocab would fit");
 
   // Shards, index, config, into the output set: the directory gets the whole checkpoint or
   // keeps what it held.
@@ -632,10 +618,30 @@ void write_planned(const SynthOptions& opts, const CheckpointPlan& plan, OutputS
                                       : config_to_json(cfg, cfg.nested_text_config));
 }
 
+// The options' plan, refused with one line when a shard cannot be built in memory (memory_plan.cpp).
+CheckpointPlan plan_within_memory(const SynthOptions& opts, const ModelConfig& model) {
+  CheckpointPlan plan = plan_checkpoint(opts, model);
+  const MemoryPlan mp = plan_synth_memory(opts, model, host_memory_budget());
+  if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
+  return plan;
+}
+
 }  // namespace
 
+MemoryEstimate estimate_synth_memory(const SynthOptions& opts, const ModelConfig& model) {
+  const CheckpointPlan plan = plan_checkpoint(opts, model);
+  const auto N = static_cast<size_t>(opts.shards);
+  std::vector<int64_t> shard_bytes(N + 1, 0);
+  for (const auto& t : plan.tensors) shard_bytes[t.shard] += static_cast<int64_t>(t.stored_bytes);  // < 2^47 bytes
+  std::vector<MemoryPhase> phases;
+  for (size_t i = 1; i <= N; ++i)
+    phases.push_back({"shard " + shard_file_name(i, N) + " built in memory before it is written",
+                      {{"its tensors as stored (" + opts.dtype + ")", shard_bytes[i]}}});
+  return estimate_of_phases(std::move(phases), 0, kSynthProcessBytes);
+}
+
 void write_synthetic_checkpoint(const SynthOptions& opts, const ModelConfig& model, OutputSet& out) {
-  write_planned(opts, plan_checkpoint(opts, model, true), out);
+  write_planned(opts, plan_within_memory(opts, model), out);
 }
 
 namespace {
@@ -651,13 +657,7 @@ void synthesize_planned(const SynthOptions& opts, const CheckpointPlan& plan) {
 
 // a bad option fails (in plan_checkpoint) before the directory is touched
 void synthesize_checkpoint(const SynthOptions& opts, const ModelConfig& model) {
-  synthesize_planned(opts, plan_checkpoint(opts, model, true));
-}
-
-void synthesize_checkpoint(const SynthOptions& opts, const AttentionConfig& cfg) {
-  ModelConfig attention_only;
-  attention_only.attention = cfg;
-  synthesize_planned(opts, plan_checkpoint(opts, attention_only, false));
+  synthesize_planned(opts, plan_within_memory(opts, model));
 }
 
 const std::vector<std::string>& synth_presets() {
@@ -691,13 +691,13 @@ ModelConfig synth_preset_model(const SynthOptions& opts) {
   return m;
 }
 
-AttentionConfig synthesize_checkpoint(const SynthOptions& opts) {
+ModelConfig synthesize_checkpoint(const SynthOptions& opts) {
   SynthOptions o = opts;
   const ModelConfig m = synth_preset_model(opts);
   o.vocab = m.attention.vocab_size;
-  const CheckpointPlan plan = plan_checkpoint(o, m, true);  // attention only unless opts.experts > 0
+  const CheckpointPlan plan = plan_within_memory(o, m);  // attention only unless opts.experts > 0
   synthesize_planned(o, plan);
-  return plan.model.attention;
+  return plan.model;
 }
 
 }  // namespace mla

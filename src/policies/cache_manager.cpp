@@ -26,16 +26,19 @@ CacheManager::CacheManager(PolicySettings s, int64_t budget, const PolicyContext
   if (ctx_.heads < 1 || ctx_.prompt_len < 1 || ctx_.positions < ctx_.prompt_len)
     bad("cache manager: " + std::to_string(ctx_.heads) + " heads, prompt " + std::to_string(ctx_.prompt_len) +
         ", positions " + std::to_string(ctx_.positions));
-  if (budget_ <= protected_tokens(settings_, budget_))
-    bad("--cache-budget " + std::to_string(budget_) + " must be > the " + std::to_string(protected_tokens(settings_, budget_)) +
-        " tokens " + settings_.label + " never evicts (sinks " + std::to_string(settings_.sinks) +
-        (policy_window_is_recent(settings_.kind) ? " + observation window " : " + recent ") +
-        std::to_string(recent_tokens(settings_, budget_)) + ")");
+  check_budget_holds(settings_, budget_, budget_);
 }
 
 int64_t CacheManager::observation_window() const { return policy_observation_window(settings_); }
 
 void CacheManager::observe_prompt_query(int64_t, std::span<const double>) {}
+
+void CacheManager::read_prompt(std::span<const double> head_mass,
+                               const std::function<std::span<const double>(int64_t q)>& probs_of) {
+  const int64_t P = ctx_.prompt_len;
+  for (int64_t q = P - std::min(P, observation_window()); q < P; ++q) observe_prompt_query(q, probs_of(q));
+  prefill(head_mass);
+}
 
 bool CacheManager::evictable(int64_t t) const { return t >= settings_.sinks && t <= x_ - protect_recent_; }
 

@@ -23,6 +23,7 @@ PolicyEntry full_entry() {
   e.name = "full";
   e.settings = base_settings(PolicyKind::Full, 0, 1, HeadAggregation::Sum);
   e.protects_nothing = true;
+  e.full_cache = true;
   e.make = [](const PolicySettings& s, int64_t, const PolicyContext& c) -> std::unique_ptr<CacheManager> {
     return std::make_unique<FullCache>(s, c);
   };

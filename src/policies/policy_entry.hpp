@@ -4,7 +4,8 @@
 //
 // Adding a policy: one file `NAME.cpp` that opens with its score equation and source, defines its
 // class and `PolicyEntry NAME_entry()`, one line in registry.cpp's table, one PolicyKind value
-// (mla/policy.hpp) and one meson.build line.
+// (mla/policy.hpp) and one meson.build line. What decode and eval ask of a policy (the full cache?
+// a budget per layer? how many prompt queries?) is answered by its entry, never by its kind.
 //
 // Shape legend: n heads, P prompt rows, T positions, K budget, m = |cache|, w window.
 #pragma once
@@ -39,8 +40,10 @@ struct PolicyEntry {
   bool has_window = false;          // a `window` setting, checked >= 1
   bool window_is_recent = false;    // its window is what it protects (snapkv, pyramidkv): recent = window
   bool protects_nothing = false;    // full, oracle: no sinks or recent window
+  bool full_cache = false;          // full: evicts nothing; the reference, computed once (not a run)
   void (*needs)(const PolicySettings&, FeatureNeeds&) = nullptr;  // the token features it reads
-  // its budget at `layer` of `num_layers` when the mean over layers is K (null: K at every layer)
+  // its budget at `layer` of `num_layers` when the mean over layers is K (null: K at every layer;
+  // set: the budget is checked per layer, policy_budget_depends_on_layer)
   int64_t (*layer_budget)(const PolicySettings&, int64_t K, int64_t layer, int64_t num_layers, int64_t P) = nullptr;
 };
 

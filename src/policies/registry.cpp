@@ -1,5 +1,6 @@
 // src/policies/registry.cpp — every preset, in the order `--policy all` runs them, and what is
 // looked up by a policy's kind. One line per preset: adding a policy adds its line here.
+#include <algorithm>
 #include <string>
 
 #include "mla/error.hpp"
@@ -90,9 +91,32 @@ bool policy_window_is_recent(PolicyKind k) { return entry_of(k).window_is_recent
 
 bool policy_protects_nothing(PolicyKind k) { return entry_of(k).protects_nothing; }
 
+bool policy_is_full_cache(PolicyKind k) { return entry_of(k).full_cache; }
+
+bool policy_budget_depends_on_layer(PolicyKind k) { return entry_of(k).layer_budget != nullptr; }
+
+std::vector<PolicyRun> policy_runs(const std::vector<int64_t>& budgets, const std::vector<PolicySettings>& policies) {
+  std::vector<PolicyRun> runs;
+  for (int64_t K : budgets)
+    for (size_t p = 0; p < policies.size(); ++p)
+      if (!policy_is_full_cache(policies[p].kind)) runs.push_back(PolicyRun{p, K});
+  return runs;
+}
+
+int64_t evicting_policy_count(const std::vector<PolicySettings>& policies) {
+  return static_cast<int64_t>(std::count_if(policies.begin(), policies.end(),
+                                            [](const PolicySettings& s) { return !policy_is_full_cache(s.kind); }));
+}
+
 int64_t policy_observation_window(const PolicySettings& s) {
   const PolicyEntry& e = entry_of(s.kind);
   return e.observation_window ? e.observation_window(s) : 0;
+}
+
+int64_t held_prompt_queries(const std::vector<PolicySettings>& policies, int64_t prompt_len) {
+  int64_t w = 0;
+  for (const PolicySettings& s : policies) w = std::max(w, policy_observation_window(s));
+  return std::min(w, prompt_len);
 }
 
 void add_feature_needs(const PolicySettings& s, FeatureNeeds& needs) {

@@ -148,6 +148,16 @@ int64_t protected_tokens(const PolicySettings& s, int64_t K) {
   return p;
 }
 
+void check_budget_holds(const PolicySettings& s, int64_t budget, int64_t layer_budget) {
+  const int64_t p = protected_tokens(s, layer_budget);  // saturates: never wraps
+  if (layer_budget > p) return;
+  bad("--cache-budget " + std::to_string(budget) +
+      (layer_budget != budget ? " (" + std::to_string(layer_budget) + " on this layer)" : "") + " must be > the " +
+      std::to_string(p) + " tokens " + s.label + " never evicts (sinks " + std::to_string(s.sinks) +
+      (policy_window_is_recent(s.kind) ? " + observation window " : " + recent ") + std::to_string(recent_tokens(s, layer_budget)) +
+      ")");
+}
+
 FeatureNeeds feature_needs(const std::vector<PolicySettings>& policies) {
   FeatureNeeds f;
   for (const PolicySettings& s : policies) add_feature_needs(s, f);

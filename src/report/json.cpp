@@ -107,6 +107,12 @@ JsonWriter& JsonWriter::value(bool v) {
   return *this;
 }
 
+JsonWriter& JsonWriter::raw(std::string_view literal) {
+  before_value();
+  out_ += literal;
+  return *this;
+}
+
 JsonWriter& JsonWriter::null() {
   before_value();
   out_ += "null";

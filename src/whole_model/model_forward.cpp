@@ -90,7 +90,6 @@ MemoryEstimate estimate_model_memory(const ModelConfig& cfg, const ModelMemoryRe
   const int64_t per_row = 4 * H + n * d_qk + n * w + (a.kv_lora_rank + a.qk_rope_head_dim) + n * (d_qk + d_v) +
                           n * d_v + 3 * width + cfg.num_experts_per_tok * H;
   const int64_t rows = T + std::max<int64_t>(0, req.streams - 1) * req.stream_rows;
-  MemoryEstimate e;
   MemoryPhase layer{"layer", {}};
   layer.parts.push_back({"layer weights as read (fp32)", layer_params * f});
   layer.parts.push_back({"layer weights prepared (fp32, packed)", layer_params * f});
@@ -102,13 +101,10 @@ MemoryEstimate estimate_model_memory(const ModelConfig& cfg, const ModelMemoryRe
   head.parts.push_back({"lm_head (read and prepared)", 2 * V * H * f});
   head.parts.push_back({"logits", rows * V * f});
   head.parts.push_back({"residual streams", rows * H * f});
-  e.phases = {layer, head};
-  const MemoryPhase& peak = layer.bytes() >= head.bytes() ? e.phases[0] : e.phases[1];
-  e.peak_phase = peak.name;
-  e.host_peak_bytes = peak.bytes() + (int64_t{320} << 20);  // the process itself: fixed here (the layer commands measure theirs, process_allowance_bytes)
   (void)req.threads;
   (void)req.precision;
-  return e;
+  // the process itself: fixed here (the layer commands measure theirs, process_allowance_bytes)
+  return estimate_of_phases({layer, head}, 0, kModelProcessBytes);
 }
 
 }  // namespace mla

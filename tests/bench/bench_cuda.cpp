@@ -32,6 +32,7 @@
 #include "mla/attention.hpp"
 #include "mla/config.hpp"
 #include "mla/error.hpp"
+#include "mla/model.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/random.hpp"
 #include "mla_build_config.h"
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   try {
-    const mla::AttentionConfig cfg = mla::kimi_k26_config();
+    const mla::AttentionConfig cfg = mla::kimi_k26_model().attention;
     std::printf("bench_cuda: Kimi K2.6 layer-0 attention geometry, synthetic weights, causal mask, %d timed runs\n", runs);
     const double base_used = device_used_bytes();
     const mla::LayerWeights weights = synthetic_weights(cfg);

@@ -3,7 +3,7 @@
 //
 // It calls exactly what tests/unit/test_golden.cpp calls to re-synthesize the checkpoint:
 //   --preset NAME       synthesize_checkpoint(opts)              (kimi-k2.6, tiny)
-//   --config FILE       synthesize_checkpoint(opts, load_config(FILE))  (odd geometries)
+//   --config FILE       synthesize_checkpoint(opts, a model of load_config(FILE))  (odd geometries)
 // so the checkpoint HF reads and the one the C++ test loads are the same bytes.
 //
 // usage: golden_synth (--preset NAME | --config FILE) --out DIR [--seed N] [--dtype bf16]
@@ -59,7 +59,9 @@ int main(int argc, char** argv) {
     if (config_path.empty()) {
       mla::synthesize_checkpoint(opts);
     } else {
-      mla::synthesize_checkpoint(opts, mla::load_config(config_path));
+      mla::ModelConfig model;  // the attention of config_path alone
+      model.attention = mla::load_config(config_path);
+      mla::synthesize_checkpoint(opts, model);
     }
     std::printf("golden_synth: wrote %s\n", opts.out_dir.c_str());
     return 0;

@@ -81,7 +81,7 @@ void expect_error(Fn&& fn, ErrorKind kind, const std::vector<std::string>& parts
 // ---- hand-made fixtures ------------------------------------------------------------------
 // The tiny geometry, flat layout, no q LoRA variants etc. are set by the caller.
 AttentionConfig flat_tiny() {
-  AttentionConfig c = mla::tiny_config();
+  AttentionConfig c = mla::tiny_model().attention;
   c.nested_text_config = false;
   c.model_type = "deepseek_v3";
   return c;
@@ -227,7 +227,7 @@ BOOST_AUTO_TEST_CASE(synth_tiny_sharded_layout_and_load) {
   o.layers = {0, 1};
   o.shards = 3;
   o.seed = 3;
-  const AttentionConfig cfg = mla::synthesize_checkpoint(o);
+  const AttentionConfig cfg = mla::synthesize_checkpoint(o).attention;
   BOOST_TEST(cfg.vocab_size == 97);
   for (const char* f : {"config.json", "model.safetensors.index.json", "model-00001-of-000003.safetensors",
                         "model-00002-of-000003.safetensors", "model-00003-of-000003.safetensors"})

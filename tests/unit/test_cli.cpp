@@ -502,10 +502,21 @@ BOOST_AUTO_TEST_CASE(compare_usage_errors) {
 // small machine, so nothing here needs much memory.
 BOOST_AUTO_TEST_CASE(memory_plan_and_progress) {
   const std::string dir = scratch_dir("cli-memory");
-  ::setenv("MLA_MEMORY_AVAILABLE", "200M", 1);  // S = 65536 fp32 on tiny needs ~311 MiB
+  // The process's own part of a plan is what that process has resident (memory_plan.cpp
+  // process_allowance_bytes: ~12 MiB without CUDA, ~160 MiB with it): the CLI's, read from a small
+  // run's report, replaces this program's.
+  const RunResult probe = run_cli(run_args(dir + "/probe", "--seq-len 8 --backend cpu --threads 2 --quiet"));
+  BOOST_TEST_REQUIRE(probe.exit_code == 0, probe.err);
+  simdjson::dom::parser probe_parser;
+  const int64_t cli_process = int64_t(
+      probe_parser.parse(simdjson::padded_string(read_text(dir + "/probe/report.json")))["memory"]["planned_process_bytes"]);
+  BOOST_TEST_REQUIRE(cli_process > 0);
+  // S = 65536 fp32 on tiny needs ~139 MiB besides the process (2 threads, measured 2026-12-05); 64 MiB more fit 1024
+  const int64_t available = cli_process + (int64_t{64} << 20);
+  ::setenv("MLA_MEMORY_AVAILABLE", std::to_string(available).c_str(), 1);
   expect_failure(run_args(dir + "/refused", "--seq-len 65536 --backend cpu --precision fp32 --quiet"), "run",
                  {"not enough memory for S = 65536 tokens, --backend cpu --precision fp32", "needs ~", "at its peak (estimated, ",
-                  "but 200 MiB is available (MLA_MEMORY_AVAILABLE)", "would fit: ", "--seq-len "},
+                  "but " + mla::format_bytes(available) + " is available (MLA_MEMORY_AVAILABLE)", "would fit: ", "--seq-len "},
                  1);
   BOOST_TEST(!exists(dir + "/refused/report.json"));
   ::setenv("MLA_MEMORY_AVAILABLE", "lots", 1);
@@ -519,14 +530,6 @@ BOOST_AUTO_TEST_CASE(memory_plan_and_progress) {
   req.seq_len = 512;
   req.dump_tensors = req.attn_weights = true;
   req.threads = 2;
-  // The process's own part of a plan is what that process has resident (memory_plan.cpp
-  // process_allowance_bytes): the CLI's, read from a small run's report, replaces this program's.
-  const RunResult probe = run_cli(run_args(dir + "/probe", "--seq-len 8 --backend cpu --threads 2 --quiet"));
-  BOOST_TEST_REQUIRE(probe.exit_code == 0, probe.err);
-  simdjson::dom::parser probe_parser;
-  const int64_t cli_process = int64_t(
-      probe_parser.parse(simdjson::padded_string(read_text(dir + "/probe/report.json")))["memory"]["planned_process_bytes"]);
-  BOOST_TEST_REQUIRE(cli_process > 0);
   const mla::MemoryEstimate estimate_with = mla::estimate_memory(cfg, req);
   const int64_t with = estimate_with.host_peak_bytes - estimate_with.process_bytes + cli_process;
   req.attn_weights = false;

@@ -334,7 +334,7 @@ BOOST_AUTO_TEST_CASE(load_config_from_file) {
 }
 
 BOOST_AUTO_TEST_CASE(kimi_k26_and_tiny_geometries) {
-  const AttentionConfig k = mla::kimi_k26_config();
+  const AttentionConfig k = mla::kimi_k26_model().attention;
   BOOST_TEST(k.hidden_size == 7168);
   BOOST_TEST(k.num_attention_heads == 64);
   BOOST_TEST(k.num_key_value_heads == 64);
@@ -364,7 +364,7 @@ BOOST_AUTO_TEST_CASE(kimi_k26_and_tiny_geometries) {
                          k.hidden_size * k.num_attention_heads * k.v_head_dim;
   BOOST_TEST(params == 101124096);
 
-  const AttentionConfig t = mla::tiny_config();
+  const AttentionConfig t = mla::tiny_model().attention;
   BOOST_TEST(t.hidden_size == 64);
   BOOST_TEST(t.num_attention_heads == 4);
   BOOST_TEST(t.q_lora_rank == 48);
@@ -379,14 +379,14 @@ BOOST_AUTO_TEST_CASE(kimi_k26_and_tiny_geometries) {
 
 BOOST_AUTO_TEST_CASE(config_to_json_round_trips) {
   std::vector<std::pair<AttentionConfig, bool>> cases;
-  cases.push_back({mla::kimi_k26_config(), true});
-  cases.push_back({mla::tiny_config(), true});
-  AttentionConfig flat = mla::kimi_k26_config();
+  cases.push_back({mla::kimi_k26_model().attention, true});
+  cases.push_back({mla::tiny_model().attention, true});
+  AttentionConfig flat = mla::kimi_k26_model().attention;
   flat.model_type = "deepseek_v3";
   flat.nested_text_config = false;
   flat.rope.beta_fast = 1.0;
   cases.push_back({flat, false});
-  AttentionConfig odd = mla::tiny_config();
+  AttentionConfig odd = mla::tiny_model().attention;
   odd.q_lora_rank = 0;
   odd.attention_bias = true;
   odd.rope_interleave = false;
@@ -396,7 +396,7 @@ BOOST_AUTO_TEST_CASE(config_to_json_round_trips) {
   odd.rope.mscale = 0.707;
   odd.rope.mscale_all_dim = 0.1 + 0.2;  // not a short decimal: must still round-trip exactly
   cases.push_back({odd, true});
-  AttentionConfig plain = mla::tiny_config();
+  AttentionConfig plain = mla::tiny_model().attention;
   plain.rope = mla::RopeConfig{};
   plain.rope.rope_theta = 10000.0;
   plain.nested_text_config = false;
@@ -412,7 +412,7 @@ BOOST_AUTO_TEST_CASE(config_to_json_round_trips) {
   }
   // DeepseekV2 in both layouts: the family comes back, and a rope_interleave of the input is not
   // read (DeepseekV2Config has none), so it cannot be lost on the way (found by fuzz_config)
-  std::string v2_text = mla::config_to_json(mla::deepseek_v2_lite_config(), false);
+  std::string v2_text = mla::config_to_json(mla::deepseek_v2_lite_model().attention, false);
   v2_text.insert(v2_text.find('{') + 1, "\n  \"rope_interleave\": false,");
   const AttentionConfig v2 = parse_config(v2_text, "v2.json");
   BOOST_TEST(v2.rope_interleave);
@@ -422,7 +422,7 @@ BOOST_AUTO_TEST_CASE(config_to_json_round_trips) {
     back.nested_text_config = v2.nested_text_config;
     BOOST_TEST((back == v2), "nested " << nested);
   }
-  const std::string nested = mla::config_to_json(mla::kimi_k26_config(), true);
+  const std::string nested = mla::config_to_json(mla::kimi_k26_model().attention, true);
   BOOST_TEST(nested.find("\"KimiK25ForConditionalGeneration\"") != std::string::npos);
   BOOST_TEST(nested.find("\"DeepseekV3ForCausalLM\"") != std::string::npos);
   BOOST_TEST(nested.find("\"model_type\": \"kimi_k25\"") != std::string::npos);
@@ -488,10 +488,10 @@ BOOST_AUTO_TEST_CASE(published_presets_round_trip_as_whole_models) {
     }
   }
   // the three published ones as their config.json files give them
-  BOOST_TEST(mla::deepseek_v3_config().num_attention_heads == 128);
-  BOOST_TEST(mla::deepseek_v2_lite_config().rope.mscale_all_dim == 0.707);
-  BOOST_TEST(!mla::moonlight_config().rope.is_yarn());
-  BOOST_TEST(mla::moonlight_config().rope.rope_theta == 50000.0);
+  BOOST_TEST(mla::deepseek_v3_model().attention.num_attention_heads == 128);
+  BOOST_TEST(mla::deepseek_v2_lite_model().attention.rope.mscale_all_dim == 0.707);
+  BOOST_TEST(!mla::moonlight_model().attention.rope.is_yarn());
+  BOOST_TEST(mla::moonlight_model().attention.rope.rope_theta == 50000.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

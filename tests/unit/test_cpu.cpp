@@ -329,7 +329,7 @@ BOOST_AUTO_TEST_CASE(layer_from_synthesized_checkpoint) {
   so.out_dir = mla::test::scratch_dir("cpu_synth");
   so.layers = {0, 1};  // the tiny preset has 2 layers
   so.seed = 21;
-  const mla::AttentionConfig cfg = mla::synthesize_checkpoint(so);
+  const mla::AttentionConfig cfg = mla::synthesize_checkpoint(so).attention;
   const mla::Checkpoint ckpt = mla::Checkpoint::open(so.out_dir);
   const mla::LayerWeights w0 = ckpt.load_layer(0);
   const mla::LayerWeights w1 = ckpt.load_layer(1);

@@ -358,12 +358,14 @@ BOOST_AUTO_TEST_CASE(invariants_every_policy_every_step) {
 }
 
 // A policy's figures are the same alone and next to every other policy and budget (issue 28
-// item 6): every number, and every output row, compared with ==. Every preset of kSmallPolicies
-// (window settings included) alone against (a) the batch of all of them at six budgets and
-// (b) a batch of two whose other member holds a different observation window (snapkv:window=4,
-// which moves query_begin, the first held prompt query). fp32 and bf16, absorbed and naive, the
-// cpu stages' inputs (the CLI's) and the reference backend's two forwards, on a geometry whose
-// per-head products go to BLAS and on DeepSeek-V2-Lite's head shape (no q LoRA).
+// item 6): every number, and every output row, compared with ==. Every preset alone against
+// (a) the batch of all of them at several budgets and (b) a batch of two whose other member holds
+// a different observation window (snapkv:window=4, which moves query_begin, the first held
+// prompt query). fp32 and bf16, absorbed and naive, on a geometry whose per-head products go to
+// BLAS and on DeepSeek-V2-Lite's head shape (no q LoRA): the presets with small protected sets
+// (kSmallPolicies) at P = 24 with the cpu stages' inputs (the CLI's) and the reference backend's
+// two forwards; every preset at its paper's settings (snapkv's and pyramidkv's window 64,
+// scissorhands' 32, expected-attention's sinks 4 and future 512) at P = 80, K > 64, the cpu inputs.
 void check_same_trace(const PolicyTrace& in_batch, const PolicyTrace& alone) {
   BOOST_TEST(in_batch.prefill_kept == alone.prefill_kept, boost::test_tools::per_element());
   BOOST_TEST(in_batch.attn_output.data == alone.attn_output.data, boost::test_tools::per_element());
@@ -386,35 +388,45 @@ const PolicyTrace& trace_of(const DecodeResult& r, const std::string& label, int
   return *it;
 }
 
-BOOST_AUTO_TEST_CASE(policy_alone_equals_policy_in_a_batch) {
-  const int64_t P = 24, N = 6;
-  const std::vector<PolicySettings> every = parse_policy_list(kSmallPolicies);
-  for (const Layer& l : {medium_layer(P + N), lite_layer(P + N)})
-    for (bool reference_inputs : {false, true})
-      for (Precision p : {Precision::FP32, Precision::BF16}) {
-        auto b = reference_inputs ? make_reference_backend() : make_cpu_backend();
-        const DecodeOptions batch = options(P, N, {10, 12, 14, 16, 18, 40}, kSmallPolicies);
-        const DecodeInputs in = inputs_of(*b, l, batch, p);
-        for (DecodeAttention a : {DecodeAttention::Absorbed, DecodeAttention::Naive}) {
-          const DecodeResult all = decode_with(l, in, batch, false, a, p);
-          for (const PolicySettings& one : every) {
-            if (one.kind == PolicyKind::Full) continue;
-            const int64_t K = 12;
-            // its own inputs, as the CLI computes them: alone, a run holds fewer (or more) prompt
-            // queries than in a batch (the batch's largest observation window sets query_begin)
-            const DecodeOptions o = options(P, N, {K}, one.label);
-            const DecodeResult alone = decode_with(l, inputs_of(*b, l, o, p), o, false, a, p);
-            const DecodeOptions pair = options(P, N, {K}, one.label + ",snapkv:window=4");
-            const DecodeResult beside = decode_with(l, inputs_of(*b, l, pair, p), pair, false, a, p);
-            BOOST_TEST_CONTEXT(l.cfg.kv_lora_rank << "-rank layer, " << one.label << " K=" << K << " "
-                                                   << precision_name(p) << " " << decode_attention_name(a)
-                                                   << (reference_inputs ? ", reference inputs" : ", cpu inputs")) {
-              check_same_trace(trace_of(all, one.label, K), alone.traces[0]);
-              check_same_trace(trace_of(beside, one.label, K), alone.traces[0]);
-            }
-          }
+void check_alone_equals_batch(const Layer& l, bool reference_inputs, int64_t P, int64_t N, const std::string& policies,
+                              const std::vector<int64_t>& budgets, int64_t K) {
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    auto b = reference_inputs ? make_reference_backend() : make_cpu_backend();
+    const DecodeOptions batch = options(P, N, budgets, policies);
+    const DecodeInputs in = inputs_of(*b, l, batch, p);
+    for (DecodeAttention a : {DecodeAttention::Absorbed, DecodeAttention::Naive}) {
+      const DecodeResult all = decode_with(l, in, batch, false, a, p);
+      for (const PolicySettings& one : batch.policies) {
+        if (policy_is_full_cache(one.kind)) continue;
+        // its own inputs, as the CLI computes them: alone, a run holds fewer (or more) prompt
+        // queries than in a batch (the batch's largest observation window sets query_begin)
+        const DecodeOptions o = options(P, N, {K}, one.label);
+        const DecodeResult alone = decode_with(l, inputs_of(*b, l, o, p), o, false, a, p);
+        const DecodeOptions pair = options(P, N, {K}, one.label + ",snapkv:window=4");
+        const DecodeResult beside = decode_with(l, inputs_of(*b, l, pair, p), pair, false, a, p);
+        BOOST_TEST_CONTEXT(l.cfg.kv_lora_rank << "-rank layer, P = " << P << ", " << one.label << " K=" << K << " "
+                                               << precision_name(p) << " " << decode_attention_name(a)
+                                               << (reference_inputs ? ", reference inputs" : ", cpu inputs")) {
+          check_same_trace(trace_of(all, one.label, K), alone.traces[0]);
+          check_same_trace(trace_of(beside, one.label, K), alone.traces[0]);
+          BOOST_TEST(alone.traces[0].prefill_kept.size() == static_cast<size_t>(K));  // P > K: it evicted
         }
       }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(policy_alone_equals_policy_in_a_batch) {
+  const int64_t P = 24, N = 6;
+  for (const Layer& l : {medium_layer(P + N), lite_layer(P + N)})
+    for (bool reference_inputs : {false, true})
+      check_alone_equals_batch(l, reference_inputs, P, N, kSmallPolicies, {10, 12, 14, 16, 18, 40}, 12);
+}
+
+BOOST_AUTO_TEST_CASE(preset_settings_alone_equal_the_batch) {
+  const int64_t P = 80, N = 6;
+  for (const Layer& l : {medium_layer(P + N), lite_layer(P + N)})
+    check_alone_equals_batch(l, false, P, N, "all", {66, 70, 74}, 70);
 }
 
 // The hidden case of issue 28 (a V2-Lite-shaped layer, P = 20, fp32, the h2o preset at K = 8

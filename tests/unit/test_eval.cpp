@@ -56,10 +56,10 @@ constexpr int64_t kP = 16, kN = 12;
 
 std::string fixture() { return mla::test::data_dir() + "/golden/whole-model/model"; }
 
-// P + N + 1 ids below the fixture's vocabulary (128), with repeats.
-std::vector<int64_t> fixture_tokens() {
+// P + N + 1 ids (or `count`) below the fixture's vocabulary (128), with repeats.
+std::vector<int64_t> fixture_tokens(int64_t count = kP + kN + 1) {
   std::vector<int64_t> ids;
-  for (int64_t i = 0; i < kP + kN + 1; ++i) ids.push_back((i * 37 + 11) % 97 + (i % 5 == 0 ? 30 : 0));
+  for (int64_t i = 0; i < count; ++i) ids.push_back((i * 37 + 11) % 97 + (i % 5 == 0 ? 30 : 0));
   return ids;
 }
 
@@ -80,10 +80,11 @@ struct Model {
   mla::ModelConfig cfg = mla::load_model_config(ckpt.config_path());
 };
 
-EvalOptions options(const std::string& policies, std::vector<int64_t> budgets, Precision precision) {
+EvalOptions options(const std::string& policies, std::vector<int64_t> budgets, Precision precision, int64_t P = kP,
+                    int64_t N = kN) {
   EvalOptions o;
-  o.prompt_len = kP;
-  o.steps = kN;
+  o.prompt_len = P;
+  o.steps = N;
   o.budgets = std::move(budgets);
   o.policies = mla::parse_policy_list(policies);
   o.precision = precision;
@@ -368,33 +369,54 @@ BOOST_AUTO_TEST_CASE(layer_by_layer_equals_token_by_token) {
 }
 
 // Issue 28 item 6: every preset's logits (window settings included) are the same bits alone, in
-// the batch of every preset at two budgets, and beside one other policy with another
-// observation window (snapkv:window=3), in bf16 and fp32, one thread and two.
+// the batch of every preset at two or three budgets, and beside one other policy with another
+// observation window, in bf16 and fp32, under both protocols (--compress decode and prefill),
+// one thread and two: (a) the presets with windows and sinks shrunk to fit P = 16; (b) every
+// preset at its paper's settings (snapkv's and pyramidkv's window 64, scissorhands' 32,
+// expected-attention's future 512), P = 80, K > 64; (c) the same at P = 48, shorter than the
+// windows (a policy reads the P prompt queries there, as in decode).
+void check_alone_equals_among_others(const Model& m, int64_t P, int64_t N, const std::string& policies,
+                                     const std::vector<int64_t>& budgets, int64_t K, const std::string& other) {
+  const std::vector<int64_t> ids = fixture_tokens(P + N + 1);
+  for (Precision precision : {Precision::BF16, Precision::FP32})
+    for (mla::Compression compress : {mla::Compression::Decode, mla::Compression::Prefill}) {
+      const auto with = [&](const std::string& list, std::vector<int64_t> ks, int threads) {
+        EvalOptions o = options(list, std::move(ks), precision, P, N);
+        o.compress = compress;
+        o.threads = threads;
+        return mla::run_eval(m.ckpt, m.cfg, ids, o);
+      };
+      const EvalResult all = with(policies, budgets, 2);
+      bool some_differ = false;  // from the full cache: the comparisons can fail
+      for (const mla::PolicySettings& s : mla::parse_policy_list(policies)) {
+        if (mla::policy_is_full_cache(s.kind)) continue;
+        const EvalResult one = with(s.label, {K}, 1);
+        const EvalResult pair = with(s.label + "," + other, {K}, 2);
+        BOOST_REQUIRE(one.runs.size() == 1u);
+        BOOST_TEST_CONTEXT("P = " << P << " " << mla::precision_name(precision) << " --compress "
+                                  << mla::compression_name(compress) << " " << s.label << " K = " << K) {
+          bool found = false;
+          for (const mla::EvalRun& run : all.runs)
+            if (run.budget == K && run.policy.label == s.label) {
+              found = true;
+              BOOST_TEST(same_bits(run.logits.data, one.runs[0].logits.data));
+            }
+          BOOST_TEST(found);
+          BOOST_TEST(pair.runs[0].policy.label == s.label);
+          BOOST_TEST(same_bits(pair.runs[0].logits.data, one.runs[0].logits.data));
+          some_differ = some_differ || !same_bits(one.runs[0].logits.data, one.full.logits.data);
+        }
+      }
+      if (compress == mla::Compression::Decode || P > K)  // (a prompt within K is cut by nothing under prefill)
+        BOOST_TEST(some_differ, "P = " << P << ": no policy changed the logits at K = " << K);
+    }
+}
+
 BOOST_AUTO_TEST_CASE(a_policy_alone_equals_the_policy_among_others) {
   const Model m;
-  const std::vector<int64_t> ids = fixture_tokens();
-  for (Precision precision : {Precision::BF16, Precision::FP32}) {
-    const EvalResult all = mla::run_eval(m.ckpt, m.cfg, ids, options(kPolicies, {6, 9}, precision));
-    for (const mla::PolicySettings& s : mla::parse_policy_list(kPolicies)) {
-      if (s.kind == mla::PolicyKind::Full) continue;
-      EvalOptions o = options(s.label, {9}, precision);
-      o.threads = 1;
-      const EvalResult one = mla::run_eval(m.ckpt, m.cfg, ids, o);
-      const EvalResult pair = mla::run_eval(m.ckpt, m.cfg, ids, options(s.label + ",snapkv:window=3", {9}, precision));
-      BOOST_REQUIRE(one.runs.size() == 1u);
-      BOOST_TEST_CONTEXT(mla::precision_name(precision) << " " << s.label) {
-        bool found = false;
-        for (const mla::EvalRun& run : all.runs)
-          if (run.budget == 9 && run.policy.label == s.label) {
-            found = true;
-            BOOST_TEST(same_bits(run.logits.data, one.runs[0].logits.data));
-          }
-        BOOST_TEST(found);
-        BOOST_TEST(pair.runs[0].policy.label == s.label);
-        BOOST_TEST(same_bits(pair.runs[0].logits.data, one.runs[0].logits.data));
-      }
-    }
-  }
+  check_alone_equals_among_others(m, kP, kN, kPolicies, {6, 9, 12}, 9, "snapkv:window=3");
+  check_alone_equals_among_others(m, 80, 6, "all", {66, 70}, 70, "snapkv:window=3");
+  check_alone_equals_among_others(m, 48, 24, "all", {66, 68}, 66, "snapkv:window=3");
 }
 
 // A DeepseekV2 model (tests/data/golden/whole-model-v2: V2's RoPE and softmax routing): full and

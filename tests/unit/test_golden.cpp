@@ -141,8 +141,11 @@ const Source& source_for(const mla::SafetensorsFile& fx) {
   }
   if (config_file.empty())
     mla::synthesize_checkpoint(opts);
-  else
-    mla::synthesize_checkpoint(opts, mla::load_config(config_file));
+  else {
+    mla::ModelConfig model;  // the attention of the recipe's config alone
+    model.attention = mla::load_config(config_file);
+    mla::synthesize_checkpoint(opts, model);
+  }
 
   auto src = std::make_unique<Source>();
   mla::Checkpoint ckpt = mla::Checkpoint::open(opts.out_dir);

@@ -7,6 +7,8 @@
 // its decompressed weights bit for bit; the quantizer of `mla-h2o synth` must turn the
 // fixture's source weights into the very bytes compressed-tensors wrote. One word is also
 // worked by hand. Every malformed packed weight or scheme is one error naming the tensor.
+#include <simdjson.h>
+
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -344,7 +346,7 @@ BOOST_AUTO_TEST_CASE(config_parsing) {
   BOOST_TEST(mla::parse_config(t).quantization.unsupported_reason().find("preset scheme ('W4A16')") != std::string::npos);
 
   // Kimi K2.5 / K2.6: inside text_config; written by config_to_json and read back the same.
-  mla::AttentionConfig kimi = mla::kimi_k26_config();
+  mla::AttentionConfig kimi = mla::kimi_k26_model().attention;
   kimi.quantization = mla::kimi_int4_quantization();
   const std::string json = mla::config_to_json(kimi, true);
   BOOST_TEST(json.find("\"text_config\"") < json.find("\"quantization_config\""));
@@ -370,14 +372,20 @@ BOOST_AUTO_TEST_CASE(inspect_shows_the_scheme) {
   const auto j = mla::test::run_cli("inspect '" + fixture_dir() + "/model.safetensors' --config '" + fixture_dir() +
                                     "/config.json' --json");
   BOOST_TEST_REQUIRE(j.exit_code == 0, j.err);
-  BOOST_TEST(j.out.find("\"num_bits\": 4, \"symmetric\": true, \"strategy\": \"group\", \"group_size\": 32") !=
-             std::string::npos);
+  simdjson::dom::parser parser;
+  const simdjson::dom::element q = parser.parse(j.out)["quantization"];
+  BOOST_TEST(int64_t(q["num_bits"]) == 4);
+  BOOST_TEST(bool(q["symmetric"]));
+  BOOST_TEST(std::string_view(q["strategy"]) == "group");
+  BOOST_TEST(int64_t(q["group_size"]) == 32);
+  BOOST_TEST(bool(q["supported"]));
+  BOOST_TEST(int64_t(q["pack_quantized_weights"]) == 6);
 }
 
 
 // ---- `mla-h2o synth --experts`: a whole model in Kimi K2.6's published layout -------------------
 
-// The tiny whole model of the cases below: tiny_config() geometry nested as Kimi K2.6, layer 0
+// The tiny whole model of the cases below: tiny_model().attention geometry nested as Kimi K2.6, layer 0
 // dense, layer 1 MoE with 4 routed experts (2 groups of 2) in INT4, vocab 97.
 mla::SynthOptions tiny_whole_model_options(const std::string& out) {
   mla::SynthOptions o;

@@ -17,9 +17,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "geometries.hpp"
+#include "mla/decode.hpp"
 #include "mla/eval_cost.hpp"
+#include "mla/model.hpp"
+#include "mla/synth.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/policy.hpp"
 
@@ -253,6 +258,124 @@ BOOST_AUTO_TEST_CASE(decode_plan) {
   for (const char* w : {"not enough memory for decode of P = 400000 prompt rows and N = 1000 steps", "at its peak (estimated, ",
                         "is available (MemAvailable)", "would fit: "})
     BOOST_TEST(contains(p.refusal, w), "missing '" << w << "' in: " << p.refusal);
+}
+
+// Decode's request from its options holds one [n, T] f64 array for every per-token feature the
+// policies read (mla/policy.hpp TokenFeatures), counted by hand per preset: keydiff's key_diff was
+// left out, so its plan was n * T * 8 bytes short (issue 28).
+BOOST_AUTO_TEST_CASE(decode_plan_counts_every_feature_array) {
+  const auto kimi = mla::test::geometry("kimi");
+  const auto request_of = [](const std::string& policies) {
+    mla::DecodeOptions o;
+    o.prompt_len = 4096;
+    o.budgets = {256, 512};
+    o.policies = mla::parse_policy_list(policies);
+    return mla::decode_memory_request(o, 4096 + 128);
+  };
+  const std::vector<std::pair<std::string, int64_t>> by_hand = {
+      {"full", 0}, {"h2o", 0}, {"streaming", 0}, {"snapkv", 0}, {"oracle", 0},
+      {"knorm", 1},               // key_norm
+      {"keydiff", 1},             // key_diff
+      {"value-aware", 1},         // output_norm
+      {"expected-attention", 2},  // value_norm (vnorm) + expected_attention
+      {"expected-attention:vnorm=0", 1},
+      {"knorm,keydiff", 2},
+      {"knorm,keydiff,value-aware,expected-attention", 5}};
+  for (const auto& [policies, arrays] : by_hand) BOOST_TEST(request_of(policies).features == arrays, policies);
+  const mla::DecodeMemoryRequest keydiff = request_of("keydiff");
+  BOOST_TEST(keydiff.steps == 128);
+  BOOST_TEST(keydiff.budgets == 2);
+  BOOST_TEST(keydiff.policies == 1);
+  BOOST_TEST(request_of("full,keydiff,h2o").policies == 2);  // full is the reference, not a run
+  // the decode steps hold the array: keydiff's phase is knorm's (one array each), streaming's + n T 8
+  const auto steps_of = [&](const mla::DecodeMemoryRequest& q) {
+    for (const auto& phase : mla::estimate_decode_memory(kimi, q).phases)
+      if (phase.name == "decode steps") return phase.bytes();
+    return int64_t{-1};
+  };
+  BOOST_TEST(steps_of(keydiff) == steps_of(request_of("knorm")));
+  BOOST_TEST(steps_of(keydiff) - steps_of(request_of("streaming")) == kimi.num_attention_heads * (4096 + 128) * 8);
+}
+
+// eval's plan (mla/memory_plan.hpp): its request from the options, and how many windows run at
+// once. Each worker holds one window's buffers; the process allowance is counted once (it was
+// counted once per worker: estimate_model_memory left process_bytes at 0).
+BOOST_AUTO_TEST_CASE(eval_plan_and_windows) {
+  const mla::ModelConfig m = mla::tiny_model();
+  mla::EvalOptions o;
+  o.prompt_len = 64;
+  o.steps = 32;
+  o.budgets = {8, 16};
+  o.policies = mla::parse_policy_list("full,h2o,tova");
+  const mla::ModelMemoryRequest req = mla::eval_memory_request(o, true);
+  BOOST_TEST(req.tokens == 96);
+  BOOST_TEST(req.streams == 5);  // full + 2 policies x 2 budgets
+  BOOST_TEST(req.stream_rows == 32);
+  BOOST_TEST(req.keep_hidden_states);
+  const mla::MemoryEstimate one = mla::estimate_model_memory(m, req);
+  BOOST_TEST(one.process_bytes == mla::kModelProcessBytes);
+  BOOST_TEST(one.host_peak_bytes > one.process_bytes);
+  const int64_t each = one.host_peak_bytes - one.process_bytes;
+  mla::MemoryBudget b;
+  b.host_bytes = one.process_bytes + 3 * each;
+  b.host_source = "MemAvailable";
+  mla::ModelWindowsPlan w = mla::plan_model_windows(one, 8, 5, b);
+  BOOST_TEST(w.workers == 3);
+  BOOST_TEST(w.memory.host_peak_bytes == one.process_bytes + 3 * each);
+  b.host_bytes -= 1;
+  BOOST_TEST(mla::plan_model_windows(one, 8, 5, b).workers == 2);
+  BOOST_TEST(mla::plan_model_windows(one, 8, 1, b).workers == 1);  // one window
+  BOOST_TEST(mla::plan_model_windows(one, 1, 5, b).workers == 1);  // one thread
+  // refused just under one window's need, naming what would fit
+  b.host_bytes = one.host_peak_bytes - 1;
+  const mla::MemoryPlan p = mla::plan_model_memory(m, req, b);
+  BOOST_TEST(!p.fits);
+  BOOST_TEST(p.refusal.find('\n') == std::string::npos);
+  for (const char* w : {"not enough memory for eval of 5 runs x 32 decoded positions after P = 64 prompt tokens, --precision bf16 "
+                        "--dump-tensors: needs ~", "would fit: no --dump-tensors (~", ", or --steps ", " or fewer"})
+    BOOST_TEST(contains(p.refusal, w), "missing '" << w << "' in: " << p.refusal);
+  b.host_bytes = int64_t{1} << 20;
+  BOOST_TEST(contains(mla::plan_model_memory(m, req, b).refusal, "; nothing smaller fits either"));
+}
+
+// synth's plan: every shard is built in memory before it is written; refused, it names the
+// shard count and the vocabulary that would fit, each checked against the estimate.
+BOOST_AUTO_TEST_CASE(synth_plan_names_what_would_fit) {
+  const mla::ModelConfig m = mla::tiny_model();
+  mla::SynthOptions o;
+  o.layers = {0, 1};
+  o.vocab = 97;
+  const auto peak = [&](const mla::SynthOptions& x) { return mla::estimate_synth_memory(x, m).host_peak_bytes; };
+  const mla::MemoryEstimate two = mla::estimate_synth_memory(o, m);
+  BOOST_TEST(two.phases.size() == 2u);
+  BOOST_TEST(two.process_bytes == mla::kSynthProcessBytes);
+  BOOST_TEST(contains(two.peak_phase, "shard model-00001-of-000002.safetensors"), two.peak_phase);  // both layers
+  mla::MemoryBudget b;
+  b.host_bytes = two.host_peak_bytes - 1;
+  b.host_source = "MemAvailable";
+  mla::MemoryPlan p = mla::plan_synth_memory(o, m, b);
+  BOOST_TEST(!p.fits);
+  auto three = o;
+  three.shards = 3;  // one layer per shard
+  BOOST_TEST(peak(three) < two.host_peak_bytes);
+  BOOST_TEST(contains(p.refusal, "not enough memory for synth of 2 layer(s) and a vocabulary of 97 in 2 shards, --dtype bf16: needs ~"),
+             p.refusal);
+  BOOST_TEST(contains(p.refusal, "would fit: --shards 3 (~"), p.refusal);
+  // a vocabulary whose embed_tokens is the largest shard: the largest --vocab that fits
+  o.vocab = 20000;
+  const int64_t need = peak(o);
+  b.host_bytes = need - 64 * 2 * 100;  // 100 rows of bf16 embed_tokens [V, 64] too many
+  p = mla::plan_synth_memory(o, m, b);
+  BOOST_TEST(!p.fits);
+  const size_t at = p.refusal.find("--vocab ");
+  BOOST_TEST_REQUIRE(at != std::string::npos, p.refusal);
+  const int64_t v = std::stoll(p.refusal.substr(at + 8));
+  auto fits = o, over = o;
+  fits.vocab = v;
+  over.vocab = v + 1;
+  BOOST_TEST(peak(fits) <= b.host_bytes);
+  BOOST_TEST(peak(over) > b.host_bytes);
+  BOOST_TEST(v == 19900);
 }
 
 BOOST_AUTO_TEST_CASE(parsers) {

@@ -58,18 +58,17 @@ Trace drive(PolicySettings s, int64_t K = 3, const std::vector<Table>& heads = {
             const std::vector<double>& mass = kMass, const TokenFeatures* features = nullptr) {
   const int64_t n = static_cast<int64_t>(heads.size()), P = 4, T = 6;
   std::unique_ptr<CacheManager> m = make_cache_manager(s, K, PolicyContext{n, P, T, features});
-  const int64_t w = std::min(P, m->observation_window());
-  std::vector<std::vector<double>> prompt(static_cast<size_t>(w));
-  for (int64_t k = 0; k < w; ++k) {
-    const int64_t q = P - w + k;
-    Positions prefix(static_cast<size_t>(q + 1));
-    std::iota(prefix.begin(), prefix.end(), 0);
-    prompt[static_cast<size_t>(k)] = attention(heads, q, prefix);
-    m->observe_prompt_query(q, prompt[static_cast<size_t>(k)]);
-  }
   std::vector<double> head_mass;
   for (int64_t h = 0; h < n; ++h) head_mass.insert(head_mass.end(), mass.begin(), mass.end());
-  m->prefill(head_mass);
+  std::vector<std::vector<double>> prompt;  // the queries it reads, alive until read_prompt returns
+  prompt.reserve(static_cast<size_t>(P));
+  m->read_prompt(head_mass, [&](int64_t q) -> std::span<const double> {
+    Positions prefix(static_cast<size_t>(q + 1));
+    std::iota(prefix.begin(), prefix.end(), 0);
+    prompt.push_back(attention(heads, q, prefix));
+    return prompt.back();
+  });
+  BOOST_TEST(static_cast<int64_t>(prompt.size()) == std::min(P, m->observation_window()));
   Trace t;
   t.prefill_kept.assign(m->cache().begin(), m->cache().end());
   for (int64_t x : {4, 5}) {

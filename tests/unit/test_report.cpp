@@ -185,6 +185,50 @@ BOOST_AUTO_TEST_CASE(json_writer_structure) {
   BOOST_CHECK_THROW(bad.end_array(), mla::Error);
 }
 
+// inspect --json through the report's writer: every value where it belongs, the config's
+// literals (numbers in their shortest form, a list) kept as written, null for what is absent.
+BOOST_AUTO_TEST_CASE(inspect_json_by_hand) {
+  mla::TensorInfo t;
+  t.name = "model.layers.0.self_attn.kv_a_layernorm.weight \"q\"";
+  t.dtype = mla::DType::BF16;
+  t.shape = {32, 2};
+  t.begin = 128;
+  t.end = 256;
+  mla::InspectedCheckpoint c{"/ck", "model.", 3, {"model-00003-of-000003.safetensors"}, {{"model-00001-of-000003.safetensors", t}},
+                             {{"rms_norm_eps", "1e-06"}, {"q_lora_rank", "null"}}, {{"ignore", "[\"lm_head\", \"re:.*gate\"]"}},
+                             {0, 1}, 18512};
+  simdjson::dom::parser parser;
+  const std::string text = mla::inspect_checkpoint_json(c);
+  BOOST_TEST(text.back() == '\n');
+  simdjson::dom::element j = parser.parse(text);
+  BOOST_TEST(std::string_view(j["kind"]) == "checkpoint");
+  BOOST_TEST(int64_t(j["shards"]) == 3);
+  BOOST_TEST(std::string_view(j["missing_shards"].at(0)) == "model-00003-of-000003.safetensors");
+  simdjson::dom::element row = j["tensors"].at(0);
+  BOOST_TEST(std::string_view(row["shard"]) == "model-00001-of-000003.safetensors");
+  BOOST_TEST(std::string_view(row["name"]) == t.name);
+  BOOST_TEST(std::string_view(row["dtype"]) == "BF16");
+  BOOST_TEST(int64_t(row["shape"].at(1)) == 2);
+  BOOST_TEST(int64_t(row["bytes"]) == 128);
+  BOOST_TEST(int64_t(row["data_offsets"].at(1)) == 256);
+  BOOST_TEST(double(j["config"]["rms_norm_eps"]) == 1e-06);
+  BOOST_TEST(j["config"]["q_lora_rank"].is_null());
+  BOOST_TEST(std::string_view(j["quantization"]["ignore"].at(1)) == "re:.*gate");
+  BOOST_TEST(int64_t(j["layers_present"].at(1)) == 1);
+  BOOST_TEST(int64_t(j["layer0_attention_parameters"]) == 18512);
+  c.quantization.clear();
+  c.layer0_attention_parameters.reset();
+  j = parser.parse(mla::inspect_checkpoint_json(c));
+  BOOST_TEST(j["quantization"].is_null());
+  BOOST_TEST(j["layer0_attention_parameters"].is_null());
+  // file mode: no shard, the metadata as an object
+  j = parser.parse(mla::inspect_file_json(mla::InspectedFile{"/f.safetensors", 400, 200, {{"format", "pt"}}, {{"", t}}}));
+  BOOST_TEST(std::string_view(j["kind"]) == "file");
+  BOOST_TEST(int64_t(j["header_size"]) == 200);
+  BOOST_TEST(std::string_view(j["metadata"]["format"]) == "pt");
+  BOOST_TEST(j["tensors"].at(0)["shard"].error() == simdjson::NO_SUCH_FIELD);
+}
+
 BOOST_AUTO_TEST_CASE(report_json_parses_and_has_the_keys) {
   const mla::Report r = small_report();
   const std::string json = mla::report_json(r);

@@ -151,15 +151,16 @@ const std::string& tiny4() {
     mla::SynthOptions o;
     o.preset = "tiny";
     o.out_dir = probe;
-    mla::AttentionConfig cfg = mla::synthesize_checkpoint(o);
+    mla::ModelConfig model;  // the tiny attention alone, with 4 layers
+    model.attention = mla::synthesize_checkpoint(o).attention;
     std::filesystem::remove_all(probe);
-    cfg.num_hidden_layers = 4;
+    model.attention.num_hidden_layers = 4;
     o.out_dir = scratch_dir("sweep-tiny4") + "/ckpt";
     o.layers = {0, 1, 2, 3};
     o.seed = 5;
     o.vocab = 64;
     o.shards = 3;
-    mla::synthesize_checkpoint(o, cfg);
+    mla::synthesize_checkpoint(o, model);
     return o.out_dir;
   }();
   return dir;
