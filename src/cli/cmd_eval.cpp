@@ -512,7 +512,6 @@ std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, 
   timed(stages, "eval", [&] {
     const int threads = cpu::resolve_threads(jobs.front().opt.threads);
     const int each = std::max(1, threads / static_cast<int>(workers));
-    const cpu::BlasThreads blas_threads(each);  // one value for every worker's nested guard
     std::mutex progress_mutex;
     std::atomic<bool> failed{false};  // a worker's error stops the others at their next window
     int64_t done_all = 0;  // decode steps of every layer done, over the windows
