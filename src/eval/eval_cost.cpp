@@ -138,21 +138,25 @@ std::vector<float> probe_values(int64_t count, uint64_t seed, bool bf16) {
   return v;
 }
 
-// FLOP/s of the fixed-order engine on [rows, H] x [H, H]^T (rows: about 0.5 GFLOP, at least 64), best of 3.
+// The middle of three values: a probe's rate on a machine shared with other work is the one it
+// meets most of the time, neither the quiet moment nor the interruption.
+double median3(double a, double b, double c) { return std::max(std::min(a, b), std::min(std::max(a, b), c)); }
+
+// FLOP/s of the fixed-order engine on [rows, H] x [H, H]^T (rows: about 1 GFLOP, at least 64), the
+// median of 3.
 double gemm_rate(int64_t hidden_size, bool bf16, int threads) {
   const int64_t H = std::max<int64_t>(hidden_size, 64);
-  const int64_t rows = std::clamp<int64_t>(static_cast<int64_t>(2.5e8 / static_cast<double>(H * H)), 64, 4096);
+  const int64_t rows = std::clamp<int64_t>(static_cast<int64_t>(5e8 / static_cast<double>(H * H)), 64, 8192);
   const std::vector<float> w = probe_values(H * H, 1, bf16), x = probe_values(rows * H, 2, bf16);
   const cpu::FixedOrderLinear linear(w.data(), H, H, nullptr, bf16, threads);
   std::vector<float> y(idx(rows * H));
-  double best = 0;
-  for (int r = 0; r < 3; ++r) {
+  double s[3];
+  for (double& t : s) {
     const auto t0 = Clock::now();
     linear.run_rows(x.data(), rows, H, y.data(), H, threads);
-    const double s = seconds_since(t0);
-    if (s > 0) best = std::max(best, 2.0 * static_cast<double>(rows) * static_cast<double>(H * H) / s);
+    t = seconds_since(t0);
   }
-  return best;
+  return 2.0 * static_cast<double>(rows) * static_cast<double>(H * H) / median3(s[0], s[1], s[2]);
 }
 
 // Where a probe row's keys lie, like eval's: a layer's store holds the prompt's P positions,
@@ -179,7 +183,7 @@ ProbeStore probe_store(const AttentionConfig& a, const EvalOptions& opt, int64_t
 }
 
 // Seconds per (row, key) of cpu::attend_row at the model's widths over a ProbeStore's keys,
-// `workers` rows at once, best of 3.
+// `workers` rows at once, the median of 3.
 double key_seconds(const AttentionConfig& a, bool bf16, const ProbeStore& store, int workers) {
   const int64_t n = a.num_attention_heads, d_qk = a.qk_head_dim(), d_v = a.v_head_dim, S = store.positions();
   cpu::RowKeys keys;
@@ -193,7 +197,7 @@ double key_seconds(const AttentionConfig& a, bool bf16, const ProbeStore& store,
   std::vector<std::vector<float>> probs(idx(workers), std::vector<float>(idx(n * m))),
       ctx(idx(workers), std::vector<float>(idx(n * d_v)));
   std::vector<cpu::RowScratch> scratch(idx(workers));
-  double best = 0;
+  double s[3];
   for (int r = 0; r < 3; ++r) {
     const auto t0 = Clock::now();
     cpu::parallel_for(workers, workers, [&](int64_t w, int) {
@@ -204,10 +208,9 @@ double key_seconds(const AttentionConfig& a, bool bf16, const ProbeStore& store,
                         ctx[idx(w)].data(), scratch[idx(w)]);
       }
     });
-    const double s = seconds_since(t0) / static_cast<double>(rows * workers * m);
-    best = r == 0 ? s : std::min(best, s);
+    s[r] = seconds_since(t0) / static_cast<double>(rows * workers * m);
   }
-  return best;
+  return median3(s[0], s[1], s[2]);
 }
 
 // The step loop's attention replaced by uniform probabilities: what is left is the policies' work.
@@ -269,14 +272,12 @@ void policy_trial(const ModelConfig& cfg, const EvalOptions& opt, int threads, E
   r.step_key = keys > 0 ? s / keys : 0;
 }
 
-// policy_trial's rates, the smaller of 2 trials (a short trial on a shared machine is easily
-// interrupted).
+// policy_trial's rates, the median of 3 trials.
 void policy_seconds(const ModelConfig& cfg, const EvalOptions& opt, int threads, EvalRates& r) {
-  EvalRates first, second;
-  policy_trial(cfg, opt, threads, first);
-  policy_trial(cfg, opt, threads, second);
-  r.run_prefill = std::min(first.run_prefill, second.run_prefill);
-  r.step_key = std::min(first.step_key, second.step_key);
+  EvalRates t[3];
+  for (EvalRates& one : t) policy_trial(cfg, opt, threads, one);
+  r.run_prefill = median3(t[0].run_prefill, t[1].run_prefill, t[2].run_prefill);
+  r.step_key = median3(t[0].step_key, t[1].step_key, t[2].step_key);
 }
 
 // Seconds per weight element of the loader's pass (bf16 bits to fp32 in fresh memory, finite
@@ -310,14 +311,12 @@ void weight_trial(bool round, int threads, EvalRates& r) {
   r.int4_weight = seconds_since(t1) / static_cast<double>(kCount);
 }
 
-// weight_trial's rates, the smallest of 3 trials.
+// weight_trial's rates, the median of 3 trials.
 void weight_seconds(bool round, int threads, EvalRates& r) {
-  for (int t = 0; t < 3; ++t) {
-    EvalRates one;
-    weight_trial(round, threads, one);
-    r.weight = t == 0 ? one.weight : std::min(r.weight, one.weight);
-    r.int4_weight = t == 0 ? one.int4_weight : std::min(r.int4_weight, one.int4_weight);
-  }
+  EvalRates t[3];
+  for (EvalRates& one : t) weight_trial(round, threads, one);
+  r.weight = median3(t[0].weight, t[1].weight, t[2].weight);
+  r.int4_weight = median3(t[0].int4_weight, t[1].int4_weight, t[2].int4_weight);
 }
 
 }  // namespace
