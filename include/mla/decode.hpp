@@ -131,7 +131,10 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
                                        const DecodeInputsRequest& req, const ForwardOptions& opt);
 
 // The per-token features the policies of `needs` read (mla/policy.hpp TokenFeatures), from
-// the latent cache [T, r_kv + d_r] and the layer's kv_b_proj and o_proj, in fp32 GEMMs:
+// the latent cache [T, r_kv + d_r] and the layer's kv_b_proj and o_proj, the products on the
+// fixed-order fp32 kernel and the norms and dots in double, every sum in a fixed order: the same
+// bits for any `threads` (0 = all cores) and for a token computed among any other rows
+// (docs/decode.md §2.2):
 //   k_h,t = [W_UK^h c_t | k_pe_t], v_h,t = W_UV^h c_t;  key_norm = ||k_h,t||, value_norm = ||v_h,t||,
 //   output_norm = ||W_O^h v_h,t|| (through the Gram matrix W_O^hT W_O^h);
 //   expected_attention (kvpress ExpectedAttentionPress, stats = the pre-RoPE prompt queries'):
@@ -139,7 +142,8 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
 //     positions [P, P + future); z_h,t = scale mu'.k + scale^2/2 k^T S' k; softmax over the
 //     prompt tokens [sinks, P) per head (tokens >= P use the same normaliser).
 TokenFeatures compute_token_features(const AttentionConfig& cfg, const LayerWeights& w, const TensorD& latent_cache,
-                                     int64_t prompt_len, const FeatureNeeds& needs, const QueryStatistics& stats);
+                                     int64_t prompt_len, const FeatureNeeds& needs, const QueryStatistics& stats,
+                                     int threads = 1);
 
 // ---- the attention arithmetic of a decode step ------------------------------------------
 

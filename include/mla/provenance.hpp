@@ -16,14 +16,16 @@ namespace mla {
 
 class JsonWriter;
 
-// SHA-256 (FIPS 180-4), streamed: update() any number of times, then hex() once.
+// SHA-256 (FIPS 180-4), streamed: update() any number of times, then hex() once. The blocks run
+// on the CPU's SHA extensions (x86 SHA-NI: sha256rnds2, sha256msg1/2) when it has them, checked
+// at run time, else on the portable code; both give the same digest (suite report).
 class Sha256 {
  public:
   Sha256();
   void update(const void* data, size_t bytes);
   std::string hex();  // 64 lowercase hex digits; the object is spent afterwards
  private:
-  void block(const uint8_t* p);  // one 64-byte block into state_
+  void blocks(const uint8_t* p, size_t count);  // `count` 64-byte blocks into state_
   std::array<uint32_t, 8> state_;
   std::array<uint8_t, 64> buffer_{};
   size_t buffered_ = 0;
@@ -31,6 +33,12 @@ class Sha256 {
 };
 
 std::string sha256_hex(std::string_view data);
+
+// Whether Sha256 runs on the SHA extensions now. set_sha256_extensions(false) makes it use the
+// portable code (for tests and benchmarks); (true) uses the extensions when the CPU has them.
+// Returns whether they are in use afterwards.
+bool sha256_extensions();
+bool set_sha256_extensions(bool on);
 
 struct FileDigest {
   std::string path;    // as the run named it

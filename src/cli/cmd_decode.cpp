@@ -219,7 +219,7 @@ TokenFeatures token_features(const LoadedRun& in, const DecodeInputs& inputs, co
       stats.future_rotation = mean_rope_rotation(cfg, P, needs.expected_future, [&](int64_t done, int64_t total) {
         progress.update("expected-attention: mean RoPE rotation over the future positions", done, total);
       });
-    return compute_token_features(cfg, in.weights, inputs.latent_cache, P, needs, stats);
+    return compute_token_features(cfg, in.weights, inputs.latent_cache, P, needs, stats, in.options.threads);
   });
 }
 

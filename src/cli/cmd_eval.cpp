@@ -421,22 +421,18 @@ struct WindowJob {
   EvalOptions opt;
 };
 
-// The plan eval prints before any work (stdout): every job's FLOPs counted from the config
-// (mla/eval_cost.hpp) and the time they take at the rate this machine's fixed-order kernels
-// measure now, at the model's width.
+// The plan eval prints before any work (stdout): every job's FLOPs counted from the config and
+// the time they take, each part at a rate measured now on the model's widths (mla/eval_cost.hpp).
 void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs, int64_t workers) {
   EvalCost total;
-  for (const WindowJob& j : jobs) {
-    const EvalCost c = eval_cost(cfg, j.opt);
-    total.linear += c.linear;
-    total.attention += c.attention;
-    total.head += c.head;
-  }
-  const double rate = measured_eval_rate(cfg.attention.hidden_size, jobs.front().opt.threads);
+  for (const WindowJob& j : jobs) total += eval_cost(cfg, j.opt);
+  const int each = std::max(1, cpu::resolve_threads(jobs.front().opt.threads) / static_cast<int>(workers));
+  const EvalRates rates = measure_eval_rates(cfg, jobs.front().opt, each);
   std::string windows;
   if (jobs.size() > 1) windows = ", " + std::to_string(jobs.size()) + " windows";
   if (workers > 1) windows += ", " + std::to_string(workers) + " at a time";
-  std::printf("mla-h2o eval: plan: %s%s\n", eval_cost_line(total, rate).c_str(), windows.c_str());
+  std::printf("mla-h2o eval: plan: %s%s\n", eval_cost_line(total, eval_time(total, rates, workers), rates).c_str(),
+              windows.c_str());
   std::fflush(stdout);
 }
 
@@ -469,7 +465,6 @@ std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, 
   timed(stages, "eval", [&] {
     const int threads = cpu::resolve_threads(jobs.front().opt.threads);
     const int each = std::max(1, threads / static_cast<int>(workers));
-    const cpu::BlasThreads blas_threads(each);  // one value for every worker's nested guard
     std::mutex progress_mutex;
     std::atomic<bool> failed{false};  // a worker's error stops the others at their next window
     int64_t done_all = 0;  // decode steps of every layer done, over the windows

@@ -4,7 +4,8 @@
 // three give the same bits; the path is chosen once at run time.
 //
 // GEMM: W [out, in] is packed in panels of 16 outputs, [panel][k][16]; a micro-kernel keeps
-// R <= 4 rows x 16 or 32 outputs in registers, each accumulator one output's fma chain over k.
+// R rows x 16 or 32 outputs in registers (AVX-512: 8 x 32, AVX2: 6 x 16, scalar: 4 x 32), each
+// accumulator one output's fma chain over k.
 //
 // Shape legend: S = rows, in = K, out = N.
 #include "fixed_order.hpp"
@@ -26,6 +27,7 @@ namespace {
 
 constexpr int64_t kPanel = 16;      // outputs per packed panel
 constexpr int64_t kRowTileMax = 8;  // rows per micro-kernel call, at most (row_tile())
+constexpr int64_t kRowTileAvx2 = 6;  // AVX2: 6 rows x 16 outputs = 12 of the 16 ymm registers
 constexpr int64_t kKBlock = 256;    // in-features per block: 2 panels x 256 x 64 B = 32 KB of weights in L1
 constexpr int64_t kRowChunk = 64;   // rows per parallel work item
 constexpr int64_t kPanelChunk = 4;  // panels per parallel work item (64 outputs)
@@ -69,25 +71,56 @@ void micro_scalar(const float* x, int64_t ld_x, const float* w, int64_t K, int64
   for (int r = 0; r < R; ++r) std::memcpy(out + r * ld_out, acc[r], sizeof(acc[r]));
 }
 
-template <int R, int P>
-__attribute__((target("avx2,fma"))) void micro_avx2(const float* x, int64_t ld_x, const float* w, int64_t K, int64_t k0,
-                                                   int64_t k1, float* out, int64_t ld_out) {
-  __m256 acc[R][2 * P];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 2 * P; ++j) acc[r][j] = k0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + r * ld_out + j * 8);
-  for (int64_t k = k0; k < k1; ++k) {
-    __m256 wv[2 * P];
-    for (int p = 0; p < P; ++p) {
-      wv[2 * p] = _mm256_loadu_ps(w + (p * K + k) * kPanel);
-      wv[2 * p + 1] = _mm256_loadu_ps(w + (p * K + k) * kPanel + 8);
+// AVX2: R <= 6 rows x one panel (16 outputs). The 2R accumulators are named variables: as an
+// array of 4 rows x 2 panels (16 accumulators, all 16 ymm registers) GCC 12 stored every
+// accumulator to the stack on every k, which ran at less than half this kernel's rate
+// (docs/cpu-gemm.md §4). Per k: 2 weight loads, R broadcasts, 2R fma.
+template <int R>
+__attribute__((target("avx2,fma"))) void micro_avx2(const float* x, int64_t ld_x, const float* w, int64_t k0, int64_t k1,
+                                                   float* out, int64_t ld_out) {
+  static_assert(R >= 1 && R <= kRowTileAvx2);
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 a0 = zero, b0 = zero, a1 = zero, b1 = zero, a2 = zero, b2 = zero, a3 = zero, b3 = zero, a4 = zero, b4 = zero,
+         a5 = zero, b5 = zero;
+#define MLA_AVX2_LOAD(r)                                \
+  if constexpr (R > r)                                  \
+    if (k0 > 0) {                                       \
+      a##r = _mm256_loadu_ps(out + r * ld_out);         \
+      b##r = _mm256_loadu_ps(out + r * ld_out + 8);     \
     }
-    for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_broadcast_ss(x + r * ld_x + k);
-      for (int j = 0; j < 2 * P; ++j) acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
-    }
+#define MLA_AVX2_STEP(r)                                      \
+  if constexpr (R > r) {                                      \
+    const __m256 xv = _mm256_broadcast_ss(x + r * ld_x + k);  \
+    a##r = _mm256_fmadd_ps(xv, w0, a##r);                     \
+    b##r = _mm256_fmadd_ps(xv, w1, b##r);                     \
   }
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 2 * P; ++j) _mm256_storeu_ps(out + r * ld_out + j * 8, acc[r][j]);
+#define MLA_AVX2_STORE(r)                          \
+  if constexpr (R > r) {                           \
+    _mm256_storeu_ps(out + r * ld_out, a##r);      \
+    _mm256_storeu_ps(out + r * ld_out + 8, b##r);  \
+  }
+  MLA_AVX2_LOAD(0) MLA_AVX2_LOAD(1) MLA_AVX2_LOAD(2) MLA_AVX2_LOAD(3) MLA_AVX2_LOAD(4) MLA_AVX2_LOAD(5)
+  for (int64_t k = k0; k < k1; ++k) {
+    const __m256 w0 = _mm256_loadu_ps(w + k * kPanel), w1 = _mm256_loadu_ps(w + k * kPanel + 8);
+    MLA_AVX2_STEP(0) MLA_AVX2_STEP(1) MLA_AVX2_STEP(2) MLA_AVX2_STEP(3) MLA_AVX2_STEP(4) MLA_AVX2_STEP(5)
+  }
+  MLA_AVX2_STORE(0) MLA_AVX2_STORE(1) MLA_AVX2_STORE(2) MLA_AVX2_STORE(3) MLA_AVX2_STORE(4) MLA_AVX2_STORE(5)
+#undef MLA_AVX2_LOAD
+#undef MLA_AVX2_STEP
+#undef MLA_AVX2_STORE
+}
+
+// rows: 1 .. kRowTileAvx2, one panel
+void micro_avx2_rows(int64_t rows, const float* x, int64_t ld_x, const float* w, int64_t k0, int64_t k1, float* out,
+                     int64_t ld_out) {
+  switch (rows) {
+    case 1: return micro_avx2<1>(x, ld_x, w, k0, k1, out, ld_out);
+    case 2: return micro_avx2<2>(x, ld_x, w, k0, k1, out, ld_out);
+    case 3: return micro_avx2<3>(x, ld_x, w, k0, k1, out, ld_out);
+    case 4: return micro_avx2<4>(x, ld_x, w, k0, k1, out, ld_out);
+    case 5: return micro_avx2<5>(x, ld_x, w, k0, k1, out, ld_out);
+    default: return micro_avx2<6>(x, ld_x, w, k0, k1, out, ld_out);
+  }
 }
 
 template <int R, int P>
@@ -109,17 +142,13 @@ __attribute__((target("avx512f"))) void micro_avx512(const float* x, int64_t ld_
     for (int p = 0; p < P; ++p) _mm512_storeu_ps(out + r * ld_out + p * kPanel, acc[r][p]);
 }
 
-template <int R, int P>
+template <int R, int P>  // AVX-512 or scalar (AVX2: micro_avx2_rows)
 void micro(const float* x, int64_t ld_x, const float* w, int64_t K, int64_t k0, int64_t k1, float* out, int64_t ld_out) {
-  switch (isa()) {
-    case Isa::Avx512: return micro_avx512<R, P>(x, ld_x, w, K, k0, k1, out, ld_out);
-    case Isa::Avx2: return micro_avx2<R, P>(x, ld_x, w, K, k0, k1, out, ld_out);
-    case Isa::Scalar: return micro_scalar<R, P>(x, ld_x, w, K, k0, k1, out, ld_out);
-  }
+  if (isa() == Isa::Avx512) return micro_avx512<R, P>(x, ld_x, w, K, k0, k1, out, ld_out);
+  return micro_scalar<R, P>(x, ld_x, w, K, k0, k1, out, ld_out);
 }
 
-// rows: 1 .. row_tile() (AVX-512's 32 registers hold 8 rows x 2 panels of accumulators; AVX2's
-// 16 hold 4 rows x 2 panels of two halves)
+// rows: 1 .. row_tile() (AVX-512's 32 registers hold 8 rows x 2 panels of accumulators)
 template <int P>
 void micro_rows(int64_t rows, const float* x, int64_t ld_x, const float* w, int64_t K, int64_t k0, int64_t k1, float* out,
                 int64_t ld_out) {
@@ -134,7 +163,7 @@ void micro_rows(int64_t rows, const float* x, int64_t ld_x, const float* w, int6
     default: return micro<8, P>(x, ld_x, w, K, k0, k1, out, ld_out);
   }
 }
-int64_t row_tile() { return isa() == Isa::Avx512 ? kRowTileMax : 4; }
+int64_t row_tile() { return isa() == Isa::Avx512 ? kRowTileMax : isa() == Isa::Avx2 ? kRowTileAvx2 : 4; }
 
 // ---- exp and the lane sum ---------------------------------------------------------------------
 // exp(x) = p(r) * 2^n, n = nearest(x * log2 e), r = x - n ln2 (two fma steps, Cody-Waite),
@@ -265,15 +294,19 @@ float sum_lanes(const float* x, int64_t count) {
 
 // ---- the engine --------------------------------------------------------------------------------
 
-FixedOrderLinear::FixedOrderLinear(const float* w, int64_t out, int64_t in, const float* bias, bool bf16)
+FixedOrderLinear::FixedOrderLinear(const float* w, int64_t out, int64_t in, const float* bias, bool bf16, int threads)
     : out_(out), in_(in), panels_((out + kPanel - 1) / kPanel), bf16_(bf16) {
-  packed_.assign(static_cast<size_t>(panels_ * in * kPanel), 0.0f);
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t k = 0; k < in; ++k) {
-      float v = w[o * in + k];
-      if (bf16) v = round_to_bf16(v);
-      packed_[static_cast<size_t>(((o / kPanel) * in + k) * kPanel + o % kPanel)] = v;
+  packed_ = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(panels_ * in * kPanel));
+  // panel p = [k][16] from the 16 rows p*16 .. p*16+15 of w: written in order, each row read in order
+  parallel_for(panels_, threads, [&](int64_t p, int) {
+    float* dst = packed_.get() + p * in * kPanel;
+    const int64_t rows = std::min(kPanel, out - p * kPanel);
+    const float* src = w + p * kPanel * in;
+    for (int64_t k = 0; k < in; ++k, dst += kPanel) {
+      for (int64_t j = 0; j < rows; ++j) dst[j] = bf16 ? round_to_bf16(src[j * in + k]) : src[j * in + k];
+      for (int64_t j = rows; j < kPanel; ++j) dst[j] = 0.0f;
     }
+  });
   if (bias != nullptr) {
     bias_.assign(bias, bias + out);
     if (bf16) round_to_bf16_inplace(bias_.data(), out);
@@ -300,15 +333,18 @@ void FixedOrderLinear::run_rows(const float* x, int64_t rows, int64_t ld_x, floa
     constexpr int64_t ld = kPanelChunk * kPanel;
     float acc[kRowChunk * ld];  // [r - r0][o - 16*p0] the chains of this item's rows and outputs
     const int64_t tile = row_tile();
+    const bool avx2 = isa() == Isa::Avx2;
+    const int64_t panel_step = avx2 ? 1 : 2;
     for (int64_t k0 = 0; k0 < in_; k0 += kKBlock) {
       const int64_t k1 = std::min(in_, k0 + kKBlock);
-      for (int64_t p = p0; p < p1; p += 2) {
-        const int64_t P = std::min<int64_t>(2, p1 - p);
-        const float* w = packed_.data() + p * in_ * kPanel;
+      for (int64_t p = p0; p < p1; p += panel_step) {
+        const int64_t P = std::min(panel_step, p1 - p);
+        const float* w = packed_.get() + p * in_ * kPanel;
         for (int64_t r = r0; r < r1; r += tile) {
           const int64_t R = std::min(tile, r1 - r);
           float* out = acc + (r - r0) * ld + (p - p0) * kPanel;
-          if (P == 2) micro_rows<2>(R, x + r * ld_x, ld_x, w, in_, k0, k1, out, ld);
+          if (avx2) micro_avx2_rows(R, x + r * ld_x, ld_x, w, k0, k1, out, ld);
+          else if (P == 2) micro_rows<2>(R, x + r * ld_x, ld_x, w, in_, k0, k1, out, ld);
           else micro_rows<1>(R, x + r * ld_x, ld_x, w, in_, k0, k1, out, ld);
         }
       }
@@ -331,8 +367,8 @@ class FixedOrderEngine final : public GemmEngine {
   Gemm kind() const override { return Gemm::Auto; }
   std::string name() const override { return "fixed-order fp32 FMA chains"; }
   std::string kernel() const override { return std::string("fixed-order fma, ") + fixed_order_isa(); }
-  std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int /*threads*/) override {
-    return std::make_unique<FixedOrderLinear>(w.weight, w.out_features, w.in_features, w.bias, bf16);
+  std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) override {
+    return std::make_unique<FixedOrderLinear>(w.weight, w.out_features, w.in_features, w.bias, bf16, threads);
   }
 };
 

@@ -56,13 +56,13 @@ std::vector<double> prompt_query_probs(const decoder::PreparedLayer& layer, cons
 }
 
 TokenFeatures run_features(const AttentionConfig& cfg, const LayerWeights& w, const PromptLayer& prompt,
-                           const MatrixRM& latent, const FeatureNeeds& needs) {
+                           const MatrixRM& latent, const FeatureNeeds& needs, int threads) {
   if (!needs.any()) return {};
   const int64_t P = prompt.latent.rows(), N = latent.rows(), width = latent.cols();
   TensorD all("latent_cache", {P + N, width});  // [P + N, r_kv + d_r]
   for (int64_t i = 0; i < P * width; ++i) all.data[static_cast<size_t>(i)] = prompt.latent.data()[i];
   for (int64_t i = 0; i < N * width; ++i) all.data[static_cast<size_t>(P * width + i)] = latent.data()[i];
-  return compute_token_features(cfg, w, all, P, needs, prompt.statistics);
+  return compute_token_features(cfg, w, all, P, needs, prompt.statistics, threads);
 }
 
 void prefill_manager(CacheManager& manager, const decoder::PreparedLayer& layer, const PromptLayer& prompt) {

@@ -40,9 +40,10 @@ PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int
                           StageSeconds* stages = nullptr);
 
 // The per-token features of one run at one layer (mla/policy.hpp TokenFeatures): from the
-// prompt's latent rows and the run's own decode rows `latent` [N, r_kv + d_r].
+// prompt's latent rows and the run's own decode rows `latent` [N, r_kv + d_r]; the same bits for
+// any `threads`.
 TokenFeatures run_features(const AttentionConfig& cfg, const LayerWeights& w, const PromptLayer& prompt,
-                           const MatrixRM& latent, const FeatureNeeds& needs);
+                           const MatrixRM& latent, const FeatureNeeds& needs, int threads);
 
 // The causal attention of prompt row q (P - window <= q < P) over [0, q]: [n*(q+1)] in double.
 std::vector<double> prompt_query_probs(const decoder::PreparedLayer& layer, const PromptLayer& prompt, int64_t q);

@@ -250,7 +250,8 @@ void start_runs(const LayerPass& lp, std::vector<RunState>& runs, const MatrixRM
     if (r.full) continue;
     // only what this run's policy reads (the union over every run would make each run compute
     // every other policy's features: 3.5x the work with the 14 presets)
-    r.features = eval::run_features(a, lp.attention, lp.prompt, latent.middleRows(r.row0, N), feature_needs({r.policy}));
+    r.features = eval::run_features(a, lp.attention, lp.prompt, latent.middleRows(r.row0, N), feature_needs({r.policy}),
+                                    static_cast<int>(lp.threads));
     PolicyContext pctx;
     pctx.heads = n;
     pctx.prompt_len = P;
@@ -434,7 +435,6 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
   check_model_tensors(ckpt, cfg, "eval");
   check_eval_options(opt, T, L_count);
   const int threads = cpu::resolve_threads(opt.threads);
-  const cpu::BlasThreads blas_threads(threads);  // the token features' sgemm: --threads, not every core
   EvalResult result;
   result.engine = std::string("fixed-order fp32 FMA chains (") + cpu::fixed_order_isa() + ")";
   result.passkey = find_passkey(tokens, cfg);

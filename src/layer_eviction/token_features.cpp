@@ -1,8 +1,15 @@
 // src/layer_eviction/token_features.cpp — the per-token quantities some policies read (knorm, keydiff,
 // expected-attention, value-aware; mla/policy.hpp TokenFeatures, docs/decode.md §2), computed
 // once per layer from the latent cache and the layer's kv_b_proj and o_proj, and the
-// pre-RoPE query statistics expected-attention needs. fp32 GEMMs (Eigen + OpenBLAS), results
-// widened to double; the rows are processed in blocks so no [T, n*(d_n+d_v)] tensor is held.
+// pre-RoPE query statistics expected-attention needs. The rows are processed in blocks so no
+// [T, n*(d_n+d_v)] tensor is held.
+//
+// Every sum has one fixed order (docs/decode.md §2.2): the fp32 products run on the fixed-order
+// kernel (src/cpu/fixed_order.hpp: each output one fma chain over its in-features in order) and
+// the norms, dots and statistics are double sums in index order. So a token's features depend
+// only on its own latent row, the prompt (keydiff's anchor, expected-attention's statistics and
+// normaliser) and the weights: not on --threads, on the rows computed beside it, or on a BLAS
+// library (OpenBLAS's sgemm changes bits with its thread count and its batch, docs/cpu-gemm.md §2).
 //
 // On MLA the key head h dots with is k_h,t = [W_UK^h c_t | k_pe_t] (d_qk values: HF's
 // key_states row) and its value v_h,t = W_UV^h c_t (value_states): both are expanded from
@@ -14,12 +21,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "mla/decode.hpp"
 #include "mla/error.hpp"
 #include "mla/rope.hpp"
 #include "src/cpu/cpu_kernels.hpp"
+#include "src/cpu/fixed_order.hpp"
 
 namespace mla {
 namespace {
@@ -28,6 +37,28 @@ using cpu::MatrixRM;
 using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 size_t idx(int64_t i) { return static_cast<size_t>(i); }
 constexpr int64_t kBlockRows = 256;
+
+// mean [d] = (1/rows) sum_s X[s, :]; cov [d, d] = (1/rows) sum_s (X[s] - mean)^T (X[s] - mean), each
+// sum over the rows in order (no BLAS: a threaded dgemm would order them by its thread count);
+// cov[j, i] is cov[i, j]'s value. X is centred in place.
+void mean_and_covariance(MatrixD& X, double* mean, double* cov) {
+  const int64_t rows = X.rows(), d = X.cols();
+  std::fill(mean, mean + d, 0.0);
+  for (int64_t s = 0; s < rows; ++s)
+    for (int64_t i = 0; i < d; ++i) mean[i] += X(s, i);
+  for (int64_t i = 0; i < d; ++i) mean[i] /= static_cast<double>(rows);
+  for (int64_t s = 0; s < rows; ++s)
+    for (int64_t i = 0; i < d; ++i) X(s, i) -= mean[i];
+  std::fill(cov, cov + d * d, 0.0);
+  for (int64_t s = 0; s < rows; ++s)
+    for (int64_t i = 0; i < d; ++i) {
+      const double xi = X(s, i);
+      double* row = cov + i * d;
+      for (int64_t j = i; j < d; ++j) row[j] += xi * X(s, j);
+    }
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = i; j < d; ++j) cov[j * d + i] = cov[i * d + j] /= static_cast<double>(rows);
+}
 
 }  // namespace
 
@@ -98,149 +129,254 @@ QueryStatistics prerope_query_statistics(const AttentionConfig& cfg, const Query
         X(s, d_n + b) = (c * y1 - sn * y0) / r;
       }
     }
-    const Eigen::RowVectorXd mu = X.colwise().mean();
-    X.rowwise() -= mu;
-    const MatrixD cov = (X.transpose() * X) / static_cast<double>(st.rows);
-    std::copy(mu.data(), mu.data() + d_qk, st.mean.begin() + h * d_qk);
-    std::copy(cov.data(), cov.data() + d_qk * d_qk, st.cov.begin() + h * d_qk * d_qk);
+    mean_and_covariance(X, st.mean.data() + h * d_qk, st.cov.data() + h * d_qk * d_qk);
   }
   return st;
 }
 
+namespace {
+
+using cpu::FixedOrderLinear;
+
+// The widths of one layer's attention (legend above).
+struct Widths {
+  int64_t n, r_kv, d_n, d_r, d_v, d_qk, wh, H;
+  explicit Widths(const AttentionConfig& c)
+      : n(c.num_attention_heads), r_kv(c.kv_lora_rank), d_n(c.qk_nope_head_dim), d_r(c.qk_rope_head_dim),
+        d_v(c.v_head_dim), d_qk(d_n + d_r), wh(d_n + d_v), H(c.hidden_size) {}
+};
+
+// sum_i a[i] b[i] in double, i in order
+template <class A, class B>
+double dot_in_order(const A* a, const B* b, int64_t count) {
+  double s = 0.0;
+  for (int64_t i = 0; i < count; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  return s;
+}
+
+void check_feature_inputs(const Widths& d, const LayerWeights& w, const TensorD& latent_cache, int64_t T, int64_t P,
+                          const FeatureNeeds& needs, const QueryStatistics& stats) {
+  if (latent_cache.shape != std::vector<int64_t>{T, d.r_kv + d.d_r} || P < 1 || P > T)
+    fail(ErrorKind::Shape, "token features: latent cache " + shape_string(latent_cache.shape) + " with a prompt of " +
+                               std::to_string(P));
+  if (w.kv_b_proj.shape != std::vector<int64_t>{d.n * d.wh, d.r_kv} || w.o_proj.shape != std::vector<int64_t>{d.H, d.n * d.d_v})
+    fail(ErrorKind::Shape, "token features: kv_b_proj " + shape_string(w.kv_b_proj.shape) + ", o_proj " +
+                               shape_string(w.o_proj.shape) + " do not match the config");
+  if (needs.expected_attention && (stats.empty() || stats.mean.size() != idx(d.n * d.d_qk)))
+    fail(ErrorKind::InvalidArgument, "token features: expected-attention needs the prompt queries' statistics");
+}
+
+using Linears = std::vector<std::unique_ptr<FixedOrderLinear>>;  // [n] one per head
+
+// value-aware: ||W_O^h v||^2 = v^T G_h v with G_h = W_O^hT W_O^h [d_v, d_v] (a fixed chain over the
+// H rows of o_proj). G_h[i, j] and G_h[j, i] are the same chain (the products commute exactly), so G_h
+// is symmetric to the bit and, packed as a weight [out = j, in = i], gives u = G_h v.
+Linears output_grams(const Widths& d, const LayerWeights& w, int threads) {
+  Linears gram(idx(d.n));
+  cpu::parallel_for(d.n, threads, [&](int64_t h, int) {
+    std::vector<float> o_t(idx(d.d_v * d.H));  // [d_v, H] = W_O^hT
+    for (int64_t k = 0; k < d.H; ++k)
+      for (int64_t i = 0; i < d.d_v; ++i) o_t[idx(i * d.H + k)] = w.o_proj.data[idx(k * d.n * d.d_v + h * d.d_v + i)];
+    const FixedOrderLinear o_h(o_t.data(), d.d_v, d.H, nullptr, false);
+    std::vector<float> g(idx(d.d_v * d.d_v));  // [d_v, d_v]
+    o_h.run_rows(o_t.data(), d.d_v, d.H, g.data(), d.d_v, 1);
+    gram[idx(h)] = std::make_unique<FixedOrderLinear>(g.data(), d.d_v, d.d_v, nullptr, false);
+  });
+  return gram;
+}
+
+// expected-attention's statistics in the key space (docs/decode.md §2.2), B = diag(I_{d_n}, R):
+//   mu' = B mu = [mu_nope | R mu_pe],  S' = B S B^T (the rows, then the columns of the rope block turned)
+// per head, in double, each sum in index order; then packed as one linear [d_qk + 1 outputs, d_qk]:
+// out j < d_qk is (k S')_j (weight row j = column j of S'), out d_qk is mu'.k.
+Linears expected_attention_forms(const Widths& d, const QueryStatistics& stats, const std::vector<double>& R) {
+  const int64_t d_qk = d.d_qk, d_n = d.d_n, d_r = d.d_r;
+  Linears forms(idx(d.n));
+  std::vector<double> mu(idx(d_qk)), BS(idx(d_qk * d_qk)), S2(idx(d_qk * d_qk));
+  std::vector<float> weight(idx((d_qk + 1) * d_qk));
+  for (int64_t h = 0; h < d.n; ++h) {
+    const double* m = stats.mean.data() + h * d_qk;
+    const double* S = stats.cov.data() + h * d_qk * d_qk;
+    for (int64_t i = 0; i < d_qk; ++i)
+      mu[idx(i)] = i < d_n ? m[i] : dot_in_order(R.data() + (i - d_n) * d_r, m + d_n, d_r);
+    for (int64_t i = 0; i < d_qk; ++i)  // BS = B S
+      for (int64_t j = 0; j < d_qk; ++j) {
+        double v = S[i * d_qk + j];
+        if (i >= d_n) {
+          v = 0.0;
+          for (int64_t b = 0; b < d_r; ++b) v += R[idx((i - d_n) * d_r + b)] * S[(d_n + b) * d_qk + j];
+        }
+        BS[idx(i * d_qk + j)] = v;
+      }
+    for (int64_t i = 0; i < d_qk; ++i)  // S' = (B S) B^T
+      for (int64_t j = 0; j < d_qk; ++j)
+        S2[idx(i * d_qk + j)] =
+            j < d_n ? BS[idx(i * d_qk + j)] : dot_in_order(BS.data() + i * d_qk + d_n, R.data() + (j - d_n) * d_r, d_r);
+    for (int64_t j = 0; j < d_qk; ++j)
+      for (int64_t i = 0; i < d_qk; ++i) weight[idx(j * d_qk + i)] = static_cast<float>(S2[idx(i * d_qk + j)]);
+    for (int64_t i = 0; i < d_qk; ++i) weight[idx(d_qk * d_qk + i)] = static_cast<float>(mu[idx(i)]);
+    forms[idx(h)] = std::make_unique<FixedOrderLinear>(weight.data(), d_qk + 1, d_qk, nullptr, false);
+  }
+  return forms;
+}
+
+// Rows [b0, b0 + rows) of the cache expanded: kv [rows, n*w] = per head k_nope | v (latent kv_b^T),
+// k_pe [rows, d_r].
+struct ExpandedRows {
+  int64_t rows = 0;
+  std::vector<float> latent, kv, k_pe;
+  void expand(const Widths& d, const FixedOrderLinear& kv_b, const TensorD& cache, int64_t b0, int64_t count,
+              int threads) {
+    rows = count;
+    latent.resize(idx(rows * d.r_kv));
+    k_pe.resize(idx(rows * d.d_r));
+    kv.resize(idx(rows * d.n * d.wh));
+    for (int64_t s = 0; s < rows; ++s) {
+      const double* row = cache.ptr() + (b0 + s) * (d.r_kv + d.d_r);
+      for (int64_t c = 0; c < d.r_kv; ++c) latent[idx(s * d.r_kv + c)] = static_cast<float>(row[c]);
+      for (int64_t c = 0; c < d.d_r; ++c) k_pe[idx(s * d.d_r + c)] = static_cast<float>(row[d.r_kv + c]);
+    }
+    kv_b.run_rows(latent.data(), rows, d.r_kv, kv.data(), d.n * d.wh, threads);
+  }
+  // keys [rows, d_qk] = head h's k_h,t = [k_nope | k_pe]
+  void head_keys(const Widths& d, int64_t h, std::vector<float>& keys) const {
+    keys.resize(idx(rows * d.d_qk));
+    for (int64_t s = 0; s < rows; ++s) {
+      std::copy_n(kv.data() + s * d.n * d.wh + h * d.wh, d.d_n, keys.data() + s * d.d_qk);
+      std::copy_n(k_pe.data() + s * d.d_r, d.d_r, keys.data() + s * d.d_qk + d.d_n);
+    }
+  }
+  // values [rows, d_v] = head h's v_h,t
+  void head_values(const Widths& d, int64_t h, std::vector<float>& values) const {
+    values.resize(idx(rows * d.d_v));
+    for (int64_t s = 0; s < rows; ++s)
+      std::copy_n(kv.data() + s * d.n * d.wh + h * d.wh + d.d_n, d.d_v, values.data() + s * d.d_v);
+  }
+};
+
+// keydiff's anchor a_h = mean over the prompt tokens of k_h,t / ||k_h,t|| ([n, d_qk], double sums,
+// rows in order; a zero key adds nothing) and its norms [n]
+void keydiff_anchor(const Widths& d, const FixedOrderLinear& kv_b, const TensorD& cache, int64_t P, int threads,
+                    std::vector<double>& anchor, std::vector<double>& anchor_norm) {
+  anchor.assign(idx(d.n * d.d_qk), 0.0);
+  ExpandedRows block;
+  for (int64_t b0 = 0; b0 < P; b0 += kBlockRows) {
+    block.expand(d, kv_b, cache, b0, std::min(kBlockRows, P - b0), threads);
+    cpu::parallel_for(d.n, threads, [&](int64_t h, int) {
+      std::vector<float> keys;
+      block.head_keys(d, h, keys);
+      double* a = anchor.data() + h * d.d_qk;
+      for (int64_t s = 0; s < block.rows; ++s) {
+        const float* k = keys.data() + s * d.d_qk;
+        const double norm = std::sqrt(dot_in_order(k, k, d.d_qk));
+        if (norm > 0)
+          for (int64_t i = 0; i < d.d_qk; ++i) a[i] += static_cast<double>(k[i]) / norm;
+      }
+    });
+  }
+  anchor_norm.assign(idx(d.n), 0.0);
+  for (int64_t h = 0; h < d.n; ++h) {
+    double* a = anchor.data() + h * d.d_qk;
+    for (int64_t i = 0; i < d.d_qk; ++i) a[i] /= static_cast<double>(P);
+    anchor_norm[idx(h)] = std::sqrt(dot_in_order(a, a, d.d_qk));
+  }
+}
+
+// What the per-head pass reads besides the block.
+struct FeatureTools {
+  const FeatureNeeds& needs;
+  Linears gram, forms;                          // value-aware, expected-attention ([n] each, or empty)
+  std::vector<double> anchor, anchor_norm;      // keydiff
+  double scale = 0;                             // softmax_scale
+};
+
+// Head h's features of the block's rows (tokens b0 + s): key_norm ||k||, key_diff -cos(k, a_h) (0 for
+// a zero key or anchor), value_norm ||v||, output_norm sqrt(v^T G_h v), and expected-attention's logit
+// z = scale mu'.k + scale^2/2 k^T S' k into z [n, T].
+void head_block_features(const Widths& d, const ExpandedRows& block, int64_t b0, int64_t h, int64_t T,
+                         const FeatureTools& tools, TokenFeatures& f, std::vector<double>& z) {
+  const FeatureNeeds& needs = tools.needs;
+  std::vector<float> keys, values, out;
+  if (needs.key_norm || needs.key_diff || needs.expected_attention) block.head_keys(d, h, keys);
+  if (needs.value_norm || needs.output_norm) block.head_values(d, h, values);
+  if (needs.expected_attention) {  // out [rows, d_qk + 1] = k S' | mu'.k
+    out.resize(idx(block.rows * (d.d_qk + 1)));
+    tools.forms[idx(h)]->run_rows(keys.data(), block.rows, d.d_qk, out.data(), d.d_qk + 1, 1);
+  }
+  std::vector<float> u(idx(block.rows * d.d_v));  // value-aware: u = G_h v
+  if (needs.output_norm) tools.gram[idx(h)]->run_rows(values.data(), block.rows, d.d_v, u.data(), d.d_v, 1);
+  for (int64_t s = 0; s < block.rows; ++s) {
+    const size_t at = idx(h * T + b0 + s);
+    const float* k = keys.data() + s * d.d_qk;
+    const float* v = values.data() + s * d.d_v;
+    if (needs.key_norm || needs.key_diff) {
+      const double norm = std::sqrt(dot_in_order(k, k, d.d_qk));
+      if (needs.key_norm) f.key_norm[at] = norm;
+      if (needs.key_diff) {
+        const double den = norm * tools.anchor_norm[idx(h)];
+        f.key_diff[at] = den > 0 ? -dot_in_order(k, tools.anchor.data() + h * d.d_qk, d.d_qk) / den : 0.0;
+      }
+    }
+    if (needs.value_norm) f.value_norm[at] = std::sqrt(dot_in_order(v, v, d.d_v));
+    if (needs.output_norm) f.output_norm[at] = std::sqrt(std::max(0.0, dot_in_order(u.data() + s * d.d_v, v, d.d_v)));
+    if (needs.expected_attention) {
+      const float* o = out.data() + s * (d.d_qk + 1);
+      z[at] = tools.scale * static_cast<double>(o[d.d_qk]) + 0.5 * tools.scale * tools.scale * dot_in_order(o, k, d.d_qk);
+    }
+  }
+}
+
+// expected-attention per head: softmax of z over the prompt tokens [first, P); later tokens use the
+// same normaliser
+std::vector<double> expected_attention_softmax(const std::vector<double>& z, int64_t n, int64_t T, int64_t P,
+                                               int64_t first) {
+  std::vector<double> p(z.size(), 0.0);
+  for (int64_t h = 0; h < n; ++h) {
+    const double* zh = z.data() + h * T;
+    const double top = *std::max_element(zh + first, zh + P);
+    double sum = 0.0;
+    for (int64_t t = first; t < P; ++t) sum += std::exp(zh[t] - top);
+    for (int64_t t = 0; t < T; ++t) p[idx(h * T + t)] = std::exp(std::min(zh[t] - top, 700.0)) / sum;
+  }
+  return p;
+}
+
+}  // namespace
+
 TokenFeatures compute_token_features(const AttentionConfig& cfg, const LayerWeights& w, const TensorD& latent_cache,
-                                     int64_t P, const FeatureNeeds& needs, const QueryStatistics& stats) {
-  const int64_t n = cfg.num_attention_heads, r_kv = cfg.kv_lora_rank, d_n = cfg.qk_nope_head_dim,
-                d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim, d_qk = d_n + d_r, wh = d_n + d_v,
-                H = cfg.hidden_size;
+                                     int64_t P, const FeatureNeeds& needs, const QueryStatistics& stats, int threads) {
+  const Widths d(cfg);
   TokenFeatures f;
-  f.heads = n;
+  f.heads = d.n;
   f.tokens = latent_cache.empty() ? 0 : latent_cache.dim(0);
   if (!needs.any()) return f;
   const int64_t T = f.tokens;
-  if (latent_cache.shape != std::vector<int64_t>{T, r_kv + d_r} || P < 1 || P > T)
-    fail(ErrorKind::Shape, "token features: latent cache " + shape_string(latent_cache.shape) + " with a prompt of " +
-                               std::to_string(P));
-  if (w.kv_b_proj.shape != std::vector<int64_t>{n * wh, r_kv} || w.o_proj.shape != std::vector<int64_t>{H, n * d_v})
-    fail(ErrorKind::Shape, "token features: kv_b_proj " + shape_string(w.kv_b_proj.shape) + ", o_proj " +
-                               shape_string(w.o_proj.shape) + " do not match the config");
-  if (needs.expected_attention && (stats.empty() || stats.mean.size() != idx(n * d_qk)))
-    fail(ErrorKind::InvalidArgument, "token features: expected-attention needs the prompt queries' statistics");
-  const Eigen::Map<const MatrixRM> kv_b(w.kv_b_proj.ptr(), n * wh, r_kv);
-  const size_t size = idx(n * T);
-  if (needs.key_norm) f.key_norm.assign(size, 0.0);
-  if (needs.value_norm) f.value_norm.assign(size, 0.0);
-  if (needs.output_norm) f.output_norm.assign(size, 0.0);
-  if (needs.key_diff) f.key_diff.assign(size, 0.0);
+  check_feature_inputs(d, w, latent_cache, T, P, needs, stats);
+  threads = cpu::resolve_threads(threads);
+  const FixedOrderLinear kv_b(w.kv_b_proj.ptr(), d.n * d.wh, d.r_kv, nullptr, false);
+  for (std::vector<double>* v : {needs.key_norm ? &f.key_norm : nullptr, needs.value_norm ? &f.value_norm : nullptr,
+                                 needs.output_norm ? &f.output_norm : nullptr, needs.key_diff ? &f.key_diff : nullptr})
+    if (v) v->assign(idx(d.n * T), 0.0);
   std::vector<double> z;  // [n, T] expected-attention logits
-  if (needs.expected_attention) z.assign(size, 0.0);
-
-  // Gram matrices of o_proj's head blocks: ||W_O^h v||^2 = v^T (W_O^hT W_O^h) v
-  std::vector<MatrixRM> gram;
-  if (needs.output_norm) {
-    const Eigen::Map<const MatrixRM> o(w.o_proj.ptr(), H, n * d_v);
-    for (int64_t h = 0; h < n; ++h) gram.emplace_back(o.middleCols(h * d_v, d_v).transpose() * o.middleCols(h * d_v, d_v));
-  }
-  // expected-attention: mu'_h, S'_h in the key space (docs/decode.md §2)
-  std::vector<Eigen::VectorXf> mu;
-  std::vector<MatrixRM> sigma;
-  const double scale = softmax_scale(cfg);
+  FeatureTools tools{needs, {}, {}, {}, {}, softmax_scale(cfg)};
+  if (needs.output_norm) tools.gram = output_grams(d, w, threads);
   if (needs.expected_attention) {
-    MatrixD B = MatrixD::Identity(d_qk, d_qk);
     const std::vector<double> rotation =
         stats.future_rotation.empty() ? mean_rope_rotation(cfg, P, needs.expected_future) : stats.future_rotation;
-    if (rotation.size() != idx(d_r * d_r))
-      fail(ErrorKind::Shape, "token features: the future rotation holds " + std::to_string(rotation.size()) + " values for d_r " +
-                                 std::to_string(d_r));
-    B.bottomRightCorner(d_r, d_r) = Eigen::Map<const MatrixD>(rotation.data(), d_r, d_r);
-    for (int64_t h = 0; h < n; ++h) {
-      const Eigen::Map<const Eigen::VectorXd> m(stats.mean.data() + h * d_qk, d_qk);
-      const Eigen::Map<const MatrixD> S(stats.cov.data() + h * d_qk * d_qk, d_qk, d_qk);
-      mu.emplace_back((B * m).cast<float>());
-      sigma.emplace_back((B * S * B.transpose()).cast<float>());
-    }
+    if (rotation.size() != idx(d.d_r * d.d_r))
+      fail(ErrorKind::Shape, "token features: the future rotation holds " + std::to_string(rotation.size()) +
+                                 " values for d_r " + std::to_string(d.d_r));
+    tools.forms = expected_attention_forms(d, stats, rotation);
+    z.assign(idx(d.n * T), 0.0);
   }
-
-  MatrixRM latent, kv, k_pe, keys(kBlockRows, d_qk), y;
-  // rows [b0, b0 + rows): latent and k_pe from the cache, kv [rows, n*w] = per head k_nope | v
-  const auto expand = [&](int64_t b0, int64_t rows) {
-    latent.resize(rows, r_kv);
-    k_pe.resize(rows, d_r);
-    for (int64_t s = 0; s < rows; ++s) {
-      const double* row = latent_cache.ptr() + (b0 + s) * (r_kv + d_r);
-      for (int64_t c = 0; c < r_kv; ++c) latent(s, c) = static_cast<float>(row[c]);
-      for (int64_t d = 0; d < d_r; ++d) k_pe(s, d) = static_cast<float>(row[r_kv + d]);
-    }
-    kv.noalias() = latent * kv_b.transpose();
-    keys.resize(rows, d_qk);
-  };
-  // keys [rows, d_qk] = head h's k_h,t = [k_nope | k_pe] of the expanded rows
-  const auto head_keys = [&](int64_t h) {
-    keys.leftCols(d_n) = kv.middleCols(h * wh, d_n);
-    keys.rightCols(d_r) = k_pe;
-  };
-  // keydiff's anchor a_h = mean over the prompt tokens of k_h,t / ||k_h,t|| (double sums, rows in order)
-  MatrixD anchor;  // [n, d_qk]
-  std::vector<double> anchor_norm;  // [n]
-  if (needs.key_diff) {
-    anchor = MatrixD::Zero(n, d_qk);
-    for (int64_t b0 = 0; b0 < P; b0 += kBlockRows) {
-      const int64_t rows = std::min(kBlockRows, P - b0);
-      expand(b0, rows);
-      for (int64_t h = 0; h < n; ++h) {
-        head_keys(h);
-        for (int64_t s = 0; s < rows; ++s) {
-          const double norm = static_cast<double>(keys.row(s).norm());
-          if (norm > 0)
-            for (int64_t d = 0; d < d_qk; ++d) anchor(h, d) += static_cast<double>(keys(s, d)) / norm;
-        }
-      }
-    }
-    anchor /= static_cast<double>(P);
-    for (int64_t h = 0; h < n; ++h) anchor_norm.push_back(anchor.row(h).norm());
-  }
+  if (needs.key_diff) keydiff_anchor(d, kv_b, latent_cache, P, threads, tools.anchor, tools.anchor_norm);
+  ExpandedRows block;
   for (int64_t b0 = 0; b0 < T; b0 += kBlockRows) {
-    const int64_t rows = std::min(kBlockRows, T - b0);
-    expand(b0, rows);
-    for (int64_t h = 0; h < n; ++h) {
-      head_keys(h);
-      const auto v = kv.middleCols(h * wh + d_n, d_v);
-      Eigen::VectorXf lin;
-      if (needs.expected_attention) {
-        y.noalias() = keys * sigma[idx(h)];
-        lin.noalias() = keys * mu[idx(h)];
-      }
-      for (int64_t s = 0; s < rows; ++s) {
-        const size_t at = idx(h * T + b0 + s);
-        if (needs.key_norm) f.key_norm[at] = static_cast<double>(keys.row(s).norm());
-        if (needs.key_diff) {  // -cos(k_h,t, a_h); 0 for a zero key or anchor
-          double dot = 0;
-          for (int64_t d = 0; d < d_qk; ++d) dot += static_cast<double>(keys(s, d)) * anchor(h, d);
-          const double den = static_cast<double>(keys.row(s).norm()) * anchor_norm[idx(h)];
-          f.key_diff[at] = den > 0 ? -dot / den : 0.0;
-        }
-        if (needs.value_norm) f.value_norm[at] = static_cast<double>(v.row(s).norm());
-        if (needs.output_norm) {
-          const double q2 = static_cast<double>((v.row(s) * gram[idx(h)]).dot(v.row(s)));
-          f.output_norm[at] = std::sqrt(std::max(0.0, q2));
-        }
-        if (needs.expected_attention)
-          z[at] = scale * static_cast<double>(lin[s]) +
-                  0.5 * scale * scale * static_cast<double>(y.row(s).dot(keys.row(s)));
-      }
-    }
+    block.expand(d, kv_b, latent_cache, b0, std::min(kBlockRows, T - b0), threads);
+    cpu::parallel_for(d.n, threads, [&](int64_t h, int) { head_block_features(d, block, b0, h, T, tools, f, z); });
   }
-  if (needs.expected_attention) {
-    // per head: softmax over the prompt tokens [sinks, P); later tokens use the same normaliser
-    const int64_t first = std::min(needs.expected_sinks, P - 1);
-    f.expected_attention.assign(size, 0.0);
-    for (int64_t h = 0; h < n; ++h) {
-      const double* zh = z.data() + h * T;
-      const double top = *std::max_element(zh + first, zh + P);
-      double sum = 0.0;
-      for (int64_t t = first; t < P; ++t) sum += std::exp(zh[t] - top);
-      for (int64_t t = 0; t < T; ++t) f.expected_attention[idx(h * T + t)] = std::exp(std::min(zh[t] - top, 700.0)) / sum;
-    }
-  }
+  if (needs.expected_attention)
+    f.expected_attention = expected_attention_softmax(z, d.n, T, P, std::min(needs.expected_sinks, P - 1));
   return f;
 }
 

@@ -37,8 +37,8 @@ std::vector<float> prepared_vector(const TensorF& t, bool bf16) {
   return v;
 }
 
-std::unique_ptr<cpu::FixedOrderLinear> prepared_linear(const TensorF& w, bool bf16) {
-  return std::make_unique<cpu::FixedOrderLinear>(w.ptr(), w.dim(0), w.dim(1), nullptr, bf16);
+std::unique_ptr<cpu::FixedOrderLinear> prepared_linear(const TensorF& w, bool bf16, int threads) {
+  return std::make_unique<cpu::FixedOrderLinear>(w.ptr(), w.dim(0), w.dim(1), nullptr, bf16, threads);
 }
 
 // silu(x) = x / (1 + exp(-x)) in fp32 (evaluated in double, rounded once: within 1 ulp of torch's
@@ -54,11 +54,11 @@ void for_rows(int64_t rows, int threads, const std::function<void(int64_t, int64
 
 }  // namespace
 
-PreparedMlp prepare_mlp(const MlpWeights& w, bool bf16) {
+PreparedMlp prepare_mlp(const MlpWeights& w, bool bf16, int threads) {
   PreparedMlp m;
-  m.gate_proj = prepared_linear(w.gate_proj, bf16);
-  m.up_proj = prepared_linear(w.up_proj, bf16);
-  m.down_proj = prepared_linear(w.down_proj, bf16);
+  m.gate_proj = prepared_linear(w.gate_proj, bf16, threads);
+  m.up_proj = prepared_linear(w.up_proj, bf16, threads);
+  m.down_proj = prepared_linear(w.down_proj, bf16, threads);
   return m;
 }
 
@@ -80,16 +80,17 @@ PreparedLayer::PreparedLayer(const ModelConfig& cfg, const DecoderLayerWeights& 
   post_attention_layernorm_ = prepared_vector(w.post_attention_layernorm, bf16_);
   spec_ = cpu::row_attention_spec(attention());
   if (!moe_) {
-    dense_ = prepare_mlp(w.mlp, bf16_);
+    dense_ = prepare_mlp(w.mlp, bf16_, threads_);
     return;
   }
   // the router stays fp32 in a bf16 model (transformers' _keep_in_fp32_modules_strict)
-  router_ = prepared_linear(w.gate.weight, false);
+  router_ = prepared_linear(w.gate.weight, false, threads_);
   if (cfg.router_has_correction_bias()) correction_bias_ = w.gate.e_score_correction_bias.data;
-  if (cfg.n_shared_experts > 0) shared_ = prepare_mlp(w.shared_experts, bf16_);
+  if (cfg.n_shared_experts > 0) shared_ = prepare_mlp(w.shared_experts, bf16_, threads_);
   experts_.resize(idx(cfg.n_routed_experts));
   if (!w.experts.empty()) {
-    for (size_t e = 0; e < w.experts.size(); ++e) experts_[e] = std::make_unique<PreparedMlp>(prepare_mlp(w.experts[e], bf16_));
+    for (size_t e = 0; e < w.experts.size(); ++e)
+      experts_[e] = std::make_unique<PreparedMlp>(prepare_mlp(w.experts[e], bf16_, threads_));
     keep_experts_ = true;
   } else if (!loader_) {
     fail(ErrorKind::InvalidArgument, "layer " + std::to_string(layer_) + ": MoE layer prepared without experts or a loader");
@@ -127,13 +128,15 @@ MatrixRM PreparedLayer::post_norm(const MatrixRM& h) const {
 }
 
 void PreparedLayer::residual_add(MatrixRM& h, const MatrixRM& delta) const {
-  const int64_t count = h.size();
-  float* a = h.data();
-  const float* b = delta.data();
-  for (int64_t i = 0; i < count; ++i) {
-    const float s = a[i] + b[i];
-    a[i] = bf16_ ? round_to_bf16(s) : s;
-  }
+  const int64_t H = h.cols();
+  for_rows(h.rows(), threads_, [&](int64_t r0, int64_t r1) {
+    float* a = h.data() + r0 * H;
+    const float* b = delta.data() + r0 * H;
+    for (int64_t i = 0; i < (r1 - r0) * H; ++i) {
+      const float s = a[i] + b[i];
+      a[i] = bf16_ ? round_to_bf16(s) : s;
+    }
+  });
 }
 
 // down_proj(silu(gate_proj(x)) * up_proj(x)); bf16: each GEMM output, silu and the product rounded
@@ -141,13 +144,15 @@ MatrixRM PreparedLayer::swiglu(const PreparedMlp& m, const MatrixRM& x) const {
   MatrixRM gate, up, down;
   m.gate_proj->run(x, threads_, gate);
   m.up_proj->run(x, threads_, up);
-  const int64_t count = gate.size();
-  float* g = gate.data();
-  const float* u = up.data();
-  for (int64_t i = 0; i < count; ++i) {
-    if (bf16_) g[i] = round_to_bf16(round_to_bf16(silu(g[i])) * u[i]);
-    else g[i] = silu(g[i]) * u[i];
-  }
+  const int64_t I = gate.cols();
+  for_rows(gate.rows(), threads_, [&](int64_t r0, int64_t r1) {
+    float* g = gate.data() + r0 * I;
+    const float* u = up.data() + r0 * I;
+    for (int64_t i = 0; i < (r1 - r0) * I; ++i) {
+      if (bf16_) g[i] = round_to_bf16(round_to_bf16(silu(g[i])) * u[i]);
+      else g[i] = silu(g[i]) * u[i];
+    }
+  });
   m.down_proj->run(gate, threads_, down);
   return down;
 }
@@ -173,7 +178,7 @@ Routing PreparedLayer::route(const MatrixRM& y) const {
 
 const PreparedMlp& PreparedLayer::expert(int64_t e) {
   std::unique_ptr<PreparedMlp>& slot = experts_[idx(e)];
-  if (!slot) slot = std::make_unique<PreparedMlp>(prepare_mlp(loader_(e), bf16_));
+  if (!slot) slot = std::make_unique<PreparedMlp>(prepare_mlp(loader_(e), bf16_, threads_));
   return *slot;
 }
 
@@ -184,35 +189,47 @@ MatrixRM PreparedLayer::moe(const MatrixRM& y, Routing* routing_out) {
   std::vector<std::vector<int64_t>> rows_of(idx(E));
   for (int64_t s = 0; s < m; ++s)
     for (int64_t j = 0; j < k; ++j) rows_of[idx(r.experts[idx(s * k + j)])].push_back(s * k + j);
-  // products[s*k + j] = fp32(out_e[s] * w) for slot j of row s
-  std::vector<float> products(idx(m * k * H));
+  // routed[s] = sum over the k slots of fp32(out_e[s] * w) in fp32, slot after slot from +0. A row's
+  // slots hold its experts in ascending order (route_token sorts them), so adding each expert's
+  // products as the experts come, in ascending e, is that sum in slot order.
+  MatrixRM routed = MatrixRM::Zero(m, H);
   for (int64_t e = 0; e < E; ++e) {
     const std::vector<int64_t>& slots = rows_of[idx(e)];
     if (slots.empty()) continue;
     const PreparedMlp& ex = expert(e);
-    MatrixRM x(static_cast<int64_t>(slots.size()), H);
-    for (size_t i = 0; i < slots.size(); ++i) x.row(static_cast<int64_t>(i)) = y.row(slots[i] / k);
+    const int64_t m_e = static_cast<int64_t>(slots.size());
+    MatrixRM x(m_e, H);
+    for_rows(m_e, threads_, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) x.row(i) = y.row(slots[idx(i)] / k);
+    });
     const MatrixRM out = swiglu(ex, x);  // [m_e, H], bf16 values in bf16 mode
-    for (size_t i = 0; i < slots.size(); ++i) {
-      const float w = r.weights[idx(slots[i])];
-      float* dst = products.data() + slots[i] * H;
-      for (int64_t c = 0; c < H; ++c) dst[c] = out(static_cast<int64_t>(i), c) * w;
-    }
+    for_rows(m_e, threads_, [&](int64_t i0, int64_t i1) {  // each row of routed is one expert's slot once
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t slot = slots[idx(i)], s = slot / k;
+        const float w = r.weights[idx(slot)];
+        float* dst = routed.data() + s * H;
+        const float* o = out.data() + i * H;
+        for (int64_t c = 0; c < H; ++c) {
+          const float product = o[c] * w;
+          dst[c] = dst[c] + product;
+        }
+      }
+    });
     if (!keep_experts_) experts_[idx(e)].reset();
   }
-  // routed[s] = sum over the k slots (ascending expert) in fp32, rounded once; + shared, rounded
-  MatrixRM result(m, H);
+  // + shared, each sum rounded once
   const MatrixRM shared = cfg_.n_shared_experts > 0 ? swiglu(shared_, y) : MatrixRM::Zero(m, H);
-  for (int64_t s = 0; s < m; ++s)
-    for (int64_t c = 0; c < H; ++c) {
-      float acc = 0.0f;
-      for (int64_t j = 0; j < k; ++j) acc = acc + products[idx((s * k + j) * H + c)];
-      if (bf16_) acc = round_to_bf16(acc);
-      const float sum = acc + shared(s, c);
-      result(s, c) = bf16_ ? round_to_bf16(sum) : sum;
-    }
+  for_rows(m, threads_, [&](int64_t r0, int64_t r1) {
+    for (int64_t s = r0; s < r1; ++s)
+      for (int64_t c = 0; c < H; ++c) {
+        float acc = routed(s, c);
+        if (bf16_) acc = round_to_bf16(acc);
+        const float sum = acc + shared(s, c);
+        routed(s, c) = bf16_ ? round_to_bf16(sum) : sum;
+      }
+  });
   if (routing_out) *routing_out = std::move(r);
-  return result;
+  return routed;
 }
 
 MatrixRM PreparedLayer::mlp(const MatrixRM& y, Routing* routing) {
@@ -264,7 +281,7 @@ PreparedHead::PreparedHead(const ModelConfig& cfg, const ModelHeadWeights& w, Pr
       threads_(cpu::resolve_threads(threads)),
       eps_(static_cast<float>(cfg.attention.rms_norm_eps)),
       norm_(prepared_vector(w.norm, bf16_)),
-      lm_head_(prepared_linear(w.lm_head, bf16_)) {}
+      lm_head_(prepared_linear(w.lm_head, bf16_, threads_)) {}
 
 MatrixRM PreparedHead::logits(const MatrixRM& h) const {
   const int64_t H = h.cols();

@@ -114,8 +114,8 @@ class PreparedLayer {
   ExpertLoader loader_;
 };
 
-// Prepares one SwiGLU MLP (bf16: weights rounded to bf16 values).
-PreparedMlp prepare_mlp(const MlpWeights& w, bool bf16);
+// Prepares one SwiGLU MLP (bf16: weights rounded to bf16 values), packed on `threads` workers.
+PreparedMlp prepare_mlp(const MlpWeights& w, bool bf16, int threads = 1);
 
 
 // What a caller plugs into the one composition of a layer (layer_forward).

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <set>
@@ -34,6 +35,7 @@
 #include "mla/attention.hpp"
 #include "mla/decode.hpp"
 #include "mla/random.hpp"
+#include "src/cpu/cpu_kernels.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"
 
@@ -582,6 +584,67 @@ BOOST_AUTO_TEST_CASE(token_features_by_definition) {
   const auto c = compare("expected_attention", {n, P - 2}, probs, got,
                          tolerance("expected_attention", "features-vs-decode-kernel", "fp32"));
   BOOST_TEST(c.ok, c.message);
+}
+
+// Every token feature is the same bits whatever the thread count (OpenBLAS's and the features'
+// own) and whatever rows are computed beside the token: at this width (kv_b_proj [768, 256] over
+// 300 rows, two blocks of the expansion) OpenBLAS threads its sgemm, and with the features on it
+// 1, 2 and 3 threads gave other bits (docs/decode.md §2.2). A cache cut to fewer rows gives its
+// tokens the same features (keydiff's anchor, expected-attention's statistics and normaliser are
+// the prompt's). The pre-RoPE query statistics likewise for any OpenBLAS thread count.
+BOOST_AUTO_TEST_CASE(token_features_do_not_depend_on_threads_or_the_batch) {
+  const int64_t P = 260, T = 300, cut = 270;
+  const Layer l = medium_layer(T);
+  const DecodeOptions o = options(P, T - P, {64}, "expected-attention:sinks=2,future=16");
+  auto cpu = make_cpu_backend();
+  const DecodeInputs in = inputs_of(*cpu, l, o, Precision::FP32);
+  FeatureNeeds needs;
+  needs.key_norm = needs.value_norm = needs.output_norm = needs.key_diff = needs.expected_attention = true;
+  needs.expected_sinks = 2;
+  needs.expected_future = 16;
+  const auto features = [&](const TensorD& cache, int threads) {
+    const cpu::BlasThreads blas(threads);
+    return compute_token_features(l.cfg, l.w, cache, P, needs, in.query_statistics, threads);
+  };
+  const std::vector<std::vector<double> TokenFeatures::*> kinds = {&TokenFeatures::key_norm, &TokenFeatures::value_norm,
+      &TokenFeatures::output_norm, &TokenFeatures::key_diff, &TokenFeatures::expected_attention};
+  const auto same = [](const std::vector<double>& a, const std::vector<double>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+  };
+  const TokenFeatures one = features(in.latent_cache, 1);
+  for (int threads : {2, 3}) {
+    const TokenFeatures f = features(in.latent_cache, threads);
+    for (size_t k = 0; k < kinds.size(); ++k)
+      BOOST_TEST(same(f.*kinds[k], one.*kinds[k]), "feature " << k << " at " << threads << " threads");
+  }
+  TensorD fewer("latent_cache", {cut, in.latent_cache.dim(1)});
+  std::copy_n(in.latent_cache.data.begin(), fewer.data.size(), fewer.data.begin());
+  const TokenFeatures part = features(fewer, 2);
+  const int64_t n = l.cfg.num_attention_heads;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    BOOST_REQUIRE((part.*kinds[k]).size() == static_cast<size_t>(n * cut));
+    size_t differ = 0;
+    for (int64_t h = 0; h < n; ++h)
+      for (int64_t t = 0; t < cut; ++t)
+        differ += std::memcmp(&(part.*kinds[k])[static_cast<size_t>(h * cut + t)],
+                              &(one.*kinds[k])[static_cast<size_t>(h * T + t)], sizeof(double)) != 0;
+    BOOST_TEST(differ == 0u, "feature " << k << ": " << differ << " values differ with " << cut << " rows");
+  }
+  // the statistics: 1024 rows of random roped queries (a dgemm OpenBLAS threads)
+  const int64_t rows = 1024, d_qk = l.cfg.qk_head_dim();
+  const TensorF q = test::random_hidden(rows, n * d_qk, 11);
+  std::vector<int64_t> positions(static_cast<size_t>(rows));
+  std::iota(positions.begin(), positions.end(), 0);
+  const auto statistics = [&](int threads) {
+    const cpu::BlasThreads blas(threads);
+    return prerope_query_statistics(l.cfg, q.ptr(), rows, positions, 2);
+  };
+  const QueryStatistics s1 = statistics(1);
+  for (int threads : {2, 3}) {
+    const QueryStatistics s = statistics(threads);
+    BOOST_TEST(same(s.mean, s1.mean), "statistics mean at " << threads << " threads");
+    BOOST_TEST(same(s.cov, s1.cov), "statistics covariance at " << threads << " threads");
+  }
 }
 
 // latent_cache = kv_a_layernorm(c) | roped k_pe: its rope half is key_states' rope half of

@@ -286,7 +286,7 @@ std::vector<float> token_by_token(const Model& m, const std::vector<int64_t>& id
     // features: the prompt's, and zeros for the decode rows until each token arrives
     const int64_t window = mla::policy_observation_window(policy);
     l.prompt = mla::eval::prefill_layer(*l.prepared, h_prompt, window, needs);
-    l.features = mla::eval::run_features(a, l.attention, l.prompt, l.latent, needs);
+    l.features = mla::eval::run_features(a, l.attention, l.prompt, l.latent, needs, 1);
     ctx.features = &l.features;
     l.manager = mla::make_cache_manager(policy, K, ctx);
     mla::eval::prefill_manager(*l.manager, *l.prepared, l.prompt);
@@ -317,7 +317,7 @@ std::vector<float> token_by_token(const Model& m, const std::vector<int64_t>& id
         } else {
           if (needs.any()) {  // token x's features, written where the manager reads them
             l.latent.row(i) = latent.row(0);
-            const mla::TokenFeatures f = mla::eval::run_features(a, l.attention, l.prompt, l.latent, needs);
+            const mla::TokenFeatures f = mla::eval::run_features(a, l.attention, l.prompt, l.latent, needs, 1);
             for (auto [dst, src] : {std::pair{&l.features.key_norm, &f.key_norm}, std::pair{&l.features.value_norm, &f.value_norm},
                                     std::pair{&l.features.output_norm, &f.output_norm},
                                     std::pair{&l.features.expected_attention, &f.expected_attention},

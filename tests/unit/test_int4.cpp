@@ -26,6 +26,8 @@
 #include "mla/checkpoint.hpp"
 #include "mla/config.hpp"
 #include "mla/error.hpp"
+#include "mla/eval.hpp"
+#include "mla/policy.hpp"
 #include "mla/int4.hpp"
 #include "mla/model.hpp"
 #include "mla/synth.hpp"
@@ -694,6 +696,59 @@ BOOST_AUTO_TEST_CASE(synth_whole_model_forward) {
                                     "--cache-budget 6,10 --sinks 1 --recent 2 --policy h2o,streaming --quiet --out '" + out + "'");
   BOOST_TEST_REQUIRE(e.exit_code == 0, e.err);
   BOOST_TEST(mla::test::read_text(out + "/report.json").find("synthetic") != std::string::npos);
+}
+
+// eval on INT4 experts keeps its promises (docs/eval.md §2): a policy's logits are the same bits
+// alone on one thread as beside the other policies on two, for policies that read the attention
+// and ones that read the token features; and `--threads` 1, 2 and 3 write the same bytes.
+BOOST_AUTO_TEST_CASE(eval_on_int4_experts_is_independent_of_threads_and_batch) {
+  const std::string dir = mla::test::scratch_dir("int4-whole-independence") + "/ckpt";
+  mla::synthesize_checkpoint(tiny_whole_model_options(dir), mla::tiny_model());
+  const Checkpoint ck = Checkpoint::open(dir);
+  const mla::ModelConfig cfg = mla::load_model_config(ck.config_path());
+  BOOST_TEST_REQUIRE(ck.stored_dtype("language_model.model.layers.1.mlp.experts.0.gate_proj.weight") == "INT4");
+  const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3};
+  const std::string policies =
+      "h2o:sinks=1,recent=2,snapkv:window=4,knorm:sinks=1,recent=2,keydiff:sinks=1,recent=2,"
+      "value-aware:sinks=1,recent=2,expected-attention:sinks=1,recent=2,future=8";
+  const auto options = [&](const std::string& list, int threads) {
+    mla::EvalOptions o;
+    o.prompt_len = 14;
+    o.steps = 10;
+    o.budgets = {6};
+    o.policies = mla::parse_policy_list(list);
+    o.precision = mla::Precision::BF16;
+    o.threads = threads;
+    o.keep_logits = true;
+    return o;
+  };
+  const mla::EvalResult all = mla::run_eval(ck, cfg, ids, options(policies, 2));
+  BOOST_TEST_REQUIRE(all.runs.size() == 6u);
+  bool some_differ = false;
+  for (const mla::EvalRun& run : all.runs) {
+    const mla::EvalResult one = mla::run_eval(ck, cfg, ids, options(run.policy.label, 1));
+    BOOST_TEST_REQUIRE(one.runs.size() == 1u);
+    BOOST_TEST(std::memcmp(one.runs[0].logits.data.data(), run.logits.data.data(), run.logits.data.size() * 4) == 0,
+               run.policy.label);
+    some_differ = some_differ || std::memcmp(run.logits.data.data(), all.full.logits.data.data(), run.logits.data.size() * 4) != 0;
+  }
+  BOOST_TEST(some_differ, "no policy changed the logits at K = 6: the comparison cannot fail");
+
+  std::string ids_text;
+  for (int64_t t : ids) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(t);
+  std::map<int, std::string> out;
+  for (int threads : {1, 2, 3}) {
+    const std::string o = dir + "-out-t" + std::to_string(threads);
+    const auto r = mla::test::run_cli("eval --checkpoint '" + dir + "' --tokens " + ids_text +
+                                      " --prompt-len 14 --steps 10 --cache-budget 6 --policy " + policies +
+                                      " --threads " + std::to_string(threads) + " --quiet --out '" + o + "'");
+    BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+    for (const char* f : {"eval.csv", "summary.csv", "layers.csv", "leaderboard.csv"})
+      out[threads] += std::string(f) + "\n" + mla::test::read_text(o + "/" + f);
+  }
+  BOOST_TEST(out[1].size() > 1000u);
+  BOOST_TEST(out[2] == out[1]);
+  BOOST_TEST(out[3] == out[1]);
 }
 
 // Kimi K2.6's config.json as synth writes it for the whole model reads back with Kimi's values.

@@ -418,17 +418,64 @@ BOOST_AUTO_TEST_CASE(eval_cost_by_hand) {
   BOOST_TEST(c.attention == 2 * 54 * 320.0);
   BOOST_TEST(c.head == 3 * 3 * 2.0 * 97 * 64);
   BOOST_TEST(c.total() == c.linear + c.attention + c.head);
+  // the time's counts, the keys above per layer x 2 layers; h2o reads no prompt queries; 2 runs prefill
+  BOOST_TEST(c.prompt_keys == 2 * 10.0);
+  BOOST_TEST(c.full_keys == 2 * 18.0);
+  BOOST_TEST(c.run_keys == 2 * 26.0);
+  BOOST_TEST(c.window_keys == 0.0);
+  BOOST_TEST(c.run_layers == 2 * 2.0);
+  BOOST_TEST(c.features == 0.0);
+  BOOST_TEST(c.weights == static_cast<double>(mla::model_parameter_count(m)) - 97.0 * 64);  // less the embedding
+  BOOST_TEST(c.int4_weights == 0.0);
+  // snapkv re-attends its 2-query window of the prompt: keys 4 + 3 at each budget and layer; the
+  // oracle attends every key besides its cache: + 18 per budget and layer
+  o.policies = mla::parse_policy_list("full,snapkv:window=2,oracle");
+  const mla::EvalCost w = mla::eval_cost(m, o);
+  BOOST_TEST(w.window_keys == 2 * 2 * 7.0);
+  BOOST_TEST(w.run_keys == 2 * (2 * 26.0 + 2 * 18.0));
+  BOOST_TEST(w.attention == 2 * (10 + 18 + 2 * 26) * 320.0);
+  o.policies = mla::parse_policy_list("full,h2o");
   o.compress = mla::Compression::Prefill;
   BOOST_TEST(mla::eval_cost(m, o).attention == 2 * 58 * 320.0);
-  // the plan's line: 7.2e12 FLOPs at 1e10 FLOP/s are 12 minutes
+  // the time from the counts and rates
   mla::EvalCost big;
   big.linear = 6e12;
   big.attention = 1e12;
   big.head = 2e11;
-  BOOST_TEST(mla::eval_cost_line(big, 1e10) ==
-             "7.2 TFLOP (linear 6, attention 1, lm_head 0.2): about 12.0 min at the 10 GFLOP/s this machine's "
-             "fixed-order kernels measure");
-  BOOST_TEST(mla::measured_eval_rate(64, 1) > 0.0);
+  big.features = 1e11;
+  big.prompt_keys = 1e6;
+  big.full_keys = 2e6;
+  big.run_keys = 3e6;
+  big.window_keys = 4e6;
+  big.run_layers = 100;
+  big.weights = 1e9;
+  big.int4_weights = 5e8;
+  mla::EvalRates r;
+  r.gemm = 1e10;
+  r.key_parallel = 1e-6;
+  r.key_alone = 2e-6;
+  r.step_key = 1e-7;
+  r.run_prefill = 0.01;
+  r.weight = 1e-8;
+  r.int4_weight = 2e-9;
+  const mla::EvalTime t = mla::eval_time(big, r);
+  BOOST_TEST(t.products == 630.0, boost::test_tools::tolerance(1e-12));  // (6e12 + 2e11 + 1e11) / 1e10
+  BOOST_TEST(t.attention == 16.0, boost::test_tools::tolerance(1e-12));  // (1e6 + 3e6) 1e-6 + (2e6 + 4e6) 2e-6
+  BOOST_TEST(t.policies == 1.3, boost::test_tools::tolerance(1e-12));    // 3e6 1e-7 + 100 0.01
+  BOOST_TEST(t.loading == 11.0, boost::test_tools::tolerance(1e-12));    // 1e9 1e-8 + 5e8 2e-9
+  BOOST_TEST(mla::eval_time(big, r, 2).total() == t.total() / 2, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(mla::eval_cost_line(big, t, r) ==
+             "7.2 TFLOP (linear 6, attention 1, lm_head 0.2): about 11.0 min (products 10.5 min at the 10 GFLOP/s this "
+             "machine's fixed-order kernels measure, attention 16 s, policies 1 s, loading the layers 11 s)");
+  mla::EvalOptions probe;  // rates measured on the model's widths with the job's policies
+  probe.prompt_len = 16;
+  probe.steps = 4;
+  probe.budgets = {8};
+  probe.policies = mla::parse_policy_list("full,h2o:sinks=1,recent=2,snapkv:window=4,oracle");
+  const mla::EvalRates measured = mla::measure_eval_rates(m, probe, 1);
+  for (double v : {measured.gemm, measured.key_alone, measured.key_parallel, measured.step_key, measured.run_prefill,
+                   measured.weight, measured.int4_weight})
+    BOOST_TEST(v > 0.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -369,7 +369,8 @@ std::vector<std::string> isa_paths() {
 
 BOOST_AUTO_TEST_CASE(fixed_order_linear_rows_do_not_depend_on_the_batch) {
   // out not a multiple of the 16-wide panels; in = 600: the chains cut into the kernel's blocks of
-  // 256 in-features and a partial third; 37 rows: row tiles of 8 (AVX-512) or 4 with a remainder
+  // 256 in-features and a partial third; 37 rows: row tiles of 8 (AVX-512), 6 (AVX2) or 4 (scalar)
+  // with a remainder
   const int64_t rows = 37, in = 600, out = 75;
   for (bool bf16 : {false, true}) {
     const std::vector<float> x = random_values(rows * in, 1, bf16), w = random_values(out * in, 2, bf16),

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -83,19 +84,35 @@ mla::Report small_report() {
 BOOST_AUTO_TEST_SUITE(report)
 
 // SHA-256 against FIPS 180-4's examples (NIST's "SHA256.pdf" and "SHA2_Additional.pdf"), and
-// streamed in uneven pieces (the 64-byte block boundary crossed every way) = one call.
+// streamed in uneven pieces (the 64-byte block boundary crossed every way) = one call; on the
+// portable code and, where the CPU has them, on the SHA extensions, which must also agree on
+// pseudo-random bytes of every length up to 300.
 BOOST_AUTO_TEST_CASE(sha256_known_answers) {
-  BOOST_TEST(mla::sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  BOOST_TEST(mla::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  BOOST_TEST(mla::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
-             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  const std::string million(1000000, 'a');
-  BOOST_TEST(mla::sha256_hex(million) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-  for (size_t piece : {1u, 7u, 63u, 64u, 65u, 1000u}) {
-    mla::Sha256 h;
-    for (size_t at = 0; at < 5000; at += piece) h.update(million.data() + at, std::min(piece, 5000 - at));
-    BOOST_TEST(h.hex() == mla::sha256_hex(std::string_view(million).substr(0, 5000)), "pieces of " << piece);
+  const bool hardware = mla::set_sha256_extensions(true);
+  BOOST_TEST_MESSAGE("SHA extensions on this CPU: " << (hardware ? "yes" : "no"));
+  std::string bytes(300, '\0');
+  uint32_t x = 12345;
+  for (char& c : bytes) c = static_cast<char>((x = x * 1103515245u + 12345u) >> 24);
+  std::map<bool, std::vector<std::string>> prefixes;  // [extensions] digests of bytes[0, len)
+  for (bool extensions : {false, true}) {
+    if (mla::set_sha256_extensions(extensions) != extensions) continue;
+    BOOST_TEST_CONTEXT("SHA extensions " << extensions) {
+      BOOST_TEST(mla::sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+      BOOST_TEST(mla::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+      BOOST_TEST(mla::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+                 "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+      const std::string million(1000000, 'a');
+      BOOST_TEST(mla::sha256_hex(million) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+      for (size_t piece : {1u, 7u, 63u, 64u, 65u, 1000u}) {
+        mla::Sha256 h;
+        for (size_t at = 0; at < 5000; at += piece) h.update(million.data() + at, std::min(piece, 5000 - at));
+        BOOST_TEST(h.hex() == mla::sha256_hex(std::string_view(million).substr(0, 5000)), "pieces of " << piece);
+      }
+      for (size_t len = 0; len <= bytes.size(); ++len) prefixes[extensions].push_back(mla::sha256_hex(bytes.substr(0, len)));
+    }
   }
+  if (hardware) BOOST_TEST(prefixes[true] == prefixes[false]);
+  mla::set_sha256_extensions(true);
 }
 
 BOOST_AUTO_TEST_CASE(score_stats_by_hand) {
