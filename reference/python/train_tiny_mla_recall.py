@@ -141,11 +141,18 @@ FAR_GAP_WEIGHT = 0.3
 STAGES7 = STAGES6 + [("V", 1024, 4, 800, 4e-4, 20), ("G", 2048, 2, 300, 2e-4, 20)]
 MIX7V = {"text": 0.20, "tspan": 0.45, "tfar": 0.10, "passkey": 0.25}
 MIX7G = {"text": 0.25, "tspan": 0.35, "tcopy": 0.05, "passkey": 0.35}
+# Recipe 8 (attempt 8): continues from attempt 7's weights (--init-from). In attempts 6 and 7 every
+# stage at L 1024 lowered the copy ratio at 1024 bytes (to 0.25, then 0.18) and every following
+# stage at L 2048 raised it again (0.32, 0.31) while it kept the 2 k needles. Stage W alternates
+# its steps: even steps are stage V's rows at L 1024 (batch 4), odd steps stage G's at L 2048
+# (batch 2), so that neither length's circuit is trained away by the other.
+STAGES8 = STAGES7 + [("W", 2048, 2, 400, 2e-4, 20)]
+ALTERNATE = {"W": (1024, 4, MIX7V)}  # a stage whose even steps run these (seq_len, batch, mix) instead
 RECIPES = {"2": (STAGES, MIX), "3": (STAGES3, MIX3), "4": (STAGES4, MIX), "5": (STAGES5, MIX), "6": (STAGES6, MIX),
-           "7": (STAGES7, MIX)}
-STAGE_MIX = {"D": MIX4, "T": MIX5T, "E": MIX5E, "U": MIX6U, "F": MIX6F, "V": MIX7V, "G": MIX7G}  # a stage's own mix, where it has one (else the recipe's)
-SHALLOW_SHARE = {"T": 1 / 3, "E": 1 / 3, "U": 1 / 3, "F": 1 / 3, "V": 1 / 3, "G": 1 / 3}  # a stage's share of passkey rows with the needle at 2-40 % depth
-CONTINUES = {"4": len(STAGES), "5": len(STAGES) + 1, "6": len(STAGES5), "7": len(STAGES6)}  # recipes that start from a shipped model: stages already run
+           "7": (STAGES7, MIX), "8": (STAGES8, MIX)}
+STAGE_MIX = {"D": MIX4, "T": MIX5T, "E": MIX5E, "U": MIX6U, "F": MIX6F, "V": MIX7V, "G": MIX7G, "W": MIX7G}  # a stage's own mix, where it has one (else the recipe's)
+SHALLOW_SHARE = {"T": 1 / 3, "E": 1 / 3, "U": 1 / 3, "F": 1 / 3, "V": 1 / 3, "G": 1 / 3, "W": 1 / 3}  # a stage's share of passkey rows with the needle at 2-40 % depth
+CONTINUES = {"4": len(STAGES), "5": len(STAGES) + 1, "6": len(STAGES5), "7": len(STAGES6), "8": len(STAGES7)}  # recipes that start from a shipped model: stages already run
 
 
 def build_config():
@@ -513,11 +520,12 @@ def main():
                          "4: attempt 2's weights (--init-from) and a stage D at L 2048; "
                          "5: attempt 4's weights (--init-from), text induction at L 512 (T), then L 2048 (E); "
                          "6: attempt 5's weights (--init-from), far text induction at L 1024 (U), then L 2048 (F); "
-                         "7: attempt 6's weights (--init-from), one far text repeat per row at L 1024 (V), then L 2048 (G)")
+                         "7: attempt 6's weights (--init-from), one far text repeat per row at L 1024 (V), then L 2048 (G); "
+                         "8: attempt 7's weights (--init-from), stage V's and G's rows on alternate steps (W)")
     ap.add_argument("--init-from", default="models/tiny-mla-recall",
-                    help="recipes 4-7: the model directory (attempt 2's, 4's, 5's, 6's) whose weights, log and events it continues")
+                    help="recipes 4-8: the model directory (attempt 2's, 4's, 5's, 6's, 7's) whose weights, log and events it continues")
     ap.add_argument("--copy-weight", type=float, default=None,
-                    help="weight of a text-span repeat's bytes (default 3.0 in recipes 4-7, else 1.0)")
+                    help="weight of a text-span repeat's bytes (default 3.0 in recipes 4-8, else 1.0)")
     ap.add_argument("--stage-steps", default="", help="override the stages' step counts, e.g. 1200,250,100")
     ap.add_argument("--finish-only", action="store_true", help="write the shipped model and card from the state")
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
@@ -593,7 +601,10 @@ def main():
             lr_now = lr_at(step, steps, lr * (0.5 if (name == "A" and st["recipe_a2"]) else 1.0), warmup)
             for g in opt.param_groups:
                 g["lr"] = lr_now
-            x, w, row_kinds = make_batch(train_text, rng, batch, seq_len, mix, args.answer_weight,
+            step_len, step_batch = seq_len, batch
+            if name in ALTERNATE and step % 2 == 0:
+                step_len, step_batch, mix = ALTERNATE[name]
+            x, w, row_kinds = make_batch(train_text, rng, step_batch, step_len, mix, args.answer_weight,
                                          repeat_only=(name == "A" and st["recipe_a2"]), copy_weight=args.copy_weight,
                                          shallow_share=SHALLOW_SHARE.get(name, 0.0))
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
@@ -613,7 +624,7 @@ def main():
             ratios = tracker.update(0.001)
             st["step"] += 1
             st["global_step"] += 1
-            st["tokens"] += batch * seq_len
+            st["tokens"] += step_batch * step_len
             st["wall_s"] = time.time() - t_start
             row = {"stage": name, "recipe": "A2" if (name == "A" and st["recipe_a2"]) else name,
                    "step": st["global_step"], "tokens": st["tokens"], "wall_s": round(st["wall_s"], 1),
@@ -786,7 +797,9 @@ def write_card(out, cfg, args, st, res, heads, stats):
          if args.recipe in ("6", "7") else "")
       + ("; one far text repeat (recipe 7: a 96-256 byte text span at 5-35 % of the row and its one repeat 300-800"
          f" bytes after it, the repeat a target, the rest weighing {FAR_GAP_WEIGHT}); in stages V and G a third of the"
-         " needles at 2-40 % depth" if args.recipe == "7" else "") + ".")
+         " needles at 2-40 % depth" if args.recipe in ("7", "8") else "")
+      + ("; stage W (recipe 8) runs stage V's rows at L 1024 on its even steps and stage G's at L 2048 on its odd"
+         " steps" if args.recipe == "8" else "") + ".")
     a(f"- Recipe {args.recipe}. Stages: " + "; ".join(f"{s[0]}: L {s[1]}, batch {s[2]}, {s[3]} steps, lr {s[4]}, "
                                                   f"warm-up {s[5]}" for s in args.stages) + ".")
     a(f"  Mix {args.mix}" + "".join(f"; stage {k}: {v}" for k, v in STAGE_MIX.items() if k in [t[0] for t in args.stages])
