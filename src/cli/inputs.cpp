@@ -302,7 +302,7 @@ LayerWeights load_checked_layer(const Checkpoint& ckpt, int64_t layer, bool inpu
 std::vector<PolicySettings> read_policies(const Args& a) {
   std::vector<PolicySettings> out = parse_policy_list(a.has("policy") ? a.str("policy") : "all");
   for (PolicySettings& s : out) {
-    const std::vector<std::string> keys = policy_setting_keys(s.kind);
+    const std::vector<std::string> keys = policy_setting_keys(s);
     for (const std::string key : {"sinks", "recent", "seed"}) {
       const std::string flag = key == "seed" ? "policy-seed" : key;
       if (a.has(flag) && std::find(keys.begin(), keys.end(), key) != keys.end())

@@ -55,12 +55,12 @@ double count_runs(const ModelConfig& cfg, const EvalOptions& opt, EvalCost& c) {
   const int64_t P = opt.prompt_len, N = opt.steps;
   double attended_keys = 0;
   for (const PolicySettings& s : opt.policies) {
-    if (s.kind == PolicyKind::Full) continue;
+    if (policy_is_full_cache(s)) continue;
     for (const int64_t K : opt.budgets) {
       for (int64_t i = 0; i < N; ++i)
         attended_keys += opt.compress == Compression::Prefill ? static_cast<double>(std::min(P, K) + i + 1)
                                                               : static_cast<double>(std::min(P + i + 1, K + 1));
-      if (s.kind == PolicyKind::Oracle)  // its own full attention at every step
+      if (policy_needs_full_attention(s))  // its own full attention at every step
         c.run_keys += static_cast<double>(N) * static_cast<double>(P) + static_cast<double>(N) * static_cast<double>(N + 1) / 2;
       c.window_keys += window_key_count(P, policy_observation_window(s));
       c.run_layers += 1;
@@ -243,7 +243,7 @@ void policy_trial(const ModelConfig& cfg, const EvalOptions& opt, int threads, E
   for (int64_t i = 0; i < n * P; ++i) head_mass[idx(i)] = static_cast<double>((i * 7919) % 1009);
   const auto t0 = Clock::now();
   for (const PolicySettings& s : opt.policies) {
-    if (s.kind == PolicyKind::Full) continue;
+    if (policy_is_full_cache(s)) continue;
     managers.push_back(make_cache_manager(s, layer_budget(s, K, 0, cfg.attention.num_hidden_layers, P), ctx));
     std::vector<std::vector<double>> window;  // alive until prefill() returns
     for (int64_t q = P - std::min(managers.back()->observation_window(), P); q < P; ++q) {
