@@ -11,20 +11,19 @@
 
 #include "mla/checkpoint.hpp"
 #include "mla/config.hpp"
+#include "mla/precision.hpp"
 #include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla {
 
 enum class Mask { Causal, None };       // causal: key t visible to query s iff t <= s
-enum class Precision { FP32, BF16 };    // bf16 = PyTorch bf16 eager rounding (docs/math.md §7)
 enum class BackendKind { Auto, Reference, Cpu, Cuda };
 // The cpu backend's GEMM engine for the projections (docs/cpu-gemm.md): auto = oneDNN where it
 // has a brgemm kernel for the precision on this CPU, else Eigen (+ OpenBLAS sgemm).
 enum class Gemm { Auto, Eigen, OneDnn };
 
 const char* mask_name(Mask m);            // "causal" | "none"
-const char* precision_name(Precision p);  // "fp32" | "bf16"
 const char* backend_name(BackendKind b);  // "auto" | "reference" | "cpu" | "cuda"
 const char* gemm_name(Gemm g);            // "auto" | "eigen" | "onednn"
 // What --gemm auto runs on this machine, per precision, e.g.

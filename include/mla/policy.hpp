@@ -1,7 +1,7 @@
 // mla/policy.hpp — KV-cache eviction policies on one layer's MLA latent cache, independent of
 // how the attention is computed (docs/decode.md §2 gives every definition and its source). One
-// file per policy in src/policies/, each opening with its score equation, source and settings;
-// src/policies/registry.cpp lists them.
+// file per preset in src/policies/, each opening with its score equation, source and settings;
+// src/policies/registry.def lists them, and everything asked of a policy is answered by its entry.
 //
 // One CacheManager per (policy, settings, budget) and layer. It is told what the attention
 // did and answers which tokens the next query attends over:
@@ -40,24 +40,19 @@
 
 namespace mla {
 
-enum class PolicyKind {
-  Full, H2O, H2ONormalized, Tova, Streaming, SnapKV, PyramidKV, Knorm, ExpectedAttention, Scissorhands, ValueAware,
-  KeyDiff, Random, Oracle
-};
 // How per-head scores become one score per token (the latent is shared by all heads, so a
 // token is kept or evicted for every head at once): sum over heads (H2O, TOVA as MLA engines
 // share one decision), max (a token one head needs is kept), mean (kvpress's group mean).
 enum class HeadAggregation { Sum, Max, Mean };
 enum class Pooling { None, Max, Avg };
 
-const char* policy_kind_name(PolicyKind k);    // "full", "h2o", ..., "oracle"
 const char* head_aggregation_name(HeadAggregation a);  // "sum" | "max" | "mean"
 
 // One policy at its settings. Presets (policy_preset) hold each paper's defaults; a setting
-// that is not used by the policy's kind is ignored (parse_policy_list rejects it).
+// that is not used by the policy is ignored (parse_policy_list rejects it). The preset names the
+// registry entry that answers every question below (Error(InvalidArgument) for an unknown one).
 struct PolicySettings {
-  PolicyKind kind = PolicyKind::Full;
-  std::string preset;          // the preset it started from: "h2o", "snapkv-maxpool", ...
+  std::string preset = "full";  // the preset it started from: "h2o", "snapkv-maxpool", ...
   std::string label;           // its name in outputs: the preset, then ":key=value,..." for every
                                // setting given on the command line
   int64_t sinks = 0;           // positions [0, sinks) never evicted
@@ -74,14 +69,17 @@ struct PolicySettings {
   uint64_t seed = 0;           // random
 };
 
-// The presets, in the order `--policy all` runs them:
+// The presets, in the order `--policy all` runs them (src/policies/registry.def):
 //   full, h2o, h2o-normalized, tova, streaming, snapkv, snapkv-maxpool, pyramidkv, knorm,
 //   expected-attention, scissorhands, value-aware, keydiff, random, oracle
 const std::vector<std::string>& policy_preset_names();
 // Error(InvalidArgument) naming the unknown policy and listing the presets.
 PolicySettings policy_preset(std::string_view name);
-// The settings `key=value` accepted by a kind (e.g. {"sinks", "recent", "heads"} for h2o).
-std::vector<std::string> policy_setting_keys(PolicyKind k);
+// The policy a preset is a setting of, as reports name it: the preset itself, but "snapkv" for
+// snapkv-maxpool.
+const char* policy_kind_name(const PolicySettings& s);
+// The settings `key=value` accepted by its policy (e.g. {"sinks", "recent", "heads"} for h2o).
+std::vector<std::string> policy_setting_keys(const PolicySettings& s);
 // The largest integer setting (18 digits): a sum of two settings never overflows 64 bits.
 inline constexpr int64_t kPolicySettingMax = 999'999'999'999'999'999;
 // Applies one `key=value` (Error(InvalidArgument) for an unknown key or a bad value: an integer
@@ -100,13 +98,15 @@ void check_budgets_and_policies(const std::vector<int64_t>& budgets, const std::
 // The tokens a policy protects at budget K: sinks + recent (recent_tokens), or sinks + window.
 int64_t recent_tokens(const PolicySettings& s, int64_t budget);
 int64_t protected_tokens(const PolicySettings& s, int64_t budget);
-bool policy_window_is_recent(PolicyKind k);  // snapkv, pyramidkv: the window is the recent set
-bool policy_protects_nothing(PolicyKind k);  // full, oracle
+bool policy_window_is_recent(const PolicySettings& s);  // snapkv, pyramidkv: the window is the recent set
+bool policy_protects_nothing(const PolicySettings& s);  // full, oracle
 // full: nothing is evicted. It is the reference every run is measured against, computed once
 // whatever the budgets, and not a run of its own.
-bool policy_is_full_cache(PolicyKind k);
+bool policy_is_full_cache(const PolicySettings& s);
 // pyramidkv: its budget differs by layer (layer_budget), so it is checked with the layer.
-bool policy_budget_depends_on_layer(PolicyKind k);
+bool policy_budget_depends_on_layer(const PolicySettings& s);
+// oracle: each decode step also needs the query's attention over every token (begin_step's full_probs).
+bool policy_needs_full_attention(const PolicySettings& s);
 // Error(InvalidArgument) unless `layer_budget` (K on most policies; pyramidkv's on this layer,
 // asked as K) holds more than the tokens `s` never evicts.
 void check_budget_holds(const PolicySettings& s, int64_t budget, int64_t layer_budget);
@@ -201,7 +201,7 @@ class CacheManager {
   void read_prompt(std::span<const double> head_mass, const std::function<std::span<const double>(int64_t q)>& probs_of);
 
   // Decode step at position x (x = P, P+1, ... in order): x joins; the cache it attends over.
-  virtual bool needs_full_attention() const { return false; }
+  bool needs_full_attention() const { return needs_full_attention_; }  // policy_needs_full_attention
   // full_probs: [n, x+1], the attention of x over every token (only if needs_full_attention()).
   virtual std::span<const int64_t> begin_step(int64_t x, std::span<const double> full_probs = {});
   // probs: [n, |begin_step|], the attention over that cache. Evicts down to <= K and returns
@@ -236,6 +236,9 @@ class CacheManager {
   int64_t x_ = -1;                 // the latest query position seen (P - 1 after the prefill)
   int64_t protect_recent_ = 1;     // recent window at this budget
   std::vector<int64_t> cache_;     // ascending
+
+ private:
+  bool needs_full_attention_ = false;
 };
 
 // Error(InvalidArgument) when the budget cannot hold what the policy protects.

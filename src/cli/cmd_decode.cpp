@@ -108,7 +108,7 @@ void write_decode_tensors(const std::string& path, const DecodeInputs& in, int64
   add("prefill_scores", {static_cast<int64_t>(prefill_scores.size())}, prefill_scores);
   add("attn_output.full", r.full_output.shape, r.full_output.data);
   for (const PolicyTrace& t : r.traces)
-    if (!policy_is_full_cache(t.policy.kind))
+    if (!policy_is_full_cache(t.policy))
       add("attn_output." + t.policy.label + ".K" + std::to_string(t.budget), t.attn_output.shape, t.attn_output.data);
   write_safetensors(path, tensors, meta);
 }

@@ -16,6 +16,8 @@
 #include "mla/random.hpp"
 #include "mla/regular_file.hpp"
 #include "mla/safetensors.hpp"
+#include "src/cpu/cpu_kernels.hpp"
+#include "src/cpu/cpu_stages.hpp"
 
 namespace mla::cli {
 
@@ -195,22 +197,10 @@ void input_rms_norm(TensorF& x, const TensorF& weight, double eps, Precision pre
   if (weight.numel() != H)
     fail(ErrorKind::Shape, "input_layernorm has " + std::to_string(weight.numel()) + " values, expected hidden_size " +
                                std::to_string(H));
-  const bool bf16 = precision == Precision::BF16;
-  const float eps32 = static_cast<float>(eps);
-  for (int64_t s = 0; s < S; ++s) {
-    float* row = x.ptr() + s * H;  // [H]
-    if (bf16)
-      for (int64_t j = 0; j < H; ++j) row[j] = round_to_bf16(row[j]);  // the bf16 hidden_states tensor
-    double sum_sq = 0.0;
-    for (int64_t j = 0; j < H; ++j) sum_sq += static_cast<double>(row[j]) * static_cast<double>(row[j]);
-    const float var = static_cast<float>(sum_sq / static_cast<double>(H));
-    const float r = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var + eps32)));
-    for (int64_t j = 0; j < H; ++j) {
-      const float normed = row[j] * r;  // fp32(x * r)
-      const float w = weight.data[static_cast<size_t>(j)];
-      row[j] = bf16 ? round_to_bf16(round_to_bf16(w) * round_to_bf16(normed)) : w * normed;
-    }
-  }
+  for (float& v : x.data) v = cpu::rounded(precision, v);  // the hidden_states tensor in the run's precision
+  // the CPU kernel's RMSNorm (the same equation), in place: each value is read before it is written
+  cpu::rms_norm(x.ptr(), H, S, H, cpu::prepare_vector(weight, precision).data(), static_cast<float>(eps), precision,
+                x.ptr(), H);
 }
 
 namespace {
@@ -302,7 +292,7 @@ LayerWeights load_checked_layer(const Checkpoint& ckpt, int64_t layer, bool inpu
 std::vector<PolicySettings> read_policies(const Args& a) {
   std::vector<PolicySettings> out = parse_policy_list(a.has("policy") ? a.str("policy") : "all");
   for (PolicySettings& s : out) {
-    const std::vector<std::string> keys = policy_setting_keys(s.kind);
+    const std::vector<std::string> keys = policy_setting_keys(s);
     for (const std::string key : {"sinks", "recent", "seed"}) {
       const std::string flag = key == "seed" ? "policy-seed" : key;
       if (a.has(flag) && std::find(keys.begin(), keys.end(), key) != keys.end())

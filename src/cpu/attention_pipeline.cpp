@@ -26,7 +26,7 @@ PrecisionMatrix project_chunks(const Layer& L, int64_t T, const InputRows& input
   const AttentionConfig& cfg = L.cfg;
   const int64_t r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim;
   const int64_t latent_width = cfg.has_q_lora() ? cfg.q_lora_rank : cfg.num_attention_heads * cfg.qk_head_dim();
-  PrecisionMatrix q_store(T, latent_width, L.bf16());
+  PrecisionMatrix q_store(T, latent_width, L.precision);
   for (int64_t r0 = 0; r0 < T; r0 += kRowChunk) {
     const int64_t rows = std::min(kRowChunk, T - r0);
     const MatrixRM x = stage("q_path", [&] {  // (with the input rows it reads: the first stage)
@@ -64,7 +64,7 @@ PrecisionMatrix attend_passes(const Layer& L, const PrecisionMatrix& q_store, in
                               const StageRunner& stage) {
   const int64_t n = L.cfg.num_attention_heads, d_v = L.cfg.v_head_dim;
   const bool context = static_cast<bool>(plugs.output);
-  PrecisionMatrix attn_context(context ? A : 0, n * d_v, L.bf16());
+  PrecisionMatrix attn_context(context ? A : 0, n * d_v, L.precision);
   const int64_t pass = plugs.pass_rows > 0 ? plugs.pass_rows : query_pass_rows(A);
   for (int64_t r0 = 0; r0 < A; r0 += pass) {
     const int64_t rows = std::min(pass, A - r0);
@@ -144,7 +144,7 @@ void keep_query_rows(const MatrixRM& q, int64_t r0, int64_t first, MatrixRM& kep
 }
 
 KeptQueries::KeptQueries(int64_t first, int64_t end, int64_t n, int64_t d_qk, Precision precision)
-    : first_(first), n_(n), d_qk_(d_qk), rows_(std::max<int64_t>(end - first, 0), n * d_qk, precision == Precision::BF16) {}
+    : first_(first), n_(n), d_qk_(d_qk), rows_(std::max<int64_t>(end - first, 0), n * d_qk, precision) {}
 
 void KeptQueries::keep(const MatrixRM& q, int64_t r0, int threads) {
   const int64_t s0 = std::max(r0, first_), s1 = std::min(r0 + q.rows(), first_ + rows_.rows());
@@ -156,7 +156,7 @@ QueryStatistics KeptQueries::statistics(const AttentionConfig& cfg, const std::v
       cfg,
       [&](int64_t s, int64_t h, float* out) {  // head h of row s, widened exactly
         const int64_t at = (s - first_) * n_ * d_qk_ + h * d_qk_;
-        if (rows_.bf16()) {
+        if (rows_.precision() == Precision::BF16) {
           for (int64_t d = 0; d < d_qk_; ++d) out[d] = bf16::from_bits(rows_.bits()[at + d]).to_float();
         } else {
           std::copy_n(rows_.values() + at, d_qk_, out);
@@ -170,7 +170,7 @@ QueryStatistics KeptQueries::statistics(const AttentionConfig& cfg, const std::v
 StreamedAttention::StreamedAttention(const Layer& L, int64_t key_rows, bool causal)
     : L_(L),
       states_(key_rows, L.cfg.num_attention_heads, L.cfg.qk_nope_head_dim, L.cfg.qk_rope_head_dim, L.cfg.v_head_dim,
-              L.bf16()),
+              L.precision),
       causal_(causal) {}
 
 void StreamedAttention::plug(AttentionPlugs& plugs) {
@@ -178,7 +178,7 @@ void StreamedAttention::plug(AttentionPlugs& plugs) {
     store(r0, rows, kvp, k_pe_roped);
   };
   plugs.attend = [this](const MatrixRM& q, int64_t r0, MatrixRM& ctx) { attend(q, r0, ctx); };
-  plugs.attended = [this] { states_ = KeyValueStates(0, 0, 0, 0, 0, false); };  // a lower peak
+  plugs.attended = [this] { states_ = KeyValueStates(0, 0, 0, 0, 0, Precision::FP32); };  // a lower peak
 }
 
 // the rows of [r0, r0 + rows) below key_rows, into the states (the run's precision: exact)
@@ -206,7 +206,7 @@ void StreamedAttention::attend(const MatrixRM& q, int64_t r0, MatrixRM& ctx) {
     block_progress = [&](int64_t done, int64_t) {
       progress(progress_label, (pairs_before_ + done) * flop_per_pair, total_pairs * flop_per_pair);
     };
-  streaming_attention(q.data(), n * d_qk, states_, causal_, scaling, L_.bf16(), L_.threads, L_.w.attention_products,
+  streaming_attention(q.data(), n * d_qk, states_, causal_, scaling, L_.precision, L_.threads, L_.w.attention_products,
                       block_progress,
                       {context ? ctx.data() : nullptr, context ? n * d_v : 0, head_mass, attn_weights}, {r0, r0 + rows});
   pairs_before_ += streaming_pairs(P, n, causal_, {r0, r0 + rows});

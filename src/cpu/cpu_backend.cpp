@@ -64,18 +64,20 @@ namespace {
 // A validated projection weight (mla/validate.hpp) prepared once for the GEMM engine, with its
 // bias when it has one (bf16 rounding in bf16 mode); null for an absent (empty) weight.
 std::unique_ptr<PreparedLinear> prepare_linear(GemmEngine& engine, const TensorF& t, const char* name,
-                                               const TensorF& bias, bool bf16, int threads) {
+                                               const TensorF& bias, Precision precision, int threads) {
   if (t.empty()) return nullptr;
-  return engine.prepare({name, t.ptr(), t.dim(0), t.dim(1), bias.empty() ? nullptr : bias.ptr()}, bf16, threads);
-}
-
-std::vector<float> prepare_vector(const TensorF& t, bool bf16) {
-  std::vector<float> v = t.data;
-  if (bf16) round_to_bf16_inplace(v.data(), static_cast<int64_t>(v.size()));
-  return v;
+  // gemm_engine.hpp's prepare still takes a bool (left to its owner; docs/backends.md §8)
+  return engine.prepare({name, t.ptr(), t.dim(0), t.dim(1), bias.empty() ? nullptr : bias.ptr()},
+                        precision == Precision::BF16, threads);
 }
 
 }  // namespace
+
+std::vector<float> prepare_vector(const TensorF& t, Precision precision) {
+  std::vector<float> v = t.data;
+  round_inplace(precision, v.data(), static_cast<int64_t>(v.size()));
+  return v;
+}
 
 // ---- the stages (cpu_stages.hpp) ------------------------------------------------------------
 
@@ -89,22 +91,21 @@ PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& 
 PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& requested, const std::string& reason,
                                    const AttentionConfig& /*cfg: validated against*/, const LayerWeights& w,
                                    Precision precision, int threads) {
-  const bool bf16 = precision == Precision::BF16;
   const TensorF none;  // q_b_proj, q_proj and kv_b_proj have no bias (HF)
   PreparedWeights p;
-  p.q_a_proj = prepare_linear(engine, w.q_a_proj, "q_a_proj", w.q_a_proj_bias, bf16, threads);
-  p.q_a_layernorm = prepare_vector(w.q_a_layernorm, bf16);
-  p.q_b_proj = prepare_linear(engine, w.q_b_proj, "q_b_proj", none, bf16, threads);
-  p.q_proj = prepare_linear(engine, w.q_proj, "q_proj", none, bf16, threads);
+  p.q_a_proj = prepare_linear(engine, w.q_a_proj, "q_a_proj", w.q_a_proj_bias, precision, threads);
+  p.q_a_layernorm = prepare_vector(w.q_a_layernorm, precision);
+  p.q_b_proj = prepare_linear(engine, w.q_b_proj, "q_b_proj", none, precision, threads);
+  p.q_proj = prepare_linear(engine, w.q_proj, "q_proj", none, precision, threads);
   p.kv_a_proj_with_mqa =
-      prepare_linear(engine, w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", w.kv_a_proj_with_mqa_bias, bf16, threads);
-  p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, bf16);
-  p.kv_b_proj = prepare_linear(engine, w.kv_b_proj, "kv_b_proj", none, bf16, threads);
-  p.o_proj = prepare_linear(engine, w.o_proj, "o_proj", w.o_proj_bias, bf16, threads);
+      prepare_linear(engine, w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", w.kv_a_proj_with_mqa_bias, precision, threads);
+  p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, precision);
+  p.kv_b_proj = prepare_linear(engine, w.kv_b_proj, "kv_b_proj", none, precision, threads);
+  p.o_proj = prepare_linear(engine, w.o_proj, "o_proj", w.o_proj_bias, precision, threads);
   p.gemm = {requested, engine.name(), p.kv_b_proj->kernel(), reason};
   if (engine.kind() == Gemm::OneDnn) {
     p.attention_products = Gemm::OneDnn;
-    p.attention_kernel = onednn_attention_kernel(bf16);
+    p.attention_kernel = onednn_attention_kernel(precision == Precision::BF16);
   }
   return p;
 }
@@ -112,7 +113,7 @@ PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& reques
 MatrixRM input_rows(const TensorF& hidden, int64_t row_begin, int64_t rows, Precision precision) {
   const int64_t H = hidden.dim(1);
   MatrixRM x = Eigen::Map<const MatrixRM>(hidden.ptr() + row_begin * H, rows, H);  // [rows, H]
-  if (precision == Precision::BF16) round_to_bf16_inplace(x.data(), x.size());
+  round_inplace(precision, x.data(), x.size());
   return x;
 }
 
@@ -127,7 +128,7 @@ MatrixRM q_latent(const Layer& L, const MatrixRM& x) {
   MatrixRM q_a;  // [S, r_q]
   w.q_a_proj->run(x, L.threads, q_a);
   MatrixRM q_a_normed(S, r_q);  // [S, r_q]
-  rms_norm(q_a.data(), r_q, S, r_q, w.q_a_layernorm.data(), L.latent_norm_eps, L.bf16(), q_a_normed.data(), r_q);
+  rms_norm(q_a.data(), r_q, S, r_q, w.q_a_layernorm.data(), L.latent_norm_eps, L.precision, q_a_normed.data(), r_q);
   return q_a_normed;
 }
 
@@ -144,7 +145,7 @@ KvPath kv_path(const Layer& L, const MatrixRM& x) {
   KvPath out;
   w.kv_a_proj_with_mqa->run(x, L.threads, out.compressed_kv);
   out.latent_normed.resize(S, r_kv);  // kv_a_layernorm reads the first r_kv columns (the latent)
-  rms_norm(out.compressed_kv.data(), r_kv + d_r, S, r_kv, w.kv_a_layernorm.data(), L.latent_norm_eps, L.bf16(),
+  rms_norm(out.compressed_kv.data(), r_kv + d_r, S, r_kv, w.kv_a_layernorm.data(), L.latent_norm_eps, L.precision,
            out.latent_normed.data(), r_kv);
   w.kv_b_proj->run(out.latent_normed, L.threads, out.kv);
   return out;
@@ -156,7 +157,7 @@ namespace {
 // (DeepseekV3's `.to(x.dtype)`; DeepseekV2 multiplies by its fp32 freqs_cis unrounded).
 RopeTables run_rope_tables(const Layer& L, const std::vector<int64_t>& positions) {
   RopeTables tables = rope_tables(L.cfg, positions);
-  if (L.bf16() && L.cfg.rope_style() != RopeStyle::Complex) {
+  if (L.precision == Precision::BF16 && L.cfg.rope_style() != RopeStyle::Complex) {
     round_to_bf16_inplace(tables.cos.data(), static_cast<int64_t>(tables.cos.size()));
     round_to_bf16_inplace(tables.sin.data(), static_cast<int64_t>(tables.sin.size()));
   }
@@ -178,7 +179,7 @@ void rope_query(const Layer& L, const std::vector<int64_t>& positions, MatrixRM&
     for (int64_t h = 0; h < n; ++h) {
       float* q_rope_half = q.data() + s * n * d_qk + h * d_qk + d_n;
       std::copy_n(q_rope_half, d_r, q_pe_s);
-      cpu::rope(q_pe_s, q_rope_half, cos, sin, d_r, cfg.rope_style(), L.bf16());
+      cpu::rope(q_pe_s, q_rope_half, cos, sin, d_r, cfg.rope_style(), L.precision);
     }
   });
 }
@@ -190,7 +191,7 @@ MatrixRM rope_key(const Layer& L, const std::vector<int64_t>& positions, const M
   MatrixRM k_pe_roped(S, d_r);  // [S, d_r]  one roped key per token, shared by all heads
   parallel_for(S, L.threads, [&](int64_t s, int) {
     cpu::rope(compressed_kv.data() + s * (r_kv + d_r) + r_kv, k_pe_roped.data() + s * d_r, tables.cos.data() + s * d_r,
-              tables.sin.data() + s * d_r, d_r, cfg.rope_style(), L.bf16());
+              tables.sin.data() + s * d_r, d_r, cfg.rope_style(), L.precision);
   });
   return k_pe_roped;
 }

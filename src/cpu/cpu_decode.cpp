@@ -73,19 +73,19 @@ const char* dot_kernel() {
   return "sse2";
 }
 
-MatrixRM to_matrix(const double* src, int64_t rows, int64_t cols, bool bf16) {
+// fp32 (or bf16) values held in double, copied exactly
+MatrixRM to_matrix(const double* src, int64_t rows, int64_t cols) {
   MatrixRM m(rows, cols);
   for (int64_t i = 0; i < rows * cols; ++i) m.data()[i] = static_cast<float>(src[i]);
-  if (bf16) cpu::round_to_bf16_inplace(m.data(), m.size());
   return m;
 }
 
-MatrixRM weight_matrix(const TensorF& t, const char* name, int64_t rows, int64_t cols, bool bf16) {
+MatrixRM weight_matrix(const TensorF& t, const char* name, int64_t rows, int64_t cols, Precision precision) {
   if (t.shape != std::vector<int64_t>{rows, cols} || static_cast<int64_t>(t.data.size()) != rows * cols)
     fail(ErrorKind::Shape, std::string("cpu decode: weight ") + name + " has shape " + shape_string(t.shape) +
                                ", expected " + shape_string({rows, cols}));
   MatrixRM m = Eigen::Map<const MatrixRM>(t.ptr(), rows, cols);
-  if (bf16) cpu::round_to_bf16_inplace(m.data(), m.size());
+  cpu::round_inplace(precision, m.data(), m.size());
   return m;
 }
 
@@ -93,7 +93,7 @@ class CpuDecodeKernel final : public DecodeKernel {
  public:
   CpuDecodeKernel(const AttentionConfig& cfg, const LayerWeights& w, const DecodeInputs& in, const DecodeKernelSpec& spec)
       : absorbed_(spec.attention == DecodeAttention::Absorbed),
-        bf16_(spec.precision == Precision::BF16),
+        precision_(spec.precision),
         threads_(cpu::resolve_threads(spec.threads)),
         n_(cfg.num_attention_heads),
         r_kv_(cfg.kv_lora_rank),
@@ -109,14 +109,14 @@ class CpuDecodeKernel final : public DecodeKernel {
         in.query_states.shape != std::vector<int64_t>{n_, Q, d_qk})
       fail(ErrorKind::Shape, "cpu decode: inputs have latent cache " + shape_string(in.latent_cache.shape) +
                                  " and queries " + shape_string(in.query_states.shape) + " for the config");
-    kv_b_ = weight_matrix(w.kv_b_proj, "kv_b_proj", n_ * w_head, r_kv_, bf16_);
-    o_proj_ = weight_matrix(w.o_proj, "o_proj", H_, n_ * d_v_, bf16_);
+    kv_b_ = weight_matrix(w.kv_b_proj, "kv_b_proj", n_ * w_head, r_kv_, precision_);
+    o_proj_ = weight_matrix(w.o_proj, "o_proj", H_, n_ * d_v_, precision_);
     if (!w.o_proj_bias.empty()) {
       o_bias_ = w.o_proj_bias.data;
-      if (bf16_) cpu::round_to_bf16_inplace(o_bias_.data(), static_cast<int64_t>(o_bias_.size()));
+      cpu::round_inplace(precision_, o_bias_.data(), static_cast<int64_t>(o_bias_.size()));
     }
     // The inputs are fp32 / bf16 values already; to_matrix copies them exactly.
-    cache_ = to_matrix(in.latent_cache.ptr(), T_, r_kv_ + d_r_, false);  // [T, r_kv + d_r]
+    cache_ = to_matrix(in.latent_cache.ptr(), T_, r_kv_ + d_r_);  // [T, r_kv + d_r]
     queries_.resize(n_ * Q, d_qk);                                         // [n*Q, d_qk] head-major
     for (int64_t i = 0; i < n_ * Q * d_qk; ++i) queries_.data()[i] = static_cast<float>(in.query_states.data[idx(i)]);
     if (absorbed_) {
@@ -136,7 +136,7 @@ class CpuDecodeKernel final : public DecodeKernel {
           float* out = qc_.data() + q * qc_.cols() + h * width;
           for (int64_t c = 0; c < r_kv_; ++c) {
             const float v = dot_fixed(q_row, w_uk_t.data() + (h * r_kv_ + c) * d_n_, d_n_);
-            out[c] = bf16_ ? round_to_bf16(v) : v;
+            out[c] = cpu::rounded(precision_, v);
           }
           std::copy_n(q_row + d_n_, d_r_, out + r_kv_);
         }
@@ -145,7 +145,7 @@ class CpuDecodeKernel final : public DecodeKernel {
     } else {
       // kv [T, n*(d_n+d_v)] = kv_b_proj(latent), HF's k_nope | v of every head (bf16: rounded)
       const MatrixRM latent = cache_.leftCols(r_kv_);
-      cpu::linear(latent, kv_b_, nullptr, bf16_, threads_, kv_);
+      cpu::linear(latent, kv_b_, nullptr, precision_, threads_, kv_);
     }
     context_.assign(idx(spec.slots), MatrixRM::Zero(spec.rows, n_ * d_v_));
     step_slots_.clear();
@@ -154,7 +154,7 @@ class CpuDecodeKernel final : public DecodeKernel {
   int64_t heads() const override { return n_; }
 
   std::string description() const override {
-    std::string d = std::string("cpu, ") + (absorbed_ ? "absorbed" : "naive") + " (" + precision_name(bf16_ ? Precision::BF16 : Precision::FP32) +
+    std::string d = std::string("cpu, ") + (absorbed_ ? "absorbed" : "naive") + " (" + precision_name(precision_) +
                     "): logits and per-slot contexts in Eigen products";
     if (absorbed_) d += std::string(", W_UV one row at a time (fixed-order dot, ") + dot_kernel() + ")";
     return d + ", o_proj per slot; " + std::to_string(threads_) + (threads_ == 1 ? " thread" : " threads");
@@ -182,10 +182,7 @@ class CpuDecodeKernel final : public DecodeKernel {
       Eigen::VectorXf dot = k_nope * Eigen::Map<const Eigen::VectorXf>(qh, d_n_) +
                             k_pe * Eigen::Map<const Eigen::VectorXf>(qh + d_n_, d_r_);
       for (int64_t t = 0; t <= x; ++t) {
-        float v = dot[t];
-        if (bf16_) v = round_to_bf16(round_to_bf16(v) * scale_);
-        else v *= scale_;
-        logits_(h, t) = v;
+        logits_(h, t) = cpu::rounded(precision_, cpu::rounded(precision_, dot[t]) * scale_);
       }
     }
   }
@@ -204,7 +201,7 @@ class CpuDecodeKernel final : public DecodeKernel {
       }
       for (int64_t j = 0; j < m; ++j) {
         float v = static_cast<float>(p(h, j) / sum);
-        if (bf16_ && !absorbed_) v = round_to_bf16(v);  // HF: the fp32 softmax result -> bf16
+        if (!absorbed_) v = cpu::rounded(precision_, v);  // HF: the fp32 softmax result -> bf16
         p(h, j) = v;
         probs[idx(h * m + j)] = v;
       }
@@ -221,7 +218,7 @@ class CpuDecodeKernel final : public DecodeKernel {
         for (int64_t j = 0; j < m; ++j) gathered_.row(j) = cache_.row(cache[idx(j)]).head(r_kv_);
         ctx.noalias() = p * gathered_;
       }
-      if (bf16_) cpu::round_to_bf16_inplace(ctx.data(), ctx.size());
+      cpu::round_inplace(precision_, ctx.data(), ctx.size());
       step_context_.row(static_cast<int64_t>(step_slots_.size())) = Eigen::Map<const Eigen::RowVectorXf>(ctx.data(), ctx.size());
       step_slots_.push_back({slot, row});
       return;
@@ -233,7 +230,7 @@ class CpuDecodeKernel final : public DecodeKernel {
       Eigen::VectorXf acc = Eigen::VectorXf::Zero(d_v_);
       for (int64_t j = 0; j < m; ++j)
         acc += p(h, j) * Eigen::Map<const Eigen::VectorXf>(kv_.data() + cache[idx(j)] * kv_.cols() + h * w_head + d_n_, d_v_);
-      for (int64_t d = 0; d < d_v_; ++d) out[h * d_v_ + d] = bf16_ ? round_to_bf16(acc[d]) : acc[d];
+      for (int64_t d = 0; d < d_v_; ++d) out[h * d_v_ + d] = cpu::rounded(precision_, acc[d]);
     });
   }
 
@@ -246,9 +243,8 @@ class CpuDecodeKernel final : public DecodeKernel {
       for (int64_t d = 0; d < d_v_; ++d) {
         const float* w_uv = kv_b_.data() + (h * w_head + d_n_ + d) * r_kv_;  // row d of W_UV^h [r_kv]
         for (int64_t k = 0; k < runs; ++k) {
-          float v = dot_fixed(w_uv, step_context_.data() + k * n_ * r_kv_ + h * r_kv_, r_kv_);
-          if (bf16_) v = round_to_bf16(v);
-          context_[idx(step_slots_[idx(k)].first)](step_slots_[idx(k)].second, h * d_v_ + d) = v;
+          const float v = dot_fixed(w_uv, step_context_.data() + k * n_ * r_kv_ + h * r_kv_, r_kv_);
+          context_[idx(step_slots_[idx(k)].first)](step_slots_[idx(k)].second, h * d_v_ + d) = cpu::rounded(precision_, v);
         }
       }
     });
@@ -257,15 +253,16 @@ class CpuDecodeKernel final : public DecodeKernel {
 
   TensorD outputs(int64_t slot) override {
     MatrixRM out;  // [rows, H] = o_proj(attn_context)
-    cpu::linear(context_[idx(slot)], o_proj_, o_bias_.empty() ? nullptr : o_bias_.data(), bf16_, threads_, out);
+    cpu::linear(context_[idx(slot)], o_proj_, o_bias_.empty() ? nullptr : o_bias_.data(), precision_, threads_, out);
     TensorD t("attn_output", {out.rows(), out.cols()});
     for (int64_t i = 0; i < out.size(); ++i) t.data[idx(i)] = static_cast<double>(out.data()[i]);
-    check_attn_output_finite(t, bf16_ ? Precision::BF16 : Precision::FP32);
+    check_attn_output_finite(t, precision_);
     return t;
   }
 
  private:
-  bool absorbed_, bf16_;
+  bool absorbed_;
+  Precision precision_;
   int threads_;
   int64_t n_, r_kv_, d_n_, d_r_, d_v_, H_, T_, query_begin_;
   float scale_;

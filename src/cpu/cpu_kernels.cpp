@@ -78,13 +78,17 @@ const char* blas_description() { return "Eigen's own GEMM kernel (no BLAS)"; }
 
 void round_to_bf16_inplace(float* x, int64_t count) { vector_kernels().round_bf16(x, count); }
 
+void round_inplace(Precision p, float* x, int64_t count) {
+  if (p == Precision::BF16) round_to_bf16_inplace(x, count);
+}
+
 void round_to_bf16_block(float* x, int64_t rows, int64_t cols, int64_t ld) {
   for (int64_t r = 0; r < rows; ++r) round_to_bf16_inplace(x + r * ld, cols);
 }
 
 // ---- Linear ------------------------------------------------------------------------------
 
-void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, bool bf16, int threads,
+void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, Precision precision, int threads,
             MatrixRM& y) {
   const int64_t seq_len = x.rows(), out_features = weight.rows();
   y.resize(seq_len, out_features);
@@ -99,7 +103,7 @@ void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, bool b
     });
   }
   // epilogue: + bias, then one bf16 rounding of the output; rows split over the workers
-  if (bias == nullptr && !bf16) return;
+  if (bias == nullptr && precision == Precision::FP32) return;
   const int64_t row_slices = std::min<int64_t>(std::max(threads, 1), seq_len);
   parallel_for(row_slices, threads, [&](int64_t slice, int) {
     const int64_t begin = seq_len * slice / row_slices, end = seq_len * (slice + 1) / row_slices;
@@ -108,7 +112,7 @@ void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, bool b
       if (bias != nullptr) {
         for (int64_t o = 0; o < out_features; ++o) row[o] += bias[o];
       }
-      if (bf16) round_to_bf16_inplace(row, out_features);
+      round_inplace(precision, row, out_features);
     }
   });
 }
@@ -116,7 +120,7 @@ void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, bool b
 // ---- RMSNorm -------------------------------------------------------------------------------
 
 void rms_norm(const float* x, int64_t ld_x, int64_t rows, int64_t width, const float* weight,
-              float eps, bool bf16, float* out, int64_t ld_out) {
+              float eps, Precision precision, float* out, int64_t ld_out) {
   for (int64_t s = 0; s < rows; ++s) {
     const float* xs = x + s * ld_x;
     float* ys = out + s * ld_out;
@@ -128,25 +132,23 @@ void rms_norm(const float* x, int64_t ld_x, int64_t rows, int64_t width, const f
     const float inv_rms = static_cast<float>(1.0 / std::sqrt(static_cast<double>(variance + eps)));
     // pass 3: out = w * (x * inv_rms), rounded twice in bf16 mode
     for (int64_t i = 0; i < width; ++i) {
-      float normed = xs[i] * inv_rms;
-      if (bf16) normed = round_to_bf16(normed);
-      const float scaled = weight[i] * normed;
-      ys[i] = bf16 ? round_to_bf16(scaled) : scaled;
+      ys[i] = rounded(precision, weight[i] * rounded(precision, xs[i] * inv_rms));
     }
   }
 }
 
 // ---- RoPE ------------------------------------------------------------------------------------
 
-void rope(const float* x, float* out, const float* cos, const float* sin, int64_t d_r, RopeStyle style, bool bf16) {
+void rope(const float* x, float* out, const float* cos, const float* sin, int64_t d_r, RopeStyle style,
+          Precision precision) {
   const int64_t half = d_r / 2;
   if (style == RopeStyle::Complex) {
     for (int64_t j = 0; j < half; ++j) {
       const float a = x[2 * j], b = x[2 * j + 1], c = cos[j], s = sin[j];
       const float ac = a * c, bs = b * s, as = a * s, bc = b * c;  // four fp32 products, then one add each
       const float re = ac - bs, im = as + bc;
-      out[2 * j] = bf16 ? round_to_bf16(re) : re;
-      out[2 * j + 1] = bf16 ? round_to_bf16(im) : im;
+      out[2 * j] = rounded(precision, re);
+      out[2 * j + 1] = rounded(precision, im);
     }
     return;
   }
@@ -155,25 +157,21 @@ void rope(const float* x, float* out, const float* cos, const float* sin, int64_
   auto y = [&](int64_t i) { return !interleave ? x[i] : i < half ? x[2 * i] : x[2 * (i - half) + 1]; };
   for (int64_t i = 0; i < d_r; ++i) {
     const float rotated = i < half ? -y(half + i) : y(i - half);  // rotate_half(y)[i]
-    float t1 = y(i) * cos[i];
-    float t2 = rotated * sin[i];
-    if (bf16) {
-      t1 = round_to_bf16(t1);
-      t2 = round_to_bf16(t2);
-    }
-    const float sum = t1 + t2;
-    out[i] = bf16 ? round_to_bf16(sum) : sum;
+    const float t1 = rounded(precision, y(i) * cos[i]);
+    const float t2 = rounded(precision, rotated * sin[i]);
+    out[i] = rounded(precision, t1 + t2);
   }
 }
 
 // ---- attention of one head --------------------------------------------------------------------
 
-void block_softmax(const RowBlock& block, bool causal, float scaling, bool bf16, float* probs, int64_t ld_probs) {
+void block_softmax(const RowBlock& block, bool causal, float scaling, Precision precision, float* probs,
+                   int64_t ld_probs) {
   const VectorKernels& k = vector_kernels();
   for (int64_t i = 0; i < block.rows; ++i) {
     float* row = probs + i * ld_probs;
     const int64_t visible = causal ? block.row_begin + i + 1 : block.keys;
-    k.softmax_row(row, visible, block.keys, scaling, bf16, row, nullptr);
+    k.softmax_row(row, visible, block.keys, scaling, precision, row, nullptr);
   }
 }
 
@@ -186,18 +184,18 @@ void block_scores(const HeadViews& head, int64_t qk_head_dim, const RowBlock& bl
 }
 
 void block_scores_softmax(const HeadViews& head, int64_t qk_head_dim, const RowBlock& block, bool causal,
-                          float scaling, bool bf16, float* probs, int64_t ld_probs) {
+                          float scaling, Precision precision, float* probs, int64_t ld_probs) {
   block_scores(head, qk_head_dim, block, probs, ld_probs);
-  block_softmax(block, causal, scaling, bf16, probs, ld_probs);
+  block_softmax(block, causal, scaling, precision, probs, ld_probs);
 }
 
 void block_probs_value(const HeadViews& head, const float* probs, int64_t ld_probs, const RowBlock& block,
-                       int64_t v_head_dim, bool bf16, float* out, int64_t ld_out) {
+                       int64_t v_head_dim, Precision precision, float* out, int64_t ld_out) {
   const ConstStridedView value(head.value, block.keys, v_head_dim, Eigen::OuterStride<>(head.ld_value));
   const ConstStridedView p(probs, block.rows, block.keys, Eigen::OuterStride<>(ld_probs));
   StridedView o(out, block.rows, v_head_dim, Eigen::OuterStride<>(ld_out));
   o.noalias() = p * value;
-  if (bf16) round_to_bf16_block(out, block.rows, v_head_dim, ld_out);
+  if (precision == Precision::BF16) round_to_bf16_block(out, block.rows, v_head_dim, ld_out);
 }
 
 void block_column_sums(const float* probs, int64_t ld_probs, const RowBlock& block, bool causal,

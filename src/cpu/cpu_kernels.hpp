@@ -28,6 +28,8 @@
 
 #include <Eigen/Core>
 
+#include "mla/attention.hpp"
+#include "mla/bf16.hpp"
 #include "mla/config.hpp"
 
 namespace mla::cpu {
@@ -68,6 +70,10 @@ const char* blas_description();
 void round_to_bf16_inplace(float* x, int64_t count);
 // The same on a rows x cols block with row stride `ld`.
 void round_to_bf16_block(float* x, int64_t rows, int64_t cols, int64_t ld);
+// v as a run of precision p holds it: bf16(v) in bf16 (docs/math.md §7), v in fp32.
+inline float rounded(Precision p, float v) { return p == Precision::BF16 ? round_to_bf16(v) : v; }
+// x[i] = rounded(p, x[i]) for i < count (round_to_bf16_inplace in bf16; nothing in fp32).
+void round_inplace(Precision p, float* x, int64_t count);
 
 // ---- §3.1 / §3.3 / §3.6.7 Linear ----------------------------------------------------------
 
@@ -80,7 +86,7 @@ void round_to_bf16_block(float* x, int64_t rows, int64_t cols, int64_t ld);
 // a multi-threaded sgemm partitions the product by the thread count, and its edge kernels sum
 // in another order (seen with OPENBLAS_CORETYPE=Haswell on a Zen 4 core; docs/cpu-gemm.md §2).
 inline constexpr int64_t kLinearSlice = 64;
-void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, bool bf16, int threads,
+void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, Precision precision, int threads,
             MatrixRM& y);
 
 // ---- §3.5 RMSNorm --------------------------------------------------------------------------
@@ -91,7 +97,7 @@ void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, bool b
 //   in fp32; rsqrt evaluated in double and rounded once to fp32.
 //   bf16: yb = bf16(x * rsqrt(...)); out = bf16(w * yb)  (§7 rows 2 and 6: two roundings).
 void rms_norm(const float* x, int64_t ld_x, int64_t rows, int64_t width, const float* weight,
-              float eps, bool bf16, float* out, int64_t ld_out);
+              float eps, Precision precision, float* out, int64_t ld_out);
 
 // ---- §3.4 / §6 RoPE -------------------------------------------------------------------------
 
@@ -107,7 +113,8 @@ void rms_norm(const float* x, int64_t ld_x, int64_t rows, int64_t width, const f
 //     out[2j] = fp32(fp32(a c) - fp32(b s)),  out[2j+1] = fp32(fp32(a s) + fp32(b c)),
 //     then one bf16 rounding of each in bf16 mode (torch: x.float() * freqs_cis, .type_as(x)).
 // out (d_r floats) must not overlap x.
-void rope(const float* x, float* out, const float* cos, const float* sin, int64_t d_r, RopeStyle style, bool bf16);
+void rope(const float* x, float* out, const float* cos, const float* sin, int64_t d_r, RopeStyle style,
+          Precision precision);
 
 // ---- §3.6 attention of one head ---------------------------------------------------------------
 
@@ -143,7 +150,8 @@ struct RowBlock {
 //   keys (row 12, exact), softmax in fp32, then bf16(p) (row 13); fp32: the same steps with fp32
 //   results. Softmax per row: the max, e = exp(x - max) (fp32), the double sum of e, then
 //   p = fp32(e * (1/sum)) (+ bf16).
-void block_softmax(const RowBlock& block, bool causal, float scaling, bool bf16, float* probs, int64_t ld_probs);
+void block_softmax(const RowBlock& block, bool causal, float scaling, Precision precision, float* probs,
+                   int64_t ld_probs);
 
 // logits[i, t] = query[row_begin+i] . key[t] for t < keys: one sgemm (fp32 accumulation) into
 //   logits [rows, keys] (row stride ld >= keys).                                 (§3.6 step 2)
@@ -152,13 +160,13 @@ void block_scores(const HeadViews& head, int64_t qk_head_dim, const RowBlock& bl
 // probs[i, t] = softmax(mask(scaling * query[row_begin+i] key[t]^T)) for t < keys  (§3.6 steps 2-4)
 //   block_scores into probs [rows, keys] (row stride ld_probs >= keys), then block_softmax.
 void block_scores_softmax(const HeadViews& head, int64_t qk_head_dim, const RowBlock& block, bool causal,
-                          float scaling, bool bf16, float* probs, int64_t ld_probs);
+                          float scaling, Precision precision, float* probs, int64_t ld_probs);
 
 // out[row_begin + i, :] = probs[i, 0:keys] value[0:keys, :]    (§3.6 step 6; fp32 accumulation,
 //   one sgemm) out: the block's first row at `out` (row stride ld_out); bf16: out = bf16(fp32
 //   sum) (§7 row 14).
 void block_probs_value(const HeadViews& head, const float* probs, int64_t ld_probs, const RowBlock& block,
-                       int64_t v_head_dim, bool bf16, float* out, int64_t ld_out);
+                       int64_t v_head_dim, Precision precision, float* out, int64_t ld_out);
 
 // head_scores[t] += probs[i, t] for the block's rows in ascending order, in double (H2O: the
 //   attention mass key t receives).

@@ -26,16 +26,16 @@ namespace {
 
 // Whether `choice` runs on oneDNN for the precision on this CPU (gemm_engine.hpp; the engine is
 // made once per choice and precision: a probe creates a oneDNN primitive descriptor).
-bool runs_on_onednn(Gemm choice, bool bf16) {
+bool runs_on_onednn(Gemm choice, Precision precision) {
   static std::mutex mutex;
-  static std::map<std::pair<Gemm, bool>, bool> known;
+  static std::map<std::pair<Gemm, Precision>, bool> known;
   std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(choice, bf16);
+  const auto key = std::make_pair(choice, precision);
   if (auto it = known.find(key); it != known.end()) return it->second;
   bool onednn = false;
   try {
-    std::string why;
-    onednn = cpu::make_gemm_engine(choice, bf16, why)->kind() == Gemm::OneDnn;
+    std::string why;  // (gemm_engine.hpp takes a bool for now)
+    onednn = cpu::make_gemm_engine(choice, precision == Precision::BF16, why)->kind() == Gemm::OneDnn;
   } catch (const Error&) {  // --gemm onednn without oneDNN: the run fails with that message
   }
   return known[key] = onednn;
@@ -47,6 +47,9 @@ namespace {
 
 constexpr int64_t kF32 = 4, kF64 = 8;
 
+// Bytes of one value held in the run's precision (PrecisionMatrix: bf16 bits or fp32).
+int64_t stored_bytes(Precision p) { return p == Precision::BF16 ? 2 : kF32; }
+
 template <typename... F>
 int64_t mul(F... f) {
   return memory_product({static_cast<int64_t>(f)...});
@@ -56,11 +59,11 @@ int64_t mul(F... f) {
 
 std::vector<MemoryPart> cpu_held_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
   const MemoryDims d = memory_dims(cfg, r.seq_len);
-  const bool bf16 = r.precision == Precision::BF16;
-  const bool onednn = runs_on_onednn(r.gemm, bf16);
+  const bool onednn = runs_on_onednn(r.gemm, r.precision);
   // oneDNN packs each weight once in the run's precision; the Eigen engine keeps fp32 values
+  const Precision packed = onednn ? r.precision : Precision::FP32;
   std::vector<MemoryPart> held = {
-      {std::string("prepared weights (") + (onednn && bf16 ? "bf16" : "fp32") + ")", mul(d.P, onednn && bf16 ? 2 : kF32)}};
+      {std::string("prepared weights (") + precision_name(packed) + ")", mul(d.P, stored_bytes(packed))}};
   // the oneDNN projection engine (gemm_engine.cpp DnnlLinear): a weight cut into two or more
   // slices (onednn_slice_count: by its shape alone) keeps each slice's output rows
   // [min(S, 512), n_j] f32 for the process, i.e. min(S, 512) rows of its output features
@@ -85,7 +88,7 @@ std::vector<MemoryPart> cpu_held_memory(const AttentionConfig& cfg, const Memory
 
 std::vector<MemoryPart> cpu_chunk_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
   const MemoryDims d = memory_dims(cfg, r.seq_len);
-  const bool onednn_bf16 = r.precision == Precision::BF16 && runs_on_onednn(r.gemm, true);
+  const bool onednn_bf16 = r.precision == Precision::BF16 && runs_on_onednn(r.gemm, r.precision);
   const int64_t C = std::min(d.S, cpu::kRowChunk);
   // at kv_b_proj, x, compressed_kv, latent_normed (and oneDNN's bf16 copy of it) and kv are alive
   return {{"chunk: x [C,H] f32", mul(C, d.H, kF32)},
@@ -96,9 +99,8 @@ std::vector<MemoryPart> cpu_chunk_memory(const AttentionConfig& cfg, const Memor
 
 std::vector<MemoryPart> cpu_attention_pass_memory(const AttentionConfig& cfg, const MemoryRequest& r, bool with_context) {
   const MemoryDims d = memory_dims(cfg, r.seq_len);
-  const bool bf16 = r.precision == Precision::BF16;
-  const bool onednn = runs_on_onednn(r.gemm, bf16);
-  const int64_t e = bf16 ? 2 : kF32;
+  const bool onednn = runs_on_onednn(r.gemm, r.precision);
+  const int64_t e = stored_bytes(r.precision);
   const int64_t R = std::min(d.S, cpu::query_pass_rows(d.S));
   const int64_t workers = std::clamp<int64_t>(r.threads, 1, std::max<int64_t>(d.n, 1) * ((R + 63) / 64));
   const int64_t N = d.S + 511;  // keys rounded up to the key granularity (at most 512 more)
@@ -111,14 +113,13 @@ std::vector<MemoryPart> cpu_attention_pass_memory(const AttentionConfig& cfg, co
        onednn ? mul(workers, N, d.d_qk + d.d_v + std::max(d.d_qk, d.d_v), e) : mul(workers, d.S, d.d_qk + d.d_v, kF32)},
       // per worker one block's logits [64, N] f32 (and oneDNN bf16: its probabilities as bf16 bits)
       {"workers: logits blocks [64,N]",
-       mul(workers, cpu::kQueryRowBlock, onednn ? N : d.S, onednn && bf16 ? kF32 + 2 : kF32)}};
+       mul(workers, cpu::kQueryRowBlock, onednn ? N : d.S, onednn && r.precision == Precision::BF16 ? kF32 + 2 : kF32)}};
 }
 
 BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
   const MemoryDims d = memory_dims(cfg, r.seq_len);
-  const bool bf16 = r.precision == Precision::BF16;
-  const bool onednn_bf16 = bf16 && runs_on_onednn(r.gemm, true);
-  const int64_t e = bf16 ? 2 : kF32;
+  const bool onednn_bf16 = r.precision == Precision::BF16 && runs_on_onednn(r.gemm, r.precision);
+  const int64_t e = stored_bytes(r.precision);
   const int64_t C = std::min(d.S, cpu::kRowChunk);
   const int64_t latent = cfg.has_q_lora() ? d.r_q : d.n * d.d_qk;
   BackendMemory m;

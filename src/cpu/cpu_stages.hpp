@@ -63,7 +63,6 @@ struct Layer {
   Precision precision = Precision::FP32;  // BF16: PyTorch bf16 emulation (docs/math.md §7)
   int threads = 1;                        // workers (and OpenBLAS threads of the projections)
   float latent_norm_eps = 1e-6f;          // q_a_layernorm / kv_a_layernorm eps
-  bool bf16() const { return precision == Precision::BF16; }
 };
 
 // Prepares weights the validator accepted for cfg (mla/validate.hpp: validate_layer) for the
@@ -77,6 +76,8 @@ PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& 
 PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& requested, const std::string& reason,
                                    const AttentionConfig& cfg, const LayerWeights& w, Precision precision,
                                    int threads);
+// A norm's weight vector as a run of `precision` reads it (rounded to bf16 values in bf16).
+std::vector<float> prepare_vector(const TensorF& t, Precision precision);
 
 // rows [row_begin, row_begin + rows) of hidden [S, H] fp32, validated (mla/validate.hpp:
 // validate_hidden) -> x [rows, H]; bf16 mode rounds them (HF's input is a bf16 tensor).

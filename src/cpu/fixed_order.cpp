@@ -294,8 +294,9 @@ float sum_lanes(const float* x, int64_t count) {
 
 // ---- the engine --------------------------------------------------------------------------------
 
-FixedOrderLinear::FixedOrderLinear(const float* w, int64_t out, int64_t in, const float* bias, bool bf16, int threads)
-    : out_(out), in_(in), panels_((out + kPanel - 1) / kPanel), bf16_(bf16) {
+FixedOrderLinear::FixedOrderLinear(const float* w, int64_t out, int64_t in, const float* bias, Precision precision,
+                                   int threads)
+    : out_(out), in_(in), panels_((out + kPanel - 1) / kPanel), precision_(precision) {
   packed_ = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(panels_ * in * kPanel));
   // panel p = [k][16] from the 16 rows p*16 .. p*16+15 of w: written in order, each row read in order
   parallel_for(panels_, threads, [&](int64_t p, int) {
@@ -303,13 +304,13 @@ FixedOrderLinear::FixedOrderLinear(const float* w, int64_t out, int64_t in, cons
     const int64_t rows = std::min(kPanel, out - p * kPanel);
     const float* src = w + p * kPanel * in;
     for (int64_t k = 0; k < in; ++k, dst += kPanel) {
-      for (int64_t j = 0; j < rows; ++j) dst[j] = bf16 ? round_to_bf16(src[j * in + k]) : src[j * in + k];
+      for (int64_t j = 0; j < rows; ++j) dst[j] = rounded(precision, src[j * in + k]);
       for (int64_t j = rows; j < kPanel; ++j) dst[j] = 0.0f;
     }
   });
   if (bias != nullptr) {
     bias_.assign(bias, bias + out);
-    if (bf16) round_to_bf16_inplace(bias_.data(), out);
+    round_inplace(precision, bias_.data(), out);
   }
 }
 
@@ -354,7 +355,7 @@ void FixedOrderLinear::run_rows(const float* x, int64_t rows, int64_t ld_x, floa
       for (int64_t o = p0 * kPanel; o < std::min(out_, p1 * kPanel); ++o) {
         float v = acc[(r - r0) * ld + (o - p0 * kPanel)];
         if (!bias_.empty()) v = v + bias_[static_cast<size_t>(o)];
-        dst[o] = bf16_ ? round_to_bf16(v) : v;
+        dst[o] = rounded(precision_, v);
       }
     }
   });
@@ -367,8 +368,10 @@ class FixedOrderEngine final : public GemmEngine {
   Gemm kind() const override { return Gemm::Auto; }
   std::string name() const override { return "fixed-order fp32 FMA chains"; }
   std::string kernel() const override { return std::string("fixed-order fma, ") + fixed_order_isa(); }
+  // (gemm_engine.hpp's interface takes a bool for now)
   std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) override {
-    return std::make_unique<FixedOrderLinear>(w.weight, w.out_features, w.in_features, w.bias, bf16, threads);
+    return std::make_unique<FixedOrderLinear>(w.weight, w.out_features, w.in_features, w.bias,
+                                              bf16 ? Precision::BF16 : Precision::FP32, threads);
   }
 };
 

@@ -45,9 +45,9 @@ std::unique_ptr<GemmEngine> make_fixed_order_engine();
 // PreparedLinear, exposed for kernels that keep their own packed weights.
 class FixedOrderLinear final : public PreparedLinear {
  public:
-  // w: [out, in] row-major fp32 values (rounded to bf16 values first when bf16); bias [out] or null.
+  // w: [out, in] row-major fp32 values (rounded to bf16 values first in bf16); bias [out] or null.
   // Packed on `threads` workers (the packing is the same for any number).
-  FixedOrderLinear(const float* w, int64_t out, int64_t in, const float* bias, bool bf16, int threads = 1);
+  FixedOrderLinear(const float* w, int64_t out, int64_t in, const float* bias, Precision precision, int threads = 1);
   void run(const MatrixRM& x, int threads, MatrixRM& y) override;
   // x: rows x in (row stride ld_x) -> y: rows x out (row stride ld_y).
   void run_rows(const float* x, int64_t rows, int64_t ld_x, float* y, int64_t ld_y, int threads) const;
@@ -58,7 +58,7 @@ class FixedOrderLinear final : public PreparedLinear {
 
  private:
   int64_t out_, in_, panels_;
-  bool bf16_;
+  Precision precision_;
   std::unique_ptr<float[]> packed_;  // [panels][in][16], zero past `out` (written once, by the packing workers)
   std::vector<float> bias_;    // [out] or empty
 };

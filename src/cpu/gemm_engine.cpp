@@ -69,7 +69,7 @@ class EigenLinear final : public PreparedLinear {
     convert_weight(w, bf16, threads, weight_.data());
   }
   void run(const MatrixRM& x, int threads, MatrixRM& y) override {
-    linear(x, weight_, bias_.empty() ? nullptr : bias_.data(), bf16_, threads, y);
+    linear(x, weight_, bias_.empty() ? nullptr : bias_.data(), bf16_ ? Precision::BF16 : Precision::FP32, threads, y);
   }
   std::string kernel() const override { return eigen_kernel(); }
   std::vector<int64_t> slice_bounds() const override {  // cpu::linear's fixed kLinearSlice columns

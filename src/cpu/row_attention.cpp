@@ -106,7 +106,8 @@ void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView&
                 float* probs, float* ctx, RowScratch& scratch) {
   const RowKeys& shape = *keys.low;
   const int64_t n = shape.n, d_qk = shape.d_qk(), d_v = shape.d_v, m = static_cast<int64_t>(positions.size());
-  const bool avx2 = fixed_order_avx2(), bf16 = spec.precision == Precision::BF16;
+  const bool avx2 = fixed_order_avx2();
+  const Precision precision = spec.precision;
   // query_states transposed to [d_qk][n], as the keys are held
   scratch.query.resize(idx(d_qk * n));
   for (int64_t h = 0; h < n; ++h)
@@ -128,7 +129,7 @@ void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView&
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < m; ++j) {
       float s = scratch.scores[idx(j * n + h)];
-      s = bf16 ? round_to_bf16(round_to_bf16(s) * spec.scaling) : s * spec.scaling;
+      s = rounded(precision, rounded(precision, s) * spec.scaling);
       p[j] = s;
       max = std::max(max, s);
     }
@@ -137,14 +138,14 @@ void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView&
     const float sum = sum_lanes(scratch.e.data(), m);
     for (int64_t j = 0; j < m; ++j) {
       const float v = scratch.e[idx(j)] / sum;
-      p[j] = bf16 ? round_to_bf16(v) : v;
+      p[j] = rounded(precision, v);
     }
     // 3. ctx[h] = p . v_h (§7 #14)
     for (int64_t j = 0; j < m; ++j) values[idx(j)] = keys.at(positions[idx(j)]).value_at(positions[idx(j)]) + h * d_v;
     float* out = ctx + h * d_v;
     if (avx2) weighted_sum_avx2(p, values.data(), m, d_v, out);
     else weighted_sum_scalar(p, values.data(), m, 0, d_v, out);
-    if (bf16)
+    if (precision == Precision::BF16)
       for (int64_t d = 0; d < d_v; ++d) out[d] = round_to_bf16(out[d]);
   }
 }

@@ -17,8 +17,9 @@ namespace mla::cpu {
 
 // ---- PrecisionMatrix ------------------------------------------------------------------------
 
-PrecisionMatrix::PrecisionMatrix(int64_t rows, int64_t cols, bool bf16) : rows_(rows), cols_(cols), bf16_(bf16) {
-  if (bf16) {
+PrecisionMatrix::PrecisionMatrix(int64_t rows, int64_t cols, Precision precision)
+    : rows_(rows), cols_(cols), precision_(precision) {
+  if (precision == Precision::BF16) {
     bits_.resize(static_cast<size_t>(rows * cols));
   } else {
     values_.resize(static_cast<size_t>(rows * cols));
@@ -30,7 +31,7 @@ void PrecisionMatrix::set_rows(int64_t row_begin, int64_t rows, const float* src
   parallel_for(rows, rows * cols_ >= (int64_t{1} << 16) ? threads : 1, [&](int64_t i, int) {
     const float* s = src + i * ld_src;
     const size_t base = static_cast<size_t>((row_begin + i) * cols_);
-    if (bf16_) {
+    if (precision_ == Precision::BF16) {
       vk.to_bf16_bits(s, cols_, bits_.data() + base);
     } else {
       std::copy_n(s, cols_, values_.data() + base);
@@ -43,7 +44,7 @@ void PrecisionMatrix::widen_rows(int64_t row_begin, int64_t rows, float* dst, in
   parallel_for(rows, rows * cols_ >= (int64_t{1} << 16) ? threads : 1, [&](int64_t i, int) {
     float* d = dst + i * ld_dst;
     const size_t base = static_cast<size_t>((row_begin + i) * cols_);
-    if (bf16_) {
+    if (precision_ == Precision::BF16) {
       vk.from_bf16_bits(bits_.data() + base, cols_, d);
     } else {
       std::copy_n(values_.data() + base, cols_, d);
@@ -57,14 +58,15 @@ int64_t PrecisionMatrix::bytes() const {
 
 // ---- KeyValueStates -------------------------------------------------------------------------
 
-KeyValueStates::KeyValueStates(int64_t seq_len_, int64_t heads_, int64_t d_n, int64_t d_r, int64_t d_v, bool bf16)
+KeyValueStates::KeyValueStates(int64_t seq_len_, int64_t heads_, int64_t d_n, int64_t d_r, int64_t d_v,
+                               Precision precision)
     : seq_len(seq_len_), heads(heads_), qk_nope_head_dim(d_n), qk_rope_head_dim(d_r), v_head_dim(d_v),
-      k_pe_roped(seq_len_, d_r, bf16) {
+      k_pe_roped(seq_len_, d_r, precision) {
   key_nope.reserve(static_cast<size_t>(heads));
   value.reserve(static_cast<size_t>(heads));
   for (int64_t h = 0; h < heads; ++h) {
-    key_nope.emplace_back(seq_len, d_n, bf16);
-    value.emplace_back(seq_len, d_v, bf16);
+    key_nope.emplace_back(seq_len, d_n, precision);
+    value.emplace_back(seq_len, d_v, precision);
   }
 }
 
@@ -130,8 +132,8 @@ class EigenOperands final : public HeadOperands {
 
 class EigenBlockProducts final : public BlockProducts {
  public:
-  EigenBlockProducts(const KeyValueStates& kv, bool bf16)
-      : S_(kv.seq_len), d_qk_(kv.qk_nope_head_dim + kv.qk_rope_head_dim), d_v_(kv.v_head_dim), bf16_(bf16) {}
+  EigenBlockProducts(const KeyValueStates& kv, Precision precision)
+      : S_(kv.seq_len), d_qk_(kv.qk_nope_head_dim + kv.qk_rope_head_dim), d_v_(kv.v_head_dim), precision_(precision) {}
   std::unique_ptr<HeadOperands> make_operands() const override { return std::make_unique<EigenOperands>(); }
   int64_t columns(const RowBlock& block) const override { return block.keys; }
   int64_t ld_probs(const RowBlock&) const override { return S_; }
@@ -147,12 +149,12 @@ class EigenBlockProducts final : public BlockProducts {
                    float* out, int64_t ld_out) override {
     const auto& o = static_cast<const EigenOperands&>(head);
     const HeadViews views{nullptr, 0, o.key.data(), d_qk_, o.value.data(), d_v_};
-    block_probs_value(views, probs, ld, block, d_v_, bf16_, out, ld_out);
+    block_probs_value(views, probs, ld, block, d_v_, precision_, out, ld_out);
   }
 
  private:
   int64_t S_, d_qk_, d_v_;
-  bool bf16_;
+  Precision precision_;
 };
 
 // The heads being worked on: one slot per worker at most (a worker holds one (head, block) item
@@ -248,14 +250,15 @@ class HeadSlots {
 
 }  // namespace
 
-std::unique_ptr<BlockProducts> make_block_products(Gemm engine, const KeyValueStates& kv, bool bf16) {
-  if (engine == Gemm::OneDnn) return make_onednn_block_products(kv, bf16);
-  return std::make_unique<EigenBlockProducts>(kv, bf16);
+std::unique_ptr<BlockProducts> make_block_products(Gemm engine, const KeyValueStates& kv, Precision precision) {
+  // onednn_attention.hpp still takes a bool (left to its owner; docs/backends.md §8)
+  if (engine == Gemm::OneDnn) return make_onednn_block_products(kv, precision == Precision::BF16);
+  return std::make_unique<EigenBlockProducts>(kv, precision);
 }
 
 void streaming_attention(const float* query, int64_t ld_query, const KeyValueStates& kv, bool causal,
-                         float scaling, bool bf16, int threads, Gemm products, const BlockProgress& progress,
-                         const StreamingOutputs& out, QueryRows rows) {
+                         float scaling, Precision precision, int threads, Gemm products,
+                         const BlockProgress& progress, const StreamingOutputs& out, QueryRows rows) {
   const int64_t S = kv.seq_len, n = kv.heads, d_qk = kv.qk_nope_head_dim + kv.qk_rope_head_dim;
   const int64_t d_v = kv.v_head_dim;
   rows = resolved(rows, S);
@@ -275,7 +278,7 @@ void streaming_attention(const float* query, int64_t ld_query, const KeyValueSta
   std::vector<Workspace> spaces(static_cast<size_t>(workers));
   const int64_t max_keys = causal ? rows.end : S, max_rows = std::min(kQueryRowBlock, rows.end - rows.begin);
   for (Workspace& w : spaces) {
-    w.products = make_block_products(products, kv, bf16);
+    w.products = make_block_products(products, kv, precision);
     const RowBlock largest{rows.begin, max_rows, max_keys};
     w.logits.resize(static_cast<size_t>(max_rows * w.products->ld_probs(largest)));
     if (w.products->takes_bits()) w.bits.resize(static_cast<size_t>(max_rows * w.products->columns(largest)));
@@ -302,7 +305,7 @@ void streaming_attention(const float* query, int64_t ld_query, const KeyValueSta
     for (int64_t i = 0; i < block_rows; ++i) {
       const int64_t visible = causal ? row_begin + i + 1 : block.keys;
       float* row = logits + i * ld;
-      vk.softmax_row(row, visible, columns, scaling, bf16, bits != nullptr ? nullptr : row,
+      vk.softmax_row(row, visible, columns, scaling, precision, bits != nullptr ? nullptr : row,
                      bits != nullptr ? bits + i * columns : nullptr);
     }
     if (out.attn_context != nullptr)  // (decode's prefill needs only the mass)

@@ -39,7 +39,7 @@ namespace mla::cpu {
 class PrecisionMatrix {
  public:
   PrecisionMatrix() = default;
-  PrecisionMatrix(int64_t rows, int64_t cols, bool bf16);
+  PrecisionMatrix(int64_t rows, int64_t cols, Precision precision);
   // this[row_begin + i, j] = src[i * ld_src + j] for i < rows, j < cols (in bf16 mode the
   // source values must be bf16 values; rounding them is then exact). Rows split over `threads`.
   void set_rows(int64_t row_begin, int64_t rows, const float* src, int64_t ld_src, int threads = 1);
@@ -47,14 +47,14 @@ class PrecisionMatrix {
   void widen_rows(int64_t row_begin, int64_t rows, float* dst, int64_t ld_dst, int threads = 1) const;
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
-  bool bf16() const { return bf16_; }
+  Precision precision() const { return precision_; }
   const uint16_t* bits() const { return bits_.data(); }   // bf16 run: [rows, cols] row-major
   const float* values() const { return values_.data(); }  // fp32 run: [rows, cols] row-major
   int64_t bytes() const;
 
  private:
   int64_t rows_ = 0, cols_ = 0;
-  bool bf16_ = false;
+  Precision precision_ = Precision::FP32;
   std::vector<uint16_t> bits_;  // bf16 run
   std::vector<float> values_;   // fp32 run
 };
@@ -66,7 +66,7 @@ class PrecisionMatrix {
 // key_states[h] = [key_nope[h] | k_pe_roped] (HF's layout, without repeating k_pe n times).
 struct KeyValueStates {
   KeyValueStates(int64_t seq_len, int64_t heads, int64_t qk_nope_head_dim, int64_t qk_rope_head_dim,
-                 int64_t v_head_dim, bool bf16);
+                 int64_t v_head_dim, Precision precision);
   // Token rows [row_begin, row_begin + rows) of kv [rows, n*(d_n+d_v)] (row stride ld_kv;
   // head h at column h*(d_n+d_v): k_nope | value), so kv_b_proj may run in row chunks; heads
   // split over `threads`.
@@ -122,7 +122,7 @@ class BlockProducts {
 };
 
 // One worker's products on `engine` (Gemm::Eigen or Gemm::OneDnn) for the heads of kv.
-std::unique_ptr<BlockProducts> make_block_products(Gemm engine, const KeyValueStates& kv, bool bf16);
+std::unique_ptr<BlockProducts> make_block_products(Gemm engine, const KeyValueStates& kv, Precision precision);
 
 struct StreamingOutputs {
   float* attn_context;     // [rows, n*d_v] the call's query rows, row stride ld_context; head h at
@@ -147,7 +147,7 @@ struct QueryRows {
   int64_t end = -1;  // -1: S
 };
 void streaming_attention(const float* query, int64_t ld_query, const KeyValueStates& kv, bool causal,
-                         float scaling, bool bf16, int threads, Gemm products, const BlockProgress& progress,
+                         float scaling, Precision precision, int threads, Gemm products, const BlockProgress& progress,
                          const StreamingOutputs& out, QueryRows rows = {});
 
 // Query·key pairs streaming_attention computes for query rows [row_begin, row_end) of S tokens

@@ -20,6 +20,8 @@
 
 #include <cstdint>
 
+#include "mla/precision.hpp"
+
 namespace mla::cpu {
 
 enum class VectorIsa { Baseline, Avx2, Avx512 };
@@ -33,13 +35,13 @@ struct VectorKernels {
 
   // One softmax row (docs/math.md §3.6 steps 3-5, §7 rows 10-13). In: row[0:visible], the fp32
   // sums q·k of one query against its visible keys. Steps:
-  //   x_t = bf16 ? bf16(bf16(row_t) * scaling) : row_t * scaling        (+ 0 mask: exact)
+  //   x_t = BF16 ? bf16(bf16(row_t) * scaling) : row_t * scaling        (+ 0 mask: exact)
   //   m = max_t x_t;  e_t = exp(x_t - m) (fp32);  sum = Σ_t e_t in double, 16 partial sums
   //   (lane j adds t ≡ j mod 16 in ascending t) combined by a fixed pairwise tree;
   //   p_t = fp32(e_t * (1 / sum)) (the product in double), bf16(p_t) in bf16 mode.
   // Out (either may be null): probs[0:width] = p (in place when probs == row), bits[0:width]
   // = bf16 bits of p (bf16 mode only); both 0 on [visible, width). row is scratch.
-  void (*softmax_row)(float* row, int64_t visible, int64_t width, float scaling, bool bf16, float* probs,
+  void (*softmax_row)(float* row, int64_t visible, int64_t width, float scaling, Precision precision, float* probs,
                       uint16_t* bits);
 
   // mass[t] += p[i, t] for i = 0 .. rows-1 in ascending order (double), t < cols; p row stride

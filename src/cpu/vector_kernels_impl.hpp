@@ -207,7 +207,8 @@ void exp_n(const float* x, float* y, int64_t n) {
   }
 }
 
-void softmax_row(float* row, int64_t visible, int64_t width, float scaling, bool bf16, float* probs, uint16_t* bits) {
+void softmax_row(float* row, int64_t visible, int64_t width, float scaling, Precision precision, float* probs,
+                 uint16_t* bits) {
   const float lowest = -std::numeric_limits<float>::infinity();
   const vf s = splat(scaling);
   // pass 1: x = the scaled scores (in place), their max. In bf16 a group without NaN (every
@@ -219,7 +220,7 @@ void softmax_row(float* row, int64_t visible, int64_t width, float scaling, bool
   for (int64_t t = 0; t < visible; t += kGroup) {
     const int64_t count = std::min(kGroup, visible - t);
     Group g = load_group(row + t, count, 0.0f);
-    if (!bf16) {
+    if (precision == Precision::FP32) {
       for (vf& r : g.r) r = r * s;
     } else if (scale_keeps_numbers && !any_nan(g.r, R)) {
       for (vf& r : g.r) r = round_bf16_no_nan(round_bf16_no_nan(r) * s);
@@ -270,7 +271,7 @@ void softmax_row(float* row, int64_t visible, int64_t width, float scaling, bool
     uint16_t* b = count == kGroup ? bits + t : tail_bits;
     for (int64_t k = 0; k < R; ++k) {
       vf p = narrow(widen_low(g.r[k]) * inv, widen_high(g.r[k]) * inv);
-      if (bf16) {
+      if (precision == Precision::BF16) {
         const vu rounded = finite ? round_bf16_bits32_no_nan(p) : round_bf16_bits32(p);
         p = reinterpret_cast<vf>(rounded);
         if (bits != nullptr) store_bits(b + k * L, rounded);

@@ -55,12 +55,12 @@ double count_runs(const ModelConfig& cfg, const EvalOptions& opt, EvalCost& c) {
   const int64_t P = opt.prompt_len, N = opt.steps;
   double attended_keys = 0;
   for (const PolicySettings& s : opt.policies) {
-    if (s.kind == PolicyKind::Full) continue;
+    if (policy_is_full_cache(s)) continue;
     for (const int64_t K : opt.budgets) {
       for (int64_t i = 0; i < N; ++i)
         attended_keys += opt.compress == Compression::Prefill ? static_cast<double>(std::min(P, K) + i + 1)
                                                               : static_cast<double>(std::min(P + i + 1, K + 1));
-      if (s.kind == PolicyKind::Oracle)  // its own full attention at every step
+      if (policy_needs_full_attention(s))  // its own full attention at every step
         c.run_keys += static_cast<double>(N) * static_cast<double>(P) + static_cast<double>(N) * static_cast<double>(N + 1) / 2;
       c.window_keys += window_key_count(P, policy_observation_window(s));
       c.run_layers += 1;
@@ -125,14 +125,14 @@ EvalCost eval_cost(const ModelConfig& cfg, const EvalOptions& opt) {
 namespace mla {
 namespace {
 
-// Pseudo-random values in [-1, 1), rounded to bf16 values when asked (the probes' operands).
-std::vector<float> probe_values(int64_t count, uint64_t seed, bool bf16) {
+// Pseudo-random values in [-1, 1) as a run of `precision` holds them (the probes' operands).
+std::vector<float> probe_values(int64_t count, uint64_t seed, Precision precision) {
   std::vector<float> v(idx(count));
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (float& f : v) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     f = static_cast<float>(static_cast<double>(x >> 11) * 0x1p-52 - 1.0);
-    if (bf16) f = round_to_bf16(f);
+    f = cpu::rounded(precision, f);
   }
   return v;
 }
@@ -143,11 +143,11 @@ double median3(double a, double b, double c) { return std::max(std::min(a, b), s
 
 // FLOP/s of the fixed-order engine on [rows, H] x [H, H]^T (rows: about 1 GFLOP, at least 64), the
 // median of 3.
-double gemm_rate(int64_t hidden_size, bool bf16, int threads) {
+double gemm_rate(int64_t hidden_size, Precision precision, int threads) {
   const int64_t H = std::max<int64_t>(hidden_size, 64);
   const int64_t rows = std::clamp<int64_t>(static_cast<int64_t>(5e8 / static_cast<double>(H * H)), 64, 8192);
-  const std::vector<float> w = probe_values(H * H, 1, bf16), x = probe_values(rows * H, 2, bf16);
-  const cpu::FixedOrderLinear linear(w.data(), H, H, nullptr, bf16, threads);
+  const std::vector<float> w = probe_values(H * H, 1, precision), x = probe_values(rows * H, 2, precision);
+  const cpu::FixedOrderLinear linear(w.data(), H, H, nullptr, precision, threads);
   std::vector<float> y(idx(rows * H));
   double s[3];
   for (double& t : s) {
@@ -183,16 +183,16 @@ ProbeStore probe_store(const AttentionConfig& a, const EvalOptions& opt, int64_t
 
 // Seconds per (row, key) of cpu::attend_row at the model's widths over a ProbeStore's keys,
 // `workers` rows at once, the median of 3.
-double key_seconds(const AttentionConfig& a, bool bf16, const ProbeStore& store, int workers) {
+double key_seconds(const AttentionConfig& a, Precision precision, const ProbeStore& store, int workers) {
   const int64_t n = a.num_attention_heads, d_qk = a.qk_head_dim(), d_v = a.v_head_dim, S = store.positions();
   cpu::RowKeys keys;
   keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, 0, S);
-  keys.key = probe_values(S * d_qk * n, 3, bf16);
-  keys.value = probe_values(S * n * d_v, 4, bf16);
-  const std::vector<float> query = probe_values(n * d_qk, 5, bf16);
+  keys.key = probe_values(S * d_qk * n, 3, precision);
+  keys.value = probe_values(S * n * d_v, 4, precision);
+  const std::vector<float> query = probe_values(n * d_qk, 5, precision);
   const int64_t m = store.m;
   const int64_t rows = std::clamp<int64_t>(static_cast<int64_t>(2e7 / static_cast<double>(m * n * (d_qk + d_v))), 2, 64);
-  const cpu::RowAttentionSpec spec{static_cast<float>(softmax_scale(a)), bf16 ? Precision::BF16 : Precision::FP32};
+  const cpu::RowAttentionSpec spec{static_cast<float>(softmax_scale(a)), precision};
   std::vector<std::vector<float>> probs(idx(workers), std::vector<float>(idx(n * m))),
       ctx(idx(workers), std::vector<float>(idx(n * d_v)));
   std::vector<cpu::RowScratch> scratch(idx(workers));
@@ -243,7 +243,7 @@ void policy_trial(const ModelConfig& cfg, const EvalOptions& opt, int threads, E
   for (int64_t i = 0; i < n * P; ++i) head_mass[idx(i)] = static_cast<double>((i * 7919) % 1009);
   const auto t0 = Clock::now();
   for (const PolicySettings& s : opt.policies) {
-    if (s.kind == PolicyKind::Full) continue;
+    if (policy_is_full_cache(s)) continue;
     managers.push_back(make_cache_manager(s, layer_budget(s, K, 0, cfg.attention.num_hidden_layers, P), ctx));
     std::vector<std::vector<double>> window;  // alive until prefill() returns
     for (int64_t q = P - std::min(managers.back()->observation_window(), P); q < P; ++q) {
@@ -282,9 +282,9 @@ void policy_seconds(const ModelConfig& cfg, const EvalOptions& opt, int threads,
 // Seconds per weight element of the loader's pass (bf16 bits to fp32 in fresh memory, finite
 // check) and the fixed-order packing, on `threads`; and per INT4 element of the dequantization.
 // One trial.
-void weight_trial(bool round, int threads, EvalRates& r) {
+void weight_trial(Precision precision, int threads, EvalRates& r) {
   constexpr int64_t kOut = 1024, kIn = 2048, kCount = kOut * kIn;
-  const std::vector<float> source = probe_values(kCount, 6, true);
+  const std::vector<float> source = probe_values(kCount, 6, Precision::BF16);
   std::vector<uint16_t> bits(idx(kCount));
   for (int64_t i = 0; i < kCount; ++i) bits[idx(i)] = bf16::round_bits(source[idx(i)]);
   const auto t0 = Clock::now();
@@ -296,7 +296,7 @@ void weight_trial(bool round, int threads, EvalRates& r) {
       if (!std::isfinite(w[idx(i)])) w[idx(i)] = 0;
     }
   });
-  const cpu::FixedOrderLinear packed(w.get(), kOut, kIn, nullptr, round, threads);
+  const cpu::FixedOrderLinear packed(w.get(), kOut, kIn, nullptr, precision, threads);
   r.weight = seconds_since(t0) / static_cast<double>(kCount);
   // INT4: [kOut, kIn] in groups of 32 (compressed-tensors' layout, mla/int4.hpp)
   const int int4_group = 32;
@@ -311,9 +311,9 @@ void weight_trial(bool round, int threads, EvalRates& r) {
 }
 
 // weight_trial's rates, the median of 3 trials.
-void weight_seconds(bool round, int threads, EvalRates& r) {
+void weight_seconds(Precision precision, int threads, EvalRates& r) {
   EvalRates t[3];
-  for (EvalRates& one : t) weight_trial(round, threads, one);
+  for (EvalRates& one : t) weight_trial(precision, threads, one);
   r.weight = median3(t[0].weight, t[1].weight, t[2].weight);
   r.int4_weight = median3(t[0].int4_weight, t[1].int4_weight, t[2].int4_weight);
 }
@@ -322,19 +322,18 @@ void weight_seconds(bool round, int threads, EvalRates& r) {
 
 EvalRates measure_eval_rates(const ModelConfig& cfg, const EvalOptions& opt, int threads) {
   const AttentionConfig& a = cfg.attention;
-  const bool bf16 = opt.precision == Precision::BF16;
   EvalRates r;
   r.threads = cpu::resolve_threads(threads);
-  r.gemm = gemm_rate(a.hidden_size, bf16, r.threads);
+  r.gemm = gemm_rate(a.hidden_size, opt.precision, r.threads);
   // the keys of a typical decode row
   const EvalCost c = eval_cost(cfg, opt);
   const double rows = static_cast<double>(c.runs * opt.steps * a.num_hidden_layers);
   const int64_t m = std::clamp<int64_t>(static_cast<int64_t>((c.full_keys + c.run_keys) / std::max(rows, 1.0)), 16, 8192);
   const ProbeStore store = probe_store(a, opt, c.runs, m);
-  r.key_alone = key_seconds(a, bf16, store, 1);
-  r.key_parallel = key_seconds(a, bf16, store, r.threads);
+  r.key_alone = key_seconds(a, opt.precision, store, 1);
+  r.key_parallel = key_seconds(a, opt.precision, store, r.threads);
   policy_seconds(cfg, opt, r.threads, r);
-  weight_seconds(bf16, r.threads, r);
+  weight_seconds(opt.precision, r.threads, r);
   return r;
 }
 

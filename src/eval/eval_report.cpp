@@ -180,7 +180,7 @@ std::string eval_layers_csv(const std::vector<EvalWindow>& windows, const std::v
     for_each_run(windows[w].result, budgets, [&](const EvalRun& run, int64_t K) {
       for (const EvalLayer& l : run.layers)
         out += std::to_string(w) + "," + csv_field(run.policy.label) + "," + std::to_string(K) + "," +
-               std::to_string(l.layer) + "," + std::to_string(policy_is_full_cache(run.policy.kind) ? 0 : l.budget) +
+               std::to_string(l.layer) + "," + std::to_string(policy_is_full_cache(run.policy) ? 0 : l.budget) +
                "," + format_double(l.mean_cache_len) + "," + format_double(l.mean_held) + "," +
                format_double(l.mean_mass_recall) + "," + format_double(l.min_mass_recall) + "," +
                format_double(l.mean_attn_rel_error) + "," + format_double(l.max_attn_rel_error) + "," +

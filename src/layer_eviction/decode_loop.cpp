@@ -59,7 +59,7 @@ void check_decode_flags(const DecodeOptions& opt) {
       if (__builtin_add_overflow(s.sinks, recent_tokens(s, K), &sum))
         bad("--policy " + s.label + ": sinks " + std::to_string(s.sinks) + " + recent " + std::to_string(recent_tokens(s, K)) +
             " overflows 64 bits (--sinks, --recent or the policy's settings)");
-    if (policy_budget_depends_on_layer(s.kind)) continue;  // checked with the layer (check_decode_options)
+    if (policy_budget_depends_on_layer(s)) continue;  // checked with the layer (check_decode_options)
     for (int64_t K : opt.budgets) check_budget_holds(s, K, K);
   }
 }
@@ -197,7 +197,7 @@ DecodeResult measure_outputs(const DecodeOptions& opt, const DecodeContext& dc, 
   size_t next = 0;
   for (int64_t K : opt.budgets)
     for (const PolicySettings& s : opt.policies) {
-      if (policy_is_full_cache(s.kind)) {
+      if (policy_is_full_cache(s)) {
         PolicyTrace t;
         t.policy = s;
         t.budget = K;

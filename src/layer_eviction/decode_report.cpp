@@ -99,8 +99,8 @@ void policy_settings_json(JsonWriter& j, const PolicySettings& p, const std::vec
   j.begin_object();
   j.key("label").value(p.label);
   j.key("preset").value(p.preset);
-  j.key("kind").value(policy_kind_name(p.kind));
-  for (const std::string& k : policy_setting_keys(p.kind)) {
+  j.key("kind").value(policy_kind_name(p));
+  for (const std::string& k : policy_setting_keys(p)) {
     j.key(k);
     if (k == "sinks") j.value(p.sinks);
     else if (k == "recent") p.recent_percent > 0 ? j.value(std::to_string(p.recent_percent) + "% of the budget") : j.value(p.recent);
@@ -113,7 +113,7 @@ void policy_settings_json(JsonWriter& j, const PolicySettings& p, const std::vec
     else if (k == "beta") j.value(p.beta);
     else if (k == "seed") j.value(static_cast<int64_t>(p.seed));
   }
-  const std::vector<std::string> keys = policy_setting_keys(p.kind);
+  const std::vector<std::string> keys = policy_setting_keys(p);
   if (std::find(keys.begin(), keys.end(), "recent") != keys.end()) {  // kinds with a recent window setting
     j.key("recent_tokens").begin_object();
     for (int64_t K : budgets) j.key(std::to_string(K)).value(recent_tokens(p, K));

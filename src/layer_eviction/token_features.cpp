@@ -177,10 +177,10 @@ Linears output_grams(const Widths& d, const LayerWeights& w, int threads) {
     std::vector<float> o_t(idx(d.d_v * d.H));  // [d_v, H] = W_O^hT
     for (int64_t k = 0; k < d.H; ++k)
       for (int64_t i = 0; i < d.d_v; ++i) o_t[idx(i * d.H + k)] = w.o_proj.data[idx(k * d.n * d.d_v + h * d.d_v + i)];
-    const FixedOrderLinear o_h(o_t.data(), d.d_v, d.H, nullptr, false);
+    const FixedOrderLinear o_h(o_t.data(), d.d_v, d.H, nullptr, Precision::FP32);
     std::vector<float> g(idx(d.d_v * d.d_v));  // [d_v, d_v]
     o_h.run_rows(o_t.data(), d.d_v, d.H, g.data(), d.d_v, 1);
-    gram[idx(h)] = std::make_unique<FixedOrderLinear>(g.data(), d.d_v, d.d_v, nullptr, false);
+    gram[idx(h)] = std::make_unique<FixedOrderLinear>(g.data(), d.d_v, d.d_v, nullptr, Precision::FP32);
   });
   return gram;
 }
@@ -215,7 +215,7 @@ Linears expected_attention_forms(const Widths& d, const QueryStatistics& stats, 
     for (int64_t j = 0; j < d_qk; ++j)
       for (int64_t i = 0; i < d_qk; ++i) weight[idx(j * d_qk + i)] = static_cast<float>(S2[idx(i * d_qk + j)]);
     for (int64_t i = 0; i < d_qk; ++i) weight[idx(d_qk * d_qk + i)] = static_cast<float>(mu[idx(i)]);
-    forms[idx(h)] = std::make_unique<FixedOrderLinear>(weight.data(), d_qk + 1, d_qk, nullptr, false);
+    forms[idx(h)] = std::make_unique<FixedOrderLinear>(weight.data(), d_qk + 1, d_qk, nullptr, Precision::FP32);
   }
   return forms;
 }
@@ -353,7 +353,7 @@ TokenFeatures compute_token_features(const AttentionConfig& cfg, const LayerWeig
   const int64_t T = f.tokens;
   check_feature_inputs(d, w, latent_cache, T, P, needs, stats);
   threads = cpu::resolve_threads(threads);
-  const FixedOrderLinear kv_b(w.kv_b_proj.ptr(), d.n * d.wh, d.r_kv, nullptr, false);
+  const FixedOrderLinear kv_b(w.kv_b_proj.ptr(), d.n * d.wh, d.r_kv, nullptr, Precision::FP32);
   for (std::vector<double>* v : {needs.key_norm ? &f.key_norm : nullptr, needs.value_norm ? &f.value_norm : nullptr,
                                  needs.output_norm ? &f.output_norm : nullptr, needs.key_diff ? &f.key_diff : nullptr})
     if (v) v->assign(idx(d.n * T), 0.0);

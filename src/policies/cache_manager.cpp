@@ -22,7 +22,11 @@ using policies::bad;
 using policies::idx;
 
 CacheManager::CacheManager(PolicySettings s, int64_t budget, const PolicyContext& ctx)
-    : settings_(std::move(s)), budget_(budget), ctx_(ctx), protect_recent_(recent_tokens(settings_, budget)) {
+    : settings_(std::move(s)),
+      budget_(budget),
+      ctx_(ctx),
+      protect_recent_(recent_tokens(settings_, budget)),
+      needs_full_attention_(policy_needs_full_attention(settings_)) {
   if (ctx_.heads < 1 || ctx_.prompt_len < 1 || ctx_.positions < ctx_.prompt_len)
     bad("cache manager: " + std::to_string(ctx_.heads) + " heads, prompt " + std::to_string(ctx_.prompt_len) +
         ", positions " + std::to_string(ctx_.positions));

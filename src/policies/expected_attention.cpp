@@ -30,7 +30,7 @@ class ExpectedAttentionCache final : public StaticScore {
 PolicyEntry expected_attention_entry() {
   PolicyEntry e;
   e.name = "expected-attention";
-  e.settings = base_settings(PolicyKind::ExpectedAttention, 4, 1, HeadAggregation::Mean);
+  e.settings = base_settings(4, 1, HeadAggregation::Mean);
   e.keys = {"sinks", "recent", "heads", "future", "vnorm"};
   e.make = make_manager<ExpectedAttentionCache>;
   // several settings in one run share one set of query statistics: the same sinks and future

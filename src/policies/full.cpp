@@ -21,7 +21,7 @@ class FullCache final : public CacheManager {
 PolicyEntry full_entry() {
   PolicyEntry e;
   e.name = "full";
-  e.settings = base_settings(PolicyKind::Full, 0, 1, HeadAggregation::Sum);
+  e.settings = base_settings(0, 1, HeadAggregation::Sum);
   e.protects_nothing = true;
   e.full_cache = true;
   e.make = [](const PolicySettings& s, int64_t, const PolicyContext& c) -> std::unique_ptr<CacheManager> {

@@ -50,7 +50,7 @@ class H2OCache final : public AccumulatedAttention {
 PolicyEntry h2o_entry() {
   PolicyEntry e;
   e.name = "h2o";
-  e.settings = base_settings(PolicyKind::H2O, 0, 1, HeadAggregation::Sum);
+  e.settings = base_settings(0, 1, HeadAggregation::Sum);
   e.settings.recent_percent = 50;  // heavy_ratio = recent_ratio: half of the cache is the recent window
   e.keys = {"sinks", "recent", "heads"};
   e.make = make_manager<H2OCache>;

@@ -24,7 +24,7 @@ class H2ONormalizedCache final : public AccumulatedAttention {
 PolicyEntry h2o_normalized_entry() {
   PolicyEntry e;
   e.name = "h2o-normalized";
-  e.settings = base_settings(PolicyKind::H2ONormalized, 0, 1, HeadAggregation::Mean);
+  e.settings = base_settings(0, 1, HeadAggregation::Mean);
   e.keys = {"sinks", "recent", "heads"};
   e.make = make_manager<H2ONormalizedCache>;
   return e;

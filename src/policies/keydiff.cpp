@@ -27,7 +27,7 @@ class KeyDiffCache final : public StaticScore {
 PolicyEntry keydiff_entry() {
   PolicyEntry e;
   e.name = "keydiff";
-  e.settings = base_settings(PolicyKind::KeyDiff, 0, 1, HeadAggregation::Mean);
+  e.settings = base_settings(0, 1, HeadAggregation::Mean);
   e.keys = {"sinks", "recent", "heads"};
   e.make = make_manager<KeyDiffCache>;
   e.needs = [](const PolicySettings&, FeatureNeeds& f) { f.key_diff = true; };

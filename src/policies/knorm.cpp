@@ -43,7 +43,7 @@ class KnormCache final : public StaticScore {
 PolicyEntry knorm_entry() {
   PolicyEntry e;
   e.name = "knorm";
-  e.settings = base_settings(PolicyKind::Knorm, 0, 1, HeadAggregation::Mean);
+  e.settings = base_settings(0, 1, HeadAggregation::Mean);
   e.keys = {"sinks", "recent", "heads"};
   e.make = make_manager<KnormCache>;
   e.needs = [](const PolicySettings&, FeatureNeeds& f) { f.key_norm = true; };

@@ -17,7 +17,6 @@ namespace {
 class OracleCache final : public CacheManager {
  public:
   OracleCache(PolicySettings s, int64_t K, const PolicyContext& c) : CacheManager(std::move(s), K, c) {}
-  bool needs_full_attention() const override { return true; }
   std::span<const int64_t> begin_step(int64_t x, std::span<const double> full) override {
     if (static_cast<int64_t>(full.size()) != ctx_.heads * (x + 1))
       bad("cache manager: oracle needs the full attention [n, x+1] at position " + std::to_string(x));
@@ -62,9 +61,10 @@ class OracleCache final : public CacheManager {
 PolicyEntry oracle_entry() {
   PolicyEntry e;
   e.name = "oracle";
-  e.settings = base_settings(PolicyKind::Oracle, 0, 0, HeadAggregation::Sum);  // ranks every token
+  e.settings = base_settings(0, 0, HeadAggregation::Sum);  // ranks every token
   e.keys = {"heads"};
   e.protects_nothing = true;
+  e.needs_full_attention = true;
   e.make = make_manager<OracleCache>;
   return e;
 }

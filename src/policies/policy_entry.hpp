@@ -1,11 +1,10 @@
 // src/policies/policy_entry.hpp — what the policy files share (private to src/policies):
-// the registry's entry type, each policy file's entry function, and the three score families
-// that several policies derive from.
+// the registry's entry type and the three score families that several policies derive from.
 //
-// Adding a policy: one file `NAME.cpp` that opens with its score equation and source, defines its
-// class and `PolicyEntry NAME_entry()`, one line in registry.cpp's table, one PolicyKind value
-// (mla/policy.hpp) and one meson.build line. What decode and eval ask of a policy (the full cache?
-// a budget per layer? how many prompt queries?) is answered by its entry, never by its kind.
+// Adding a policy: one file `NAME.cpp` that opens with its score equation and source and defines
+// its class and `PolicyEntry NAME_entry()`, and one line `MLA_POLICY(NAME)` in registry.def (which
+// both registry.cpp and meson.build read). What decode and eval ask of a policy (the full cache?
+// a budget per layer? how many prompt queries? its full attention?) is answered by its entry.
 //
 // Shape legend: n heads, P prompt rows, T positions, K budget, m = |cache|, w window.
 #pragma once
@@ -29,10 +28,11 @@ std::unique_ptr<CacheManager> make_manager(const PolicySettings& s, int64_t budg
 }
 
 // One preset: its name, its paper's settings, the settings a user may change, and how its
-// manager is made. Several presets may share a kind (snapkv, snapkv-maxpool).
+// manager is made. Several presets may be settings of one policy (snapkv, snapkv-maxpool).
 struct PolicyEntry {
-  const char* name = "";
-  PolicySettings settings;          // kind, and the paper's defaults
+  const char* name = "";            // the preset: NAME of its registry line, '_' written '-'
+  const char* kind = nullptr;       // the policy it is a setting of (null: itself), policy_kind_name
+  PolicySettings settings;          // the paper's defaults
   std::vector<std::string> keys;    // the `key=value` settings it accepts
   MakeManager make = nullptr;
   // the prompt queries it reads before the cut (null: none)
@@ -41,31 +41,15 @@ struct PolicyEntry {
   bool window_is_recent = false;    // its window is what it protects (snapkv, pyramidkv): recent = window
   bool protects_nothing = false;    // full, oracle: no sinks or recent window
   bool full_cache = false;          // full: evicts nothing; the reference, computed once (not a run)
+  bool needs_full_attention = false;  // oracle: begin_step reads the query's attention over every token
   void (*needs)(const PolicySettings&, FeatureNeeds&) = nullptr;  // the token features it reads
   // its budget at `layer` of `num_layers` when the mean over layers is K (null: K at every layer;
   // set: the budget is checked per layer, policy_budget_depends_on_layer)
   int64_t (*layer_budget)(const PolicySettings&, int64_t K, int64_t layer, int64_t num_layers, int64_t P) = nullptr;
 };
 
-// A preset's settings from its kind and the three settings every policy has.
-PolicySettings base_settings(PolicyKind kind, int64_t sinks, int64_t recent, HeadAggregation heads);
-
-// One entry function per policy file, in registry order.
-PolicyEntry full_entry();
-PolicyEntry h2o_entry();
-PolicyEntry h2o_normalized_entry();
-PolicyEntry tova_entry();
-PolicyEntry streaming_entry();
-PolicyEntry snapkv_entry();
-PolicyEntry snapkv_maxpool_entry();
-PolicyEntry pyramidkv_entry();
-PolicyEntry knorm_entry();
-PolicyEntry keydiff_entry();
-PolicyEntry expected_attention_entry();
-PolicyEntry scissorhands_entry();
-PolicyEntry value_aware_entry();
-PolicyEntry random_entry();
-PolicyEntry oracle_entry();
+// A preset's settings from the three settings every policy has.
+PolicySettings base_settings(int64_t sinks, int64_t recent, HeadAggregation heads);
 
 // ---- accumulated attention (h2o.cpp): h2o, h2o-normalized, value-aware --------------------------
 // mass_[h, t] = prefill mass * weight(h, t) + sum over the decode queries that held t of
@@ -119,6 +103,7 @@ class WindowAttention : public CacheManager {
   std::vector<Query> window_;             // the last w queries, oldest first
 };
 int64_t window_observation(const PolicySettings& s);  // settings.window
+PolicyEntry snapkv_entry();  // snapkv-maxpool and pyramidkv start from it
 
 // SnapKV's score (snapkv.cpp), which PyramidKV shares: primary = heads(pool(sum)) over positions
 // <= x - w (the window itself is neither pooled nor evictable), secondary = heads(sum).

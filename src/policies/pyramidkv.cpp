@@ -34,7 +34,6 @@ namespace policies {
 PolicyEntry pyramidkv_entry() {
   PolicyEntry e = snapkv_entry();
   e.name = "pyramidkv";
-  e.settings.kind = PolicyKind::PyramidKV;
   e.keys.push_back("beta");  // snapkv's settings, and the pyramid's steepness
   // the pyramid's smallest budget may equal the window it protects (min = 2K - (P - w) = w): a
   // cache that holds only what it never evicts has no choice left, so it gets one token more

@@ -51,7 +51,7 @@ class RandomCache final : public CacheManager {
 PolicyEntry random_entry() {
   PolicyEntry e;
   e.name = "random";
-  e.settings = base_settings(PolicyKind::Random, 0, 1, HeadAggregation::Sum);
+  e.settings = base_settings(0, 1, HeadAggregation::Sum);
   e.keys = {"sinks", "recent", "seed"};
   e.make = make_manager<RandomCache>;
   return e;

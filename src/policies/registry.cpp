@@ -1,5 +1,5 @@
-// src/policies/registry.cpp — every preset, in the order `--policy all` runs them, and what is
-// looked up by a policy's kind. One line per preset: adding a policy adds its line here.
+// src/policies/registry.cpp — the registry: registry.def's presets, in its order (`--policy all`),
+// and everything asked of a policy, looked up by its preset in its entry. No policy is named here.
 #include <algorithm>
 #include <string>
 
@@ -11,50 +11,46 @@ namespace policies {
 
 void bad(const std::string& what) { fail(ErrorKind::InvalidArgument, what); }
 
-PolicySettings base_settings(PolicyKind kind, int64_t sinks, int64_t recent, HeadAggregation heads) {
+PolicySettings base_settings(int64_t sinks, int64_t recent, HeadAggregation heads) {
   PolicySettings s;
-  s.kind = kind;
   s.sinks = sinks;
   s.recent = recent;
   s.heads = heads;
   return s;
 }
 
+// every file's entry function (policy_entry.hpp)
+#define MLA_POLICY(NAME) PolicyEntry NAME##_entry();
+#include "src/policies/registry.def"
+#undef MLA_POLICY
+
 namespace {
 
+// The entry of registry.def's line `file`, whose preset is `file` with '_' written '-' (a line
+// and its file that disagree fail every lookup).
+PolicyEntry registered(std::string file, PolicyEntry e) {
+  std::replace(file.begin(), file.end(), '_', '-');
+  if (file != e.name) bad("policy registry: src/policies/registry.def's line for " + file + " names preset " + e.name);
+  if (e.kind == nullptr) e.kind = e.name;
+  e.settings.preset = e.name;
+  e.settings.label = e.name;
+  return e;
+}
+
 const std::vector<PolicyEntry>& registry() {
-  static const std::vector<PolicyEntry> all = [] {
-    std::vector<PolicyEntry> r = {
-        full_entry(),
-        h2o_entry(),
-        h2o_normalized_entry(),
-        tova_entry(),
-        streaming_entry(),
-        snapkv_entry(),
-        snapkv_maxpool_entry(),
-        pyramidkv_entry(),
-        knorm_entry(),
-        expected_attention_entry(),
-        scissorhands_entry(),
-        value_aware_entry(),
-        keydiff_entry(),
-        random_entry(),
-        oracle_entry(),
-    };
-    for (PolicyEntry& e : r) {
-      e.settings.preset = e.name;
-      e.settings.label = e.name;
-    }
-    return r;
-  }();
+  static const std::vector<PolicyEntry> all = {
+#define MLA_POLICY(NAME) registered(#NAME, NAME##_entry()),
+#include "src/policies/registry.def"
+#undef MLA_POLICY
+  };
   return all;
 }
 
-// The first preset of a kind (its name is the kind's name).
-const PolicyEntry& entry_of(PolicyKind k) {
+// The entry a policy's settings started from.
+const PolicyEntry& entry_of(const PolicySettings& s) {
   for (const PolicyEntry& e : registry())
-    if (e.settings.kind == k) return e;
-  bad("unknown policy kind");
+    if (s.preset == e.name) return e;
+  bad("unknown policy preset '" + s.preset + "'");
 }
 
 }  // namespace
@@ -65,7 +61,7 @@ using policies::entry_of;
 using policies::PolicyEntry;
 using policies::registry;
 
-const char* policy_kind_name(PolicyKind k) { return entry_of(k).name; }
+const char* policy_kind_name(const PolicySettings& s) { return entry_of(s).kind; }
 
 const std::vector<std::string>& policy_preset_names() {
   static const std::vector<std::string> names = [] {
@@ -85,31 +81,33 @@ PolicySettings policy_preset(std::string_view name) {
   bad("unknown policy '" + std::string(name) + "' (known: " + known + ", all)");
 }
 
-std::vector<std::string> policy_setting_keys(PolicyKind k) { return entry_of(k).keys; }
+std::vector<std::string> policy_setting_keys(const PolicySettings& s) { return entry_of(s).keys; }
 
-bool policy_window_is_recent(PolicyKind k) { return entry_of(k).window_is_recent; }
+bool policy_window_is_recent(const PolicySettings& s) { return entry_of(s).window_is_recent; }
 
-bool policy_protects_nothing(PolicyKind k) { return entry_of(k).protects_nothing; }
+bool policy_protects_nothing(const PolicySettings& s) { return entry_of(s).protects_nothing; }
 
-bool policy_is_full_cache(PolicyKind k) { return entry_of(k).full_cache; }
+bool policy_is_full_cache(const PolicySettings& s) { return entry_of(s).full_cache; }
 
-bool policy_budget_depends_on_layer(PolicyKind k) { return entry_of(k).layer_budget != nullptr; }
+bool policy_budget_depends_on_layer(const PolicySettings& s) { return entry_of(s).layer_budget != nullptr; }
+
+bool policy_needs_full_attention(const PolicySettings& s) { return entry_of(s).needs_full_attention; }
 
 std::vector<PolicyRun> policy_runs(const std::vector<int64_t>& budgets, const std::vector<PolicySettings>& policies) {
   std::vector<PolicyRun> runs;
   for (int64_t K : budgets)
     for (size_t p = 0; p < policies.size(); ++p)
-      if (!policy_is_full_cache(policies[p].kind)) runs.push_back(PolicyRun{p, K});
+      if (!policy_is_full_cache(policies[p])) runs.push_back(PolicyRun{p, K});
   return runs;
 }
 
 int64_t evicting_policy_count(const std::vector<PolicySettings>& policies) {
   return static_cast<int64_t>(std::count_if(policies.begin(), policies.end(),
-                                            [](const PolicySettings& s) { return !policy_is_full_cache(s.kind); }));
+                                            [](const PolicySettings& s) { return !policy_is_full_cache(s); }));
 }
 
 int64_t policy_observation_window(const PolicySettings& s) {
-  const PolicyEntry& e = entry_of(s.kind);
+  const PolicyEntry& e = entry_of(s);
   return e.observation_window ? e.observation_window(s) : 0;
 }
 
@@ -120,17 +118,17 @@ int64_t held_prompt_queries(const std::vector<PolicySettings>& policies, int64_t
 }
 
 void add_feature_needs(const PolicySettings& s, FeatureNeeds& needs) {
-  if (const PolicyEntry& e = entry_of(s.kind); e.needs) e.needs(s, needs);
+  if (const PolicyEntry& e = entry_of(s); e.needs) e.needs(s, needs);
 }
 
 int64_t layer_budget(const PolicySettings& s, int64_t K, int64_t layer, int64_t num_layers, int64_t P) {
-  const PolicyEntry& e = entry_of(s.kind);
+  const PolicyEntry& e = entry_of(s);
   return e.layer_budget ? e.layer_budget(s, K, layer, num_layers, P) : K;
 }
 
 std::unique_ptr<CacheManager> make_cache_manager(const PolicySettings& s, int64_t K, const PolicyContext& c) {
-  const PolicyEntry& e = entry_of(s.kind);
-  if (s.kind != PolicyKind::Full && K < 1) bad("--cache-budget " + std::to_string(K) + " must be >= 1");
+  const PolicyEntry& e = entry_of(s);
+  if (!e.full_cache && K < 1) bad("--cache-budget " + std::to_string(K) + " must be >= 1");
   if (e.has_window && s.window < 1)
     bad("--policy " + s.label + ": window must be >= 1");
   return e.make(s, K, c);

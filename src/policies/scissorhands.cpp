@@ -29,7 +29,7 @@ class ScissorhandsCache final : public WindowAttention {
 PolicyEntry scissorhands_entry() {
   PolicyEntry e;
   e.name = "scissorhands";
-  e.settings = base_settings(PolicyKind::Scissorhands, 0, 32, HeadAggregation::Sum);
+  e.settings = base_settings(0, 32, HeadAggregation::Sum);
   e.settings.window = 32;
   e.keys = {"sinks", "recent", "window", "heads"};
   e.observation_window = window_observation;

@@ -33,7 +33,7 @@ const char* head_aggregation_name(HeadAggregation a) {
 }
 
 void apply_policy_setting(PolicySettings& s, std::string_view key, std::string_view value) {
-  const std::vector<std::string> keys = policy_setting_keys(s.kind);
+  const std::vector<std::string> keys = policy_setting_keys(s);
   if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
     std::string list;
     for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
@@ -121,7 +121,7 @@ std::vector<PolicySettings> parse_policy_list(std::string_view list) {
 }
 
 int64_t recent_tokens(const PolicySettings& s, int64_t K) {
-  if (policy_window_is_recent(s.kind)) return s.window;
+  if (policy_window_is_recent(s)) return s.window;
   // floor(K * pct / 100) without the product (K may be near 2^63): K = 100a + b
   if (s.recent_percent > 0) return std::max<int64_t>(1, K / 100 * s.recent_percent + K % 100 * s.recent_percent / 100);
   return s.recent;
@@ -142,7 +142,7 @@ void check_budgets_and_policies(const std::vector<int64_t>& budgets, const std::
 }
 
 int64_t protected_tokens(const PolicySettings& s, int64_t K) {
-  if (policy_protects_nothing(s.kind)) return 0;
+  if (policy_protects_nothing(s)) return 0;
   int64_t p = 0;  // sinks + recent, saturated at 2^63 - 1 (flags near 2^63 never wrap into a pass)
   if (__builtin_add_overflow(s.sinks, recent_tokens(s, K), &p)) return std::numeric_limits<int64_t>::max();
   return p;
@@ -154,7 +154,7 @@ void check_budget_holds(const PolicySettings& s, int64_t budget, int64_t layer_b
   bad("--cache-budget " + std::to_string(budget) +
       (layer_budget != budget ? " (" + std::to_string(layer_budget) + " on this layer)" : "") + " must be > the " +
       std::to_string(p) + " tokens " + s.label + " never evicts (sinks " + std::to_string(s.sinks) +
-      (policy_window_is_recent(s.kind) ? " + observation window " : " + recent ") + std::to_string(recent_tokens(s, layer_budget)) +
+      (policy_window_is_recent(s) ? " + observation window " : " + recent ") + std::to_string(recent_tokens(s, layer_budget)) +
       ")");
 }
 

@@ -1,12 +1,12 @@
-// src/policies/snapkv.cpp — `snapkv`, `snapkv-maxpool`: SnapKV (Li et al., 2024), as its
+// src/policies/snapkv.cpp — `snapkv`: SnapKV (Li et al., 2024), as its
 // SnapKVCluster and kvpress's SnapKVPress define it, extended to decode time.
 //
 //   sum[h, t]  = sum over the last w queries q that held t of p_q[h, t]   (prompt rows first, then decode rows)
 //   score(t)   = heads( pool(sum[h, .])(t) ) over positions t <= x - w    (the window: kept, not pooled)
 //   secondary  = heads( sum[h, t] )                                        (the tie rule: a flat pooled run keeps its peak)
 //   pool       = avgN (zero padding counted, as torch's avg_pool1d) or maxN, N odd and centred
-//   Settings: snapkv window 64, pool avg5 (SnapKVCluster's defaults); snapkv-maxpool window 32,
-//   pool max7 (SnapKV's LongBench configurations); heads=mean (kvpress); the window protected.
+//   Settings: window 64, pool avg5 (SnapKVCluster's defaults); heads=mean (kvpress); the window
+//   protected. snapkv-maxpool (snapkv_maxpool.cpp) is SnapKV at other settings.
 //
 // Also the sliding window of queries that pyramidkv and scissorhands derive from
 // (WindowAttention, policy_entry.hpp).
@@ -112,15 +112,13 @@ void SnapKVCache::score(std::vector<double>& primary, std::vector<double>& secon
   primary = aggregate(pooled, m);
 }
 
-namespace {
-
-PolicyEntry snapkv_like(const char* name, int64_t window, Pooling pool, int64_t width) {
+PolicyEntry snapkv_entry() {
   PolicyEntry e;
-  e.name = name;
-  e.settings = base_settings(PolicyKind::SnapKV, 0, 1, HeadAggregation::Mean);
-  e.settings.window = window;
-  e.settings.pool = pool;
-  e.settings.pool_width = width;
+  e.name = "snapkv";
+  e.settings = base_settings(0, 1, HeadAggregation::Mean);
+  e.settings.window = 64;
+  e.settings.pool = Pooling::Avg;
+  e.settings.pool_width = 5;
   e.keys = {"sinks", "window", "pool", "heads"};
   e.observation_window = window_observation;
   e.has_window = true;
@@ -128,10 +126,5 @@ PolicyEntry snapkv_like(const char* name, int64_t window, Pooling pool, int64_t 
   e.make = make_manager<SnapKVCache>;
   return e;
 }
-
-}  // namespace
-
-PolicyEntry snapkv_entry() { return snapkv_like("snapkv", 64, Pooling::Avg, 5); }
-PolicyEntry snapkv_maxpool_entry() { return snapkv_like("snapkv-maxpool", 32, Pooling::Max, 7); }
 
 }  // namespace mla::policies

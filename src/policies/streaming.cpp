@@ -29,7 +29,7 @@ class StreamingCache final : public CacheManager {
 PolicyEntry streaming_entry() {
   PolicyEntry e;
   e.name = "streaming";
-  e.settings = base_settings(PolicyKind::Streaming, 4, 1, HeadAggregation::Sum);
+  e.settings = base_settings(4, 1, HeadAggregation::Sum);
   e.keys = {"sinks"};
   e.make = make_manager<StreamingCache>;
   return e;

@@ -33,7 +33,7 @@ class TovaCache final : public CacheManager {
 PolicyEntry tova_entry() {
   PolicyEntry e;
   e.name = "tova";
-  e.settings = base_settings(PolicyKind::Tova, 0, 1, HeadAggregation::Mean);
+  e.settings = base_settings(0, 1, HeadAggregation::Mean);
   e.keys = {"sinks", "recent", "heads"};
   e.observation_window = [](const PolicySettings&) -> int64_t { return 1; };
   e.make = make_manager<TovaCache>;

@@ -30,7 +30,7 @@ class ValueAwareCache final : public AccumulatedAttention {
 PolicyEntry value_aware_entry() {
   PolicyEntry e;
   e.name = "value-aware";
-  e.settings = base_settings(PolicyKind::ValueAware, 0, 1, HeadAggregation::Sum);
+  e.settings = base_settings(0, 1, HeadAggregation::Sum);
   e.settings.recent_percent = 50;
   e.keys = {"sinks", "recent", "heads"};
   e.make = make_manager<ValueAwareCache>;

@@ -31,14 +31,8 @@ namespace {
 
 size_t idx(int64_t i) { return static_cast<size_t>(i); }
 
-std::vector<float> prepared_vector(const TensorF& t, bool bf16) {
-  std::vector<float> v = t.data;
-  if (bf16) cpu::round_to_bf16_inplace(v.data(), static_cast<int64_t>(v.size()));
-  return v;
-}
-
-std::unique_ptr<cpu::FixedOrderLinear> prepared_linear(const TensorF& w, bool bf16, int threads) {
-  return std::make_unique<cpu::FixedOrderLinear>(w.ptr(), w.dim(0), w.dim(1), nullptr, bf16, threads);
+std::unique_ptr<cpu::FixedOrderLinear> prepared_linear(const TensorF& w, Precision precision, int threads) {
+  return std::make_unique<cpu::FixedOrderLinear>(w.ptr(), w.dim(0), w.dim(1), nullptr, precision, threads);
 }
 
 // silu(x) = x / (1 + exp(-x)) in fp32 (evaluated in double, rounded once: within 1 ulp of torch's
@@ -52,13 +46,24 @@ void for_rows(int64_t rows, int threads, const std::function<void(int64_t, int64
   cpu::parallel_for(chunks, threads, [&](int64_t c, int) { body(c * kChunk, std::min(rows, (c + 1) * kChunk)); });
 }
 
+// RMSNorm of every row of h [m, H] with `weight` [H] (cpu_kernels.hpp rms_norm), rows in parallel.
+MatrixRM norm_rows(const Eigen::Ref<const MatrixRM>& h, const std::vector<float>& weight, float eps, Precision precision,
+                   int threads) {
+  const int64_t H = h.cols();
+  MatrixRM out(h.rows(), H);
+  for_rows(h.rows(), threads, [&](int64_t r0, int64_t r1) {
+    cpu::rms_norm(h.data() + r0 * H, H, r1 - r0, H, weight.data(), eps, precision, out.data() + r0 * H, H);
+  });
+  return out;
+}
+
 }  // namespace
 
-PreparedMlp prepare_mlp(const MlpWeights& w, bool bf16, int threads) {
+PreparedMlp prepare_mlp(const MlpWeights& w, Precision precision, int threads) {
   PreparedMlp m;
-  m.gate_proj = prepared_linear(w.gate_proj, bf16, threads);
-  m.up_proj = prepared_linear(w.up_proj, bf16, threads);
-  m.down_proj = prepared_linear(w.down_proj, bf16, threads);
+  m.gate_proj = prepared_linear(w.gate_proj, precision, threads);
+  m.up_proj = prepared_linear(w.up_proj, precision, threads);
+  m.down_proj = prepared_linear(w.down_proj, precision, threads);
   return m;
 }
 
@@ -67,7 +72,7 @@ PreparedLayer::PreparedLayer(const ModelConfig& cfg, const DecoderLayerWeights& 
     : cfg_(cfg),
       layer_(w.layer),
       moe_(w.moe),
-      bf16_(settings.precision == Precision::BF16),
+      precision_(settings.precision),
       threads_(cpu::resolve_threads(settings.threads)),
       rms_eps_(static_cast<float>(cfg.attention.rms_norm_eps)),
       keep_experts_(settings.keep_experts),
@@ -76,21 +81,21 @@ PreparedLayer::PreparedLayer(const ModelConfig& cfg, const DecoderLayerWeights& 
   const std::unique_ptr<cpu::GemmEngine> engine = cpu::make_fixed_order_engine();
   attention_ = cpu::prepare_weights_on(*engine, "fixed-order", "row-invariant sums (docs/math.md §15.4)",
                                        cfg.attention, w.self_attn, settings.precision, threads_);
-  input_layernorm_ = prepared_vector(w.self_attn.input_layernorm, bf16_);
-  post_attention_layernorm_ = prepared_vector(w.post_attention_layernorm, bf16_);
+  input_layernorm_ = cpu::prepare_vector(w.self_attn.input_layernorm, precision_);
+  post_attention_layernorm_ = cpu::prepare_vector(w.post_attention_layernorm, precision_);
   spec_ = cpu::row_attention_spec(attention());
   if (!moe_) {
-    dense_ = prepare_mlp(w.mlp, bf16_, threads_);
+    dense_ = prepare_mlp(w.mlp, precision_, threads_);
     return;
   }
   // the router stays fp32 in a bf16 model (transformers' _keep_in_fp32_modules_strict)
-  router_ = prepared_linear(w.gate.weight, false, threads_);
+  router_ = prepared_linear(w.gate.weight, Precision::FP32, threads_);
   if (cfg.router_has_correction_bias()) correction_bias_ = w.gate.e_score_correction_bias.data;
-  if (cfg.n_shared_experts > 0) shared_ = prepare_mlp(w.shared_experts, bf16_, threads_);
+  if (cfg.n_shared_experts > 0) shared_ = prepare_mlp(w.shared_experts, precision_, threads_);
   experts_.resize(idx(cfg.n_routed_experts));
   if (!w.experts.empty()) {
     for (size_t e = 0; e < w.experts.size(); ++e)
-      experts_[e] = std::make_unique<PreparedMlp>(prepare_mlp(w.experts[e], bf16_, threads_));
+      experts_[e] = std::make_unique<PreparedMlp>(prepare_mlp(w.experts[e], precision_, threads_));
     keep_experts_ = true;
   } else if (!loader_) {
     fail(ErrorKind::InvalidArgument, "layer " + std::to_string(layer_) + ": MoE layer prepared without experts or a loader");
@@ -109,22 +114,11 @@ int64_t PreparedLayer::prepared_bytes() const {
 }
 
 MatrixRM PreparedLayer::input_norm(const Eigen::Ref<const MatrixRM>& h) const {
-  const int64_t H = h.cols();
-  MatrixRM x(h.rows(), H);
-  for_rows(h.rows(), threads_, [&](int64_t r0, int64_t r1) {
-    cpu::rms_norm(h.data() + r0 * H, H, r1 - r0, H, input_layernorm_.data(), rms_eps_, bf16_, x.data() + r0 * H, H);
-  });
-  return x;
+  return norm_rows(h, input_layernorm_, rms_eps_, precision_, threads_);
 }
 
 MatrixRM PreparedLayer::post_norm(const MatrixRM& h) const {
-  const int64_t H = h.cols();
-  MatrixRM y(h.rows(), H);
-  for_rows(h.rows(), threads_, [&](int64_t r0, int64_t r1) {
-    cpu::rms_norm(h.data() + r0 * H, H, r1 - r0, H, post_attention_layernorm_.data(), rms_eps_, bf16_,
-                  y.data() + r0 * H, H);
-  });
-  return y;
+  return norm_rows(h, post_attention_layernorm_, rms_eps_, precision_, threads_);
 }
 
 void PreparedLayer::residual_add(MatrixRM& h, const MatrixRM& delta) const {
@@ -132,10 +126,7 @@ void PreparedLayer::residual_add(MatrixRM& h, const MatrixRM& delta) const {
   for_rows(h.rows(), threads_, [&](int64_t r0, int64_t r1) {
     float* a = h.data() + r0 * H;
     const float* b = delta.data() + r0 * H;
-    for (int64_t i = 0; i < (r1 - r0) * H; ++i) {
-      const float s = a[i] + b[i];
-      a[i] = bf16_ ? round_to_bf16(s) : s;
-    }
+    for (int64_t i = 0; i < (r1 - r0) * H; ++i) a[i] = cpu::rounded(precision_, a[i] + b[i]);
   });
 }
 
@@ -148,10 +139,7 @@ MatrixRM PreparedLayer::swiglu(const PreparedMlp& m, const MatrixRM& x) const {
   for_rows(gate.rows(), threads_, [&](int64_t r0, int64_t r1) {
     float* g = gate.data() + r0 * I;
     const float* u = up.data() + r0 * I;
-    for (int64_t i = 0; i < (r1 - r0) * I; ++i) {
-      if (bf16_) g[i] = round_to_bf16(round_to_bf16(silu(g[i])) * u[i]);
-      else g[i] = silu(g[i]) * u[i];
-    }
+    for (int64_t i = 0; i < (r1 - r0) * I; ++i) g[i] = cpu::rounded(precision_, cpu::rounded(precision_, silu(g[i])) * u[i]);
   });
   m.down_proj->run(gate, threads_, down);
   return down;
@@ -178,7 +166,7 @@ Routing PreparedLayer::route(const MatrixRM& y) const {
 
 const PreparedMlp& PreparedLayer::expert(int64_t e) {
   std::unique_ptr<PreparedMlp>& slot = experts_[idx(e)];
-  if (!slot) slot = std::make_unique<PreparedMlp>(prepare_mlp(loader_(e), bf16_, threads_));
+  if (!slot) slot = std::make_unique<PreparedMlp>(prepare_mlp(loader_(e), precision_, threads_));
   return *slot;
 }
 
@@ -221,12 +209,8 @@ MatrixRM PreparedLayer::moe(const MatrixRM& y, Routing* routing_out) {
   const MatrixRM shared = cfg_.n_shared_experts > 0 ? swiglu(shared_, y) : MatrixRM::Zero(m, H);
   for_rows(m, threads_, [&](int64_t r0, int64_t r1) {
     for (int64_t s = r0; s < r1; ++s)
-      for (int64_t c = 0; c < H; ++c) {
-        float acc = routed(s, c);
-        if (bf16_) acc = round_to_bf16(acc);
-        const float sum = acc + shared(s, c);
-        routed(s, c) = bf16_ ? round_to_bf16(sum) : sum;
-      }
+      for (int64_t c = 0; c < H; ++c)
+        routed(s, c) = cpu::rounded(precision_, cpu::rounded(precision_, routed(s, c)) + shared(s, c));
   });
   if (routing_out) *routing_out = std::move(r);
   return routed;
@@ -277,26 +261,22 @@ void layer_forward(PreparedLayer& layer, MatrixRM& h, const std::vector<int64_t>
 }
 
 PreparedHead::PreparedHead(const ModelConfig& cfg, const ModelHeadWeights& w, Precision precision, int threads)
-    : bf16_(precision == Precision::BF16),
+    : precision_(precision),
       threads_(cpu::resolve_threads(threads)),
       eps_(static_cast<float>(cfg.attention.rms_norm_eps)),
-      norm_(prepared_vector(w.norm, bf16_)),
-      lm_head_(prepared_linear(w.lm_head, bf16_, threads_)) {}
+      norm_(cpu::prepare_vector(w.norm, precision_)),
+      lm_head_(prepared_linear(w.lm_head, precision_, threads_)) {}
 
 MatrixRM PreparedHead::logits(const MatrixRM& h) const {
-  const int64_t H = h.cols();
-  MatrixRM normed(h.rows(), H), out;
-  for_rows(h.rows(), threads_, [&](int64_t r0, int64_t r1) {
-    cpu::rms_norm(h.data() + r0 * H, H, r1 - r0, H, norm_.data(), eps_, bf16_, normed.data() + r0 * H, H);
-  });
-  lm_head_->run(normed, threads_, out);
+  MatrixRM out;
+  lm_head_->run(norm_rows(h, norm_, eps_, precision_, threads_), threads_, out);
   return out;
 }
 
 MatrixRM embed(const Checkpoint& ckpt, const std::vector<int64_t>& ids, Precision precision) {
   const TensorF rows = ckpt.embed_rows(ids);  // [T, H]; errors name an id past the vocabulary
   MatrixRM h = Eigen::Map<const MatrixRM>(rows.ptr(), rows.dim(0), rows.dim(1));
-  if (precision == Precision::BF16) cpu::round_to_bf16_inplace(h.data(), h.size());
+  cpu::round_inplace(precision, h.data(), h.size());
   return h;
 }
 

@@ -74,7 +74,7 @@ class PreparedLayer {
 
   int64_t layer() const { return layer_; }
   bool moe() const { return moe_; }
-  Precision precision() const { return bf16_ ? Precision::BF16 : Precision::FP32; }
+  Precision precision() const { return precision_; }
   int threads() const { return threads_; }
   const ModelConfig& config() const { return cfg_; }
   const cpu::RowAttentionSpec& attention_spec() const { return spec_; }
@@ -99,7 +99,8 @@ class PreparedLayer {
 
   const ModelConfig& cfg_;
   int64_t layer_ = 0;
-  bool moe_ = false, bf16_ = false;
+  bool moe_ = false;
+  Precision precision_ = Precision::BF16;
   int threads_ = 1;
   float rms_eps_ = 1e-6f;
   bool keep_experts_ = true;
@@ -115,7 +116,7 @@ class PreparedLayer {
 };
 
 // Prepares one SwiGLU MLP (bf16: weights rounded to bf16 values), packed on `threads` workers.
-PreparedMlp prepare_mlp(const MlpWeights& w, bool bf16, int threads = 1);
+PreparedMlp prepare_mlp(const MlpWeights& w, Precision precision, int threads = 1);
 
 
 // What a caller plugs into the one composition of a layer (layer_forward).
@@ -150,7 +151,7 @@ class PreparedHead {
   MatrixRM logits(const MatrixRM& h) const;  // [m, H] -> [m, V]
 
  private:
-  bool bf16_;
+  Precision precision_;
   int threads_;
   float eps_;
   std::vector<float> norm_;

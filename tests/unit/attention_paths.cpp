@@ -9,6 +9,9 @@
 namespace mla::test {
 namespace {
 
+// (the helpers keep their bool, which tests/bench/bench_long_context.cpp passes)
+Precision precision_of(bool bf16) { return bf16 ? Precision::BF16 : Precision::FP32; }
+
 std::vector<double> token_scores_of(const std::vector<double>& head_scores, int64_t n, int64_t S) {
   std::vector<double> t(static_cast<size_t>(S), 0.0);
   for (int64_t h = 0; h < n; ++h)
@@ -89,10 +92,11 @@ AttentionResult materialized_attention(const Operands& o, bool causal, float sca
     for (int64_t r = 0; r < S; r += cpu::kQueryRowBlock) {
       const int64_t rows = std::min(cpu::kQueryRowBlock, S - r);
       const cpu::RowBlock b{r, rows, causal ? r + rows : S};
-      cpu::block_scores_softmax(views, d_qk, b, causal, scaling, bf16, w.probs.data() + r * S, S);
+      cpu::block_scores_softmax(views, d_qk, b, causal, scaling, precision_of(bf16), w.probs.data() + r * S, S);
     }
     const cpu::RowBlock all{0, S, S};
-    cpu::block_probs_value(views, w.probs.data(), S, all, o.d_v, bf16, context.data() + h * o.d_v, n * o.d_v);
+    cpu::block_probs_value(views, w.probs.data(), S, all, o.d_v, precision_of(bf16), context.data() + h * o.d_v,
+                           n * o.d_v);
     cpu::block_column_sums(w.probs.data(), S, all, causal, heads.data() + h * S);
   });
   return {std::vector<double>(context.begin(), context.end()), heads, token_scores_of(heads, n, S)};
@@ -101,12 +105,13 @@ AttentionResult materialized_attention(const Operands& o, bool causal, float sca
 AttentionResult streamed_attention(const Operands& o, bool causal, float scaling, bool bf16, int threads,
                                    const cpu::BlockProgress& progress, Gemm products) {
   const int64_t S = o.S, n = o.n;
-  cpu::KeyValueStates states(S, n, o.d_n, o.d_r, o.d_v, bf16);
+  cpu::KeyValueStates states(S, n, o.d_n, o.d_r, o.d_v, precision_of(bf16));
   states.set_kv_rows(0, S, o.kv.data(), n * (o.d_n + o.d_v));
   states.set_k_pe_rows(0, S, o.k_pe.data(), o.d_r);
   std::vector<float> context(static_cast<size_t>(S * n * o.d_v), -1.0f);
   std::vector<double> heads(static_cast<size_t>(n * S), -1.0);
-  cpu::streaming_attention(o.query.data(), n * o.d_qk(), states, causal, scaling, bf16, threads, products, progress,
+  cpu::streaming_attention(o.query.data(), n * o.d_qk(), states, causal, scaling, precision_of(bf16), threads, products,
+                           progress,
                            {context.data(), n * o.d_v, heads.data()});
   return {std::vector<double>(context.begin(), context.end()), heads, token_scores_of(heads, n, S)};
 }

@@ -310,7 +310,7 @@ BOOST_AUTO_TEST_CASE(invariants_every_policy_every_step) {
   std::vector<size_t> trace_of;  // observer index -> trace index (full is not observed)
   for (size_t k = 0; k < 2; ++k)
     for (size_t p = 0; p < o.policies.size(); ++p)
-      if (o.policies[p].kind != PolicyKind::Full) trace_of.push_back(k * o.policies.size() + p);
+      if (!policy_is_full_cache(o.policies[p])) trace_of.push_back(k * o.policies.size() + p);
   const DecodeResult r = decode_with(l, in, o, false, DecodeAttention::Absorbed, Precision::FP32,
                                      [&](size_t run, int64_t step, std::span<const int64_t> c) {
                                        attended[trace_of[run]][static_cast<size_t>(step)].assign(c.begin(), c.end());
@@ -322,10 +322,10 @@ BOOST_AUTO_TEST_CASE(invariants_every_policy_every_step) {
     const PolicySettings& s = t.policy;
     BOOST_TEST_CONTEXT(s.label << " K=" << K) {
       BOOST_REQUIRE(t.steps.size() == static_cast<size_t>(N));
-      if (s.kind == PolicyKind::Full) continue;
+      if (policy_is_full_cache(s)) continue;
       BOOST_TEST(static_cast<int64_t>(t.prefill_kept.size()) == K);  // P > K: cut to K
       const int64_t sinks = s.sinks, recent = recent_tokens(s, K);
-      if (s.kind != PolicyKind::Oracle) {
+      if (!policy_protects_nothing(s)) {
         for (int64_t q = 0; q < sinks; ++q) BOOST_TEST(std::count(t.prefill_kept.begin(), t.prefill_kept.end(), q) == 1);
         for (int64_t q = P - recent; q < P; ++q) BOOST_TEST(std::count(t.prefill_kept.begin(), t.prefill_kept.end(), q) == 1);
       }
@@ -343,7 +343,7 @@ BOOST_AUTO_TEST_CASE(invariants_every_policy_every_step) {
         BOOST_TEST(st.mass_recall_min <= st.mass_recall_p5);
         BOOST_TEST(st.mass_recall_p5 <= st.mass_recall + recall_above_one);
         BOOST_TEST(st.rel_error >= 0.0);
-        if (s.kind == PolicyKind::Oracle) continue;
+        if (policy_needs_full_attention(s)) continue;  // the oracle protects nothing and may re-admit any token
         // protected: sinks and the recent window (x - recent, x] are in the attended cache
         for (int64_t q = 0; q < sinks; ++q) BOOST_TEST(std::binary_search(c.begin(), c.end(), q));
         for (int64_t q = x - recent + 1; q <= x; ++q) BOOST_TEST(std::binary_search(c.begin(), c.end(), q));
@@ -399,7 +399,7 @@ void check_alone_equals_batch(const Layer& l, bool reference_inputs, int64_t P, 
     for (DecodeAttention a : {DecodeAttention::Absorbed, DecodeAttention::Naive}) {
       const DecodeResult all = decode_with(l, in, batch, false, a, p);
       for (const PolicySettings& one : batch.policies) {
-        if (policy_is_full_cache(one.kind)) continue;
+        if (policy_is_full_cache(one)) continue;
         // its own inputs, as the CLI computes them: alone, a run holds fewer (or more) prompt
         // queries than in a batch (the batch's largest observation window sets query_begin)
         const DecodeOptions o = options(P, N, {K}, one.label);

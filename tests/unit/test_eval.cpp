@@ -253,7 +253,7 @@ std::vector<float> token_by_token(const Model& m, const std::vector<int64_t>& id
   settings.precision = precision;
   settings.threads = 1;
   const mla::FeatureNeeds needs = mla::feature_needs({policy});
-  const bool full = policy.kind == mla::PolicyKind::Full;
+  const bool full = mla::policy_is_full_cache(policy);
 
   struct Layer {
     std::unique_ptr<mla::decoder::PreparedLayer> prepared;
@@ -389,7 +389,7 @@ void check_alone_equals_among_others(const Model& m, int64_t P, int64_t N, const
       const EvalResult all = with(policies, budgets, 2);
       bool some_differ = false;  // from the full cache: the comparisons can fail
       for (const mla::PolicySettings& s : mla::parse_policy_list(policies)) {
-        if (mla::policy_is_full_cache(s.kind)) continue;
+        if (mla::policy_is_full_cache(s)) continue;
         const EvalResult one = with(s.label, {K}, 1);
         const EvalResult pair = with(s.label + "," + other, {K}, 2);
         BOOST_REQUIRE(one.runs.size() == 1u);
@@ -584,11 +584,11 @@ BOOST_AUTO_TEST_CASE(mean_interval_and_quantiles_by_hand) {
 
 namespace {
 // A hand-made run: positions with the given NLL, KL and top-1 agreement, one layer.
-mla::EvalRun hand_run(const std::string& label, mla::PolicyKind kind, int64_t K, const std::vector<double>& nll,
+mla::EvalRun hand_run(const std::string& label, const std::string& preset, int64_t K, const std::vector<double>& nll,
                       const std::vector<double>& kl, const std::vector<bool>& agree) {
   mla::EvalRun run;
   run.policy.label = label;
-  run.policy.kind = kind;
+  run.policy.preset = preset;
   run.budget = K;
   for (size_t i = 0; i < nll.size(); ++i) {
     mla::EvalPosition p;
@@ -620,9 +620,9 @@ BOOST_AUTO_TEST_CASE(window_summaries_by_hand) {
     windows[w].source = "t.txt";
     windows[w].offset = static_cast<int64_t>(w) * 7;
     mla::EvalResult& r = windows[w].result;
-    r.full = hand_run("full", mla::PolicyKind::Full, 0, {1.0, 2.0}, {0, 0}, {true, true});
-    r.runs.push_back(hand_run("a", mla::PolicyKind::H2O, 4, {1.0 + da[w], 2.0 + da[w]}, kl_a[w], agree_a[w]));
-    r.runs.push_back(hand_run("b", mla::PolicyKind::Tova, 4, {1.0 + db[w], 2.0 + db[w]}, {0.1, 0.1}, {true, true}));
+    r.full = hand_run("full", "full", 0, {1.0, 2.0}, {0, 0}, {true, true});
+    r.runs.push_back(hand_run("a", "h2o", 4, {1.0 + da[w], 2.0 + da[w]}, kl_a[w], agree_a[w]));
+    r.runs.push_back(hand_run("b", "tova", 4, {1.0 + db[w], 2.0 + db[w]}, {0.1, 0.1}, {true, true}));
   }
   const std::vector<mla::EvalSummary> sum = mla::summarize(windows, {4});
   BOOST_TEST_REQUIRE(sum.size() == 3u);

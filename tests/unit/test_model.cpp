@@ -386,7 +386,7 @@ BOOST_AUTO_TEST_CASE(fixed_order_linear_rows_do_not_depend_on_the_batch) {
       }
     for (const std::string& isa : isa_paths()) {
       BOOST_TEST_REQUIRE(mla::cpu::set_fixed_order_isa(isa));
-      const mla::cpu::FixedOrderLinear lin(w.data(), out, in, b.data(), bf16);
+      const mla::cpu::FixedOrderLinear lin(w.data(), out, in, b.data(), bf16 ? mla::Precision::BF16 : mla::Precision::FP32);
       std::vector<float> all(expected.size()), one(static_cast<size_t>(out)), part(static_cast<size_t>(13 * out));
       lin.run_rows(x.data(), rows, in, all.data(), out, 2);
       BOOST_TEST(same_bits(all.data(), expected.data(), rows * out), isa << " bf16=" << bf16 << ": batch != definition");

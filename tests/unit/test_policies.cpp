@@ -14,12 +14,14 @@
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "mla/policy.hpp"
 #include "mla/random.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -303,11 +305,10 @@ BOOST_AUTO_TEST_CASE(every_policy_holds_its_budget) {
   for (const std::string& name : policy_preset_names()) {
     if (name == "full") continue;
     PolicySettings s = policy_preset(name);
-    const std::vector<std::string> keys = policy_setting_keys(s.kind);
+    const std::vector<std::string> keys = policy_setting_keys(s);
     for (const char* key : {"sinks", "recent"})
       if (std::find(keys.begin(), keys.end(), key) != keys.end()) apply_policy_setting(s, key, key[0] == 's' ? "0" : "1");
-    if (s.kind == PolicyKind::SnapKV || s.kind == PolicyKind::PyramidKV || s.kind == PolicyKind::Scissorhands)
-      apply_policy_setting(s, "window", "2");
+    if (std::find(keys.begin(), keys.end(), "window") != keys.end()) apply_policy_setting(s, "window", "2");
     BOOST_TEST_CONTEXT(s.label) {
       const Trace t = drive(s, 3, {kW}, kMass, &f);
       BOOST_TEST(t.prefill_kept.size() <= 3u);
@@ -356,6 +357,63 @@ BOOST_AUTO_TEST_CASE(policy_list_syntax) {
     BOOST_CHECK_THROW(parse_policy_list(bad), std::exception);
   // a budget that cannot hold what a policy protects
   BOOST_CHECK_THROW(make_cache_manager(with("h2o:sinks=2,recent=1"), 3, PolicyContext{1, 4, 6, nullptr}), std::exception);
+}
+
+// The registry is the one list (src/policies/registry.def, docs/decode.md §2.3): its order is
+// the documented one (policy.hpp, the definitions table of docs/decode.md §2.2, registry.def's
+// lines), every preset's name round-trips through --policy, and what decode and eval ask of a
+// policy is answered by its entry: the full cache, a budget per layer, full attention, its policy.
+BOOST_AUTO_TEST_CASE(registry_is_the_one_list) {
+  const std::vector<std::string> documented = {
+      "full",  "h2o",  "h2o-normalized",     "tova",         "streaming",   "snapkv",  "snapkv-maxpool", "pyramidkv",
+      "knorm", "expected-attention", "scissorhands", "value-aware", "keydiff", "random",         "oracle"};
+  BOOST_TEST(policy_preset_names() == documented, boost::test_tools::per_element());
+  const std::string root = test::data_dir() + "/../..";
+  // the first run of lines of a file that start with `open`, each up to `close`: registry.def's
+  // names, the definitions table's presets (its first column)
+  const auto names_in = [](const std::string& path, const std::string& open, const std::string& close) {
+    std::ifstream f(path);
+    BOOST_REQUIRE_MESSAGE(f.good(), "cannot read " << path);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(f, line);) {
+      if (line.rfind(open, 0) == 0) out.push_back(line.substr(open.size(), line.find(close, open.size()) - open.size()));
+      else if (!out.empty()) break;
+    }
+    return out;
+  };
+  std::vector<std::string> def = names_in(root + "/src/policies/registry.def", "MLA_POLICY(", ")");
+  for (std::string& n : def) std::replace(n.begin(), n.end(), '_', '-');
+  BOOST_TEST(def == documented, boost::test_tools::per_element());
+  BOOST_TEST(names_in(root + "/docs/decode.md", "| `", "`") == documented, boost::test_tools::per_element());
+
+  std::vector<std::string> all;
+  for (const PolicySettings& s : parse_policy_list("all")) all.push_back(s.label);
+  BOOST_TEST(all == documented, boost::test_tools::per_element());
+  TokenFeatures features;  // what a manager of every preset may read: 1 head, 160 tokens
+  features.heads = 1;
+  features.tokens = 160;
+  for (std::vector<double>* v : {&features.key_norm, &features.value_norm, &features.output_norm,
+                                 &features.expected_attention, &features.key_diff})
+    v->assign(160, 1.0);
+  for (const std::string& name : documented) {
+    BOOST_TEST_CONTEXT(name) {
+      const PolicySettings s = policy_preset(name);
+      BOOST_TEST(s.preset == name);
+      BOOST_TEST(s.label == name);
+      BOOST_TEST(parse_policy_list(name).at(0).label == name);
+      BOOST_TEST(std::string(policy_kind_name(s)) == (name == "snapkv-maxpool" ? "snapkv" : name));
+      BOOST_TEST(policy_is_full_cache(s) == (name == "full"));
+      BOOST_TEST(policy_needs_full_attention(s) == (name == "oracle"));
+      BOOST_TEST(policy_budget_depends_on_layer(s) == (name == "pyramidkv"));
+      BOOST_TEST(policy_protects_nothing(s) == (name == "full" || name == "oracle"));
+      if (name != "full") BOOST_TEST(make_cache_manager(s, 100, PolicyContext{1, 128, 160, &features})->needs_full_attention() ==
+                                     (name == "oracle"));
+    }
+  }
+  PolicySettings unknown;
+  unknown.preset = "lru";
+  BOOST_CHECK_THROW(policy_is_full_cache(unknown), std::exception);
+  BOOST_TEST(policy_is_full_cache(PolicySettings{}));  // the default is the full cache
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -249,7 +249,7 @@ BOOST_AUTO_TEST_CASE(plan_counts_the_primitives_a_forward_creates) {
 }
 
 BOOST_AUTO_TEST_CASE(bf16_states_take_half_the_bytes) {
-  const mla::cpu::KeyValueStates f32(100, 3, 12, 6, 10, false), b16(100, 3, 12, 6, 10, true);
+  const mla::cpu::KeyValueStates f32(100, 3, 12, 6, 10, mla::Precision::FP32), b16(100, 3, 12, 6, 10, mla::Precision::BF16);
   BOOST_TEST(f32.bytes() == (3 * (12 + 10) + 6) * 100 * 4);
   BOOST_TEST(b16.bytes() * 2 == f32.bytes());
 }

@@ -38,6 +38,8 @@ namespace {
 using mla::cpu::VectorIsa;
 using mla::cpu::VectorKernels;
 
+mla::Precision precision_of(bool bf16) { return bf16 ? mla::Precision::BF16 : mla::Precision::FP32; }
+
 // The largest exp errors this file accepts, in ulps (docs/long-context.md §2 states them; the rows
 // of tolerances.hpp carry them in their atol field).
 const int64_t kMaxUlpVsCorrectlyRounded =
@@ -208,8 +210,8 @@ BOOST_AUTO_TEST_CASE(every_set_gives_the_baseline_bits) {
         for (const int64_t visible : {n, std::max<int64_t>(1, n / 2 + 1)}) {
           std::vector<float> ra = x, rb = x;
           std::vector<uint16_t> ba(x.size(), 7), bb(x.size(), 7);
-          base.softmax_row(ra.data(), visible, n, 0.1446796f, bf16, ra.data(), bf16 ? ba.data() : nullptr);
-          k->softmax_row(rb.data(), visible, n, 0.1446796f, bf16, rb.data(), bf16 ? bb.data() : nullptr);
+          base.softmax_row(ra.data(), visible, n, 0.1446796f, precision_of(bf16), ra.data(), bf16 ? ba.data() : nullptr);
+          k->softmax_row(rb.data(), visible, n, 0.1446796f, precision_of(bf16), rb.data(), bf16 ? bb.data() : nullptr);
           BOOST_TEST(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)) == 0, vars << " softmax_row");
           BOOST_TEST(std::memcmp(ba.data(), bb.data(), ba.size() * sizeof(uint16_t)) == 0, vars << " softmax_row bits");
         }
@@ -239,7 +241,7 @@ BOOST_AUTO_TEST_CASE(softmax_row_is_its_definition) {
         // the kernel: probabilities in place and (bf16) bits
         std::vector<float> row = scores;
         std::vector<uint16_t> bits(static_cast<size_t>(width), 0xFFFF);
-        k->softmax_row(row.data(), visible, width, scaling, bf16, row.data(), bf16 ? bits.data() : nullptr);
+        k->softmax_row(row.data(), visible, width, scaling, precision_of(bf16), row.data(), bf16 ? bits.data() : nullptr);
         BOOST_TEST(std::memcmp(row.data(), want.data(), want.size() * sizeof(float)) == 0, vars);
         if (bf16) {
           for (int64_t t = 0; t < width; ++t)
@@ -249,7 +251,7 @@ BOOST_AUTO_TEST_CASE(softmax_row_is_its_definition) {
         if (bf16) {
           std::vector<float> scratch = scores;
           std::vector<uint16_t> only(static_cast<size_t>(width), 0xFFFF);
-          k->softmax_row(scratch.data(), visible, width, scaling, true, nullptr, only.data());
+          k->softmax_row(scratch.data(), visible, width, scaling, mla::Precision::BF16, nullptr, only.data());
           BOOST_TEST(std::memcmp(only.data(), bits.data(), bits.size() * sizeof(uint16_t)) == 0, vars << " bits only");
         }
       }
@@ -285,7 +287,7 @@ BOOST_AUTO_TEST_CASE(softmax_row_with_special_scores_is_its_definition) {
       const std::vector<float> definition = softmax_definition(*k, scores, visible, width, scaling, true);
       std::vector<float> row = scores;
       std::vector<uint16_t> bits(static_cast<size_t>(width), 0xFFFF);
-      k->softmax_row(row.data(), visible, width, scaling, true, row.data(), bits.data());
+      k->softmax_row(row.data(), visible, width, scaling, mla::Precision::BF16, row.data(), bits.data());
       for (int64_t t = 0; t < width; ++t) {
         const float want = definition[static_cast<size_t>(t)];
         const float got = row[static_cast<size_t>(t)];
