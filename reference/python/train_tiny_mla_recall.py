@@ -610,7 +610,7 @@ def main():
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
                 logits = model(input_ids=x).logits
             nll = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, VOCAB), x[:, 1:].reshape(-1),
-                                                    reduction="none").view(batch, seq_len - 1)
+                                                    reduction="none").view(step_batch, step_len - 1)
             wt = w[:, 1:]
             loss = (nll * wt).sum() / wt.sum()
             per_kind = {}  # the batch's loss per row kind (a stall shows in its own column)
