@@ -46,6 +46,21 @@ struct ForwardOptions {
   std::function<void(const char* stage, int64_t done, int64_t total)> progress;
 };
 
+// Reorders the cpu backend's oneDNN engines ran outside their matmul primitives
+// (docs/cpu-gemm.md §3, §9). Only head_operands is by design; the other two are fallbacks that
+// cost time on every call they fire in and are expected to stay 0.
+struct OnednnReorders {
+  int64_t weights = 0;        // a projection slice's W packed by a oneDNN reorder at prepare (a
+                              // layout the engine's own packer does not know)
+  int64_t head_operands = 0;  // a head's keys or one group of its values packed into the blocked
+                              // layout (once per head, query pass and operand)
+  int64_t per_block = 0;      // a block's part of a packed operand reordered because the block's
+                              // primitive chose another layout (per block and product)
+  OnednnReorders operator-(const OnednnReorders& o) const {
+    return {weights - o.weights, head_operands - o.head_operands, per_block - o.per_block};
+  }
+};
+
 // The cpu backend's projection engine after prepare(): engine "oneDNN 2.6.3" or "Eigen 3.4.0 +
 // OpenBLAS sgemm", the kernel it runs ("brg:avx512_core_bf16", "OpenBLAS sgemm"), and why it
 // was chosen. Empty for the other backends.
@@ -54,6 +69,10 @@ struct GemmInfo {
   std::string engine;
   std::string kernel;
   std::string reason;
+  // The reorders of the process's oneDNN engines since the backend's prepare() began (counted
+  // for the whole process: exact when one backend runs at a time, as in every command); all 0
+  // on the Eigen engine.
+  OnednnReorders reorders;
 };
 // "oneDNN 2.6.3, brg:avx512_core_bf16" or "Eigen 3.4.0 + OpenBLAS sgemm" (the kernel is named
 // once); "" when `engine` is empty.

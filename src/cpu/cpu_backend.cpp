@@ -102,7 +102,7 @@ PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& reques
   p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, precision);
   p.kv_b_proj = prepare_linear(engine, w.kv_b_proj, "kv_b_proj", none, precision, threads);
   p.o_proj = prepare_linear(engine, w.o_proj, "o_proj", w.o_proj_bias, precision, threads);
-  p.gemm = {requested, engine.name(), p.kv_b_proj->kernel(), reason};
+  p.gemm = {requested, engine.name(), p.kv_b_proj->kernel(), reason, {}};
   if (engine.kind() == Gemm::OneDnn) {
     p.attention_products = Gemm::OneDnn;
     p.attention_kernel = onednn_attention_kernel(precision == Precision::BF16);
@@ -289,10 +289,17 @@ class CpuBackend final : public Backend {
 
   std::string description() const override { return describe(prepared_ ? &weights_ : nullptr, resolve_threads(prepared_ ? threads_ : 0)); }
 
-  GemmInfo gemm_info() const override { return prepared_ ? weights_.gemm : GemmInfo{}; }
+  // The engine, with the oneDNN reorders run since prepare() began (process-wide counts).
+  GemmInfo gemm_info() const override {
+    if (!prepared_) return {};
+    GemmInfo g = weights_.gemm;
+    g.reorders = onednn_reorders() - reorders_at_prepare_;
+    return g;
+  }
 
   void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
     prepared_ = false;
+    reorders_at_prepare_ = onednn_reorders();
     validate_layer(cfg, w, opt);
     const int threads = resolve_threads(opt.threads);
     weights_ = prepare_weights(cfg, w, opt.precision, threads, opt.gemm);
@@ -358,6 +365,7 @@ class CpuBackend final : public Backend {
   PreparedWeights weights_;
   Precision precision_ = Precision::FP32;
   int threads_ = 0;
+  OnednnReorders reorders_at_prepare_;  // onednn_reorders() when prepare() began
 };
 
 }  // namespace

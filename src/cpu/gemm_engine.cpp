@@ -95,6 +95,9 @@ class EigenEngine final : public GemmEngine {
 #if MLA_HAVE_ONEDNN
 // ---- oneDNN ----------------------------------------------------------------------------------
 
+// onednn_reorders' counts, one per field of OnednnReorders.
+std::atomic<int64_t> g_weight_reorders{0}, g_head_operand_reorders{0}, g_per_block_reorders{0};
+
 using dnnl::memory;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
@@ -300,6 +303,7 @@ class DnnlLinear final : public PreparedLinear {
       memory src(plain, d.engine, src_data);
       dnnl::reorder(src, weights_).execute(d.stream, src, weights_);
       d.stream.wait();
+      count_reorder(&OnednnReorders::weights);
     }
 
     // y[:, n0 : n0 + n] = x W_slice^T (+ bias), chunk by chunk of rows; x_src: x as the
@@ -403,6 +407,22 @@ class DnnlEngine final : public GemmEngine {
 }  // namespace
 
 bool onednn_built() { return MLA_HAVE_ONEDNN != 0; }
+
+#if MLA_HAVE_ONEDNN
+void count_reorder(int64_t OnednnReorders::*kind) {
+  std::atomic<int64_t>& counter = kind == &OnednnReorders::weights         ? g_weight_reorders
+                                  : kind == &OnednnReorders::head_operands ? g_head_operand_reorders
+                                                                           : g_per_block_reorders;
+  counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+OnednnReorders onednn_reorders() {
+  return {g_weight_reorders.load(std::memory_order_relaxed), g_head_operand_reorders.load(std::memory_order_relaxed),
+          g_per_block_reorders.load(std::memory_order_relaxed)};
+}
+#else
+OnednnReorders onednn_reorders() { return {}; }
+#endif
 
 std::vector<int64_t> fixed_width_bounds(int64_t out, int64_t width) {
   std::vector<int64_t> b;

@@ -79,6 +79,11 @@ bool onednn_built();
 inline constexpr int64_t kOnednnSliceQuantum = 64;
 int64_t onednn_slice_count(int64_t out);
 
+// The reorders the oneDNN engines (this file's projections, onednn_attention.hpp's per-head
+// products) have run outside their primitives since the process started, by kind
+// (mla/attention.hpp OnednnReorders; docs/cpu-gemm.md §9). All 0 in a build without oneDNN.
+OnednnReorders onednn_reorders();
+
 // [0, width, 2 width, ..., out]: the slice_bounds of an engine whose slices have one fixed width.
 std::vector<int64_t> fixed_width_bounds(int64_t out, int64_t width);
 

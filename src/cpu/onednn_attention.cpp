@@ -92,6 +92,30 @@ std::shared_ptr<const Matmul> cached_matmul(Dt dt, int64_t M, int64_t K, int64_t
   return it->second;
 }
 
+// How the score product reads the keys, key^T [d_qk, N]. A blocked layout (the brgemm kernels')
+// keeps every block's keys as the leading part of the head's packed keys (is_prefix below). The
+// plain layout oneDNN picks where it has only gemm:jit (fp32 on AVX2; bf16 without AVX512-BF16) is
+// row-major "ab", whose rows are N long: a block with fewer keys than the head's operand would be
+// reordered into a copy of its own on every block (measured on AVX2: every score product but the
+// last of each head and pass). There the keys are given as "ba" (key rows [N, d_qk], row-major),
+// whose first rows are any block's keys (gemm:jit sums the same either way: compared bit for bit).
+// Decided once per data type from the layout picked for the probe shape (no primitive is made).
+Weights key_weights(Dt dt) {
+  auto decide = [](Dt t) {
+    const memory::desc src({kProbeShape.rows, kProbeShape.k}, t, Tag::ab), dst({kProbeShape.rows, kProbeShape.n}, Dt::f32, Tag::ab);
+    const memory::desc any({kProbeShape.k, kProbeShape.n}, t, Tag::any);
+    try {
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), strict_user_scratchpad_attr(),
+                                            Dnnl::get().engine);
+      return pd.weights_desc().data.format_desc.blocking.inner_nblks > 0 ? Weights::Packed : Weights::Transposed;
+    } catch (const dnnl::error&) {
+      return Weights::Packed;  // no matmul for t: nothing will ask
+    }
+  };
+  static const Weights f32 = decide(Dt::f32), bf16 = decide(Dt::bf16);
+  return dt == Dt::bf16 ? bf16 : f32;
+}
+
 // The products' key counts are rounded up to this (a multiple of 64): 64 up to S = 16384, then
 // doubled until S / granularity <= 256, so a causal run creates at most ~256 primitives per
 // product (creating one costs ~0.25 ms; without the rounding S = 131072 would need 2048 per
@@ -149,6 +173,7 @@ struct Packed {
     memory src(src_md, engine, const_cast<void*>(data));
     dnnl::reorder(src, dst).execute(stream, src, dst);
     stream.wait();
+    count_reorder(&OnednnReorders::head_operands);
   }
 };
 
@@ -156,7 +181,9 @@ struct Packed {
 // and value[h] (d_v columns, in groups of at most 64), each packed once into the layout
 // oneDNN's brgemm prefers for the largest product of the call (bf16: [K/32][N/64][16][64][2];
 // measured 20-30 % faster than the plain operands, which the primitive would repack on every
-// block), with key rows up to `keys` rounded to key_granularity(S), the extra rows zero.
+// block), with key rows up to `keys` rounded to key_granularity(S), the extra rows zero. Where
+// oneDNN has only gemm:jit, whose layouts are plain, the keys are "ba" (key_weights). Each pack
+// is counted in onednn_reorders().head_operands.
 class DnnlOperands final : public HeadOperands {
  public:
   DnnlOperands(int64_t S, int64_t d_qk, int64_t d_v, bool bf16)
@@ -179,7 +206,7 @@ class DnnlOperands final : public HeadOperands {
       copy_block(key_nope.values(), stored, d_n, d, d_qk_);
       copy_block(kv.k_pe_roped.values(), stored, d_r, d + d_n, d_qk_);
     }
-    key.pack(cached_matmul(dt_, kQueryRowBlock, d_qk_, n_pad, Weights::Packed)->pd.weights_desc(),
+    key.pack(cached_matmul(dt_, kQueryRowBlock, d_qk_, n_pad, key_weights(dt_))->pd.weights_desc(),
              memory::desc({d_qk_, n_pad}, dt_, Tag::ba), dense_.data(), stream_);
     // values: dense [n_pad, d_v], then each group of <= 64 columns packed as its own [n_pad, w]
     const PrecisionMatrix& v = kv.value[static_cast<size_t>(h)];
@@ -242,7 +269,7 @@ class DnnlBlockProducts final : public BlockProducts {
     } else {
       copy_block(q_rows, block.rows, d_qk_, query_.data(), d_qk_, ld_query);
     }
-    execute("q k^T", block.rows, d_qk_, columns(block), 1, q, o.key, logits);
+    execute("q k^T", block.rows, d_qk_, columns(block), 1, key_weights(dt_), q, o.key, logits);
   }
 
   // out [rows, d_v] = p [rows, N] value[0:N] (fp32 sums; bf16: bits in, one rounding), per
@@ -254,7 +281,7 @@ class DnnlBlockProducts final : public BlockProducts {
     for (size_t g = 0; g < o.value.size(); ++g) {
       const int64_t c0 = static_cast<int64_t>(g) * DnnlOperands::kValueGroup;
       const int64_t w = std::min(DnnlOperands::kValueGroup, d_v_ - c0);
-      execute("p v", block.rows, columns(block), w, 0, p, o.value[g], context_.data());
+      execute("p v", block.rows, columns(block), w, 0, Weights::Packed, p, o.value[g], context_.data());
       for (int64_t i = 0; i < block.rows; ++i) {
         float* dst = out + i * ld_out + c0;
         std::copy_n(context_.data() + i * w, w, dst);
@@ -265,22 +292,24 @@ class DnnlBlockProducts final : public BlockProducts {
 
  private:
   // dst [M, N] = src [M, K] weights [K, N] on this worker: one OpenMP thread, its own stream
-  // and scratchpad. The weights are the leading part (along `dim`) of the packed operand; if
-  // the primitive chose another layout for this shape, that part is reordered into it first.
-  void execute(const char* what, int64_t M, int64_t K, int64_t N, int dim, const void* src, const Packed& weights,
-               float* dst) {
+  // and scratchpad. The weights (read as `layout`) are the leading part (along `dim`) of the
+  // packed operand; if the primitive chose another layout for this shape, that part is reordered
+  // into it first (counted in onednn_reorders().per_block: not expected, see key_weights).
+  void execute(const char* what, int64_t M, int64_t K, int64_t N, int dim, Weights layout, const void* src,
+               const Packed& weights, float* dst) {
     try {
       DnnlThreads one_thread(1);  // also while a primitive is created: it plans its threads then
-      const std::shared_ptr<const Matmul> held = cached_matmul(dt_, M, K, N, Weights::Packed);
+      const std::shared_ptr<const Matmul> held = cached_matmul(dt_, M, K, N, layout);
       const Matmul& m = *held;
       const dnnl::engine& engine = Dnnl::get().engine;
       memory w(m.pd.weights_desc(), engine, weights.mem.get_data_handle());
-      if (!is_prefix(m.pd.weights_desc(), weights.md, dim)) {  // not expected with oneDNN 2.6; correct anyway
+      if (!is_prefix(m.pd.weights_desc(), weights.md, dim)) {
         repacked_ = memory(m.pd.weights_desc(), engine);
         const memory::desc part = weights.md.submemory_desc({K, N}, {0, 0});
         memory from(part, engine, weights.mem.get_data_handle());
         dnnl::reorder(from, repacked_).execute(stream_, from, repacked_);
         w = repacked_;
+        count_reorder(&OnednnReorders::per_block);
       }
       m.primitive.execute(stream_, {{DNNL_ARG_SRC, memory(m.pd.src_desc(), engine, const_cast<void*>(src))},
                                     {DNNL_ARG_WEIGHTS, w},
@@ -316,8 +345,8 @@ std::unique_ptr<BlockProducts> make_onednn_block_products(const KeyValueStates& 
 std::string onednn_attention_kernel(bool bf16) {
   try {
     DnnlThreads one_thread(1);  // the cached primitive is planned for the one thread a worker gives it
-    return cached_matmul(bf16 ? Dt::bf16 : Dt::f32, kProbeShape.rows, kProbeShape.k, kProbeShape.n, Weights::Packed)
-        ->pd.impl_info_str();
+    const Dt dt = bf16 ? Dt::bf16 : Dt::f32;
+    return cached_matmul(dt, kProbeShape.rows, kProbeShape.k, kProbeShape.n, key_weights(dt))->pd.impl_info_str();
   } catch (const dnnl::error&) {
     return "";
   }

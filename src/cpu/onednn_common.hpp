@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "mla/attention.hpp"
+
 #if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
 // The OpenMP run time oneDNN's threads come from (libgomp); declared here rather than
 // including omp.h, which a clang build may not have.
@@ -84,6 +86,10 @@ class Scratchpad {
   static constexpr size_t kAlign = 64;
   std::vector<char> bytes_;
 };
+
+// Counts one reorder run outside a primitive into onednn_reorders() (gemm_engine.hpp), e.g.
+// count_reorder(&OnednnReorders::per_block). Thread-safe.
+void count_reorder(int64_t OnednnReorders::*kind);
 
 // "oneDNN 2.6.3"
 inline std::string onednn_version() {

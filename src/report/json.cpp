@@ -173,6 +173,11 @@ void backend_object(JsonWriter& w, const RunInfo& in) {
     string_or_null(w, "engine", in.gemm.engine);
     string_or_null(w, "kernel", in.gemm.kernel);
     string_or_null(w, "reason", in.gemm.reason);
+    w.key("onednn_reorders").begin_object();  // since prepare (docs/cpu-gemm.md §9)
+    w.key("weights").value(in.gemm.reorders.weights);
+    w.key("head_operands").value(in.gemm.reorders.head_operands);
+    w.key("per_block").value(in.gemm.reorders.per_block);
+    w.end_object();
     w.end_object();
   }
   w.key("computed_in_double").value(in.computed_in_double);

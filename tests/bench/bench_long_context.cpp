@@ -10,7 +10,8 @@
 //      materialized computation it replaced (a whole [S, S] matrix per head), at small S
 //      (`--attend-seq-lens`): time (median of `--reps`, 1 run from S = 2048 on) and whether the
 //      H2O mass is identical. This is the measurement behind "always streamed". With oneDNN in
-//      the build, also the streamed attention with its products on oneDNN (--gemm onednn).
+//      the build, also the streamed attention with its products on oneDNN (--gemm onednn), and
+//      how many blocks reordered their part of a packed operand there (expected 0).
 //   2. the whole layer through the CLI (`mla-h2o run`, Kimi layer 0 synthesized once into
 //      `--work-dir`, causal, seeded input, --quiet) for every S of `--seq-lens` and both
 //      precisions: wall time, forward time, attend time, the run's FLOPs (cpu_stages.hpp
@@ -18,7 +19,10 @@
 //      the bound (FLOPs / the precision's rate of part 0), forward / bound, the planned and the
 //      measured peak memory (ru_maxrss of the child, wait4: what /usr/bin/time -v reports) and
 //      their ratio (the benchmark fails if the plan is below the measured peak or more than 10 %
-//      above it), or the one-line refusal of the memory plan and how long it took;
+//      above it), the engine that ran and how many attention blocks reordered their part of a
+//      packed oneDNN operand (report.json backend.gemm.onednn_reorders.per_block; expected 0: run
+//      the benchmark under each ONEDNN_MAX_CPU_ISA to compare kernels, e.g. AMX and AMX capped
+//      off), or the one-line refusal of the memory plan and how long it took;
 //   3. `--long-seq-len` (131072) in bf16 as in part 2, when the memory plan says it fits with
 //      2 GiB to spare (the machine is shared), else why not;
 //   4. `mla-h2o decode` at P = `--decode-prompt-len` (32768), N = `--decode-steps` (256), K =
@@ -56,6 +60,7 @@
 #include "mla_build_config.h"
 #include "src/cpu/cpu_stages.hpp"
 #include "src/cpu/gemm_engine.hpp"
+#include "src/cpu/onednn_attention.hpp"
 #include "src/cpu/vector_kernels.hpp"
 
 namespace {
@@ -175,15 +180,18 @@ void attend_table(const Flags& f) {
   std::printf("\n1. attend only (Kimi geometry, 64 heads, causal, 2 workers): streamed vs materialized%s\n",
               onednn ? "; streamed with the oneDNN products (src/cpu/onednn_attention.hpp)" : "");
   std::printf("  %-6s %-9s %14s %14s %8s %-9s", "S", "precision", "materialized s", "streamed s", "ratio", "H2O mass");
-  if (onednn) std::printf(" %18s %8s", "streamed oneDNN s", "vs sgemm");
+  if (onednn) std::printf(" %18s %8s %10s", "streamed oneDNN s", "vs sgemm", "reorders/blk");
   std::printf("\n");
   for (const int64_t S : f.attend_seq_lens) {
     for (const std::string& p : f.precisions) {
       const bool bf16 = p == "bf16";
+      // oneDNN may have no matmul for the precision here (bf16 on AVX2): then that column says so
+      const std::string kernel = onednn ? mla::cpu::onednn_attention_kernel(bf16) : "";
       const mla::test::Operands o = mla::test::random_operands(kimi, S, bf16, 11);
       const int reps = S >= 2048 ? 1 : std::max(1, f.reps);
       std::vector<double> tm, ts, td;
       mla::test::AttentionResult m, s;
+      const mla::OnednnReorders before = mla::cpu::onednn_reorders();
       for (int r = 0; r < reps; ++r) {  // alternating, so each sees the same load
         auto t0 = Clock::now();
         m = mla::test::materialized_attention(o, true, scaling, bf16, 2);
@@ -191,7 +199,7 @@ void attend_table(const Flags& f) {
         t0 = Clock::now();
         s = mla::test::streamed_attention(o, true, scaling, bf16, 2);
         ts.push_back(seconds_since(t0));
-        if (onednn) {
+        if (!kernel.empty()) {
           t0 = Clock::now();
           mla::test::streamed_attention(o, true, scaling, bf16, 2, {}, mla::Gemm::OneDnn);
           td.push_back(seconds_since(t0));
@@ -199,7 +207,12 @@ void attend_table(const Flags& f) {
       }
       std::printf("  %-6lld %-9s %14.3f %14.3f %7.2fx %-9s", static_cast<long long>(S), p.c_str(), median(tm), median(ts),
                   median(tm) / median(ts), m.head_scores == s.head_scores ? "identical" : "DIFFERS");
-      if (onednn) std::printf(" %18.3f %7.2fx", median(td), median(ts) / median(td));
+      // blocks whose part of a packed operand was reordered first (docs/cpu-gemm.md §9; expected 0)
+      if (!kernel.empty())
+        std::printf(" %18.3f %7.2fx %10lld  %s", median(td), median(ts) / median(td),
+                    static_cast<long long>((mla::cpu::onednn_reorders() - before).per_block), kernel.c_str());
+      else if (onednn)
+        std::printf(" %18s", "no oneDNN matmul");
       std::printf("\n");
       std::fflush(stdout);
     }
@@ -229,8 +242,9 @@ struct LayerTable {
 };
 
 void layer_header() {
-  std::printf("  %-7s %-9s %8s %9s %9s %9s %9s %7s %9s %9s %6s\n", "S", "precision", "wall s", "forward s", "attend s",
-              "GFLOP", "bound s", "ratio", "plan GiB", "peak GiB", "plan/peak");
+  std::printf("  %-7s %-9s %8s %9s %9s %9s %9s %7s %9s %9s %6s %10s  %s\n", "S", "precision", "wall s", "forward s",
+              "attend s", "GFLOP", "bound s", "ratio", "plan GiB", "peak GiB", "plan/peak", "reorders/blk",
+              "engine (report.json backend.gemm)");
 }
 
 void layer_row(LayerTable& t, int64_t S, const std::string& p) {
@@ -261,9 +275,16 @@ void layer_row(LayerTable& t, int64_t S, const std::string& p) {
   const double rate = (p == "bf16" ? t.bf16 : t.fp32).gflops * 1e9;
   const double bound = rate > 0 ? flops / rate : 0.0;
   const int64_t planned = int64_t(rep["memory"]["planned_peak_bytes"]), peak = r.peak_bytes;
-  std::printf("  %-7lld %-9s %8.1f %9.1f %9.1f %9.0f %9.1f %6.2fx %9.2f %9.2f %6.3f\n", static_cast<long long>(S), p.c_str(),
-              wall, forward, attend, flops / 1e9, bound, bound > 0 ? forward / bound : 0.0, gib(planned), gib(peak),
-              peak > 0 ? static_cast<double>(planned) / static_cast<double>(peak) : 0.0);
+  // the engine that ran, and how many attention blocks reordered their part of a packed operand
+  // (docs/cpu-gemm.md §9: expected 0 on every kernel; compare ONEDNN_MAX_CPU_ISA settings with it)
+  const simdjson::dom::element gemm = rep["backend"]["gemm"];
+  const std::string engine = mla::gemm_label(std::string(std::string_view(gemm["engine"])),
+                                             std::string(std::string_view(gemm["kernel"])));
+  const int64_t per_block = int64_t(gemm["onednn_reorders"]["per_block"]);
+  std::printf("  %-7lld %-9s %8.1f %9.1f %9.1f %9.0f %9.1f %6.2fx %9.2f %9.2f %6.3f %10lld  %s\n", static_cast<long long>(S),
+              p.c_str(), wall, forward, attend, flops / 1e9, bound, bound > 0 ? forward / bound : 0.0, gib(planned),
+              gib(peak), peak > 0 ? static_cast<double>(planned) / static_cast<double>(peak) : 0.0,
+              static_cast<long long>(per_block), engine.c_str());
   // the plan must hold the run (planned >= peak) and stay within 10 % of it (docs/long-context.md §3)
   if (peak > 0 && (planned < peak || static_cast<double>(planned) > 1.1 * static_cast<double>(peak)))
     t.plan_misses.push_back("S = " + std::to_string(S) + " " + p);

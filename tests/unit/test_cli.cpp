@@ -101,11 +101,15 @@ BOOST_AUTO_TEST_CASE(gemm_engine_choice_is_reported) {
     return std::vector<std::string>{std::string(std::string_view(doc["backend"]["gemm"]["engine"])),
                                     std::string(std::string_view(doc["backend"]["gemm"]["kernel"])),
                                     std::string(std::string_view(doc["backend"]["gemm"]["reason"])),
-                                    std::string(std::string_view(doc["backend"]["gemm"]["requested"]))};
+                                    std::string(std::string_view(doc["backend"]["gemm"]["requested"])),
+                                    // oneDNN reorders outside the primitives: the heads' operands, per block
+                                    std::to_string(int64_t(doc["backend"]["gemm"]["onednn_reorders"]["head_operands"])),
+                                    std::to_string(int64_t(doc["backend"]["gemm"]["onednn_reorders"]["per_block"]))};
   };
   const auto eigen = gemm_of("", "--gemm eigen");
   BOOST_TEST(eigen[0].rfind("Eigen 3.", 0) == 0u, eigen[0]);
   BOOST_TEST(eigen[3] == "eigen");
+  BOOST_TEST(eigen[4] == "0");  // no oneDNN ran
   if (!MLA_HAVE_ONEDNN) {
     expect_failure(run_args(dir + "/x", "--gemm onednn"), "run", {"oneDNN"});
     return;
@@ -119,6 +123,8 @@ BOOST_AUTO_TEST_CASE(gemm_engine_choice_is_reported) {
   const auto forced = gemm_of("AVX2", "--gemm onednn --precision fp32");
   BOOST_TEST(forced[0].rfind("oneDNN ", 0) == 0u, forced[0]);
   BOOST_TEST(forced[1] == "gemm:jit", forced[1]);
+  BOOST_TEST(forced[4] != "0", "the heads' operands are packed on oneDNN: " << forced[4]);
+  BOOST_TEST(forced[5] == "0");
   expect_failure(run_args(dir + "/y", "--gemm mkl"), "run", {"--gemm", "mkl"});
 }
 

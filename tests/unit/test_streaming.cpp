@@ -248,6 +248,45 @@ BOOST_AUTO_TEST_CASE(plan_counts_the_primitives_a_forward_creates) {
   }
 }
 
+// The oneDNN products read each block's keys and values as the leading part of the head's packed
+// operands (docs/cpu-gemm.md §9), so a forward never reorders per block, whatever kernel oneDNN
+// runs on this CPU (scripts/test runs the suite under each ONEDNN_MAX_CPU_ISA the CPU has): the
+// tiny geometry (2 heads), causal, S = 4096 + 333: 70 blocks per head in two query passes. The
+// counts come through the backend's report (GemmInfo::reorders), and the packing of the heads'
+// operands is counted as well, once per head, pass and operand, so the counter is live.
+BOOST_AUTO_TEST_CASE(onednn_products_never_reorder_per_block) {
+  if (mla::test::gemm_engines().back() != mla::Gemm::OneDnn) {
+    BOOST_TEST_MESSAGE("no oneDNN engine in this build: nothing to count");
+    return;
+  }
+  const mla::AttentionConfig cfg = mla::test::geometry("tiny");
+  const int64_t S = 4096 + 333, passes = 2, value_groups = (cfg.v_head_dim + 63) / 64;
+  const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 5);
+  int ran = 0;
+  for (const Precision precision : {Precision::BF16, Precision::FP32}) {
+    mla::ForwardOptions opt;
+    opt.mask = Mask::Causal;
+    opt.precision = precision;
+    opt.gemm = mla::Gemm::OneDnn;
+    opt.threads = 2;
+    auto cpu = mla::make_cpu_backend();
+    cpu->prepare(cfg, layer("tiny"), opt);
+    if (cpu->gemm_info().engine.rfind("oneDNN", 0) != 0) {  // e.g. bf16 on an AVX2-only CPU: Eigen runs
+      BOOST_TEST_MESSAGE(mla::precision_name(precision) << ": oneDNN has no kernel here (" << cpu->gemm_info().reason
+                                                        << "): nothing to count");
+      continue;
+    }
+    ++ran;
+    cpu->forward(hidden, opt);
+    const mla::OnednnReorders r = cpu->gemm_info().reorders;
+    const std::string what = std::string(mla::precision_name(precision)) + " (" + cpu->gemm_info().kernel + ")";
+    BOOST_TEST(r.per_block == 0, what << ": " << r.per_block << " blocks reordered their part of a packed operand");
+    BOOST_TEST(r.weights == 0, what << ": " << r.weights << " projection slices packed by a oneDNN reorder");
+    BOOST_TEST(r.head_operands == cfg.num_attention_heads * passes * (1 + value_groups), what);
+  }
+  BOOST_TEST(ran >= 1, "oneDNN has neither a bf16 nor an fp32 matmul on this CPU");
+}
+
 BOOST_AUTO_TEST_CASE(bf16_states_take_half_the_bytes) {
   const mla::cpu::KeyValueStates f32(100, 3, 12, 6, 10, mla::Precision::FP32), b16(100, 3, 12, 6, 10, mla::Precision::BF16);
   BOOST_TEST(f32.bytes() == (3 * (12 + 10) + 6) * 100 * 4);
