@@ -149,8 +149,8 @@ MIX7G = {"text": 0.25, "tspan": 0.35, "tcopy": 0.05, "passkey": 0.35}
 STAGES8 = STAGES7 + [("W", 2048, 2, 400, 2e-4, 20)]
 # Recipe 9 (attempt 9): continues from attempt 8's weights (--init-from). Stage W's alternation lowered
 # the 1024-byte copy probe from 0.29 to 0.24 in its first 200 steps and kept the 2 k needles; stage X
-# runs the same alternation 600 steps more at a slightly lower rate.
-STAGES9 = STAGES8 + [("X", 2048, 2, 600, 1.5e-4, 20)]
+# runs the same alternation 300 steps more at a slightly lower rate.
+STAGES9 = STAGES8 + [("X", 2048, 2, 300, 1.5e-4, 20)]
 ALTERNATE = {"W": (1024, 4, MIX7V), "X": (1024, 4, MIX7V)}  # a stage whose even steps run these (seq_len, batch, mix) instead
 RECIPES = {"2": (STAGES, MIX), "3": (STAGES3, MIX3), "4": (STAGES4, MIX), "5": (STAGES5, MIX), "6": (STAGES6, MIX),
            "7": (STAGES7, MIX), "8": (STAGES8, MIX), "9": (STAGES9, MIX)}
