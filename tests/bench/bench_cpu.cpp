@@ -12,6 +12,15 @@
 //     the page cache: a bf16 Kimi layer 0 is synthesized there once, then Checkpoint::open +
 //     load_layer and prepare() per (precision, engine), median of 3, wall and process CPU time
 //     (--load-only: that table alone, no forwards);
+//   * for each S, each projection of the layer (q_a_proj, q_b_proj, kv_a_proj_with_mqa,
+//     kv_b_proj, o_proj; x [S, in] random) on every engine of --gemm as the backend prepares it,
+//     against its bound: ONE plain oneDNN matmul of the same shape [S, in] x [in, out] and
+//     precision, default attributes, oneDNN's own threads (bench_rate.hpp PlainMatmul; in bf16
+//     where oneDNN has no native bf16 kernel, also the fp32 one, and the faster counts), each
+//     kernel named; one warm-up each, then `--reps` rounds running them all in turn (the same
+//     load for all on a shared machine); medians, each projection's median / its bound's, and
+//     the totals (docs/cpu-gemm.md §8; issue 25: within 1.25x). --projections-only: this table
+//     alone;
 //   * for each S, precision (fp32, bf16) and engine of --gemm (default: every engine of the
 //     build): prepare() once ("prepare"), `--warmup` forwards, then `--reps` forwards; the
 //     MEDIAN of every stage the backend reports and of the whole forward, one column each;
@@ -42,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_rate.hpp"
 #include "bench_util.hpp"
 #include "geometries.hpp"
 #include "mla/attention.hpp"
@@ -49,6 +59,7 @@
 #include "mla/synth.hpp"
 #include "mla/error.hpp"
 #include "mla_build_config.h"
+#include "src/cpu/cpu_stages.hpp"
 
 namespace {
 
@@ -71,6 +82,7 @@ struct Flags {
   std::string python;        // "" = <source_root>/.venv/bin/python3 if present, else python3
   std::string checkpoint_dir;  // "" = no load + prepare measurement; else where the Kimi layer is synthesized once
   bool load_only = false;      // --load-only: the load + prepare table only, no forwards
+  bool projections_only = false;  // --projections-only: the projections against their bound only, no forwards
 };
 
 std::vector<std::string> split(const std::string& list) {
@@ -113,11 +125,12 @@ Flags parse_flags(int argc, char** argv) {
     else if (!value("python").empty()) f.python = value("python");
     else if (a == "--no-torch") f.torch_script.clear();
     else if (a == "--load-only") f.load_only = true;
+    else if (a == "--projections-only") f.projections_only = true;
     else {
       std::fprintf(stderr,
                    "bench_cpu: unknown argument '%s'\nusage: bench_cpu [--seq-len=256,1024] [--gemm=eigen,onednn] [--warmup=1] [--reps=5] "
                    "[--threads=0] [--source-root=DIR] [--torch-script=PATH] [--python=PATH] [--no-torch] "
-                   "[--checkpoint-dir=DIR] [--load-only]\n",
+                   "[--checkpoint-dir=DIR] [--load-only] [--projections-only]\n",
                    a.c_str());
       std::exit(2);
     }
@@ -304,6 +317,200 @@ void bench_load_prepare(const std::string& dir, int threads, const Flags& f) {
   std::fflush(stdout);
 }
 
+// ---- each projection against one plain oneDNN matmul of its shape ------------------------------
+
+// One engine's prepared projections in one precision (cpu::prepare_weights, as the backend
+// prepares them for --gemm).
+struct ProjectionColumn {
+  std::string label;   // "fp32 eigen"
+  std::string engine;  // "Eigen 3.4.0 + OpenBLAS sgemm" or "oneDNN 2.6.3, gemm:jit"
+  bool is_auto = false;  // the engine --gemm auto runs on this CPU
+  mla::cpu::PreparedWeights w;
+};
+
+// The layer's projections in the forward's order: the prepared one and its weight [out, in].
+struct ProjectionOf {
+  const char* name;
+  std::unique_ptr<mla::cpu::PreparedLinear> mla::cpu::PreparedWeights::*prepared;
+  mla::TensorF mla::LayerWeights::*weight;
+};
+const ProjectionOf kProjections[] = {
+    {"q_a_proj", &mla::cpu::PreparedWeights::q_a_proj, &mla::LayerWeights::q_a_proj},
+    {"q_b_proj", &mla::cpu::PreparedWeights::q_b_proj, &mla::LayerWeights::q_b_proj},
+    {"q_proj", &mla::cpu::PreparedWeights::q_proj, &mla::LayerWeights::q_proj},
+    {"kv_a_proj_with_mqa", &mla::cpu::PreparedWeights::kv_a_proj_with_mqa, &mla::LayerWeights::kv_a_proj_with_mqa},
+    {"kv_b_proj", &mla::cpu::PreparedWeights::kv_b_proj, &mla::LayerWeights::kv_b_proj},
+    {"o_proj", &mla::cpu::PreparedWeights::o_proj, &mla::LayerWeights::o_proj},
+};
+
+// The bound of one shape [M, K] x [K, N] in one precision: the plain oneDNN matmul of that
+// precision (bench_rate.hpp PlainMatmul); in bf16 where oneDNN has no native bf16 kernel on this
+// CPU (none at all on AVX2, the fp32-emulating gemm:jit on AVX-512 without BF16) the fp32 one as
+// well, and the faster of the two counts. None in a build without oneDNN.
+class ShapeBound {
+ public:
+  ShapeBound([[maybe_unused]] int64_t M, [[maybe_unused]] int64_t K, [[maybe_unused]] int64_t N,
+             [[maybe_unused]] bool bf16, [[maybe_unused]] int threads) {
+#if MLA_HAVE_ONEDNN
+    matmuls_.push_back(std::make_unique<mla::bench::PlainMatmul>(M, K, N, bf16, threads));
+    const std::string kernel = matmuls_.back()->kernel();
+    const bool native = kernel.find("bf16") != std::string::npos || kernel.find("amx") != std::string::npos;
+    if (bf16 && (!matmuls_.back()->available() || !native))
+      matmuls_.push_back(std::make_unique<mla::bench::PlainMatmul>(M, K, N, false, threads));
+    seconds_.resize(matmuls_.size());
+#endif
+  }
+  // One execution of each matmul, timed.
+  void run() {
+#if MLA_HAVE_ONEDNN
+    for (size_t b = 0; b < matmuls_.size(); ++b)
+      if (matmuls_[b]->available()) seconds_[b].push_back(matmuls_[b]->run());
+#endif
+  }
+  // The faster median, 0 when there is none; and what ran: "gemm:jit (f32) 33 GF/s".
+  double seconds() const {
+    double best = 0;
+    for (const auto& t : seconds_)
+      if (!t.empty() && (best == 0 || median(t) < best)) best = median(t);
+    return best;
+  }
+  std::string describe([[maybe_unused]] double flops) const {
+    std::string d;
+#if MLA_HAVE_ONEDNN
+    for (size_t b = 0; b < matmuls_.size(); ++b) {
+      d += (b ? ", " : "") + matmuls_[b]->kernel() + " (" + matmuls_[b]->data_type() + ")";
+      if (!seconds_[b].empty()) d += " " + std::to_string(static_cast<int>(flops / median(seconds_[b]) / 1e9)) + " GF/s";
+    }
+#endif
+    return d.empty() ? "none (no oneDNN in this build)" : d;
+  }
+
+ private:
+#if MLA_HAVE_ONEDNN
+  std::vector<std::unique_ptr<mla::bench::PlainMatmul>> matmuls_;
+#endif
+  std::vector<std::vector<double>> seconds_;
+};
+
+// The columns of one precision, each printed with its engine: every engine of --gemm, each once
+// (bf16 --gemm onednn on a CPU without a oneDNN bf16 matmul runs the Eigen engine: that column is
+// not measured twice).
+std::vector<ProjectionColumn> projection_columns(const mla::AttentionConfig& cfg, const mla::LayerWeights& w,
+                                                 mla::Precision precision, int threads, const Flags& f) {
+  std::string why;
+  const auto auto_engine = mla::cpu::make_gemm_engine(mla::Gemm::Auto, precision == mla::Precision::BF16, why);
+  const std::string auto_label = mla::gemm_label(auto_engine->name(), auto_engine->kernel());
+  std::vector<ProjectionColumn> cols;
+  for (const mla::Gemm g : f.gemms) {
+    ProjectionColumn c;
+    c.label = std::string(mla::precision_name(precision)) + " " + mla::gemm_name(g);
+    c.w = mla::cpu::prepare_weights(cfg, w, precision, threads, g);
+    c.engine = mla::gemm_label(c.w.gemm.engine, c.w.gemm.kernel);
+    const bool twice = std::any_of(cols.begin(), cols.end(), [&](const ProjectionColumn& o) { return o.engine == c.engine; });
+    if (twice) {
+      std::printf("   %-12s runs %s as well (%s): not measured twice\n", c.label.c_str(), c.engine.c_str(),
+                  c.w.gemm.reason.c_str());
+      continue;
+    }
+    c.is_auto = c.engine == auto_label;
+    std::printf("   %-12s %s (%s)%s\n", c.label.c_str(), c.engine.c_str(), c.w.gemm.reason.c_str(),
+                c.is_auto ? "  <- --gemm auto" : "");
+    cols.push_back(std::move(c));
+  }
+  return cols;
+}
+
+// One projection's timings at S rows: each column's median and the bound's.
+struct ProjectionRow {
+  double flops = 0;
+  std::vector<double> ours_s;  // per column
+  double bound_s = 0;          // 0: no bound
+  std::string bound;           // what the bound ran
+};
+
+// x [S, in] random (bf16 values in bf16), one warm-up of each column, then `reps` rounds, each
+// running every column's projection and the bound once (interleaved, so all see the same load on
+// a shared machine); medians.
+ProjectionRow time_projection(const ProjectionOf& proj, const std::vector<ProjectionColumn>& cols,
+                              const mla::LayerWeights& w, int64_t S, bool bf16, int threads, int reps) {
+  const mla::TensorF& weight = w.*proj.weight;
+  const int64_t N = weight.dim(0), K = weight.dim(1);
+  const mla::TensorF xt = mla::test::random_hidden(S, K, 3);
+  mla::cpu::MatrixRM x = Eigen::Map<const mla::cpu::MatrixRM>(xt.ptr(), S, K), y;
+  if (bf16) mla::cpu::round_to_bf16_inplace(x.data(), x.size());
+  for (const ProjectionColumn& c : cols) (c.w.*proj.prepared)->run(x, threads, y);  // warm-up: primitives, page faults
+  ShapeBound bound(S, K, N, bf16, threads);
+  std::vector<std::vector<double>> ours(cols.size());
+  for (int r = 0; r < reps; ++r) {
+    for (size_t j = 0; j < cols.size(); ++j) {
+      const auto t0 = Clock::now();
+      (cols[j].w.*proj.prepared)->run(x, threads, y);
+      ours[j].push_back(seconds_since(t0));
+    }
+    bound.run();
+  }
+  ProjectionRow row;
+  row.flops = 2.0 * static_cast<double>(S) * static_cast<double>(K) * static_cast<double>(N);
+  for (const auto& t : ours) row.ours_s.push_back(median(t));
+  row.bound_s = bound.seconds();
+  row.bound = bound.describe(row.flops);
+  return row;
+}
+
+// "12.34 (56)": ms and GFLOP/s.
+std::string ms_rate(double seconds, double flops) {
+  char cell[64];
+  std::snprintf(cell, sizeof cell, "%.2f (%.0f)", 1e3 * seconds, seconds > 0 ? flops / seconds / 1e9 : 0.0);
+  return cell;
+}
+
+// One precision at one S: a row per projection, then the total (sums of the medians).
+void projection_rows(const mla::AttentionConfig& cfg, const mla::LayerWeights& w, int64_t S, mla::Precision precision,
+                     int threads, const Flags& f) {
+  const std::vector<ProjectionColumn> cols = projection_columns(cfg, w, precision, threads, f);
+  std::printf("%-20s %-18s %7s", "projection", "M x K x N", "GFLOP");
+  for (const ProjectionColumn& c : cols) std::printf(" %18s %6s", (c.label + " ms").c_str(), "/bound");
+  std::printf(" %18s  %s\n", "bound ms (GF/s)", "bound: plain oneDNN matmul, kernel (data type)");
+  std::vector<double> ours_total(cols.size(), 0.0);
+  double bound_total = 0, flops_total = 0;
+  for (const ProjectionOf& proj : kProjections) {
+    const mla::TensorF& weight = w.*proj.weight;
+    if (weight.empty()) continue;  // absent in this geometry (q_proj with q_lora_rank)
+    const ProjectionRow row = time_projection(proj, cols, w, S, precision == mla::Precision::BF16, threads, f.reps);
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "%lldx%lldx%lld", static_cast<long long>(S), static_cast<long long>(weight.dim(1)),
+                  static_cast<long long>(weight.dim(0)));
+    std::printf("%-20s %-18s %7.2f", proj.name, shape, row.flops / 1e9);
+    for (size_t j = 0; j < cols.size(); ++j) {
+      std::printf(" %18s %5.2fx", ms_rate(row.ours_s[j], row.flops).c_str(), row.bound_s > 0 ? row.ours_s[j] / row.bound_s : 0.0);
+      ours_total[j] += row.ours_s[j];
+    }
+    std::printf(" %18s  %s\n", ms_rate(row.bound_s, row.flops).c_str(), row.bound.c_str());
+    std::fflush(stdout);
+    bound_total += row.bound_s;
+    flops_total += row.flops;
+  }
+  std::printf("%-20s %-18s %7.2f", "total", "", flops_total / 1e9);
+  for (const double t : ours_total)
+    std::printf(" %18s %5.2fx", ms_rate(t, flops_total).c_str(), bound_total > 0 ? t / bound_total : 0.0);
+  std::printf(" %18s\n", ms_rate(bound_total, flops_total).c_str());
+}
+
+// Each projection of the layer at S rows, every engine of --gemm, against one plain oneDNN matmul
+// of the same shape and precision measured in the same process (docs/cpu-gemm.md §8; issue 25:
+// the projections within 1.25x of it).
+void bench_projections(const mla::AttentionConfig& cfg, const mla::LayerWeights& w, int64_t S, int threads,
+                       const Flags& f) {
+  std::printf("\n== S = %lld: each projection against one plain oneDNN matmul of its shape (%d threads, its own "
+              "OpenMP threading), %s; median of %d interleaved runs after one warm-up; load average %s\n",
+              static_cast<long long>(S), threads, cpu_model().c_str(), f.reps, load_average().c_str());
+  for (const mla::Precision p : {mla::Precision::FP32, mla::Precision::BF16}) {
+    std::printf("%s:\n", mla::precision_name(p));
+    projection_rows(cfg, w, S, p, threads, f);
+  }
+  std::fflush(stdout);
+}
+
 // One S: every (precision, engine) column, the per-stage medians, then the PyTorch peer.
 void bench_seq_len(const mla::AttentionConfig& cfg, const mla::LayerWeights& w, int64_t S, int threads, const Flags& f) {
   const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 2);
@@ -395,8 +602,11 @@ int main(int argc, char** argv) {
     const mla::LayerWeights w = mla::test::random_layer_weights(cfg, 1);
     std::printf("weights:   %lld parameters, random bf16 values, generated in %.1f s (not timed below)\n",
                 static_cast<long long>(w.parameter_count()), seconds_since(t0));
-    if (!f.checkpoint_dir.empty()) bench_load_prepare(f.checkpoint_dir, threads, f);
-    for (const int64_t S : f.seq_lens) bench_seq_len(cfg, w, S, threads, f);
+    if (!f.checkpoint_dir.empty() && !f.projections_only) bench_load_prepare(f.checkpoint_dir, threads, f);
+    for (const int64_t S : f.seq_lens) {
+      bench_projections(cfg, w, S, threads, f);
+      if (!f.projections_only) bench_seq_len(cfg, w, S, threads, f);
+    }
     std::printf("\nload average at end: %s\n", load_average().c_str());
   } catch (const mla::Error& e) {
     std::fprintf(stderr, "bench_cpu: error: %s\n", e.what());

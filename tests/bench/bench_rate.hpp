@@ -1,8 +1,9 @@
-// tests/bench/bench_rate.hpp — the machine's own bound: the GEMM rate of one plain matmul on the
-// projection engine `--gemm auto` picks (oneDNN where the build has it), in the same run as the
-// thing measured against it; best_gemm_rate: the fastest of every engine and precision, for a
-// bound that is the machine's real GEMM rate (on an AVX2-only CPU oneDNN 2.6 has no bf16 matmul
-// kernel, and bf16 values are exact in fp32, so an fp32 matmul does the same work).
+// tests/bench/bench_rate.hpp — the machine's own bound, measured in the same run as the thing
+// measured against it: the GEMM rate of one matmul on the projection engine `--gemm auto` picks
+// (gemm_rate); best_gemm_rate: the fastest of every engine and precision, for a bound that is the
+// machine's real GEMM rate (on an AVX2-only CPU oneDNN 2.6 has no bf16 matmul kernel, and bf16
+// values are exact in fp32, so an fp32 matmul does the same work); and one plain oneDNN matmul of
+// a given shape (PlainMatmul: bench_cpu's bound per projection, docs/cpu-gemm.md §8).
 #pragma once
 
 #include <memory>
@@ -10,9 +11,14 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "mla/bf16.hpp"
 #include "mla/random.hpp"
+#include "mla_build_config.h"
 #include "src/cpu/cpu_kernels.hpp"
 #include "src/cpu/gemm_engine.hpp"
+#if MLA_HAVE_ONEDNN
+#include "src/cpu/onednn_common.hpp"
+#endif
 
 namespace mla::bench {
 
@@ -65,5 +71,72 @@ inline Rate best_gemm_rate() {
     if (r.gflops > best.gflops) best = r;
   return best;
 }
+
+#if MLA_HAVE_ONEDNN
+// One plain oneDNN matmul dst [M, N] (f32) = src [M, K] (dt) x weights [K, N] (dt): default
+// attributes, oneDNN's own threading on `threads` OpenMP threads, the weights in the layout the
+// primitive prefers (reordered from random values once, before any timing), src random. What a
+// user of the library gets from one call; `available` is false when oneDNN has no matmul for dt
+// on this CPU (bf16 on AVX2 with oneDNN 2.6).
+class PlainMatmul {
+ public:
+  PlainMatmul(int64_t M, int64_t K, int64_t N, bool bf16, int threads) : threads_(threads), bf16_(bf16) {
+    using dnnl::memory;
+    const memory::data_type dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+    cpu::Dnnl& d = cpu::Dnnl::get();
+    cpu::DnnlThreads team(threads_);  // a primitive plans its threads when created
+    try {
+      const memory::desc src({M, K}, dt, memory::format_tag::ab), dst({M, N}, memory::data_type::f32, memory::format_tag::ab);
+      const memory::desc any({K, N}, dt, memory::format_tag::any);
+      pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, any, dst), d.engine);
+    } catch (const dnnl::error&) {
+      return;  // no matmul for dt here
+    }
+    matmul_ = dnnl::matmul(pd_);
+    Rng rng(7, 3);
+    auto random_memory = [&](const memory::desc& md, float scale) {
+      const int64_t count = md.dims()[0] * md.dims()[1];
+      std::vector<float> v(static_cast<size_t>(count));
+      for (float& x : v) x = static_cast<float>(scale * rng.normal());
+      memory m(md, d.engine);
+      if (bf16_) {
+        auto* bits = static_cast<uint16_t*>(m.get_data_handle());
+        for (int64_t i = 0; i < count; ++i) bits[i] = mla::bf16::round_bits(v[static_cast<size_t>(i)]);
+      } else {
+        std::copy(v.begin(), v.end(), static_cast<float*>(m.get_data_handle()));
+      }
+      return m;
+    };
+    src_ = random_memory(pd_.src_desc(), 1.0f);
+    memory plain_w = random_memory(memory::desc({K, N}, dt, memory::format_tag::ab), 0.02f);
+    weights_ = memory(pd_.weights_desc(), d.engine);
+    dnnl::reorder(plain_w, weights_).execute(d.stream, plain_w, weights_);
+    dst_ = memory(pd_.dst_desc(), d.engine);
+    d.stream.wait();
+    available_ = true;
+    run();  // warm-up: page faults, oneDNN's scratchpad
+  }
+  bool available() const { return available_; }
+  std::string kernel() const { return available_ ? pd_.impl_info_str() : "none"; }
+  const char* data_type() const { return bf16_ ? "bf16" : "f32"; }
+  // Wall seconds of one execution.
+  double run() {
+    cpu::DnnlThreads team(threads_);
+    cpu::Dnnl& d = cpu::Dnnl::get();
+    const auto t0 = Clock::now();
+    matmul_.execute(d.stream, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_}});
+    d.stream.wait();
+    return seconds_since(t0);
+  }
+
+ private:
+  int threads_;
+  bool bf16_;
+  bool available_ = false;
+  dnnl::matmul::primitive_desc pd_;
+  dnnl::matmul matmul_;
+  dnnl::memory src_, weights_, dst_;
+};
+#endif
 
 }  // namespace mla::bench

@@ -14,17 +14,27 @@ namespace mla::bench {
 
 using Clock = std::chrono::steady_clock;
 
-// "AMD EPYC ..." from /proc/cpuinfo's first "model name" line.
+// "AMD EPYC (family 25 model 1, avx2)" from /proc/cpuinfo's first processor: its model name,
+// family and model, and the widest of avx2, avx512f, avx512_bf16, amx_bf16 in its flags (a VM
+// may name only the vendor's brand).
 inline std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
+  std::string line, name = "unknown CPU", family = "?", model = "?", isa = "no avx2";
+  auto value = [&] {
+    const auto colon = line.find(':');
+    return colon == std::string::npos || colon + 2 > line.size() ? std::string() : line.substr(colon + 2);
+  };
+  while (std::getline(in, line) && !line.empty()) {  // the first processor's block
+    if (line.rfind("model name", 0) == 0) name = value();
+    else if (line.rfind("cpu family", 0) == 0) family = value();
+    else if (line.rfind("model\t", 0) == 0) model = value();
+    else if (line.rfind("flags", 0) == 0) {
+      const std::string flags = " " + value() + " ";
+      for (const char* f : {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})
+        if (flags.find(std::string(" ") + f + " ") != std::string::npos) isa = f;
     }
   }
-  return "unknown CPU";
+  return name + " (family " + family + " model " + model + ", " + isa + ")";
 }
 
 inline std::string load_average() {

@@ -207,6 +207,27 @@ BOOST_AUTO_TEST_CASE(query_passes_add_up_to_one_call) {
   }
 }
 
+// A causal run on 2 threads with --gemm onednn.
+mla::ForwardOptions causal_onednn_options(Precision precision) {
+  mla::ForwardOptions opt;
+  opt.mask = Mask::Causal;
+  opt.precision = precision;
+  opt.gemm = mla::Gemm::OneDnn;
+  opt.threads = 2;
+  return opt;
+}
+
+// The cpu backend prepared for `opt` on the seeded layer of `geometry`, or null (with a message)
+// when oneDNN has no matmul for the precision here (bf16 on an AVX2-only CPU: Eigen would run).
+std::unique_ptr<mla::Backend> onednn_backend(const std::string& geometry, const mla::ForwardOptions& opt) {
+  auto cpu = mla::make_cpu_backend();
+  cpu->prepare(mla::test::geometry(geometry), layer(geometry), opt);
+  if (cpu->gemm_info().engine.rfind("oneDNN", 0) == 0) return cpu;
+  BOOST_TEST_MESSAGE(mla::precision_name(opt.precision) << ": oneDNN has no kernel here (" << cpu->gemm_info().reason
+                                                        << "): nothing to count");
+  return nullptr;
+}
+
 // The memory plan counts the attention's oneDNN primitives from onednn_attention_shapes (each
 // one's JIT code is resident for the process: src/cpu/cpu_memory.cpp); a causal forward across
 // three query passes and a short last block must ask the primitive cache for exactly those
@@ -219,18 +240,9 @@ BOOST_AUTO_TEST_CASE(plan_counts_the_primitives_a_forward_creates) {
   const int64_t S = 2 * 4096 + 333;
   for (const Precision precision : {Precision::BF16, Precision::FP32}) {
     const mla::AttentionConfig cfg = mla::test::geometry("odd");
-    mla::ForwardOptions opt;
-    opt.mask = Mask::Causal;
-    opt.precision = precision;
-    opt.gemm = mla::Gemm::OneDnn;
-    opt.threads = 2;
-    auto cpu = mla::make_cpu_backend();
-    cpu->prepare(cfg, layer("odd"), opt);
-    if (cpu->gemm_info().engine.rfind("oneDNN", 0) != 0) {  // e.g. bf16 on an AVX2-only CPU: Eigen runs
-      BOOST_TEST_MESSAGE(mla::precision_name(precision) << ": oneDNN has no kernel here (" << cpu->gemm_info().reason
-                                                        << "): nothing to count");
-      continue;
-    }
+    mla::ForwardOptions opt = causal_onednn_options(precision);
+    const auto cpu = onednn_backend("odd", opt);
+    if (!cpu) continue;
     mla::cpu::onednn_attention_shape_log(true);
     const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 7);
     cpu->forward(hidden, opt);
@@ -264,18 +276,9 @@ BOOST_AUTO_TEST_CASE(onednn_products_never_reorder_per_block) {
   const mla::TensorF hidden = mla::test::random_hidden(S, cfg.hidden_size, 5);
   int ran = 0;
   for (const Precision precision : {Precision::BF16, Precision::FP32}) {
-    mla::ForwardOptions opt;
-    opt.mask = Mask::Causal;
-    opt.precision = precision;
-    opt.gemm = mla::Gemm::OneDnn;
-    opt.threads = 2;
-    auto cpu = mla::make_cpu_backend();
-    cpu->prepare(cfg, layer("tiny"), opt);
-    if (cpu->gemm_info().engine.rfind("oneDNN", 0) != 0) {  // e.g. bf16 on an AVX2-only CPU: Eigen runs
-      BOOST_TEST_MESSAGE(mla::precision_name(precision) << ": oneDNN has no kernel here (" << cpu->gemm_info().reason
-                                                        << "): nothing to count");
-      continue;
-    }
+    const mla::ForwardOptions opt = causal_onednn_options(precision);
+    const auto cpu = onednn_backend("tiny", opt);
+    if (!cpu) continue;
     ++ran;
     cpu->forward(hidden, opt);
     const mla::OnednnReorders r = cpu->gemm_info().reorders;
