@@ -382,56 +382,34 @@ T load(const std::byte* p, uint64_t i) {
   return v;
 }
 
+// out[i] = decode(element i of the little-endian array of Stored at p), for i < n.
+template <class Stored, class Out, class Decode>
+void convert_each(const std::byte* p, uint64_t n, Out* out, Decode decode) {
+  for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(decode(load<Stored>(p, i)));
+}
+
 // out[i] = value of element i of the little-endian array of info.dtype at p, for i < n.
 template <class Out>
 void convert_into(const std::string& file, const TensorInfo& info, const std::byte* p, uint64_t n, Out* out) {
+  const auto as_is = [](auto v) { return v; };
   switch (info.dtype) {
     case DType::BOOL:
       fail(ErrorKind::Unsupported, tensor_prefix(file, info.name) +
                                        "dtype BOOL cannot be converted to floating point");
-    case DType::U8:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint8_t>(p, i));
-      break;
-    case DType::I8:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int8_t>(p, i));
-      break;
-    case DType::F8_E5M2:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(fp8_e5m2_to_float(load<uint8_t>(p, i)));
-      break;
-    case DType::F8_E4M3:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(fp8_e4m3fn_to_float(load<uint8_t>(p, i)));
-      break;
-    case DType::I16:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int16_t>(p, i));
-      break;
-    case DType::U16:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint16_t>(p, i));
-      break;
-    case DType::F16:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(f16_to_float(load<uint16_t>(p, i)));
-      break;
-    case DType::BF16:
-      for (uint64_t i = 0; i < n; ++i)
-        out[i] = static_cast<Out>(bf16::from_bits(load<uint16_t>(p, i)).to_float());
-      break;
-    case DType::I32:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int32_t>(p, i));
-      break;
-    case DType::U32:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint32_t>(p, i));
-      break;
-    case DType::F32:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<float>(p, i));
-      break;
-    case DType::F64:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<double>(p, i));
-      break;
-    case DType::I64:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int64_t>(p, i));
-      break;
-    case DType::U64:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint64_t>(p, i));
-      break;
+    case DType::U8: return convert_each<uint8_t>(p, n, out, as_is);
+    case DType::I8: return convert_each<int8_t>(p, n, out, as_is);
+    case DType::F8_E5M2: return convert_each<uint8_t>(p, n, out, [](uint8_t b) { return fp8_e5m2_to_float(b); });
+    case DType::F8_E4M3: return convert_each<uint8_t>(p, n, out, [](uint8_t b) { return fp8_e4m3fn_to_float(b); });
+    case DType::I16: return convert_each<int16_t>(p, n, out, as_is);
+    case DType::U16: return convert_each<uint16_t>(p, n, out, as_is);
+    case DType::F16: return convert_each<uint16_t>(p, n, out, [](uint16_t b) { return f16_to_float(b); });
+    case DType::BF16: return convert_each<uint16_t>(p, n, out, [](uint16_t b) { return bf16::from_bits(b).to_float(); });
+    case DType::I32: return convert_each<int32_t>(p, n, out, as_is);
+    case DType::U32: return convert_each<uint32_t>(p, n, out, as_is);
+    case DType::F32: return convert_each<float>(p, n, out, as_is);
+    case DType::F64: return convert_each<double>(p, n, out, as_is);
+    case DType::I64: return convert_each<int64_t>(p, n, out, as_is);
+    case DType::U64: return convert_each<uint64_t>(p, n, out, as_is);
   }
 }
 
