@@ -439,6 +439,18 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
 SafetensorsFile::~SafetensorsFile() = default;
 
+SafetensorsFile::SafetensorsFile(std::string path, uint64_t file_size, uint64_t n, std::map<std::string, std::string> metadata,
+                                 std::vector<TensorInfo> tensors, std::unique_ptr<Mapping> map)
+    : path_(std::move(path)),
+      file_size_(file_size),
+      header_size_(n),
+      metadata_(std::move(metadata)),
+      tensors_(std::move(tensors)),
+      map_(std::move(map)),
+      data_(map_->base() + kPrefixSize + n) {
+  for (size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+}
+
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   FdGuard fd{open_regular_file(path)};  // a FIFO or device is refused before anything could block
   struct stat st {};
@@ -463,16 +475,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   map->fd = fd.fd;  // kept open for read_float
   fd.fd = -1;
 
-  SafetensorsFile file;
-  file.path_ = path;
-  file.file_size_ = file_size;
-  file.header_size_ = n;
-  file.metadata_ = std::move(parsed.metadata);
-  file.tensors_ = std::move(parsed.tensors);
-  for (size_t i = 0; i < file.tensors_.size(); ++i) file.index_.emplace(file.tensors_[i].name, i);
-  file.data_ = map->base() + kPrefixSize + n;
-  file.map_ = std::move(map);
-  return file;
+  return SafetensorsFile(path, file_size, n, std::move(parsed.metadata), std::move(parsed.tensors), std::move(map));
 }
 
 SafetensorsFile SafetensorsFile::from_bytes(std::span<const std::byte> bytes, std::string display_name) {
@@ -487,16 +490,8 @@ SafetensorsFile SafetensorsFile::from_bytes(std::span<const std::byte> bytes, st
   auto map = std::make_unique<Mapping>();
   map->owned.assign(bytes.begin(), bytes.end());
 
-  SafetensorsFile file;
-  file.path_ = std::move(display_name);
-  file.file_size_ = file_size;
-  file.header_size_ = n;
-  file.metadata_ = std::move(parsed.metadata);
-  file.tensors_ = std::move(parsed.tensors);
-  for (size_t i = 0; i < file.tensors_.size(); ++i) file.index_.emplace(file.tensors_[i].name, i);
-  file.data_ = map->base() + kPrefixSize + n;
-  file.map_ = std::move(map);
-  return file;
+  return SafetensorsFile(std::move(display_name), file_size, n, std::move(parsed.metadata), std::move(parsed.tensors),
+                         std::move(map));
 }
 
 const TensorInfo* SafetensorsFile::find(std::string_view name) const {
