@@ -168,6 +168,8 @@ void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<d
 void write_decision(JsonWriter& w, std::span<const double> scores, const H2ODecision& d, size_t top_k);
 // [{"stage": name, "seconds": s}, ...] in execution order: the timing stages of every report.json
 void write_stages(JsonWriter& w, const StageSeconds& stages);
+// "synthetic_weights": false for a real checkpoint, else what synthesized it (decode's and eval's report.json)
+void write_synthetic_weights(JsonWriter& w, const std::string& synthetic);
 
 // --dump-tensors: writes `path` (safetensors) in HF's layout so other implementations can
 // compare tensor by tensor (`mla-h2o compare`):

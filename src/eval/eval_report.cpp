@@ -437,9 +437,7 @@ namespace eval {
 void write_run_keys(JsonWriter& j, const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,
                     const std::string& engine) {
   j.key("checkpoint").value(info.checkpoint);
-  j.key("synthetic_weights");
-  if (info.synthetic_weights.empty()) j.value(false);
-  else j.value(info.synthetic_weights);
+  write_synthetic_weights(j, info.synthetic_weights);
   j.key("caveats").array(info.caveats);
   j.key("input").value(info.input);
   j.key("tokens").value(info.tokens);

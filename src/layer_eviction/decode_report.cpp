@@ -201,9 +201,7 @@ std::string decode_report_json(const DecodeRunInfo& in, const DecodeOptions& opt
   j.key("command").value("decode");
   write_provenance(j, in.model_files ? &*in.model_files : nullptr);
   j.key("checkpoint").value(in.checkpoint);
-  j.key("synthetic_weights");
-  if (in.synthetic_weights.empty()) j.value(false);
-  else j.value(in.synthetic_weights);
+  write_synthetic_weights(j, in.synthetic_weights);
   j.key("caveats").array(in.caveats);
   j.key("layer").value(in.layer);
   j.key("input").value(in.input);

@@ -208,6 +208,12 @@ void write_stages(JsonWriter& w, const StageSeconds& stages) {
   w.end_array();
 }
 
+void write_synthetic_weights(JsonWriter& w, const std::string& synthetic) {
+  w.key("synthetic_weights");
+  if (synthetic.empty()) w.value(false);
+  else w.value(synthetic);
+}
+
 void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale) {
   w.begin_object();
   w.key("model_type").value(c.model_type);
