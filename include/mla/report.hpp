@@ -143,6 +143,13 @@ class JsonWriter {
   JsonWriter& value(bool v);
   JsonWriter& null();
   JsonWriter& raw(std::string_view literal);  // a value already written as JSON (inspect's config literals)
+  // [items...]: each item written with value() (strings, int64_t, double, bool)
+  template <class Range>
+  JsonWriter& array(const Range& items) {
+    begin_array();
+    for (const auto& x : items) value(x);
+    return end_array();
+  }
   const std::string& str() const { return out_; }
 
  private:
@@ -158,8 +165,11 @@ class JsonWriter {
 // fields of its "h2o" object (counts, fractions, mean scores, top heavy hitters, indices);
 // shared by report_json and sweep_report_json.
 void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale);
-// "versions": {mla_h2o, compiler, cuda_built, openblas} — every report.json names what made it.
 void write_decision(JsonWriter& w, std::span<const double> scores, const H2ODecision& d, size_t top_k);
+// [{"stage": name, "seconds": s}, ...] in execution order: the timing stages of every report.json
+void write_stages(JsonWriter& w, const StageSeconds& stages);
+// "synthetic_weights": false for a real checkpoint, else what synthesized it (decode's and eval's report.json)
+void write_synthetic_weights(JsonWriter& w, const std::string& synthetic);
 
 // --dump-tensors: writes `path` (safetensors) in HF's layout so other implementations can
 // compare tensor by tensor (`mla-h2o compare`):

@@ -84,8 +84,11 @@ class SafetensorsFile {
   static constexpr uint64_t kReadBlockBytes = uint64_t{2} << 20;
 
  private:
-  SafetensorsFile() = default;
   struct Mapping;
+  // A file whose header (n bytes) is parsed and validated and whose bytes `map` holds (open:
+  // mapped; from_bytes: owned): the index by name, the data section after the header.
+  SafetensorsFile(std::string path, uint64_t file_size, uint64_t n, std::map<std::string, std::string> metadata,
+                  std::vector<TensorInfo> tensors, std::unique_ptr<Mapping> map);
   std::string path_;
   uint64_t file_size_ = 0;
   uint64_t header_size_ = 0;

@@ -546,6 +546,101 @@ EvalRunInfo run_info(const EvalPlan& plan, const LoadedModel& m, const std::stri
   return info;
 }
 
+// ---- --task ------------------------------------------------------------------------------
+
+// The window of one --task sample at --context L: its byte ids, and eval's options at the sample's
+// own P and N; with --compression-ratio, K = round((1 - r) P) at that P (the same P for every
+// sample of a context).
+WindowJob task_job(const LoadedModel& m, const TaskSettings& t, const EvalOptions& opt, const TaskSample& x, int64_t L,
+                   const std::string& task) {
+  WindowJob job{WindowInput{x.source, x.filler_offset, byte_level_token_ids(m.cfg, x.bytes, task)}, opt};
+  job.opt.prompt_len = x.prompt_len;
+  job.opt.steps = x.steps;
+  if (!t.ratios.empty()) {
+    std::vector<double> r = t.ratios;
+    job.opt.budgets = ratio_budgets(r, x.prompt_len, "P = " + std::to_string(x.prompt_len) + " (the prompt of a --context " +
+                                                         std::to_string(L) + " sample)");
+  }
+  return job;
+}
+
+// check_eval_options on the first sample of --context L; with ratios the error line also says
+// which K each ratio gave at that context's P.
+void check_task_job(const LoadedModel& m, const TaskSettings& t, const WindowJob& job, int64_t L) {
+  try {
+    check_eval_options(job.opt, static_cast<int64_t>(job.input.tokens.size()), m.cfg.attention.num_hidden_layers);
+  } catch (const Error& e) {
+    if (t.ratios.empty()) throw;
+    std::string ks;
+    for (size_t b = 0; b < t.ratios.size(); ++b) {
+      char r[32];
+      std::snprintf(r, sizeof r, "%g", t.ratios[b]);
+      ks += (b ? ", " : "") + std::string(r) + " -> " + std::to_string(job.opt.budgets[b]);
+    }
+    fail(e.kind(), std::string(e.what()) + " (--compression-ratio at --context " + std::to_string(L) +
+                       ", P = " + std::to_string(job.opt.prompt_len) + ": " + ks + ")");
+  }
+}
+
+// Every --task sample, contexts x depths x samples in that order (mla/tasks.hpp), and its window;
+// each context's first sample is checked before the next is generated.
+void generate_task_jobs(const LoadedModel& m, const TaskSettings& t, const EvalOptions& opt,
+                        const std::vector<FillerSource>& filler, const std::string& task, std::vector<TaskSample>& samples,
+                        std::vector<WindowJob>& jobs) {
+  for (int64_t L : t.contexts)
+    for (double d : t.depths)
+      for (int64_t s = 0; s < t.samples; ++s) {
+        const TaskRequest r{t.kind, L, d, s, t.seed, t.placement, m.cfg.bos_token_id >= 0};
+        samples.push_back(make_task_sample(r, filler));
+        WindowJob job = task_job(m, t, opt, samples.back(), L, task);
+        if (s == 0) check_task_job(m, t, job, L);
+        jobs.push_back(std::move(job));
+      }
+}
+
+// The input line of --task's report.json and stdout.
+std::string task_input_description(const EvalPlan& plan, const std::string& task, size_t samples) {
+  const TaskSettings& t = plan.task;
+  return task + ", " + std::to_string(samples) + " samples (" + std::to_string(t.contexts.size()) + " contexts x " +
+         std::to_string(t.depths.size()) + " depths x " + std::to_string(t.samples) + ") of filler from --text " + plan.text +
+         ", --seed " + std::to_string(t.seed) + ", question " + query_placement_name(t.placement);
+}
+
+// tasks.csv, task_samples.csv, eval.csv (each window at its own budgets), needle.svg and, with
+// --dump-tensors, the first sample's tensors.
+void write_task_files(OutputSet& out, const EvalPlan& plan, const LoadedModel& m, const EvalOptions& opt,
+                      const std::vector<TaskSample>& samples, const std::vector<WindowJob>& jobs,
+                      const std::vector<EvalWindow>& windows, const std::vector<TaskCell>& cells) {
+  const TaskSettings& t = plan.task;
+  out.write("tasks.csv", tasks_csv(t, opt.compress, cells));
+  out.write("task_samples.csv", task_samples_csv(t, samples, windows, opt.budgets, m.cfg));
+  std::vector<std::vector<int64_t>> window_budgets;
+  for (const WindowJob& j : jobs) window_budgets.push_back(j.opt.budgets);
+  out.write("eval.csv", eval_csv_per_window(windows, window_budgets));
+  out.write("needle.svg", needle_svg(t, cells,
+                                     m.tag + task_name(t.kind) + ": exact match by context and needle depth (query " +
+                                         query_placement_name(t.placement) + ", --compress " + compression_name(opt.compress) +
+                                         ", " + precision_name(opt.precision) + ", " + std::to_string(t.samples) +
+                                         (t.samples == 1 ? " sample" : " samples") + " per cell)"));
+  if (plan.dump_tensors) {
+    EvalOptions first = opt;
+    first.prompt_len = samples.front().prompt_len;
+    first.steps = samples.front().steps;
+    write_dump(out, windows.front().result, first);
+  }
+}
+
+// --task's stdout: the settings line, the caveats, the table of exact match.
+void print_task_table(const EvalPlan& plan, const LoadedModel& m, const std::string& input, const EvalOptions& opt,
+                      const std::vector<EvalWindow>& windows, const std::vector<TaskCell>& cells) {
+  std::printf("mla-h2o eval: %s, %s, --compress %s, %s, %s\n", plan.checkpoint.c_str(), input.c_str(),
+              compression_name(opt.compress), precision_name(opt.precision), windows.front().result.engine.c_str());
+  for (const std::string& c : m.caveats) std::printf("CAVEAT: %s\n", c.c_str());
+  std::fputs(tasks_table(plan.task, cells).c_str(), stdout);
+  std::printf("exact match: every answer token predicted top-1 under teacher forcing, which is greedy generation's exact "
+              "match (docs/eval.md §7)\noutputs: %s\n", plan.out_dir.c_str());
+}
+
 // --task (docs/eval.md §7): load (the samples from --text and --seed, every check), eval (each
 // sample one window with its own P and N), outputs (tasks.csv, task_samples.csv, eval.csv,
 // needle.svg, report.json; the table on stdout).
@@ -566,42 +661,11 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
   std::vector<TaskSample> samples;
   std::vector<WindowJob> jobs;
   timed(stages, "generate the samples", [&] {
-    for (int64_t L : t.contexts)
-      for (double d : t.depths)
-        for (int64_t s = 0; s < t.samples; ++s) {
-          TaskRequest r{t.kind, L, d, s, t.seed, t.placement, m.cfg.bos_token_id >= 0};
-          samples.push_back(make_task_sample(r, filler));
-          const TaskSample& x = samples.back();
-          WindowJob job{WindowInput{x.source, x.filler_offset, byte_level_token_ids(m.cfg, x.bytes, task)}, opt};
-          job.opt.prompt_len = x.prompt_len;
-          job.opt.steps = x.steps;
-          if (!t.ratios.empty()) {  // K = round((1 - r) P) at this sample's P: the same P for every sample of a context
-            std::vector<double> r = t.ratios;
-            job.opt.budgets = ratio_budgets(r, x.prompt_len, "P = " + std::to_string(x.prompt_len) + " (the prompt of a --context " +
-                                                                 std::to_string(L) + " sample)");
-          }
-          if (s == 0) {
-            try {
-              check_eval_options(job.opt, static_cast<int64_t>(job.input.tokens.size()), m.cfg.attention.num_hidden_layers);
-            } catch (const Error& e) {  // with ratios, say which context's K it is
-              if (t.ratios.empty()) throw;
-              std::string ks;
-              for (size_t b = 0; b < t.ratios.size(); ++b) {
-                char r[32];
-                std::snprintf(r, sizeof r, "%g", t.ratios[b]);
-                ks += (b ? ", " : "") + std::string(r) + " -> " + std::to_string(job.opt.budgets[b]);
-              }
-              fail(e.kind(), std::string(e.what()) + " (--compression-ratio at --context " + std::to_string(L) +
-                                 ", P = " + std::to_string(x.prompt_len) + ": " + ks + ")");
-            }
-          }
-          jobs.push_back(std::move(job));
-        }
+    generate_task_jobs(m, t, opt, filler, task, samples, jobs);
     return 0;
   });
   // the largest context (the last sample's) is the memory plan's
   const ModelWindowsPlan wp = check_eval_memory(m.cfg, jobs.back().opt, plan.dump_tensors, static_cast<int64_t>(jobs.size()));
-  const MemoryEstimate& mem = wp.memory;
   print_cost_plan(m.cfg, jobs, wp.workers);
 
   // ---- eval ----
@@ -609,42 +673,18 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
 
   // ---- outputs ----
   const std::vector<TaskCell> cells = task_cells(t, samples, windows, opt.budgets, m.cfg);
-  std::string input = task + ", " + std::to_string(samples.size()) + " samples (" + std::to_string(t.contexts.size()) +
-                      " contexts x " + std::to_string(t.depths.size()) + " depths x " + std::to_string(t.samples) +
-                      ") of filler from --text " + plan.text + ", --seed " + std::to_string(t.seed) + ", question " +
-                      query_placement_name(t.placement);
+  const std::string input = task_input_description(plan, task, samples.size());
   {
     StageTimer timer(stages, "outputs");
-    out.write("tasks.csv", tasks_csv(t, opt.compress, cells));
-    out.write("task_samples.csv", task_samples_csv(t, samples, windows, opt.budgets, m.cfg));
-    std::vector<std::vector<int64_t>> window_budgets;
-    for (const WindowJob& j : jobs) window_budgets.push_back(j.opt.budgets);
-    out.write("eval.csv", eval_csv_per_window(windows, window_budgets));
-    out.write("needle.svg", needle_svg(t, cells,
-                                       m.tag + task_name(t.kind) + ": exact match by context and needle depth (query " +
-                                           query_placement_name(t.placement) + ", --compress " + compression_name(opt.compress) +
-                                           ", " + precision_name(opt.precision) + ", " + std::to_string(t.samples) +
-                                           (t.samples == 1 ? " sample" : " samples") + " per cell)"));
-    if (plan.dump_tensors) {
-      EvalOptions first = opt;
-      first.prompt_len = samples.front().prompt_len;
-      first.steps = samples.front().steps;
-      write_dump(out, windows.front().result, first);
-    }
+    write_task_files(out, plan, m, opt, samples, jobs, windows, cells);
   }
-  EvalRunInfo info = run_info(plan, m, input, static_cast<int64_t>(jobs.front().input.tokens.size()), eps_mode, opt, mem,
-                              plan.quiet, stages);
+  EvalRunInfo info = run_info(plan, m, input, static_cast<int64_t>(jobs.front().input.tokens.size()), eps_mode, opt,
+                              wp.memory, plan.quiet, stages);
   info.windows_at_once = wp.workers;
   info.files = out.paths_with({"report.json"});
   out.write("report.json", eval_tasks_report_json(info, m.cfg, opt, t, samples, windows, cells));
   out.commit();
-
-  std::printf("mla-h2o eval: %s, %s, --compress %s, %s, %s\n", plan.checkpoint.c_str(), input.c_str(),
-              compression_name(opt.compress), precision_name(opt.precision), windows.front().result.engine.c_str());
-  for (const std::string& c : m.caveats) std::printf("CAVEAT: %s\n", c.c_str());
-  std::fputs(tasks_table(t, cells).c_str(), stdout);
-  std::printf("exact match: every answer token predicted top-1 under teacher forcing, which is greedy generation's exact "
-              "match (docs/eval.md §7)\noutputs: %s\n", plan.out_dir.c_str());
+  print_task_table(plan, m, input, opt, windows, cells);
   return 0;
 }
 

@@ -437,12 +437,8 @@ namespace eval {
 void write_run_keys(JsonWriter& j, const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,
                     const std::string& engine) {
   j.key("checkpoint").value(info.checkpoint);
-  j.key("synthetic_weights");
-  if (info.synthetic_weights.empty()) j.value(false);
-  else j.value(info.synthetic_weights);
-  j.key("caveats").begin_array();
-  for (const std::string& c : info.caveats) j.value(c);
-  j.end_array();
+  write_synthetic_weights(j, info.synthetic_weights);
+  j.key("caveats").array(info.caveats);
   j.key("input").value(info.input);
   j.key("tokens").value(info.tokens);
   j.key("precision").value(precision_name(opt.precision));
@@ -484,9 +480,7 @@ void write_tail_keys(JsonWriter& j, const EvalRunInfo& info, const std::vector<E
     for (const auto& [name, s] : w.result.profile) add_seconds(profile, name, s);
   for (const auto& [name, s] : profile) j.key(name).value(s);
   j.end_object();
-  j.key("files").begin_array();
-  for (const std::string& f : info.files) j.value(f);
-  j.end_array();
+  j.key("files").array(info.files);
 }
 
 }  // namespace eval
@@ -512,9 +506,7 @@ std::string eval_report_json(const EvalRunInfo& info, const ModelConfig& cfg, co
   j.key("prompt_len").value(P);
   j.key("steps").value(N);
   j.key("compress").value(compression_name(opt.compress));
-  j.key("budgets").begin_array();
-  for (int64_t K : opt.budgets) j.value(K);
-  j.end_array();
+  j.key("budgets").array(opt.budgets);
   j.key("compression_ratios");
   if (info.compression_ratios.empty()) {
     j.null();

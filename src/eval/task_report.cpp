@@ -311,12 +311,8 @@ std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& c
   j.key("task").begin_object();
   j.key("name").value(task_name(t.kind));
   j.key("query_placement").value(query_placement_name(t.placement));
-  j.key("contexts").begin_array();
-  for (int64_t L : t.contexts) j.value(L);
-  j.end_array();
-  j.key("depths_percent").begin_array();
-  for (double d : t.depths) j.value(d);
-  j.end_array();
+  j.key("contexts").array(t.contexts);
+  j.key("depths_percent").array(t.depths);
   j.key("samples_per_cell").value(t.samples);
   j.key("seed").value(static_cast<int64_t>(t.seed));
   j.key("scoring").value("exact match: every answer token top-1 under teacher forcing (equal to greedy generation's exact match)");
@@ -327,9 +323,7 @@ std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& c
   for (const TaskCell& c : cells)
     if (std::find(all_budgets.begin(), all_budgets.end(), c.budget) == all_budgets.end()) all_budgets.push_back(c.budget);
   std::sort(all_budgets.begin(), all_budgets.end());
-  j.key("budgets").begin_array();
-  for (int64_t K : all_budgets) j.value(K);
-  j.end_array();
+  j.key("budgets").array(all_budgets);
   j.key("compression_ratios");
   if (t.ratios.empty()) {
     j.null();

@@ -382,56 +382,34 @@ T load(const std::byte* p, uint64_t i) {
   return v;
 }
 
+// out[i] = decode(element i of the little-endian array of Stored at p), for i < n.
+template <class Stored, class Out, class Decode>
+void convert_each(const std::byte* p, uint64_t n, Out* out, Decode decode) {
+  for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(decode(load<Stored>(p, i)));
+}
+
 // out[i] = value of element i of the little-endian array of info.dtype at p, for i < n.
 template <class Out>
 void convert_into(const std::string& file, const TensorInfo& info, const std::byte* p, uint64_t n, Out* out) {
+  const auto as_is = [](auto v) { return v; };
   switch (info.dtype) {
     case DType::BOOL:
       fail(ErrorKind::Unsupported, tensor_prefix(file, info.name) +
                                        "dtype BOOL cannot be converted to floating point");
-    case DType::U8:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint8_t>(p, i));
-      break;
-    case DType::I8:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int8_t>(p, i));
-      break;
-    case DType::F8_E5M2:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(fp8_e5m2_to_float(load<uint8_t>(p, i)));
-      break;
-    case DType::F8_E4M3:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(fp8_e4m3fn_to_float(load<uint8_t>(p, i)));
-      break;
-    case DType::I16:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int16_t>(p, i));
-      break;
-    case DType::U16:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint16_t>(p, i));
-      break;
-    case DType::F16:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(f16_to_float(load<uint16_t>(p, i)));
-      break;
-    case DType::BF16:
-      for (uint64_t i = 0; i < n; ++i)
-        out[i] = static_cast<Out>(bf16::from_bits(load<uint16_t>(p, i)).to_float());
-      break;
-    case DType::I32:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int32_t>(p, i));
-      break;
-    case DType::U32:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint32_t>(p, i));
-      break;
-    case DType::F32:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<float>(p, i));
-      break;
-    case DType::F64:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<double>(p, i));
-      break;
-    case DType::I64:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<int64_t>(p, i));
-      break;
-    case DType::U64:
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(load<uint64_t>(p, i));
-      break;
+    case DType::U8: return convert_each<uint8_t>(p, n, out, as_is);
+    case DType::I8: return convert_each<int8_t>(p, n, out, as_is);
+    case DType::F8_E5M2: return convert_each<uint8_t>(p, n, out, [](uint8_t b) { return fp8_e5m2_to_float(b); });
+    case DType::F8_E4M3: return convert_each<uint8_t>(p, n, out, [](uint8_t b) { return fp8_e4m3fn_to_float(b); });
+    case DType::I16: return convert_each<int16_t>(p, n, out, as_is);
+    case DType::U16: return convert_each<uint16_t>(p, n, out, as_is);
+    case DType::F16: return convert_each<uint16_t>(p, n, out, [](uint16_t b) { return f16_to_float(b); });
+    case DType::BF16: return convert_each<uint16_t>(p, n, out, [](uint16_t b) { return bf16::from_bits(b).to_float(); });
+    case DType::I32: return convert_each<int32_t>(p, n, out, as_is);
+    case DType::U32: return convert_each<uint32_t>(p, n, out, as_is);
+    case DType::F32: return convert_each<float>(p, n, out, as_is);
+    case DType::F64: return convert_each<double>(p, n, out, as_is);
+    case DType::I64: return convert_each<int64_t>(p, n, out, as_is);
+    case DType::U64: return convert_each<uint64_t>(p, n, out, as_is);
   }
 }
 
@@ -461,6 +439,18 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
 SafetensorsFile::~SafetensorsFile() = default;
 
+SafetensorsFile::SafetensorsFile(std::string path, uint64_t file_size, uint64_t n, std::map<std::string, std::string> metadata,
+                                 std::vector<TensorInfo> tensors, std::unique_ptr<Mapping> map)
+    : path_(std::move(path)),
+      file_size_(file_size),
+      header_size_(n),
+      metadata_(std::move(metadata)),
+      tensors_(std::move(tensors)),
+      map_(std::move(map)),
+      data_(map_->base() + kPrefixSize + n) {
+  for (size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+}
+
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   FdGuard fd{open_regular_file(path)};  // a FIFO or device is refused before anything could block
   struct stat st {};
@@ -485,16 +475,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   map->fd = fd.fd;  // kept open for read_float
   fd.fd = -1;
 
-  SafetensorsFile file;
-  file.path_ = path;
-  file.file_size_ = file_size;
-  file.header_size_ = n;
-  file.metadata_ = std::move(parsed.metadata);
-  file.tensors_ = std::move(parsed.tensors);
-  for (size_t i = 0; i < file.tensors_.size(); ++i) file.index_.emplace(file.tensors_[i].name, i);
-  file.data_ = map->base() + kPrefixSize + n;
-  file.map_ = std::move(map);
-  return file;
+  return SafetensorsFile(path, file_size, n, std::move(parsed.metadata), std::move(parsed.tensors), std::move(map));
 }
 
 SafetensorsFile SafetensorsFile::from_bytes(std::span<const std::byte> bytes, std::string display_name) {
@@ -509,16 +490,8 @@ SafetensorsFile SafetensorsFile::from_bytes(std::span<const std::byte> bytes, st
   auto map = std::make_unique<Mapping>();
   map->owned.assign(bytes.begin(), bytes.end());
 
-  SafetensorsFile file;
-  file.path_ = std::move(display_name);
-  file.file_size_ = file_size;
-  file.header_size_ = n;
-  file.metadata_ = std::move(parsed.metadata);
-  file.tensors_ = std::move(parsed.tensors);
-  for (size_t i = 0; i < file.tensors_.size(); ++i) file.index_.emplace(file.tensors_[i].name, i);
-  file.data_ = map->base() + kPrefixSize + n;
-  file.map_ = std::move(map);
-  return file;
+  return SafetensorsFile(std::move(display_name), file_size, n, std::move(parsed.metadata), std::move(parsed.tensors),
+                         std::move(map));
 }
 
 const TensorInfo* SafetensorsFile::find(std::string_view name) const {

@@ -122,26 +122,10 @@ void policy_settings_json(JsonWriter& j, const PolicySettings& p, const std::vec
   j.end_object();
 }
 
-std::string decode_report_json(const DecodeRunInfo& in, const DecodeOptions& opt, const std::vector<DecodeSummary>& sum) {
-  JsonWriter j;
-  j.begin_object();
-  j.key("format").value("mla-h2o decode report v1");
-  j.key("command").value("decode");
-  write_provenance(j, in.model_files ? &*in.model_files : nullptr);
-  j.key("checkpoint").value(in.checkpoint);
-  j.key("synthetic_weights");
-  if (in.synthetic_weights.empty()) j.value(false);
-  else j.value(in.synthetic_weights);
-  j.key("caveats").begin_array();
-  for (const auto& c : in.caveats) j.value(c);
-  j.end_array();
-  j.key("layer").value(in.layer);
-  j.key("input").value(in.input);
-  j.key("rows").value(in.rows);
-  j.key("residual_norm").value(in.residual_source);
-  j.key("config");
-  if (in.config) write_config(j, *in.config, softmax_scale(*in.config));
-  else j.null();
+namespace {
+
+// "options" and "backend" of decode's report.json: how the layer ran.
+void decode_settings_json(JsonWriter& j, const DecodeRunInfo& in) {
   j.key("options").begin_object();
   j.key("precision").value(in.precision);
   j.key("attention").value(in.attention);
@@ -150,14 +134,9 @@ std::string decode_report_json(const DecodeRunInfo& in, const DecodeOptions& opt
   j.key("latent_norm_eps").value(in.latent_norm_eps);
   j.key("threads").value(static_cast<int64_t>(in.threads));
   j.end_object();
-  j.key("prompt_len").value(opt.prompt_len);
-  j.key("steps").value(opt.steps);
-  j.key("budgets").begin_array();
-  for (int64_t K : opt.budgets) j.value(K);
-  j.end_array();
-  j.key("policies").begin_array();
-  for (const PolicySettings& p : opt.policies) policy_settings_json(j, p, opt.budgets);
-  j.end_array();
+}
+
+void decode_backend_json(JsonWriter& j, const DecodeRunInfo& in) {
   j.key("backend").begin_object();
   j.key("name").value(in.backend);
   j.key("description").value(in.backend_description);
@@ -171,6 +150,10 @@ std::string decode_report_json(const DecodeRunInfo& in, const DecodeOptions& opt
   }
   j.key("decode_kernel").value(in.decode_kernel);
   j.end_object();
+}
+
+// "summary": one object per (policy, budget), the fields of summary.csv.
+void decode_summary_json(JsonWriter& j, const std::vector<DecodeSummary>& sum) {
   j.key("summary").begin_array();
   for (const DecodeSummary& s : sum) {
     j.begin_object();
@@ -190,16 +173,14 @@ std::string decode_report_json(const DecodeRunInfo& in, const DecodeOptions& opt
     j.end_object();
   }
   j.end_array();
+}
+
+// "timing_s" {total, stages} and "memory" {planned, available, measured}.
+void decode_cost_json(JsonWriter& j, const DecodeRunInfo& in) {
   j.key("timing_s").begin_object();
   j.key("total").value(total_seconds(in.stages));
-  j.key("stages").begin_array();
-  for (const auto& [name, sec] : in.stages) {
-    j.begin_object();
-    j.key("stage").value(name);
-    j.key("seconds").value(sec);
-    j.end_object();
-  }
-  j.end_array();
+  j.key("stages");
+  write_stages(j, in.stages);
   j.end_object();
   j.key("memory").begin_object();
   j.key("planned_peak_bytes").value(in.memory_planned_bytes);
@@ -209,12 +190,38 @@ std::string decode_report_json(const DecodeRunInfo& in, const DecodeOptions& opt
   j.key("available_source").value(in.memory_available_source);
   j.key("measured_peak_rss_bytes").value(in.memory_peak_rss_bytes);
   j.end_object();
-  j.key("notes").begin_array();
-  for (const auto& n : in.notes) j.value(n);
+}
+
+}  // namespace
+
+std::string decode_report_json(const DecodeRunInfo& in, const DecodeOptions& opt, const std::vector<DecodeSummary>& sum) {
+  JsonWriter j;
+  j.begin_object();
+  j.key("format").value("mla-h2o decode report v1");
+  j.key("command").value("decode");
+  write_provenance(j, in.model_files ? &*in.model_files : nullptr);
+  j.key("checkpoint").value(in.checkpoint);
+  write_synthetic_weights(j, in.synthetic_weights);
+  j.key("caveats").array(in.caveats);
+  j.key("layer").value(in.layer);
+  j.key("input").value(in.input);
+  j.key("rows").value(in.rows);
+  j.key("residual_norm").value(in.residual_source);
+  j.key("config");
+  if (in.config) write_config(j, *in.config, softmax_scale(*in.config));
+  else j.null();
+  decode_settings_json(j, in);
+  j.key("prompt_len").value(opt.prompt_len);
+  j.key("steps").value(opt.steps);
+  j.key("budgets").array(opt.budgets);
+  j.key("policies").begin_array();
+  for (const PolicySettings& p : opt.policies) policy_settings_json(j, p, opt.budgets);
   j.end_array();
-  j.key("files").begin_array();
-  for (const auto& f : in.files) j.value(f);
-  j.end_array();
+  decode_backend_json(j, in);
+  decode_summary_json(j, sum);
+  decode_cost_json(j, in);
+  j.key("notes").array(in.notes);
+  j.key("files").array(in.files);
   j.end_object();
   return j.str() + "\n";
 }

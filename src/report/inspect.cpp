@@ -60,9 +60,7 @@ std::string inspect_checkpoint_json(const InspectedCheckpoint& c) {
   w.key("path").value(c.path);
   w.key("prefix").value(c.prefix);
   w.key("shards").value(c.shards);
-  w.key("missing_shards").begin_array();
-  for (const std::string& m : c.missing_shards) w.value(m);
-  w.end_array();
+  w.key("missing_shards").array(c.missing_shards);
   w.key("tensors");
   tensors_json(w, c.tensors, true);
   w.key("config");
@@ -70,9 +68,7 @@ std::string inspect_checkpoint_json(const InspectedCheckpoint& c) {
   w.key("quantization");
   if (c.quantization.empty()) w.null();
   else literals_json(w, c.quantization);
-  w.key("layers_present").begin_array();
-  for (const int64_t L : c.layers_present) w.value(L);
-  w.end_array();
+  w.key("layers_present").array(c.layers_present);
   w.key("layer0_attention_parameters");
   if (c.layer0_attention_parameters) w.value(static_cast<int64_t>(*c.layer0_attention_parameters));
   else w.null();

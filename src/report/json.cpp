@@ -128,24 +128,6 @@ void string_or_null(JsonWriter& w, const char* k, const std::string& v) {
   else w.value(v);
 }
 
-void int_array(JsonWriter& w, const std::vector<int64_t>& v) {
-  w.begin_array();
-  for (int64_t x : v) w.value(x);
-  w.end_array();
-}
-
-// [{"stage": name, "seconds": s}, ...] in execution order
-void stage_array(JsonWriter& w, const std::vector<std::pair<std::string, double>>& stages) {
-  w.begin_array();
-  for (const auto& [name, sec] : stages) {
-    w.begin_object();
-    w.key("stage").value(name);
-    w.key("seconds").value(sec);
-    w.end_object();
-  }
-  w.end_array();
-}
-
 // "options" fields shared by run's and sweep's report.json
 void option_fields(JsonWriter& w, const RunInfo& in, const H2OOptions& h2o) {
   string_or_null(w, "mask", in.mask);
@@ -184,12 +166,6 @@ void backend_object(JsonWriter& w, const RunInfo& in) {
   w.end_object();
 }
 
-void string_array(JsonWriter& w, const char* k, const std::vector<std::string>& v) {
-  w.key(k).begin_array();
-  for (const auto& s : v) w.value(s);
-  w.end_array();
-}
-
 // "timing_s": {load, forward, h2o, total, stages, forward_stages}; total = sum of stages
 void timing_object(JsonWriter& w, const RunInfo& in) {
   w.key("timing_s").begin_object();
@@ -198,9 +174,9 @@ void timing_object(JsonWriter& w, const RunInfo& in) {
   w.key("h2o").value(in.h2o_seconds);
   w.key("total").value(total_seconds(in.stage_seconds));
   w.key("stages");
-  stage_array(w, in.stage_seconds);
+  write_stages(w, in.stage_seconds);
   w.key("forward_stages");
-  stage_array(w, in.forward_stage_seconds);
+  write_stages(w, in.forward_stage_seconds);
   w.end_object();
 }
 
@@ -220,6 +196,23 @@ void scores_object(JsonWriter& w, std::span<const double> scores) {
 }
 
 }  // namespace
+
+void write_stages(JsonWriter& w, const StageSeconds& stages) {
+  w.begin_array();
+  for (const auto& [name, sec] : stages) {
+    w.begin_object();
+    w.key("stage").value(name);
+    w.key("seconds").value(sec);
+    w.end_object();
+  }
+  w.end_array();
+}
+
+void write_synthetic_weights(JsonWriter& w, const std::string& synthetic) {
+  w.key("synthetic_weights");
+  if (synthetic.empty()) w.value(false);
+  else w.value(synthetic);
+}
 
 void write_config(JsonWriter& w, const AttentionConfig& c, const std::optional<double>& softmax_scale) {
   w.begin_object();
@@ -336,13 +329,13 @@ std::string report_json(const Report& r) {
 
   w.key("shapes").begin_object();
   w.key("hidden_states");
-  int_array(w, in.hidden_shape);
+  w.array(in.hidden_shape);
   w.key("attn_output");
-  int_array(w, in.attn_output_shape);
+  w.array(in.attn_output_shape);
   w.key("attn_weights");
-  int_array(w, in.attn_weights_shape);
+  w.array(in.attn_weights_shape);
   w.key("token_scores");
-  int_array(w, {static_cast<int64_t>(r.scores.size())});
+  w.array(std::vector<int64_t>{static_cast<int64_t>(r.scores.size())});
   w.end_object();
 
   scores_object(w, r.scores);
@@ -379,8 +372,8 @@ std::string report_json(const Report& r) {
     w.key("measured_peak_rss_bytes").value(in.memory_peak_rss_bytes);
     w.end_object();
   }
-  string_array(w, "notes", in.notes);
-  string_array(w, "files", in.files);
+  w.key("notes").array(in.notes);
+  w.key("files").array(in.files);
   w.end_object();
   return w.str() + "\n";
 }
@@ -396,8 +389,8 @@ std::string sweep_report_json(const SweepReport& r, const std::vector<LayerOverl
   write_provenance(w, in.model_files ? &*in.model_files : nullptr);
   string_or_null(w, "checkpoint", in.checkpoint);
   string_or_null(w, "input", in.input_source);
-  string_array(w, "caveats", r.caveats);
-  string_array(w, "notes", in.notes);
+  w.key("caveats").array(r.caveats);
+  w.key("notes").array(in.notes);
   w.key("config");
   if (in.config) write_config(w, *in.config, in.softmax_scale);
   else w.null();
@@ -437,7 +430,7 @@ std::string sweep_report_json(const SweepReport& r, const std::vector<LayerOverl
   w.end_array();
 
   timing_object(w, in);
-  string_array(w, "files", in.files);
+  w.key("files").array(in.files);
   w.end_object();
   return w.str() + "\n";
 }

@@ -236,9 +236,7 @@ void write_provenance(JsonWriter& w, const std::vector<FileDigest>* model_files)
   w.key("cuda_built").value(MLA_HAVE_CUDA != 0);
   w.key("openblas").value(MLA_HAVE_BLAS != 0);
   w.end_object();
-  w.key("argv").begin_array();
-  for (const std::string& a : command_line()) w.value(a);
-  w.end_array();
+  w.key("argv").array(command_line());
   if (model_files) {
     w.key("model_files").begin_array();
     for (const FileDigest& f : *model_files)
