@@ -478,6 +478,16 @@ def lr_at(step, steps, lr, warmup):
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def weights_label(model_dir, log):
+    """How a card names the weights a run continues: their path in the repository when they are
+    shipped there, else the stage that ended them (the folder is the training machine's own)."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    rel = os.path.relpath(os.path.abspath(model_dir), repo)
+    if not rel.startswith(".."):
+        return rel
+    return f"the weights of a run not shipped, ended by stage {log[-1]['stage']}"
+
+
 def continue_from(model_dir, model, st, stages_done, recipe, next_stage):
     """Recipe 4's start: the weights of model_dir (an earlier attempt's save_pretrained output), its
     training log and events, so that step, token and time counts and the curves go on from there."""
@@ -495,7 +505,7 @@ def continue_from(model_dir, model, st, stages_done, recipe, next_stage):
     last = log[-1]
     st.update({"stage": stages_done, "step": 0, "global_step": last["step"], "tokens": last["tokens"],
                "wall_s": last["wall_s"], "log": log,
-               "events": events + [f"recipe {recipe}: stage {next_stage} continues from {model_dir} (model.safetensors sha256 "
+               "events": events + [f"recipe {recipe}: stage {next_stage} continues from {weights_label(model_dir, log)} (model.safetensors sha256 "
                                    f"{base.sha256(os.path.join(model_dir, 'model.safetensors'))[:16]}...) at step "
                                    f"{last['step']} (its {last['wall_s'] / 60:.0f} min ran on {earlier_res['threads']} "
                                    f"thread(s) of {earlier_res['cpu']}); the optimizer state starts afresh"]})
