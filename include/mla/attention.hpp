@@ -69,6 +69,9 @@ struct GemmInfo {
   std::string engine;
   std::string kernel;
   std::string reason;
+  // Where the attention's per-head products run: Gemm::OneDnn with oneDNN projections whose
+  // operands have the run's precision, else Gemm::Eigen (docs/cpu-gemm.md §1).
+  Gemm attention_products = Gemm::Eigen;
   // The reorders of the process's oneDNN engines since the backend's prepare() began (counted
   // for the whole process: exact when one backend runs at a time, as in every command); all 0
   // on the Eigen engine.

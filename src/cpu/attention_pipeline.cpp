@@ -206,7 +206,7 @@ void StreamedAttention::attend(const MatrixRM& q, int64_t r0, MatrixRM& ctx) {
     block_progress = [&](int64_t done, int64_t) {
       progress(progress_label, (pairs_before_ + done) * flop_per_pair, total_pairs * flop_per_pair);
     };
-  streaming_attention(q.data(), n * d_qk, states_, causal_, scaling, L_.precision, L_.threads, L_.w.attention_products,
+  streaming_attention(q.data(), n * d_qk, states_, causal_, scaling, L_.precision, L_.threads, L_.w.gemm.attention_products,
                       block_progress,
                       {context ? ctx.data() : nullptr, context ? n * d_v : 0, head_mass, attn_weights}, {r0, r0 + rows});
   pairs_before_ += streaming_pairs(P, n, causal_, {r0, r0 + rows});

@@ -101,7 +101,7 @@ class KeptQueries {
 
 // The streamed kernel as the key store and attention (run, sweep, decode's prefill): the keys
 // of rows [0, key_rows) in KeyValueStates (the run's precision), each pass's rows by
-// streaming_attention on L.w.attention_products (streaming_attention.hpp), the mass per head into
+// streaming_attention on L.w.gemm.attention_products (streaming_attention.hpp), the mass per head into
 // head_mass; the states freed after the last pass.
 class StreamedAttention {
  public:

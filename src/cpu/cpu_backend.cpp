@@ -102,11 +102,8 @@ PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& reques
   p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, precision);
   p.kv_b_proj = prepare_linear(engine, w.kv_b_proj, "kv_b_proj", none, precision, threads);
   p.o_proj = prepare_linear(engine, w.o_proj, "o_proj", w.o_proj_bias, precision, threads);
-  p.gemm = {requested, engine.name(), p.kv_b_proj->kernel(), reason, {}};
-  if (engine.kind() == Gemm::OneDnn) {
-    p.attention_products = Gemm::OneDnn;
-    p.attention_kernel = onednn_attention_kernel(precision == Precision::BF16);
-  }
+  p.gemm = {requested, engine.name(), p.kv_b_proj->kernel(), reason, engine.holdings().attention_products, {}};
+  if (p.gemm.attention_products == Gemm::OneDnn) p.attention_kernel = onednn_attention_kernel(precision == Precision::BF16);
   return p;
 }
 
@@ -269,7 +266,7 @@ std::string describe(const PreparedWeights* w, int threads) {
   std::string d;
   if (w && w->gemm.engine.rfind("oneDNN", 0) == 0) {
     d = "projections: " + gemm_label(w->gemm.engine, w->gemm.kernel) + "; per-head products: ";
-    d += w->attention_products == Gemm::OneDnn
+    d += w->gemm.attention_products == Gemm::OneDnn
              ? gemm_label(w->gemm.engine, w->attention_kernel) + " (one thread per block)"
              : sgemm;
   } else {

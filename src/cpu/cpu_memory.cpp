@@ -24,21 +24,26 @@
 namespace mla {
 namespace {
 
-// Whether `choice` runs on oneDNN for the precision on this CPU (gemm_engine.hpp; the engine is
-// made once per choice and precision: a probe creates a oneDNN primitive descriptor).
-bool runs_on_onednn(Gemm choice, Precision precision) {
+// What the engine `choice` holds for a run in `precision` on this CPU (gemm_engine.hpp; the
+// engine is made once per choice and precision: a probe creates a oneDNN primitive descriptor).
+cpu::GemmHoldings holdings_of(Gemm choice, Precision precision) {
   static std::mutex mutex;
-  static std::map<std::pair<Gemm, Precision>, bool> known;
+  static std::map<std::pair<Gemm, Precision>, cpu::GemmHoldings> known;
   std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_pair(choice, precision);
   if (auto it = known.find(key); it != known.end()) return it->second;
-  bool onednn = false;
+  cpu::GemmHoldings h;
   try {
     std::string why;  // (gemm_engine.hpp takes a bool for now)
-    onednn = cpu::make_gemm_engine(choice, precision == Precision::BF16, why)->kind() == Gemm::OneDnn;
+    h = cpu::make_gemm_engine(choice, precision == Precision::BF16, why)->holdings();
   } catch (const Error&) {  // --gemm onednn without oneDNN: the run fails with that message
   }
-  return known[key] = onednn;
+  return known[key] = h;
+}
+
+// Whether the attention's per-head products run on oneDNN (its packed operands and primitives).
+bool runs_on_onednn(Gemm choice, Precision precision) {
+  return holdings_of(choice, precision).attention_products == Gemm::OneDnn;
 }
 
 }  // namespace
@@ -59,15 +64,15 @@ int64_t mul(F... f) {
 
 std::vector<MemoryPart> cpu_held_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
   const MemoryDims d = memory_dims(cfg, r.seq_len);
-  const bool onednn = runs_on_onednn(r.gemm, r.precision);
-  // oneDNN packs each weight once in the run's precision; the Eigen engine keeps fp32 values
-  const Precision packed = onednn ? r.precision : Precision::FP32;
+  const cpu::GemmHoldings h = holdings_of(r.gemm, r.precision);
+  const bool onednn = h.attention_products == Gemm::OneDnn;
+  // oneDNN packs each weight once (bf16 where it has a bf16 kernel); the Eigen engine keeps fp32 values
   std::vector<MemoryPart> held = {
-      {std::string("prepared weights (") + precision_name(packed) + ")", mul(d.P, stored_bytes(packed))}};
-  // the oneDNN projection engine (gemm_engine.cpp DnnlLinear): a weight cut into two or more
-  // slices (onednn_slice_count: by its shape alone) keeps each slice's output rows
-  // [min(S, 512), n_j] f32 for the process, i.e. min(S, 512) rows of its output features
-  if (onednn) {
+      {std::string("prepared weights (") + precision_name(h.weights) + ")", mul(d.P, stored_bytes(h.weights))}};
+  // the oneDNN projection engine on blocked layouts (gemm_engine.cpp DnnlLinear): a weight cut
+  // into two or more slices (onednn_slice_count: by its shape alone) keeps each slice's output
+  // rows [min(S, 512), n_j] f32 for the process, i.e. min(S, 512) rows of its output features
+  if (h.slice_buffers) {
     int64_t features = 0;
     for (const int64_t out : {cfg.has_q_lora() ? d.r_q : int64_t{0}, d.n * d.d_qk, d.r_kv + d.d_r, d.n * (d.d_n + d.d_v), d.H})
       if (cpu::onednn_slice_count(out) > 1) features += out;
@@ -88,7 +93,7 @@ std::vector<MemoryPart> cpu_held_memory(const AttentionConfig& cfg, const Memory
 
 std::vector<MemoryPart> cpu_chunk_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
   const MemoryDims d = memory_dims(cfg, r.seq_len);
-  const bool onednn_bf16 = r.precision == Precision::BF16 && runs_on_onednn(r.gemm, r.precision);
+  const bool onednn_bf16 = holdings_of(r.gemm, r.precision).input_copy;  // x copied as bf16 bits
   const int64_t C = std::min(d.S, cpu::kRowChunk);
   // at kv_b_proj, x, compressed_kv, latent_normed (and oneDNN's bf16 copy of it) and kv are alive
   return {{"chunk: x [C,H] f32", mul(C, d.H, kF32)},
@@ -118,7 +123,7 @@ std::vector<MemoryPart> cpu_attention_pass_memory(const AttentionConfig& cfg, co
 
 BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest& r) {
   const MemoryDims d = memory_dims(cfg, r.seq_len);
-  const bool onednn_bf16 = r.precision == Precision::BF16 && runs_on_onednn(r.gemm, r.precision);
+  const bool onednn_bf16 = holdings_of(r.gemm, r.precision).input_copy;  // x copied as bf16 bits
   const int64_t e = stored_bytes(r.precision);
   const int64_t C = std::min(d.S, cpu::kRowChunk);
   const int64_t latent = cfg.has_q_lora() ? d.r_q : d.n * d.d_qk;

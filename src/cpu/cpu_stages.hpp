@@ -51,9 +51,8 @@ struct PreparedWeights {
   std::vector<float> kv_a_layernorm;                   // [r_kv]
   std::unique_ptr<PreparedLinear> kv_b_proj;           // [n*(d_n+d_v), r_kv]
   std::unique_ptr<PreparedLinear> o_proj;              // [H, n*d_v] (+ bias [H])
-  GemmInfo gemm;                                       // the engine, its kernel and why
-  Gemm attention_products = Gemm::Eigen;               // attend's per-block products (BlockProducts)
-  std::string attention_kernel;                        // their kernel, e.g. "brg:avx512_core_bf16"
+  GemmInfo gemm;                  // the engine, its kernel, why, and where attend's per-block products run
+  std::string attention_kernel;  // the per-block products' kernel on oneDNN, e.g. "brg:avx512_core_bf16"
 };
 
 // What every stage reads: the geometry, the prepared weights and the run's settings.

@@ -373,6 +373,7 @@ class FixedOrderEngine final : public GemmEngine {
     return std::make_unique<FixedOrderLinear>(w.weight, w.out_features, w.in_features, w.bias,
                                               bf16 ? Precision::BF16 : Precision::FP32, threads);
   }
+  GemmHoldings holdings() const override { return {}; }
 };
 
 }  // namespace

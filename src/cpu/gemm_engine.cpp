@@ -90,6 +90,7 @@ class EigenEngine final : public GemmEngine {
   std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) override {
     return std::make_unique<EigenLinear>(w, bf16, threads);
   }
+  GemmHoldings holdings() const override { return {}; }
 };
 
 #if MLA_HAVE_ONEDNN
@@ -110,8 +111,11 @@ int dnnl_threads_for(int64_t macs, int threads) { return macs < kParallelMacs ? 
 
 // The matmul primitive descriptor y[S, out] (f32) = x[S, in] (dt) * W^T[in, out] (dt, layout
 // `weights`) + bias[1, out] (f32). fpmath mode strict: f32 stays f32.
-dnnl::matmul::primitive_desc matmul_pd(int64_t S, int64_t in, int64_t out, Dt dt, const memory::desc& weights, bool bias) {
-  const memory::desc src({S, in}, dt, Tag::ab), dst({S, out}, Dt::f32, Tag::ab);
+dnnl::matmul::primitive_desc matmul_pd(int64_t S, int64_t in, int64_t out, Dt dt, const memory::desc& weights, bool bias,
+                                       int64_t ld_dst = 0) {
+  const memory::desc src({S, in}, dt, Tag::ab);
+  const memory::desc dst = ld_dst == 0 ? memory::desc({S, out}, Dt::f32, Tag::ab)
+                                       : memory::desc({S, out}, Dt::f32, memory::dims{ld_dst, 1});
   const dnnl::primitive_attr attr = strict_user_scratchpad_attr();
   Dnnl& d = Dnnl::get();
   if (bias) {
@@ -154,7 +158,7 @@ std::string isa_name() {
 // times the stride plus its digits in the inner blocks (dnnl_blocking_desc_t; inner_blks[last]
 // is the innermost). Returns false for a layout that is not plain blocked, or has an offset
 // (oneDNN's reorder handles it).
-bool pack_blocked(const LinearWeight& w, const memory::desc& md_, memory& dst_memory, bool bf16, int threads) {
+bool pack_blocked(const LinearWeight& w, const memory::desc& md_, memory& dst_memory, Dt dt, bool bf16, int threads) {
   const dnnl_memory_desc_t& md = md_.data;
   if (md.format_kind != dnnl_blocked || md.ndims != 2 || md.offset0 != 0) return false;
   const int64_t in = w.in_features, out = w.out_features;
@@ -202,12 +206,21 @@ bool pack_blocked(const LinearWeight& w, const memory::desc& md_, memory& dst_me
       }
     });
   };
-  if (bf16) {
+  if (dt == Dt::bf16) {
     pack(static_cast<uint16_t*>(dst_memory.get_data_handle()), [](float x, uint16_t& o) { o = mla::bf16::round_bits(x); });
+  } else if (bf16) {  // bf16 values on the fp32 kernel
+    pack(static_cast<float*>(dst_memory.get_data_handle()), [](float x, float& o) { o = mla::round_to_bf16(x); });
   } else {
     pack(static_cast<float*>(dst_memory.get_data_handle()), [](float x, float& o) { o = x; });
   }
   return true;
+}
+
+// True when the primitive for W^T [in, out] prefers a plain (unblocked) weight layout: oneDNN's
+// gemm:jit kernel (fp32 on AVX2), which also accepts a strided dst.
+bool prefers_plain_weights(int64_t in, int64_t out, Dt dt, bool bias) {
+  const memory::desc md = matmul_pd(256, in, out, dt, memory::desc({in, out}, dt, Tag::any), bias).weights_desc();
+  return md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks == 0;
 }
 
 // One projection on oneDNN, split by output features into column slices that run side by side,
@@ -222,20 +235,24 @@ bool pack_blocked(const LinearWeight& w, const memory::desc& md_, memory& dst_me
 // Slice j owns output features [n0_j, n0_j + n_j): W's rows n0_j.. packed into the blocked
 // layout its primitive picked, its bias, its primitives per row count, and a dst buffer
 // [rows, n_j] that the slice's worker copies (rounds, in bf16 mode) into y's columns (a
-// projection with one slice writes y directly).
+// projection with one slice writes y directly). Where the kernel takes W plain (gemm:jit: fp32
+// on AVX2, and bf16 values on that fp32 kernel), the slice keeps W's rows as they are ("ba"),
+// its primitive writes straight into y's columns (a strided dst): no buffer, no copy, and slice
+// bounds on multiples of 16 (docs/cpu-gemm.md §4).
 class DnnlLinear final : public PreparedLinear {
  public:
-  DnnlLinear(const LinearWeight& w, bool bf16, int threads)
-      : in_(w.in_features), out_(w.out_features), dt_(bf16 ? Dt::bf16 : Dt::f32), bf16_(bf16) {
+  DnnlLinear(const LinearWeight& w, bool bf16, Dt dt, int threads)
+      : in_(w.in_features), out_(w.out_features), dt_(dt), bf16_(bf16) {
     // Slice boundaries on multiples of 64 features (the layouts' N block). Their count depends on
     // out alone (onednn_slice_count), never on --threads: a kernel may order an output's K sum by
     // the width of the slice it is handed (oneDNN's AMX brgemm does), so a thread-dependent split
     // would change bits.
-    const int64_t slices = onednn_slice_count(out_), q = kOnednnSliceQuantum;
+    plain_ = prefers_plain_weights(in_, out_, dt_, w.bias != nullptr);
+    const int64_t slices = onednn_slice_count(out_), q = plain_ ? kPlainSliceQuantum : kOnednnSliceQuantum;
     int64_t begin = 0;
     for (int64_t j = 1; j <= slices; ++j) {
       const int64_t end = j == slices ? out_ : (out_ * j / slices + q / 2) / q * q;
-      slices_.push_back(std::make_unique<Slice>(w, begin, end - begin, dt_, bf16));
+      slices_.push_back(std::make_unique<Slice>(w, begin, end - begin, dt_, bf16, plain_));
       begin = end;
     }
     for (auto& s : slices_) s->pack(w, threads);
@@ -266,6 +283,9 @@ class DnnlLinear final : public PreparedLinear {
   // x is multiplied in chunks of this many rows (bounds each slice's dst buffer, [kRowChunk, n_j]
   // fp32, at any S).
   static constexpr int64_t kRowChunk = 512;
+  // ... and with a plain layout, which needs no buffer, in chunks of the forward's own row chunk
+  // (bounds the primitives a slice keeps, one per row count; gemm:jit runs best on all the rows).
+  static constexpr int64_t kPlainRowChunk = 4096;  // = cpu_stages.hpp kRowChunk
 
   struct Primitive {
     dnnl::matmul::primitive_desc pd;
@@ -274,12 +294,13 @@ class DnnlLinear final : public PreparedLinear {
 
   class Slice {
    public:
-    Slice(const LinearWeight& w, int64_t n0, int64_t n, Dt dt, bool bf16)
-        : n0_(n0), n_(n), in_(w.in_features), dt_(dt), bf16_(bf16),
+    Slice(const LinearWeight& w, int64_t n0, int64_t n, Dt dt, bool bf16, bool plain)
+        : n0_(n0), n_(n), in_(w.in_features), dt_(dt), bf16_(bf16), plain_(plain), ld_(w.out_features),
           bias_(convert_bias({w.name, nullptr, n, w.in_features, w.bias ? w.bias + n0 : nullptr}, bf16)) {
       // The layout the primitive prefers (the same for every row count: docs/cpu-gemm.md §3).
-      weights_md_ = matmul_pd(kRowChunk, in_, n_, dt_, memory::desc({in_, n_}, dt_, Tag::any), !bias_.empty())
-                        .weights_desc();
+      weights_md_ = plain_ ? memory::desc({in_, n_}, dt_, Tag::ba)
+                           : matmul_pd(kRowChunk, in_, n_, dt_, memory::desc({in_, n_}, dt_, Tag::any), !bias_.empty())
+                                 .weights_desc();
       weights_ = memory(weights_md_, Dnnl::get().engine);
       fault_in_huge_pages(weights_.get_data_handle(), weights_md_.get_size());  // fresh memory
     }
@@ -289,13 +310,22 @@ class DnnlLinear final : public PreparedLinear {
     // W's rows [n0, n0 + n) (rounded to bf16 in bf16 mode) into the slice's layout.
     void pack(const LinearWeight& w, int threads) {
       const LinearWeight rows{w.name, w.weight + n0_ * in_, n_, in_, nullptr};
-      if (pack_blocked(rows, weights_md_, weights_, bf16_, threads)) return;
+      if (plain_) {  // "ba": W's rows as they are
+        convert_weight(rows, bf16_, threads, static_cast<float*>(weights_.get_data_handle()));
+        return;
+      }
+      if (pack_blocked(rows, weights_md_, weights_, dt_, bf16_, threads)) return;
       // A layout the packer does not know: oneDNN reorders W [n, in] (the "ba" layout of W^T).
       Dnnl& d = Dnnl::get();
       const memory::desc plain({in_, n_}, dt_, Tag::ba);
       std::vector<uint16_t> bits;
+      std::vector<float> rounded;
       void* src_data = const_cast<float*>(rows.weight);
-      if (bf16_) {
+      if (bf16_ && dt_ == Dt::f32) {
+        rounded.assign(rows.weight, rows.weight + in_ * n_);
+        round_to_bf16_inplace(rounded.data(), in_ * n_);
+        src_data = rounded.data();
+      } else if (bf16_) {
         bits.resize(static_cast<size_t>(in_ * n_));
         for (int64_t i = 0; i < in_ * n_; ++i) bits[static_cast<size_t>(i)] = mla::bf16::round_bits(rows.weight[i]);
         src_data = bits.data();
@@ -307,16 +337,18 @@ class DnnlLinear final : public PreparedLinear {
     }
 
     // y[:, n0 : n0 + n] = x W_slice^T (+ bias), chunk by chunk of rows; x_src: x as the
-    // primitive reads it (bf16 bits in bf16 mode, else fp32), [S, in]. One thread.
+    // primitive reads it (bf16 bits with bf16 operands, else fp32), [S, in]. One thread.
     void run(const void* x_src, int64_t S, MatrixRM& y) {
       Dnnl& d = Dnnl::get();
-      const size_t elem = bf16_ ? sizeof(uint16_t) : sizeof(float);
-      const bool whole = n_ == y.cols();  // the only slice: the primitive writes y's rows directly
-      if (!whole) dst_.resize(static_cast<size_t>(std::min(S, kRowChunk) * n_));
-      for (int64_t r0 = 0; r0 < S; r0 += kRowChunk) {
-        const int64_t rows = std::min(kRowChunk, S - r0);
+      const size_t elem = dt_ == Dt::bf16 ? sizeof(uint16_t) : sizeof(float);
+      // the primitive writes y's columns itself: a plain layout's strided dst, or the only slice
+      const bool direct = plain_ || n_ == y.cols();
+      const int64_t chunk = plain_ ? kPlainRowChunk : kRowChunk;
+      if (!direct) dst_.resize(static_cast<size_t>(std::min(S, chunk) * n_));
+      for (int64_t r0 = 0; r0 < S; r0 += chunk) {
+        const int64_t rows = std::min(chunk, S - r0);
         const Primitive& p = primitive(rows);
-        float* out_rows = whole ? y.data() + r0 * n_ : dst_.data();
+        float* out_rows = direct ? y.data() + r0 * y.cols() + n0_ : dst_.data();
         memory src(p.pd.src_desc(), d.engine, const_cast<char*>(static_cast<const char*>(x_src) + r0 * in_ * elem));
         memory dst(p.pd.dst_desc(), d.engine, out_rows);
         memory scratchpad = scratchpad_.for_primitive(p.pd.scratchpad_desc(), d.engine);
@@ -328,7 +360,7 @@ class DnnlLinear final : public PreparedLinear {
         stream.wait();
         for (int64_t i = 0; i < rows; ++i) {  // into y's columns; bf16: the one rounding of each output
           float* out = y.data() + (r0 + i) * y.cols() + n0_;
-          if (!whole) std::copy_n(dst_.data() + i * n_, n_, out);
+          if (!direct) std::copy_n(dst_.data() + i * n_, n_, out);
           if (bf16_) round_to_bf16_inplace(out, n_);
         }
       }
@@ -336,9 +368,10 @@ class DnnlLinear final : public PreparedLinear {
 
     // The primitive for `rows` rows, created on first use (the packed weights serve every row count).
     const Primitive& primitive(int64_t rows) {
+      const int64_t ld_dst = plain_ ? ld_ : 0;
       auto it = primitives_.find(rows);
       if (it != primitives_.end()) return it->second;
-      dnnl::matmul::primitive_desc pd = matmul_pd(rows, in_, n_, dt_, weights_md_, !bias_.empty());
+      dnnl::matmul::primitive_desc pd = matmul_pd(rows, in_, n_, dt_, weights_md_, !bias_.empty(), ld_dst);
       if (pd.weights_desc() != weights_md_)
         fail(ErrorKind::Unsupported, "oneDNN chose another weight layout for " + std::to_string(rows) + " rows");
       dnnl::matmul mm(pd);
@@ -349,6 +382,8 @@ class DnnlLinear final : public PreparedLinear {
     int64_t n0_, n_, in_;
     Dt dt_;
     bool bf16_;
+    bool plain_;
+    int64_t ld_;  // out of the whole projection: y's row stride
     std::vector<float> bias_;  // [n] (bf16 values in bf16 mode), empty when none
     memory::desc weights_md_;
     memory weights_;           // W_slice^T [in, n] in the primitive's layout
@@ -363,7 +398,7 @@ class DnnlLinear final : public PreparedLinear {
     y.resize(S, out_);
     std::vector<uint16_t> x_bf16;  // bf16 mode: x's values are bf16 values, so this is exact
     const void* x_src = x.data();
-    if (bf16_) {
+    if (dt_ == Dt::bf16) {
       x_bf16.resize(static_cast<size_t>(S * in_));
       for_slices(S, threads, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin * in_; i < end * in_; ++i) x_bf16[static_cast<size_t>(i)] = mla::bf16::round_bits(x.data()[i]);
@@ -379,19 +414,22 @@ class DnnlLinear final : public PreparedLinear {
   int64_t in_, out_;
   Dt dt_;
   bool bf16_;
+  bool plain_ = false;
   std::vector<std::unique_ptr<Slice>> slices_;
   std::string kernel_;
 };
 
 class DnnlEngine final : public GemmEngine {
  public:
-  explicit DnnlEngine(std::string kernel) : kernel_(std::move(kernel)) {}
+  // operands: bf16, or f32 (fp32 runs, and bf16 values on the fp32 kernel where oneDNN has no
+  // bf16 matmul for this CPU).
+  DnnlEngine(std::string kernel, Dt operands, bool bf16) : kernel_(std::move(kernel)), operands_(operands), bf16_(bf16) {}
   Gemm kind() const override { return Gemm::OneDnn; }
   std::string name() const override { return onednn_version(); }
   std::string kernel() const override { return kernel_; }
   std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) override {
     try {
-      return std::make_unique<DnnlLinear>(w, bf16, threads);
+      return std::make_unique<DnnlLinear>(w, bf16, operands_, threads);
     } catch (const dnnl::error& e) {
       fail(ErrorKind::Unsupported, "cpu backend: " + onednn_version() + " cannot prepare " + w.name + " [" +
                                        std::to_string(w.out_features) + ", " + std::to_string(w.in_features) +
@@ -399,8 +437,16 @@ class DnnlEngine final : public GemmEngine {
     }
   }
 
+  GemmHoldings holdings() const override {
+    const bool plain = prefers_plain_weights(1024, 1024, operands_, false);
+    return {operands_ == Dt::bf16 ? Precision::BF16 : Precision::FP32, !plain, operands_ == Dt::bf16,
+            (operands_ == Dt::bf16) == bf16_ ? Gemm::OneDnn : Gemm::Eigen};
+  }
+
  private:
   std::string kernel_;
+  Dt operands_;
+  bool bf16_;
 };
 #endif  // MLA_HAVE_ONEDNN
 
@@ -445,19 +491,31 @@ std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string
     return std::make_unique<EigenEngine>();
   }
 #if MLA_HAVE_ONEDNN
-  const std::string kernel = probe_kernel(bf16 ? Dt::bf16 : Dt::f32);
+  std::string kernel = probe_kernel(bf16 ? Dt::bf16 : Dt::f32);
+  Dt operands = bf16 ? Dt::bf16 : Dt::f32;
   const std::string lib = onednn_version();
+  std::string on_f32;
+  if (kernel.empty() && bf16) {  // no bf16 matmul (AVX2): bf16 values on the fp32 kernel, exact
+    kernel = probe_kernel(Dt::f32);
+    operands = Dt::f32;
+    on_f32 = ", bf16 values on its fp32 kernel (" + lib + " has no bf16 matmul for this CPU, " + isa_name() + ")";
+  }
   if (kernel.empty()) {
     why = lib + " has no " + precision + " matmul for this CPU (" + isa_name() + ")";
     return std::make_unique<EigenEngine>();
   }
   if (choice == Gemm::OneDnn) {
-    why = "--gemm onednn";
-    return std::make_unique<DnnlEngine>(kernel);
+    why = "--gemm onednn" + on_f32;
+    return std::make_unique<DnnlEngine>(kernel, operands, bf16);
   }
   if (kernel.rfind("brg:", 0) == 0) {
     why = lib + " has a brgemm " + precision + " kernel for this CPU (" + kernel + ")";
-    return std::make_unique<DnnlEngine>(kernel);
+    return std::make_unique<DnnlEngine>(kernel, operands, bf16);
+  }
+  if (operands == Dt::f32) {  // gemm:jit on W's plain rows, writing y's columns in place
+    why = lib + "'s fp32 kernel on this CPU is " + kernel + " (" + isa_name() +
+          "): its column slices on W's plain rows outrun Eigen + OpenBLAS" + on_f32;
+    return std::make_unique<DnnlEngine>(kernel, operands, bf16);
   }
   why = lib + "'s " + precision + " kernel on this CPU is " + kernel + ", not a brgemm kernel (" + isa_name() +
         "): the Eigen engine is at least as fast";

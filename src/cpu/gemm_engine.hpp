@@ -51,6 +51,16 @@ struct LinearWeight {
   const float* bias;
 };
 
+struct GemmHoldings {
+  Precision weights = Precision::FP32;  // each prepared weight element is held in this precision
+  // a [min(S, 512), n_j] f32 output buffer per slice, for weights cut into two or more slices
+  bool slice_buffers = false;
+  bool input_copy = false;  // x as bf16 bits [rows, in] during each product
+  // the per-head products: OneDnn where oneDNN multiplies operands of the run's precision, else
+  // Eigen (+ OpenBLAS): bf16 values on oneDNN's fp32 kernel keep the Eigen products (cpu-gemm.md §1)
+  Gemm attention_products = Gemm::Eigen;
+};
+
 class GemmEngine {
  public:
   virtual ~GemmEngine() = default;
@@ -62,6 +72,9 @@ class GemmEngine {
   // Converts a validated weight once (mla/validate.hpp: finite, also once rounded to bf16):
   // bf16 rounding in bf16 mode; oneDNN: packed into the primitive's layout.
   virtual std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) = 0;
+  // What the engine holds besides the outputs (the memory plan, src/cpu/cpu_memory.cpp), and
+  // where the attention's per-head products run beside it.
+  virtual GemmHoldings holdings() const = 0;
 };
 
 // The engine for `choice` and precision. Auto: oneDNN when it was built in and has a brgemm
@@ -77,6 +90,8 @@ bool onednn_built();
 // function of out alone, never of --threads (docs/cpu-gemm.md §4). 1 below 128 features. Their
 // boundaries lie on multiples of kOnednnSliceQuantum (the blocked layouts' N block).
 inline constexpr int64_t kOnednnSliceQuantum = 64;
+// ... and on multiples of this where the kernel takes W plain (gemm:jit): no N block to respect.
+inline constexpr int64_t kPlainSliceQuantum = 16;
 int64_t onednn_slice_count(int64_t out);
 
 // The reorders the oneDNN engines (this file's projections, onednn_attention.hpp's per-head

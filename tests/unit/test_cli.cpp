@@ -85,7 +85,8 @@ BOOST_AUTO_TEST_CASE(help_for_every_subcommand) {
 
 // --gemm: the report names the engine, its kernel and why; an engine oneDNN cannot serve on this
 // CPU falls back to Eigen and says why. ONEDNN_MAX_CPU_ISA=AVX2 plays a CPU without AVX-512
-// (oneDNN 2.6 has no bf16 matmul there, and only its gemm:jit kernel for fp32).
+// (oneDNN 2.6 has no bf16 matmul there, and only its gemm:jit kernel for fp32, which the
+// projections run on bf16 values too; auto takes it: docs/cpu-gemm.md §1).
 BOOST_AUTO_TEST_CASE(gemm_engine_choice_is_reported) {
   const std::string dir = scratch_dir("cli-gemm");
   int runs = 0;
@@ -102,6 +103,7 @@ BOOST_AUTO_TEST_CASE(gemm_engine_choice_is_reported) {
                                     std::string(std::string_view(doc["backend"]["gemm"]["kernel"])),
                                     std::string(std::string_view(doc["backend"]["gemm"]["reason"])),
                                     std::string(std::string_view(doc["backend"]["gemm"]["requested"])),
+                                    std::string(std::string_view(doc["backend"]["gemm"]["attention_products"])),
                                     // oneDNN reorders outside the primitives: the heads' operands, per block
                                     std::to_string(int64_t(doc["backend"]["gemm"]["onednn_reorders"]["head_operands"])),
                                     std::to_string(int64_t(doc["backend"]["gemm"]["onednn_reorders"]["per_block"]))};
@@ -109,22 +111,31 @@ BOOST_AUTO_TEST_CASE(gemm_engine_choice_is_reported) {
   const auto eigen = gemm_of("", "--gemm eigen");
   BOOST_TEST(eigen[0].rfind("Eigen 3.", 0) == 0u, eigen[0]);
   BOOST_TEST(eigen[3] == "eigen");
-  BOOST_TEST(eigen[4] == "0");  // no oneDNN ran
+  BOOST_TEST(eigen[4] == "eigen");
+  BOOST_TEST(eigen[5] == "0");  // no oneDNN ran
   if (!MLA_HAVE_ONEDNN) {
     expect_failure(run_args(dir + "/x", "--gemm onednn"), "run", {"oneDNN"});
     return;
   }
-  const auto avx2_bf16 = gemm_of("AVX2", "--gemm onednn --precision bf16");
-  BOOST_TEST(avx2_bf16[0].rfind("Eigen 3.", 0) == 0u, avx2_bf16[0]);
-  BOOST_TEST(contains(avx2_bf16[2], "has no bf16 matmul for this CPU"), avx2_bf16[2]);
+  for (const std::string flags : {"--gemm onednn --precision bf16", "--precision bf16"}) {
+    const auto avx2_bf16 = gemm_of("AVX2", flags);  // bf16 values on the fp32 kernel; products on Eigen
+    BOOST_TEST(avx2_bf16[0].rfind("oneDNN ", 0) == 0u, flags << ": " << avx2_bf16[0]);
+    BOOST_TEST(avx2_bf16[1] == "gemm:jit", flags << ": " << avx2_bf16[1]);
+    BOOST_TEST(contains(avx2_bf16[2], "bf16 values on its fp32 kernel"), avx2_bf16[2]);
+    BOOST_TEST(contains(avx2_bf16[2], "has no bf16 matmul for this CPU"), avx2_bf16[2]);
+    BOOST_TEST(avx2_bf16[4] == "eigen", flags);
+    BOOST_TEST(avx2_bf16[5] == "0", flags);  // no oneDNN products: nothing packed per head
+  }
   const auto avx2_fp32 = gemm_of("AVX2", "--precision fp32");
   BOOST_TEST(avx2_fp32[3] == "auto");
-  BOOST_TEST(avx2_fp32[0].rfind("Eigen 3.", 0) == 0u, avx2_fp32[0]);  // gemm:jit is not brgemm: auto keeps Eigen
+  BOOST_TEST(avx2_fp32[0].rfind("oneDNN ", 0) == 0u, avx2_fp32[0]);  // gemm:jit on plain rows: auto takes it
+  BOOST_TEST(contains(avx2_fp32[2], "outrun Eigen"), avx2_fp32[2]);
   const auto forced = gemm_of("AVX2", "--gemm onednn --precision fp32");
   BOOST_TEST(forced[0].rfind("oneDNN ", 0) == 0u, forced[0]);
   BOOST_TEST(forced[1] == "gemm:jit", forced[1]);
-  BOOST_TEST(forced[4] != "0", "the heads' operands are packed on oneDNN: " << forced[4]);
-  BOOST_TEST(forced[5] == "0");
+  BOOST_TEST(forced[4] == "onednn");
+  BOOST_TEST(forced[5] != "0", "the heads' operands are packed on oneDNN: " << forced[5]);
+  BOOST_TEST(forced[6] == "0");
   expect_failure(run_args(dir + "/y", "--gemm mkl"), "run", {"--gemm", "mkl"});
 }
 
