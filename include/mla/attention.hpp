@@ -120,6 +120,13 @@ class Backend {
   virtual GemmInfo gemm_info() const { return {}; }  // cpu backend: its projection engine
   // Converts/uploads the layer's weights once (widening, bf16 rounding, device copy).
   virtual void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) = 0;
+  // The same, but the backend may keep `w` and read weights in place instead of copying them
+  // (the cpu backend: weights an engine takes as they are, docs/cpu-gemm.md §5); what `run`,
+  // `sweep`, `demo` and `decode` call after loading a layer.
+  virtual void prepare_shared(const AttentionConfig& cfg, std::shared_ptr<const LayerWeights> w,
+                              const ForwardOptions& opt) {
+    prepare(cfg, *w, opt);
+  }
   // hidden: [S, H] fp32 values (rounded to bf16 first in bf16 mode, as HF's bf16 input is).
   virtual ForwardResult forward(const TensorF& hidden, const ForwardOptions& opt) = 0;
 };

@@ -199,9 +199,9 @@ DecodeInputs prefill(const DecodePlan& plan, const LoadedRun& in, const TensorF&
   if (needs.expected_attention) req.statistics_from = std::min(needs.expected_sinks, opt.prompt_len - 1);
   const bool reference = plan.run.backend == BackendKind::Reference;
   return timed(stages, reference ? "prefill (reference)" : "prefill + projections (cpu)", [&] {
-    if (!reference) return compute_cpu_decode_inputs(cfg, in.weights, hidden, req, fopt);
+    if (!reference) return compute_cpu_decode_inputs(cfg, *in.weights, hidden, req, fopt);
     std::unique_ptr<Backend> backend = make_reference_backend();
-    backend->prepare(cfg, in.weights, fopt);
+    backend->prepare_shared(cfg, in.weights, fopt);
     return compute_decode_inputs(*backend, cfg, hidden, req, fopt);
   });
 }
@@ -219,7 +219,7 @@ TokenFeatures token_features(const LoadedRun& in, const DecodeInputs& inputs, co
       stats.future_rotation = mean_rope_rotation(cfg, P, needs.expected_future, [&](int64_t done, int64_t total) {
         progress.update("expected-attention: mean RoPE rotation over the future positions", done, total);
       });
-    return compute_token_features(cfg, in.weights, inputs.latent_cache, P, needs, stats, in.options.threads);
+    return compute_token_features(cfg, *in.weights, inputs.latent_cache, P, needs, stats, in.options.threads);
   });
 }
 
@@ -350,8 +350,8 @@ int execute_decode(const DecodePlan& plan, OutputSet& out) {
   ks.rows = N;
   ks.threads = fopt.threads;
   std::unique_ptr<DecodeKernel> kernel = timed(stages, "decode kernel prepare", [&] {
-    return plan.run.backend == BackendKind::Reference ? make_reference_decode_kernel(cfg, in.weights, inputs, ks)
-                                                      : make_cpu_decode_kernel(cfg, in.weights, inputs, ks);
+    return plan.run.backend == BackendKind::Reference ? make_reference_decode_kernel(cfg, *in.weights, inputs, ks)
+                                                      : make_cpu_decode_kernel(cfg, *in.weights, inputs, ks);
   });
   DecodeContext dctx;
   dctx.head_mass = inputs.head_mass;

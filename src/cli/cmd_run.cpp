@@ -65,7 +65,7 @@ std::string report(const RunPlan& plan, const LoadedRun& in, const RunOutcome& r
   info.latent_norm_eps = fopt.latent_norm_eps;
   info.config = cfg;
   info.softmax_scale = softmax_scale(cfg);
-  info.parameter_count = in.weights.parameter_count();
+  info.parameter_count = in.weights->parameter_count();
   info.hidden_shape = in.input.hidden.shape;
   info.attn_output_shape = fr.attn_output.shape;
   info.attn_weights_shape = {n, S, S};

@@ -197,7 +197,7 @@ void record_first_run(const LoadedRun& loaded, const RunOutcome& ran, RunInfo& i
   info.backend_reason = ran.backend_reason;
   info.backend_description = ran.backend->description();
   info.computed_in_double = ran.result.computed_in_double;
-  info.parameter_count = loaded.weights.parameter_count();
+  info.parameter_count = loaded.weights->parameter_count();
   info.hidden_shape = loaded.input.hidden.shape;
 }
 

@@ -187,14 +187,14 @@ LoadedRun load(const RunPlan& plan, const MemoryPlanner& plan_memory) {
   // refuses before anything large is allocated
   r.memory = plan_memory ? plan_memory(cfg, input.seq_len) : check_memory(plan, cfg, input.seq_len);
   r.weights = timed(r.stages, "load layer", [&] {
-    return load_checked_layer(r.ckpt, plan.layer, needs_input_layernorm(plan.input));
+    return std::make_shared<const LayerWeights>(load_checked_layer(r.ckpt, plan.layer, needs_input_layernorm(plan.input)));
   });
   r.options = plan.forward;
   r.options.latent_norm_eps = latent_eps(plan.latent_eps_arg, cfg, r.latent_eps_mode);
   r.options.keep_attn_weights = plan.dump_tensors && !r.memory.attn_weights_dropped;
   r.options.keep_states = plan.dump_tensors;
   r.options.keep_latent_cache = plan.dump_tensors;
-  r.input = timed(r.stages, "build input", [&] { return load_input(input, r.ckpt, r.weights, r.options.precision); });
+  r.input = timed(r.stages, "build input", [&] { return load_input(input, r.ckpt, *r.weights, r.options.precision); });
   return r;
 }
 
@@ -211,7 +211,7 @@ RunOutcome run(const RunPlan& plan, const LoadedRun& in, Report& rep) {
   Backend& backend = *out.backend;
   {
     StageTimer t(out.forward_stages, "backend prepare (" + backend.name() + ")");
-    backend.prepare(cfg, in.weights, in.options);
+    backend.prepare_shared(cfg, in.weights, in.options);
   }
   ProgressLine progress(plan.command, plan.quiet);
   ForwardOptions options = in.options;

@@ -70,7 +70,7 @@ inline std::string join_path(const std::string& dir, const std::string& name) {
 struct LoadedRun {
   explicit LoadedRun(Checkpoint c) : ckpt(std::move(c)) {}
   Checkpoint ckpt;
-  LayerWeights weights;
+  std::shared_ptr<const LayerWeights> weights;  // shared with the backend, which may read it in place
   ForwardOptions options;          // the plan's, with the latent eps resolved and keep_* set
   MemoryPlan memory;               // made before the layer is loaded
   std::string latent_eps_mode;     // "hf" | "config" | "value"

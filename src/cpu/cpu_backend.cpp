@@ -62,13 +62,20 @@ namespace cpu {
 namespace {
 
 // A validated projection weight (mla/validate.hpp) prepared once for the GEMM engine, with its
-// bias when it has one (bf16 rounding in bf16 mode); null for an absent (empty) weight.
+// bias when it has one (bf16 rounding in bf16 mode); null for an absent (empty) weight. With
+// `kept` (the layer t belongs to, shared), the engine may read t in place (gemm_engine.hpp).
 std::unique_ptr<PreparedLinear> prepare_linear(GemmEngine& engine, const TensorF& t, const char* name,
-                                               const TensorF& bias, Precision precision, int threads) {
+                                               const TensorF& bias, Precision precision, int threads,
+                                               const std::shared_ptr<const LayerWeights>& kept) {
   if (t.empty()) return nullptr;
+  LinearWeight w{name, t.ptr(), t.dim(0), t.dim(1), bias.empty() ? nullptr : bias.ptr()};
+  if (kept) {
+    w.owner = std::shared_ptr<const void>(kept, t.ptr());
+    const auto dtype = kept->source_dtype.find(name);
+    w.bf16_values = dtype != kept->source_dtype.end() && dtype->second == "BF16";  // widened exactly by the loader
+  }
   // gemm_engine.hpp's prepare still takes a bool (left to its owner; docs/backends.md §8)
-  return engine.prepare({name, t.ptr(), t.dim(0), t.dim(1), bias.empty() ? nullptr : bias.ptr()},
-                        precision == Precision::BF16, threads);
+  return engine.prepare(w, precision == Precision::BF16, threads);
 }
 
 }  // namespace
@@ -82,26 +89,27 @@ std::vector<float> prepare_vector(const TensorF& t, Precision precision) {
 // ---- the stages (cpu_stages.hpp) ------------------------------------------------------------
 
 PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, Precision precision, int threads,
-                                Gemm gemm) {
+                                Gemm gemm, const std::shared_ptr<const LayerWeights>& kept) {
   std::string reason;
   const std::unique_ptr<GemmEngine> engine = make_gemm_engine(gemm, precision == Precision::BF16, reason);
-  return prepare_weights_on(*engine, gemm_name(gemm), reason, cfg, w, precision, threads);
+  return prepare_weights_on(*engine, gemm_name(gemm), reason, cfg, w, precision, threads, kept);
 }
 
 PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& requested, const std::string& reason,
                                    const AttentionConfig& /*cfg: validated against*/, const LayerWeights& w,
-                                   Precision precision, int threads) {
+                                   Precision precision, int threads, const std::shared_ptr<const LayerWeights>& kept) {
+  if (kept && kept.get() != &w) fail(ErrorKind::InvalidArgument, "prepare_weights_on: kept is not the layer prepared");
   const TensorF none;  // q_b_proj, q_proj and kv_b_proj have no bias (HF)
   PreparedWeights p;
-  p.q_a_proj = prepare_linear(engine, w.q_a_proj, "q_a_proj", w.q_a_proj_bias, precision, threads);
+  p.q_a_proj = prepare_linear(engine, w.q_a_proj, "q_a_proj", w.q_a_proj_bias, precision, threads, kept);
   p.q_a_layernorm = prepare_vector(w.q_a_layernorm, precision);
-  p.q_b_proj = prepare_linear(engine, w.q_b_proj, "q_b_proj", none, precision, threads);
-  p.q_proj = prepare_linear(engine, w.q_proj, "q_proj", none, precision, threads);
+  p.q_b_proj = prepare_linear(engine, w.q_b_proj, "q_b_proj", none, precision, threads, kept);
+  p.q_proj = prepare_linear(engine, w.q_proj, "q_proj", none, precision, threads, kept);
   p.kv_a_proj_with_mqa =
-      prepare_linear(engine, w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", w.kv_a_proj_with_mqa_bias, precision, threads);
+      prepare_linear(engine, w.kv_a_proj_with_mqa, "kv_a_proj_with_mqa", w.kv_a_proj_with_mqa_bias, precision, threads, kept);
   p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, precision);
-  p.kv_b_proj = prepare_linear(engine, w.kv_b_proj, "kv_b_proj", none, precision, threads);
-  p.o_proj = prepare_linear(engine, w.o_proj, "o_proj", w.o_proj_bias, precision, threads);
+  p.kv_b_proj = prepare_linear(engine, w.kv_b_proj, "kv_b_proj", none, precision, threads, kept);
+  p.o_proj = prepare_linear(engine, w.o_proj, "o_proj", w.o_proj_bias, precision, threads, kept);
   p.gemm = {requested, engine.name(), p.kv_b_proj->kernel(), reason, engine.holdings().attention_products, {}};
   if (p.gemm.attention_products == Gemm::OneDnn) p.attention_kernel = onednn_attention_kernel(precision == Precision::BF16);
   return p;
@@ -295,15 +303,12 @@ class CpuBackend final : public Backend {
   }
 
   void prepare(const AttentionConfig& cfg, const LayerWeights& w, const ForwardOptions& opt) override {
-    prepared_ = false;
-    reorders_at_prepare_ = onednn_reorders();
-    validate_layer(cfg, w, opt);
-    const int threads = resolve_threads(opt.threads);
-    weights_ = prepare_weights(cfg, w, opt.precision, threads, opt.gemm);
-    cfg_ = cfg;
-    precision_ = opt.precision;
-    threads_ = threads;
-    prepared_ = true;
+    prepare_from(cfg, w, nullptr, opt);
+  }
+  // The engines read weights of `w` in place where they can (gemm_engine.hpp LinearWeight::owner).
+  void prepare_shared(const AttentionConfig& cfg, std::shared_ptr<const LayerWeights> w,
+                      const ForwardOptions& opt) override {
+    prepare_from(cfg, *w, w, opt);
   }
 
   // The forward: the CPU attention layer (attention_pipeline.hpp: projections by row chunks,
@@ -357,6 +362,19 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  void prepare_from(const AttentionConfig& cfg, const LayerWeights& w, const std::shared_ptr<const LayerWeights>& kept,
+                    const ForwardOptions& opt) {
+    prepared_ = false;
+    reorders_at_prepare_ = onednn_reorders();
+    validate_layer(cfg, w, opt);
+    const int threads = resolve_threads(opt.threads);
+    weights_ = prepare_weights(cfg, w, opt.precision, threads, opt.gemm, kept);
+    cfg_ = cfg;
+    precision_ = opt.precision;
+    threads_ = threads;
+    prepared_ = true;
+  }
+
   bool prepared_ = false;
   AttentionConfig cfg_;
   PreparedWeights weights_;

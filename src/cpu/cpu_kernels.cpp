@@ -88,7 +88,7 @@ void round_to_bf16_block(float* x, int64_t rows, int64_t cols, int64_t ld) {
 
 // ---- Linear ------------------------------------------------------------------------------
 
-void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, Precision precision, int threads,
+void linear(const MatrixRM& x, Eigen::Ref<const MatrixRM> weight, const float* bias, Precision precision, int threads,
             MatrixRM& y) {
   const int64_t seq_len = x.rows(), out_features = weight.rows();
   y.resize(seq_len, out_features);

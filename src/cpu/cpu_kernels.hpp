@@ -86,7 +86,7 @@ void round_inplace(Precision p, float* x, int64_t count);
 // a multi-threaded sgemm partitions the product by the thread count, and its edge kernels sum
 // in another order (seen with OPENBLAS_CORETYPE=Haswell on a Zen 4 core; docs/cpu-gemm.md §2).
 inline constexpr int64_t kLinearSlice = 64;
-void linear(const MatrixRM& x, const MatrixRM& weight, const float* bias, Precision precision, int threads,
+void linear(const MatrixRM& x, Eigen::Ref<const MatrixRM> weight, const float* bias, Precision precision, int threads,
             MatrixRM& y);
 
 // ---- §3.5 RMSNorm --------------------------------------------------------------------------

@@ -68,13 +68,14 @@ struct Layer {
 // GEMM engine `gemm` (make_gemm_engine: Eigen by default, the backend passes --gemm), rounded
 // to bf16 in bf16 mode; absent tensors stay empty. attend's per-head products run on the same
 // engine (oneDNN: onednn_attention.hpp).
+// With `kept` (w itself, shared), engines may read weights in place (gemm_engine.hpp LinearWeight).
 PreparedWeights prepare_weights(const AttentionConfig& cfg, const LayerWeights& w, Precision precision, int threads,
-                                Gemm gemm = Gemm::Eigen);
+                                Gemm gemm = Gemm::Eigen, const std::shared_ptr<const LayerWeights>& kept = nullptr);
 // The same on a given engine (the whole-model forward passes the fixed-order engine,
 // fixed_order.hpp); `requested` and `reason` are reported in PreparedWeights::gemm.
 PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& requested, const std::string& reason,
                                    const AttentionConfig& cfg, const LayerWeights& w, Precision precision,
-                                   int threads);
+                                   int threads, const std::shared_ptr<const LayerWeights>& kept = nullptr);
 // A norm's weight vector as a run of `precision` reads it (rounded to bf16 values in bf16).
 std::vector<float> prepare_vector(const TensorF& t, Precision precision);
 

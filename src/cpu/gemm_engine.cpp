@@ -59,25 +59,48 @@ std::vector<float> convert_bias(const LinearWeight& w, bool bf16) {
   return b;
 }
 
+// W [out, in] row-major as an engine that takes it as it is keeps it: read in place from the
+// loaded layer where readable_in_place allows (no copy, no fresh memory: docs/cpu-gemm.md §5),
+// else copied into fresh memory (rounded to bf16 values in bf16 mode).
+class WeightRows {
+ public:
+  WeightRows(const LinearWeight& w, bool bf16, int threads) {
+    if (readable_in_place(w, bf16)) {
+      owner_ = w.owner;
+      data_ = w.weight;
+      return;
+    }
+    copy_.resize(w.out_features, w.in_features);
+    fault_in_huge_pages(copy_.data(), static_cast<size_t>(copy_.size()) * sizeof(float));  // fresh memory
+    convert_weight(w, bf16, threads, copy_.data());
+    data_ = copy_.data();
+  }
+  const float* data() const { return data_; }
+
+ private:
+  std::shared_ptr<const void> owner_;  // the loaded layer, when read in place
+  MatrixRM copy_;                      // [out, in], otherwise
+  const float* data_ = nullptr;
+};
+
 // ---- Eigen (+ OpenBLAS) --------------------------------------------------------------------
 
 class EigenLinear final : public PreparedLinear {
  public:
   EigenLinear(const LinearWeight& w, bool bf16, int threads)
-      : weight_(w.out_features, w.in_features), bias_(convert_bias(w, bf16)), bf16_(bf16) {
-    fault_in_huge_pages(weight_.data(), static_cast<size_t>(weight_.size()) * sizeof(float));  // fresh memory
-    convert_weight(w, bf16, threads, weight_.data());
-  }
+      : out_(w.out_features), in_(w.in_features), weight_(w, bf16, threads), bias_(convert_bias(w, bf16)), bf16_(bf16) {}
   void run(const MatrixRM& x, int threads, MatrixRM& y) override {
-    linear(x, weight_, bias_.empty() ? nullptr : bias_.data(), bf16_ ? Precision::BF16 : Precision::FP32, threads, y);
+    linear(x, Eigen::Map<const MatrixRM>(weight_.data(), out_, in_), bias_.empty() ? nullptr : bias_.data(),
+           bf16_ ? Precision::BF16 : Precision::FP32, threads, y);
   }
   std::string kernel() const override { return eigen_kernel(); }
   std::vector<int64_t> slice_bounds() const override {  // cpu::linear's fixed kLinearSlice columns
-    return fixed_width_bounds(weight_.rows(), kLinearSlice);
+    return fixed_width_bounds(out_, kLinearSlice);
   }
 
  private:
-  MatrixRM weight_;  // [out, in]
+  int64_t out_, in_;
+  WeightRows weight_;  // [out, in]
   std::vector<float> bias_;
   bool bf16_;
 };
@@ -301,6 +324,7 @@ class DnnlLinear final : public PreparedLinear {
       weights_md_ = plain_ ? memory::desc({in_, n_}, dt_, Tag::ba)
                            : matmul_pd(kRowChunk, in_, n_, dt_, memory::desc({in_, n_}, dt_, Tag::any), !bias_.empty())
                                  .weights_desc();
+      if (plain_) return;  // pack() gives the memory W's rows
       weights_ = memory(weights_md_, Dnnl::get().engine);
       fault_in_huge_pages(weights_.get_data_handle(), weights_md_.get_size());  // fresh memory
     }
@@ -309,9 +333,10 @@ class DnnlLinear final : public PreparedLinear {
 
     // W's rows [n0, n0 + n) (rounded to bf16 in bf16 mode) into the slice's layout.
     void pack(const LinearWeight& w, int threads) {
-      const LinearWeight rows{w.name, w.weight + n0_ * in_, n_, in_, nullptr};
-      if (plain_) {  // "ba": W's rows as they are
-        convert_weight(rows, bf16_, threads, static_cast<float*>(weights_.get_data_handle()));
+      const LinearWeight rows{w.name, w.weight + n0_ * in_, n_, in_, nullptr, w.owner, w.bf16_values};
+      if (plain_) {  // "ba": W's rows as they are, in place or copied
+        rows_ = std::make_unique<WeightRows>(rows, bf16_, threads);
+        weights_ = memory(weights_md_, Dnnl::get().engine, const_cast<float*>(rows_->data()));
         return;
       }
       if (pack_blocked(rows, weights_md_, weights_, dt_, bf16_, threads)) return;
@@ -387,6 +412,7 @@ class DnnlLinear final : public PreparedLinear {
     std::vector<float> bias_;  // [n] (bf16 values in bf16 mode), empty when none
     memory::desc weights_md_;
     memory weights_;           // W_slice^T [in, n] in the primitive's layout
+    std::unique_ptr<WeightRows> rows_;  // plain layouts: the memory behind weights_
     std::map<int64_t, Primitive> primitives_;
     std::vector<float> dst_;   // [min(S, kRowChunk), n]
     Scratchpad scratchpad_;    // this slice's own (user scratchpad mode)

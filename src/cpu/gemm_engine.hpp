@@ -49,7 +49,15 @@ struct LinearWeight {
   int64_t out_features;
   int64_t in_features;
   const float* bias;
+  // When set, keeps `weight` alive: an engine that takes W [out, in] as it is (Eigen, oneDNN's
+  // plain layouts) reads it in place instead of copying it, where no rounding would change it:
+  // fp32, or bf16 with bf16_values. Null: the engine copies what it keeps.
+  std::shared_ptr<const void> owner = nullptr;
+  bool bf16_values = false;  // every value of `weight` is a bf16 value (a BF16 checkpoint's)
 };
+
+// Whether an engine that takes W as it is may read `w` in place in this precision.
+inline bool readable_in_place(const LinearWeight& w, bool bf16) { return w.owner && (!bf16 || w.bf16_values); }
 
 struct GemmHoldings {
   Precision weights = Precision::FP32;  // each prepared weight element is held in this precision

@@ -270,7 +270,9 @@ TorchResult run_torch(const Flags& f, int64_t seq_len, int threads) {
 
 // Load + prepare of the Kimi layer from the page cache: a bf16 checkpoint (synth --preset
 // kimi-k2.6 --seed 0 --layers 0) is written once into `dir`, read once to warm the page cache,
-// then Checkpoint::open + load_layer(0) and prepare() per (precision, engine), median of 3.
+// then Checkpoint::open + load_layer(0) and prepare per (precision, engine), median of 3: as
+// `mla-h2o run` prepares (prepare_shared: engines read the loaded weights in place where they
+// can) and, for comparison, prepare() on a const layer (every engine copies what it keeps).
 void bench_load_prepare(const std::string& dir, int threads, const Flags& f) {
   namespace fs = std::filesystem;
   if (!fs::exists(dir + "/COMPLETE")) {
@@ -296,8 +298,8 @@ void bench_load_prepare(const std::string& dir, int threads, const Flags& f) {
     }
     return std::make_pair(median(wall), median(cpu));
   };
-  mla::LayerWeights w = mla::Checkpoint::open(dir).load_layer(0);  // page cache warm
-  const auto load = timed([&] { w = mla::Checkpoint::open(dir).load_layer(0); });
+  auto w = std::make_shared<const mla::LayerWeights>(mla::Checkpoint::open(dir).load_layer(0));  // page cache warm
+  const auto load = timed([&] { w = std::make_shared<const mla::LayerWeights>(mla::Checkpoint::open(dir).load_layer(0)); });
   std::printf("\n== load + prepare of the Kimi layer from the page cache (bf16 safetensors, %s), median of 3\n",
               dir.c_str());
   std::printf("%-28s %9s %9s   %s\n", "", "wall ms", "CPU ms", "load + prepare: wall ms (CPU ms)");
@@ -308,10 +310,16 @@ void bench_load_prepare(const std::string& dir, int threads, const Flags& f) {
       opt.precision = p;
       opt.gemm = g;
       opt.threads = threads;
-      const auto prep = timed([&] { mla::make_cpu_backend()->prepare(cfg, w, opt); });
-      const std::string label = std::string("prepare ") + mla::precision_name(p) + " " + mla::gemm_name(g);
-      std::printf("%-28s %9.1f %9.1f   %9.1f (%.1f)\n", label.c_str(), 1e3 * prep.first, 1e3 * prep.second,
-                  1e3 * (load.first + prep.first), 1e3 * (load.second + prep.second));
+      for (const bool shared : {true, false}) {
+        const auto prep = timed([&] {
+          if (shared) mla::make_cpu_backend()->prepare_shared(cfg, w, opt);
+          else mla::make_cpu_backend()->prepare(cfg, *w, opt);
+        });
+        const std::string label = std::string(shared ? "prepare_shared " : "prepare (copy) ") + mla::precision_name(p) +
+                                  " " + mla::gemm_name(g);
+        std::printf("%-28s %9.1f %9.1f   %9.1f (%.1f)\n", label.c_str(), 1e3 * prep.first, 1e3 * prep.second,
+                    1e3 * (load.first + prep.first), 1e3 * (load.second + prep.second));
+      }
     }
   }
   std::fflush(stdout);

@@ -328,6 +328,41 @@ BOOST_AUTO_TEST_CASE(projection_results_do_not_depend_on_threads) {
   }
 }
 
+// prepare_shared lets the engines read the loaded weights in place (docs/cpu-gemm.md §5): the
+// forward must be the same bits as after prepare(), which copies, for every engine and precision.
+// The layer with bf16 values marked BF16 is read in place in both precisions; the same layer
+// nudged off the bf16 grid and marked F32 must still be rounded in a bf16 run (read in place
+// unrounded, its bf16 outputs differ).
+BOOST_AUTO_TEST_CASE(weights_read_in_place_give_the_same_bits) {
+  const mla::AttentionConfig cfg = mla::test::geometry("odd");
+  const mla::LayerWeights bf16_layer = mla::test::random_layer_weights(cfg, 17);
+  mla::LayerWeights f32_layer = bf16_layer;
+  for (mla::TensorF* t : {&f32_layer.q_a_proj, &f32_layer.q_b_proj, &f32_layer.q_proj, &f32_layer.kv_a_proj_with_mqa,
+                          &f32_layer.kv_b_proj, &f32_layer.o_proj})
+    for (float& v : t->data) v *= 1.0f + 0x1p-12f;  // no longer a bf16 value (unless 0)
+  for (auto& [name, dtype] : f32_layer.source_dtype) dtype = "F32";
+  const mla::TensorF hidden = mla::test::random_hidden(77, cfg.hidden_size, 3);
+  for (const mla::LayerWeights* layer : {&bf16_layer, static_cast<const mla::LayerWeights*>(&f32_layer)}) {
+    const auto shared = std::make_shared<const mla::LayerWeights>(*layer);
+    for (const mla::Gemm gemm : mla::test::gemm_engines()) {
+      for (const Precision precision : {Precision::FP32, Precision::BF16}) {
+        ForwardOptions opt;
+        opt.gemm = gemm;
+        opt.precision = precision;
+        opt.mask = Mask::Causal;
+        auto copied = mla::make_cpu_backend(), in_place = mla::make_cpu_backend();
+        copied->prepare(cfg, *layer, opt);
+        in_place->prepare_shared(cfg, shared, opt);
+        const ForwardResult a = copied->forward(hidden, opt), b = in_place->forward(hidden, opt);
+        const std::string vars = std::string(layer == &bf16_layer ? "BF16 layer" : "F32 layer") + " gemm=" +
+                                 mla::gemm_name(gemm) + " " + mla::precision_name(precision);
+        BOOST_TEST((a.attn_output.data == b.attn_output.data), vars);
+        BOOST_TEST((a.token_scores == b.token_scores), vars);
+      }
+    }
+  }
+}
+
 // A layer other than 0, loaded from a synthesized tiny checkpoint (bf16 tensors on disk).
 BOOST_AUTO_TEST_CASE(layer_from_synthesized_checkpoint) {
   mla::SynthOptions so;
