@@ -12,6 +12,8 @@
 // its own P and N, and outputs are tasks.csv, task_samples.csv, eval.csv, needle.svg, report.json.
 //
 // Shape legend: T tokens, P prompt rows, N steps, V vocab_size, H hidden_size.
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -762,9 +764,21 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   return 0;
 }
 
+// eval prepares the layers one after another into buffers of the same sizes (about 2 GB a layer
+// at Kimi width): glibc would hand each freed block back to the kernel (large blocks are mmap'd,
+// the heap's top is trimmed) and the next layer would take every page fault again, about 2 µs a
+// 4 KiB page on a VM. So the eval process keeps freed memory for reuse: large blocks come from
+// the heap and it is never trimmed. The peak is still one layer's (the memory plan's count;
+// report.json measures it). docs/eval.md §9 has the figures.
+static void keep_freed_memory_for_the_next_layer() {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, -1);  // (as size_t: never)
+}
+
 int execute_eval(const EvalPlan& plan) {
   // first: a bad or busy --out fails before any work (mla/output_set.hpp)
   OutputSet out(plan.out_dir, "eval", OutputSet::Lock::FailIfHeld, eval_inputs(plan));
+  keep_freed_memory_for_the_next_layer();
   return execute_eval(plan, out);
 }
 
