@@ -41,6 +41,11 @@ struct MemoryRequest {
   bool tokens_input = false;  // --tokens or --residual: input_layernorm loaded too
   int threads = 1;            // cpu workers
   Gemm gemm = Gemm::Auto;     // cpu: --gemm (the engine decides how the weights are kept)
+  // cpu: the backend keeps the loaded layer (Backend::prepare_shared, as run/sweep/demo do), and
+  // whether its projection weights are stored as BF16: an engine that takes W as stored then
+  // holds no copy in fp32 runs, and in bf16 runs of BF16 weights (docs/cpu-gemm.md §3)
+  bool weights_kept = false;
+  bool bf16_weights = false;
   bool holds_attn_weights() const { return dump_tensors && attn_weights; }
 };
 

@@ -26,6 +26,7 @@
 
 #include "progress.hpp"
 #include "mla/error.hpp"
+#include "mla/layer_tensors.hpp"
 #include "mla/rope.hpp"
 #include "mla_build_config.h"
 
@@ -134,11 +135,31 @@ int64_t peak_rss_bytes() {
 
 namespace {
 
+// Whether layer L's projection weights are stored as BF16 in the checkpoint (read from the
+// headers): their values are bf16 values, which a bf16 run can read in place. False when the
+// headers cannot tell (a missing tensor or shard: the loader says what is wrong right after).
+bool projection_weights_are_bf16(const Checkpoint& ckpt, int64_t layer) {
+  try {
+    for (const LayerTensorSpec* s : layer_tensors(ckpt.config())) {
+      const std::string suffix = s->checkpoint_suffix();
+      if (suffix.find("layernorm") != std::string::npos) continue;
+      const std::string name = ckpt.prefix() + "layers." + std::to_string(layer) + "." + suffix;
+      if (!ckpt.has_tensor(name) || ckpt.stored_dtype(name) != "BF16") return false;
+    }
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 // Plans the memory of this run from the geometry and the request, before the layer and the
 // input are loaded: refuses with one line when it cannot fit; when only the attn_weights dump
-// cannot, the plan drops it (attn_weights_dropped) and says so on stderr.
-MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg, int64_t seq_len) {
+// cannot, the plan drops it (attn_weights_dropped) and says so on stderr. The layer is kept by
+// the backend (run() prepares with prepare_shared); bf16_weights: its projections are BF16.
+MemoryPlan check_memory(const RunPlan& plan, const AttentionConfig& cfg, int64_t seq_len, bool bf16_weights) {
   MemoryRequest req;
+  req.weights_kept = true;
+  req.bf16_weights = bf16_weights;
   req.seq_len = seq_len;
   req.backend = plan.backend != BackendKind::Auto ? plan.backend : cuda_available() ? BackendKind::Cuda : BackendKind::Cpu;
   req.precision = plan.forward.precision;
@@ -185,7 +206,8 @@ LoadedRun load(const RunPlan& plan, const MemoryPlanner& plan_memory) {
   const AttentionConfig& cfg = r.ckpt.config();
   const OpenedInput input = timed(r.stages, "open input", [&] { return open_input(plan.input, plan.layer); });
   // refuses before anything large is allocated
-  r.memory = plan_memory ? plan_memory(cfg, input.seq_len) : check_memory(plan, cfg, input.seq_len);
+  r.memory = plan_memory ? plan_memory(cfg, input.seq_len)
+                         : check_memory(plan, cfg, input.seq_len, projection_weights_are_bf16(r.ckpt, plan.layer));
   r.weights = timed(r.stages, "load layer", [&] {
     return std::make_shared<const LayerWeights>(load_checked_layer(r.ckpt, plan.layer, needs_input_layernorm(plan.input)));
   });

@@ -66,9 +66,12 @@ std::vector<MemoryPart> cpu_held_memory(const AttentionConfig& cfg, const Memory
   const MemoryDims d = memory_dims(cfg, r.seq_len);
   const cpu::GemmHoldings h = holdings_of(r.gemm, r.precision);
   const bool onednn = h.attention_products == Gemm::OneDnn;
-  // oneDNN packs each weight once (bf16 where it has a bf16 kernel); the Eigen engine keeps fp32 values
+  // oneDNN packs each weight once (bf16 where it has a bf16 kernel); the Eigen engine keeps fp32
+  // values; an engine that takes W as stored reads a kept layer in place (gemm_engine.hpp)
+  const bool in_place = h.weights_as_stored && r.weights_kept && (r.precision == Precision::FP32 || r.bf16_weights);
   std::vector<MemoryPart> held = {
-      {std::string("prepared weights (") + precision_name(h.weights) + ")", mul(d.P, stored_bytes(h.weights))}};
+      in_place ? MemoryPart{"prepared weights: none (the loaded layer, read in place)", 0}
+               : MemoryPart{std::string("prepared weights (") + precision_name(h.weights) + ")", mul(d.P, stored_bytes(h.weights))}};
   // the oneDNN projection engine on blocked layouts (gemm_engine.cpp DnnlLinear): a weight cut
   // into two or more slices (onednn_slice_count: by its shape alone) keeps each slice's output
   // rows [min(S, 512), n_j] f32 for the process, i.e. min(S, 512) rows of its output features

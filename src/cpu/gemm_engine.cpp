@@ -113,7 +113,11 @@ class EigenEngine final : public GemmEngine {
   std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) override {
     return std::make_unique<EigenLinear>(w, bf16, threads);
   }
-  GemmHoldings holdings() const override { return {}; }
+  GemmHoldings holdings() const override {
+    GemmHoldings h;
+    h.weights_as_stored = true;
+    return h;
+  }
 };
 
 #if MLA_HAVE_ONEDNN
@@ -465,8 +469,13 @@ class DnnlEngine final : public GemmEngine {
 
   GemmHoldings holdings() const override {
     const bool plain = prefers_plain_weights(1024, 1024, operands_, false);
-    return {operands_ == Dt::bf16 ? Precision::BF16 : Precision::FP32, !plain, operands_ == Dt::bf16,
-            (operands_ == Dt::bf16) == bf16_ ? Gemm::OneDnn : Gemm::Eigen};
+    GemmHoldings h;
+    h.weights = operands_ == Dt::bf16 ? Precision::BF16 : Precision::FP32;
+    h.slice_buffers = !plain;
+    h.input_copy = operands_ == Dt::bf16;
+    h.attention_products = (operands_ == Dt::bf16) == bf16_ ? Gemm::OneDnn : Gemm::Eigen;
+    h.weights_as_stored = plain;
+    return h;
   }
 
  private:

@@ -64,6 +64,9 @@ struct GemmHoldings {
   // a [min(S, 512), n_j] f32 output buffer per slice, for weights cut into two or more slices
   bool slice_buffers = false;
   bool input_copy = false;  // x as bf16 bits [rows, in] during each product
+  // takes W [out, in] as stored (Eigen; oneDNN's plain layouts): a layer kept by prepare_shared
+  // is read in place where readable_in_place allows, and no copy is held
+  bool weights_as_stored = false;
   // the per-head products: OneDnn where oneDNN multiplies operands of the run's precision, else
   // Eigen (+ OpenBLAS): bf16 values on oneDNN's fp32 kernel keep the Eigen products (cpu-gemm.md §1)
   Gemm attention_products = Gemm::Eigen;

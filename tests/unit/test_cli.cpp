@@ -547,6 +547,7 @@ BOOST_AUTO_TEST_CASE(memory_plan_and_progress) {
   req.seq_len = 512;
   req.dump_tensors = req.attn_weights = true;
   req.threads = 2;
+  req.weights_kept = req.bf16_weights = true;  // run keeps the layer; tiny()'s weights are BF16
   const mla::MemoryEstimate estimate_with = mla::estimate_memory(cfg, req);
   const int64_t with = estimate_with.host_peak_bytes - estimate_with.process_bytes + cli_process;
   req.attn_weights = false;

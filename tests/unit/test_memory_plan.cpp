@@ -63,6 +63,26 @@ BOOST_AUTO_TEST_CASE(parameter_count_matches_the_loaded_layer) {
   }
 }
 
+// A layer kept by the backend (prepare_shared) is read in place by the Eigen engine: the plan
+// holds no prepared copy in fp32, nor in bf16 when the weights are BF16, and exactly one fp32
+// copy (4 bytes a parameter) otherwise (docs/cpu-gemm.md §3).
+BOOST_AUTO_TEST_CASE(a_kept_layer_read_in_place_holds_no_copy) {
+  const auto kimi = mla::test::geometry("kimi");
+  const int64_t copy = mla::attention_parameter_count(kimi) * 4;
+  for (const Precision p : {Precision::FP32, Precision::BF16}) {
+    for (const bool bf16_weights : {false, true}) {
+      MemoryRequest r = request(BackendKind::Cpu, 4096, p);
+      r.gemm = mla::Gemm::Eigen;
+      r.bf16_weights = bf16_weights;
+      const int64_t copied = peak(kimi, r);
+      r.weights_kept = true;
+      const bool in_place = p == Precision::FP32 || bf16_weights;
+      BOOST_TEST(copied - peak(kimi, r) == (in_place ? copy : 0),
+                 mla::precision_name(p) << (bf16_weights ? ", BF16 weights" : ", other weights"));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(estimate_scales_as_the_algorithms_do) {
   const auto kimi = mla::test::geometry("kimi");
   for (const BackendKind b : {BackendKind::Cpu, BackendKind::Reference, BackendKind::Cuda}) {
