@@ -8,9 +8,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -174,10 +177,40 @@ std::string sha256_hex(std::string_view data) {
   return h.hex();
 }
 
+namespace {
+
+// The SHA-256 of the file open as fd, read from its start in pieces; on_piece(n) after each.
+// An Io error when it cannot be read or its size is not `f.bytes` (changed while hashed).
+std::string hash_file(int fd, const FileDigest& f, std::vector<char>& piece, const std::function<void(int64_t)>& on_piece) {
+  Sha256 h;
+  int64_t read_bytes = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, piece.data(), piece.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      fail(ErrorKind::Io, "cannot read " + f.path + " for its sha256: " + std::strerror(e));
+    }
+    if (n == 0) break;
+    h.update(piece.data(), static_cast<size_t>(n));
+    read_bytes += n;
+    on_piece(n);
+  }
+  if (read_bytes != f.bytes)
+    fail(ErrorKind::Io, f.path + " changed while its sha256 was taken (" + std::to_string(f.bytes) + " bytes, then " +
+                            std::to_string(read_bytes) + ")");
+  return h.hex();
+}
+
+}  // namespace
+
+// The files are hashed side by side, one per core (a checkpoint is several shards: 4 of about
+// 0.5 GB at Kimi width in bench_eval, 2.0-2.9 s on one core of the AVX2 EPYC); each file's digest
+// is its own, so the order does not matter. The progress line is updated by the calling thread.
 std::vector<FileDigest> file_digests(const std::vector<std::string>& paths,
                                      const std::function<void(int64_t, int64_t)>& progress) {
   std::vector<FileDigest> out;
-  int64_t total = 0, done = 0;
+  int64_t total = 0;
   std::vector<int> fds;
   auto close_all = [&] {
     for (int fd : fds) ::close(fd);
@@ -195,32 +228,31 @@ std::vector<FileDigest> file_digests(const std::vector<std::string>& paths,
     out.push_back({path, size < 0 ? 0 : static_cast<int64_t>(size), ""});
     total += out.back().bytes;
   }
-  std::vector<char> piece(size_t{4} << 20);
-  for (size_t i = 0; i < paths.size(); ++i) {
-    Sha256 h;
-    int64_t read_bytes = 0;
-    for (;;) {
-      const ssize_t n = ::read(fds[i], piece.data(), piece.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        const int e = errno;
-        close_all();
-        fail(ErrorKind::Io, "cannot read " + paths[i] + " for its sha256: " + std::strerror(e));
-      }
-      if (n == 0) break;
-      h.update(piece.data(), static_cast<size_t>(n));
-      read_bytes += n;
-      done += n;
-      if (progress) progress(std::min(done, total), total);
+  const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, std::max<size_t>(paths.size(), 1));
+  std::atomic<int64_t> done{0};
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(workers);
+  auto work = [&](size_t worker) {
+    std::vector<char> piece(size_t{4} << 20);
+    try {
+      for (size_t i; (i = next.fetch_add(1)) < paths.size();)
+        out[i].sha256 = hash_file(fds[i], out[i], piece, [&](int64_t n) {
+          const int64_t d = done.fetch_add(n) + n;
+          if (worker == 0 && progress) progress(std::min(d, total), total);
+        });
+    } catch (...) {
+      errors[worker] = std::current_exception();
+      next.store(paths.size());  // the others stop after their current file
     }
-    if (read_bytes != out[i].bytes) {
-      close_all();
-      fail(ErrorKind::Io, paths[i] + " changed while its sha256 was taken (" + std::to_string(out[i].bytes) +
-                              " bytes, then " + std::to_string(read_bytes) + ")");
-    }
-    out[i].sha256 = h.hex();
-  }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t w = 1; w < workers; ++w) helpers.emplace_back(work, w);
+  work(0);
+  for (std::thread& t : helpers) t.join();
   close_all();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  if (progress) progress(total, total);  // the last pieces may have been another worker's
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <string>
@@ -113,6 +114,46 @@ BOOST_AUTO_TEST_CASE(sha256_known_answers) {
   }
   if (hardware) BOOST_TEST(prefixes[true] == prefixes[false]);
   mla::set_sha256_extensions(true);
+}
+
+// file_digests hashes the files side by side (src/report/provenance.cpp): each digest lands at its
+// own file's index, a file larger than one 4 MiB read piece is hashed whole, the progress ends at
+// the total, and a file that cannot be read (a directory: read fails) is one Io error naming it.
+BOOST_AUTO_TEST_CASE(file_digests_side_by_side) {
+  const std::string dir = mla::test::scratch_dir("digests");
+  std::string big((size_t{9} << 20) + 123, '\0');
+  uint32_t x = 7;
+  for (char& c : big) c = static_cast<char>((x = x * 1103515245u + 12345u) >> 24);
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"big", big}, {"empty", ""}, {"abc", "abc"}, {"big-again", big.substr(1)}, {"a", "a"}};
+  std::vector<std::string> paths;
+  for (const auto& [name, content] : files) {
+    paths.push_back(dir + "/" + name);
+    std::ofstream(paths.back(), std::ios::binary) << content;
+  }
+  int64_t last_done = 0, last_total = 0;
+  const std::vector<mla::FileDigest> d = mla::file_digests(paths, [&](int64_t done, int64_t total) {
+    BOOST_TEST(done >= last_done);
+    last_done = done;
+    last_total = total;
+  });
+  BOOST_TEST_REQUIRE(d.size() == files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    BOOST_TEST(d[i].path == paths[i]);
+    BOOST_TEST(d[i].bytes == static_cast<int64_t>(files[i].second.size()), files[i].first);
+    BOOST_TEST(d[i].sha256 == mla::sha256_hex(files[i].second), files[i].first);
+  }
+  BOOST_TEST(d[2].sha256 == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  BOOST_TEST(last_total == static_cast<int64_t>(2 * big.size() + 3));
+  BOOST_TEST(last_done == last_total);
+  paths.insert(paths.begin() + 1, dir);  // a directory: open succeeds, read fails
+  try {
+    mla::file_digests(paths);
+    BOOST_FAIL("a directory was hashed");
+  } catch (const mla::Error& e) {
+    BOOST_TEST((e.kind() == mla::ErrorKind::Io));
+    BOOST_TEST(std::string(e.what()).find("cannot read " + dir + " for its sha256") != std::string::npos, e.what());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(score_stats_by_hand) {
