@@ -270,10 +270,10 @@ class DnnlLinear final : public PreparedLinear {
  public:
   DnnlLinear(const LinearWeight& w, bool bf16, Dt dt, int threads)
       : in_(w.in_features), out_(w.out_features), dt_(dt), bf16_(bf16) {
-    // Slice boundaries on multiples of 64 features (the layouts' N block). Their count depends on
-    // out alone (onednn_slice_count), never on --threads: a kernel may order an output's K sum by
-    // the width of the slice it is handed (oneDNN's AMX brgemm does), so a thread-dependent split
-    // would change bits.
+    // Slice boundaries on multiples of 64 features (the blocked layouts' N block; 16 for a plain
+    // layout). Their count depends on out alone (onednn_slice_count), never on --threads: a kernel
+    // may order an output's K sum by the width of the slice it is handed (oneDNN's AMX brgemm
+    // does), so a thread-dependent split would change bits.
     plain_ = prefers_plain_weights(in_, out_, dt_, w.bias != nullptr);
     const int64_t slices = onednn_slice_count(out_), q = plain_ ? kPlainSliceQuantum : kOnednnSliceQuantum;
     int64_t begin = 0;
