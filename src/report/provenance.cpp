@@ -6,6 +6,7 @@
 #include "mla/provenance.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -223,9 +224,12 @@ std::vector<FileDigest> file_digests(const std::vector<std::string>& paths,
       fail(ErrorKind::Io, "cannot read " + path + " for its sha256: " + std::strerror(e));
     }
     fds.push_back(fd);
-    const off_t size = ::lseek(fd, 0, SEEK_END);
-    ::lseek(fd, 0, SEEK_SET);
-    out.push_back({path, size < 0 ? 0 : static_cast<int64_t>(size), ""});
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // (a directory's SEEK_END can be INT64_MAX)
+      close_all();
+      fail(ErrorKind::Io, "cannot read " + path + " for its sha256: not a regular file");
+    }
+    out.push_back({path, static_cast<int64_t>(st.st_size), ""});
     total += out.back().bytes;
   }
   const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, std::max<size_t>(paths.size(), 1));

@@ -118,7 +118,7 @@ BOOST_AUTO_TEST_CASE(sha256_known_answers) {
 
 // file_digests hashes the files side by side (src/report/provenance.cpp): each digest lands at its
 // own file's index, a file larger than one 4 MiB read piece is hashed whole, the progress ends at
-// the total, and a file that cannot be read (a directory: read fails) is one Io error naming it.
+// the total, and a path that is no regular file (a directory) is one Io error naming it.
 BOOST_AUTO_TEST_CASE(file_digests_side_by_side) {
   const std::string dir = mla::test::scratch_dir("digests");
   std::string big((size_t{9} << 20) + 123, '\0');
@@ -146,13 +146,14 @@ BOOST_AUTO_TEST_CASE(file_digests_side_by_side) {
   BOOST_TEST(d[2].sha256 == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   BOOST_TEST(last_total == static_cast<int64_t>(2 * big.size() + 3));
   BOOST_TEST(last_done == last_total);
-  paths.insert(paths.begin() + 1, dir);  // a directory: open succeeds, read fails
+  paths.insert(paths.begin() + 1, dir);  // a directory: open succeeds, it is refused before any read
   try {
     mla::file_digests(paths);
     BOOST_FAIL("a directory was hashed");
   } catch (const mla::Error& e) {
     BOOST_TEST((e.kind() == mla::ErrorKind::Io));
-    BOOST_TEST(std::string(e.what()).find("cannot read " + dir + " for its sha256") != std::string::npos, e.what());
+    BOOST_TEST(std::string(e.what()).find("cannot read " + dir + " for its sha256: not a regular file") != std::string::npos,
+               e.what());
   }
 }
 
