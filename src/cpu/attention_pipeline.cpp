@@ -221,7 +221,7 @@ RowAttentionSpec row_attention_spec(const Layer& L) {
 CausalRowAttention::CausalRowAttention(const Layer& L, int64_t m, RowKeys& keys, std::vector<double>* head_mass)
     : L_(L), m_(m), keys_(keys), head_mass_(head_mass) {
   const AttentionConfig& a = L.cfg;
-  keys_.reset(a.num_attention_heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, 0, m);
+  keys_.reset(a.num_attention_heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, 0, m, L.precision);
   if (head_mass_) head_mass_->assign(static_cast<size_t>(a.num_attention_heads * m), 0.0);
 }
 

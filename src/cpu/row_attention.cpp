@@ -14,6 +14,7 @@
 #include "cpu_kernels.hpp"
 #include "fixed_order.hpp"
 #include "mla/bf16.hpp"
+#include "mla/error.hpp"
 
 namespace mla::cpu {
 namespace {
@@ -22,42 +23,56 @@ size_t idx(int64_t i) { return static_cast<size_t>(i); }
 
 constexpr int64_t kKeyBlock = 4;  // keys whose chains run side by side
 
-// out[j*n + h] = dot(qT[:, h], key_j[:, h]) over d = 0..d_qk-1, for the keys of one block.
-void score_block_scalar(const float* qT, const float* const* keys, int64_t count, int64_t n, int64_t d_qk,
-                        int64_t h0, float* out) {
+// The stored elements of a RowKeys: fp32 values, or bf16 bits widened exactly (bits << 16).
+float widen(float v) { return v; }
+float widen(uint16_t b) { return bf16::from_bits(b).to_float(); }
+__attribute__((target("avx2,fma"))) __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+__attribute__((target("avx2,fma"))) __m256 load8(const uint16_t* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+// out[j*n + h] = dot(qT[:, h], key_j[:, h]) over d = 0..d_qk-1, for the keys of one block and
+// heads [h0, h1).
+template <class E>
+void score_block_scalar(const float* qT, const E* const* keys, int64_t count, int64_t n, int64_t d_qk, int64_t h0,
+                        int64_t h1, float* out) {
   for (int64_t j = 0; j < count; ++j)
-    for (int64_t h = h0; h < n; ++h) {
+    for (int64_t h = h0; h < h1; ++h) {
       float acc = 0.0f;
-      for (int64_t d = 0; d < d_qk; ++d) acc = std::fma(qT[d * n + h], keys[j][d * n + h], acc);
+      for (int64_t d = 0; d < d_qk; ++d) acc = std::fma(qT[d * n + h], widen(keys[j][d * n + h]), acc);
       out[j * n + h] = acc;
     }
 }
 
-__attribute__((target("avx2,fma"))) void score_block_avx2(const float* qT, const float* const* keys, int64_t count,
-                                                         int64_t n, int64_t d_qk, float* out) {
-  const int64_t vec_heads = n / 8 * 8;
-  for (int64_t c = 0; c < vec_heads; c += 8) {
+template <class E>
+__attribute__((target("avx2,fma"))) void score_block_avx2(const float* qT, const E* const* keys, int64_t count,
+                                                         int64_t n, int64_t d_qk, int64_t h0, int64_t h1, float* out) {
+  const int64_t vec_end = h0 + (h1 - h0) / 8 * 8;
+  for (int64_t c = h0; c < vec_end; c += 8) {
     __m256 acc[kKeyBlock];
     for (int64_t j = 0; j < kKeyBlock; ++j) acc[j] = _mm256_setzero_ps();
     for (int64_t d = 0; d < d_qk; ++d) {
       const __m256 q = _mm256_loadu_ps(qT + d * n + c);
-      for (int64_t j = 0; j < count; ++j) acc[j] = _mm256_fmadd_ps(q, _mm256_loadu_ps(keys[j] + d * n + c), acc[j]);
+      for (int64_t j = 0; j < count; ++j) acc[j] = _mm256_fmadd_ps(q, load8(keys[j] + d * n + c), acc[j]);
     }
     for (int64_t j = 0; j < count; ++j) _mm256_storeu_ps(out + j * n + c, acc[j]);
   }
-  if (vec_heads < n) score_block_scalar(qT, keys, count, n, d_qk, vec_heads, out);
+  if (vec_end < h1) score_block_scalar(qT, keys, count, n, d_qk, vec_end, h1, out);
 }
 
 // ctx[0..d_v) = sum over j of p[j] * v_j[0..d_v), fma chains in j order.
-void weighted_sum_scalar(const float* p, const float* const* values, int64_t m, int64_t d0, int64_t d_v, float* ctx) {
+template <class E>
+void weighted_sum_scalar(const float* p, const E* const* values, int64_t m, int64_t d0, int64_t d_v, float* ctx) {
   for (int64_t d = d0; d < d_v; ++d) {
     float acc = 0.0f;
-    for (int64_t j = 0; j < m; ++j) acc = std::fma(p[j], values[j][d], acc);
+    for (int64_t j = 0; j < m; ++j) acc = std::fma(p[j], widen(values[j][d]), acc);
     ctx[d] = acc;
   }
 }
 
-__attribute__((target("avx2,fma"))) void weighted_sum_avx2(const float* p, const float* const* values, int64_t m,
+template <class E>
+__attribute__((target("avx2,fma"))) void weighted_sum_avx2(const float* p, const E* const* values, int64_t m,
                                                           int64_t d_v, float* ctx) {
   constexpr int64_t kChunk = 64;  // 8 accumulators of 8 lanes
   const int64_t vec_dims = d_v / 8 * 8;
@@ -67,64 +82,57 @@ __attribute__((target("avx2,fma"))) void weighted_sum_avx2(const float* p, const
     for (int64_t r = 0; r < regs; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t j = 0; j < m; ++j) {
       const __m256 pj = _mm256_broadcast_ss(p + j);
-      for (int64_t r = 0; r < regs; ++r) acc[r] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(values[j] + c + 8 * r), acc[r]);
+      for (int64_t r = 0; r < regs; ++r) acc[r] = _mm256_fmadd_ps(pj, load8(values[j] + c + 8 * r), acc[r]);
     }
     for (int64_t r = 0; r < regs; ++r) _mm256_storeu_ps(ctx + c + 8 * r, acc[r]);
   }
   if (vec_dims < d_v) weighted_sum_scalar(p, values, m, vec_dims, d_v, ctx);
 }
 
-}  // namespace
+// The stored rows of a RowKeys as elements E (float: fp32 run, uint16_t: bf16 bits).
+template <class E>
+const E* key_row(const RowKeys& k, int64_t t);
+template <>
+const float* key_row<float>(const RowKeys& k, int64_t t) { return k.key.values() + k.key_offset(t); }
+template <>
+const uint16_t* key_row<uint16_t>(const RowKeys& k, int64_t t) { return k.key.bits() + k.key_offset(t); }
+template <class E>
+const E* value_row(const RowKeys& k, int64_t t);
+template <>
+const float* value_row<float>(const RowKeys& k, int64_t t) { return k.value.values() + k.value_offset(t); }
+template <>
+const uint16_t* value_row<uint16_t>(const RowKeys& k, int64_t t) { return k.value.bits() + k.value_offset(t); }
 
-void RowKeys::reset(int64_t heads, int64_t nope, int64_t rope, int64_t v_dim, int64_t first_position, int64_t count) {
-  n = heads;
-  d_n = nope;
-  d_r = rope;
-  d_v = v_dim;
-  first = first_position;
-  rows = count;
-  key.assign(idx(count * d_qk() * n), 0.0f);
-  value.assign(idx(count * n * d_v), 0.0f);
-}
-
-void RowKeys::set_rows(int64_t t0, int64_t count, const float* kv, int64_t ld_kv, const float* k_pe, int64_t ld_pe) {
-  const int64_t w = d_n + d_v, dq = d_qk();
-  for (int64_t i = 0; i < count; ++i) {
-    float* k = key.data() + (t0 + i - first) * dq * n;
-    float* v = value.data() + (t0 + i - first) * n * d_v;
-    const float* row = kv + i * ld_kv;
-    for (int64_t h = 0; h < n; ++h) {
-      for (int64_t d = 0; d < d_n; ++d) k[d * n + h] = row[h * w + d];
-      for (int64_t d = 0; d < d_v; ++d) v[h * d_v + d] = row[h * w + d_n + d];
-    }
-    for (int64_t d = 0; d < d_r; ++d)
-      for (int64_t h = 0; h < n; ++h) k[(d_n + d) * n + h] = k_pe[i * ld_pe + d];  // one k_pe for every head
-  }
-}
-
-void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView& keys, std::span<const int64_t> positions,
-                float* probs, float* ctx, RowScratch& scratch) {
+template <class E>
+void attend_row_heads(const RowAttentionSpec& spec, const float* query, const KeyView& keys,
+                      std::span<const int64_t> positions, float* probs, float* ctx, RowScratch& scratch, int64_t h0,
+                      int64_t h1) {
   const RowKeys& shape = *keys.low;
   const int64_t n = shape.n, d_qk = shape.d_qk(), d_v = shape.d_v, m = static_cast<int64_t>(positions.size());
   const bool avx2 = fixed_order_avx2();
   const Precision precision = spec.precision;
-  // query_states transposed to [d_qk][n], as the keys are held
+  // query_states of heads [h0, h1) transposed to [d_qk][n], as the keys are held
   scratch.query.resize(idx(d_qk * n));
-  for (int64_t h = 0; h < n; ++h)
+  for (int64_t h = h0; h < h1; ++h)
     for (int64_t d = 0; d < d_qk; ++d) scratch.query[idx(d * n + h)] = query[h * d_qk + d];
-  // 1. scores, key-major [m][n]
+  // 1. scores, key-major [m][n] (columns [h0, h1))
   scratch.scores.resize(idx(m * n));
   for (int64_t j0 = 0; j0 < m; j0 += kKeyBlock) {
     const int64_t count = std::min(kKeyBlock, m - j0);
-    const float* block[kKeyBlock];
-    for (int64_t j = 0; j < count; ++j) block[j] = keys.at(positions[idx(j0 + j)]).key_at(positions[idx(j0 + j)]);
-    if (avx2) score_block_avx2(scratch.query.data(), block, count, n, d_qk, scratch.scores.data() + j0 * n);
-    else score_block_scalar(scratch.query.data(), block, count, n, d_qk, 0, scratch.scores.data() + j0 * n);
+    const E* block[kKeyBlock];
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t t = positions[idx(j0 + j)];
+      block[j] = key_row<E>(keys.at(t), t);
+    }
+    if (avx2) score_block_avx2(scratch.query.data(), block, count, n, d_qk, h0, h1, scratch.scores.data() + j0 * n);
+    else score_block_scalar(scratch.query.data(), block, count, n, d_qk, h0, h1, scratch.scores.data() + j0 * n);
   }
   // 2. per head: scale (§7 #10, #11), softmax (§7 #13)
   scratch.e.resize(idx(m));
-  std::vector<const float*> values(idx(m));
-  for (int64_t h = 0; h < n; ++h) {
+  std::vector<const E*> values(idx(m));
+  for (int64_t j = 0; j < m; ++j) values[idx(j)] = value_row<E>(keys.at(positions[idx(j)]), positions[idx(j)]);
+  std::vector<const E*> head_values(idx(m));
+  for (int64_t h = h0; h < h1; ++h) {
     float* p = probs + h * m;
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < m; ++j) {
@@ -141,13 +149,63 @@ void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView&
       p[j] = rounded(precision, v);
     }
     // 3. ctx[h] = p . v_h (§7 #14)
-    for (int64_t j = 0; j < m; ++j) values[idx(j)] = keys.at(positions[idx(j)]).value_at(positions[idx(j)]) + h * d_v;
+    for (int64_t j = 0; j < m; ++j) head_values[idx(j)] = values[idx(j)] + h * d_v;
     float* out = ctx + h * d_v;
-    if (avx2) weighted_sum_avx2(p, values.data(), m, d_v, out);
-    else weighted_sum_scalar(p, values.data(), m, 0, d_v, out);
+    if (avx2) weighted_sum_avx2(p, head_values.data(), m, d_v, out);
+    else weighted_sum_scalar(p, head_values.data(), m, 0, d_v, out);
     if (precision == Precision::BF16)
       for (int64_t d = 0; d < d_v; ++d) out[d] = round_to_bf16(out[d]);
   }
+}
+
+}  // namespace
+
+void RowKeys::reset(int64_t heads, int64_t nope, int64_t rope, int64_t v_dim, int64_t first_position, int64_t count,
+                    Precision precision) {
+  n = heads;
+  d_n = nope;
+  d_r = rope;
+  d_v = v_dim;
+  first = first_position;
+  rows = count;
+  key = PrecisionMatrix(count, d_qk() * n, precision);
+  value = PrecisionMatrix(count, n * d_v, precision);
+}
+
+void RowKeys::set_rows(int64_t t0, int64_t count, const float* kv, int64_t ld_kv, const float* k_pe, int64_t ld_pe) {
+  const int64_t w = d_n + d_v, dq = d_qk();
+  std::vector<float> k(idx(dq * n)), v(idx(n * d_v));  // one position in the kernel's layout
+  for (int64_t i = 0; i < count; ++i) {
+    const float* row = kv + i * ld_kv;
+    for (int64_t h = 0; h < n; ++h) {
+      for (int64_t d = 0; d < d_n; ++d) k[idx(d * n + h)] = row[h * w + d];
+      for (int64_t d = 0; d < d_v; ++d) v[idx(h * d_v + d)] = row[h * w + d_n + d];
+    }
+    for (int64_t d = 0; d < d_r; ++d)
+      for (int64_t h = 0; h < n; ++h) k[idx((d_n + d) * n + h)] = k_pe[i * ld_pe + d];  // one k_pe for every head
+    key.set_rows(t0 + i - first, 1, k.data(), dq * n);
+    value.set_rows(t0 + i - first, 1, v.data(), n * d_v);
+  }
+}
+
+void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView& keys, std::span<const int64_t> positions,
+                float* probs, float* ctx, RowScratch& scratch, int64_t h0, int64_t h1) {
+  if (h1 < 0) h1 = keys.low->n;
+  if (keys.high && keys.high->precision() != keys.low->precision())
+    fail(ErrorKind::InvalidArgument, "attend_row: the two key stores hold different precisions");
+  if (keys.low->precision() == Precision::BF16)
+    attend_row_heads<uint16_t>(spec, query, keys, positions, probs, ctx, scratch, h0, h1);
+  else
+    attend_row_heads<float>(spec, query, keys, positions, probs, ctx, scratch, h0, h1);
+}
+
+void attend_row_split(const RowAttentionSpec& spec, int threads, const float* query, const KeyView& keys,
+                      std::span<const int64_t> positions, float* probs, float* ctx, std::span<RowScratch> scratch) {
+  const int64_t n = keys.low->n, parts = std::clamp<int64_t>(threads, 1, static_cast<int64_t>(scratch.size()));
+  const int64_t chunk = ((n + parts - 1) / parts + 7) / 8 * 8;  // heads a worker takes, a multiple of 8
+  parallel_for((n + chunk - 1) / chunk, static_cast<int>(parts), [&](int64_t c, int worker) {
+    attend_row(spec, query, keys, positions, probs, ctx, scratch[idx(worker)], c * chunk, std::min(n, (c + 1) * chunk));
+  });
 }
 
 void attend_causal(const RowAttentionSpec& spec, int threads, const float* q, int64_t ld_q, int64_t row_begin,

@@ -23,22 +23,30 @@
 #include <vector>
 
 #include "mla/attention.hpp"
+#include "streaming_attention.hpp"  // PrecisionMatrix
 
 namespace mla::cpu {
 
-// One layer's keys and values in the kernel's layout, for positions [first, first + rows).
+// One layer's keys and values in the kernel's layout, for positions [first, first + rows), in the
+// run's precision (PrecisionMatrix: a bf16 run's key_states and value_states are bf16 values, so
+// holding them as bf16 is exact and halves the bytes every attended key costs; the kernels widen
+// them as they read, bits << 16).
 struct RowKeys {
   int64_t n = 0, d_n = 0, d_r = 0, d_v = 0, first = 0, rows = 0;
-  std::vector<float> key;    // [rows][d_qk][n]  key_states, feature-major (the n heads of one feature together)
-  std::vector<float> value;  // [rows][n][d_v]   value_states
+  PrecisionMatrix key;    // [rows, d_qk*n]  key_states, feature-major (the n heads of one feature together)
+  PrecisionMatrix value;  // [rows, n*d_v]   value_states
 
-  void reset(int64_t heads, int64_t nope, int64_t rope, int64_t v_dim, int64_t first_position, int64_t count);
+  void reset(int64_t heads, int64_t nope, int64_t rope, int64_t v_dim, int64_t first_position, int64_t count,
+             Precision precision);
   int64_t d_qk() const { return d_n + d_r; }
+  Precision precision() const { return key.precision(); }
   // positions [t0, t0 + count) from kv_b_proj's output kv [count, n*(d_n+d_v)] (head-major: k_nope |
-  // v; row stride ld_kv) and the roped k_pe [count, d_r] (row stride ld_pe), values as they are.
+  // v; row stride ld_kv) and the roped k_pe [count, d_r] (row stride ld_pe), values as they are
+  // (bf16 values in a bf16 run).
   void set_rows(int64_t t0, int64_t count, const float* kv, int64_t ld_kv, const float* k_pe, int64_t ld_pe);
-  const float* key_at(int64_t t) const { return key.data() + (t - first) * d_qk() * n; }
-  const float* value_at(int64_t t) const { return value.data() + (t - first) * n * d_v; }
+  // element offsets of position t's key row and value row in key / value
+  int64_t key_offset(int64_t t) const { return (t - first) * d_qk() * n; }
+  int64_t value_offset(int64_t t) const { return (t - first) * n * d_v; }
 };
 
 // The keys a row may attend: positions < split from `low`, the others from `high` (eval: the
@@ -64,8 +72,16 @@ struct RowScratch {
 // query: [n*d_qk] one row of query_states, head-major (head h at h*d_qk: q_nope | q_pe roped);
 // positions: ascending, each held by keys. probs: [n*m] (row h = head h) the probabilities the
 // row multiplies the values with; ctx: [n*d_v] (head h at h*d_v), HF's attn_output before o_proj.
+// Only heads [h0, h1) are computed (h0 a multiple of 8; every head by default): a head's values
+// depend on no other head, so a row split over workers by heads gives the same bits.
 void attend_row(const RowAttentionSpec& spec, const float* query, const KeyView& keys,
-                std::span<const int64_t> positions, float* probs, float* ctx, RowScratch& scratch);
+                std::span<const int64_t> positions, float* probs, float* ctx, RowScratch& scratch, int64_t h0 = 0,
+                int64_t h1 = -1);
+
+// attend_row of one row with its heads split over `threads` workers (chunks of a multiple of 8
+// heads), scratch[w] for worker w: the same bits as one call.
+void attend_row_split(const RowAttentionSpec& spec, int threads, const float* query, const KeyView& keys,
+                      std::span<const int64_t> positions, float* probs, float* ctx, std::span<RowScratch> scratch);
 
 // The rows [row_begin, row_end) of a causal prefill, row s attending positions 0..s of `keys`
 // (attend_row), rows in parallel on `threads` workers. q: row row_begin of the queries

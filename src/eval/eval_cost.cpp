@@ -186,9 +186,9 @@ ProbeStore probe_store(const AttentionConfig& a, const EvalOptions& opt, int64_t
 double key_seconds(const AttentionConfig& a, Precision precision, const ProbeStore& store, int workers) {
   const int64_t n = a.num_attention_heads, d_qk = a.qk_head_dim(), d_v = a.v_head_dim, S = store.positions();
   cpu::RowKeys keys;
-  keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, 0, S);
-  keys.key = probe_values(S * d_qk * n, 3, precision);
-  keys.value = probe_values(S * n * d_v, 4, precision);
+  keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, 0, S, precision);
+  keys.key.set_rows(0, S, probe_values(S * d_qk * n, 3, precision).data(), d_qk * n);
+  keys.value.set_rows(0, S, probe_values(S * n * d_v, 4, precision).data(), n * d_v);
   const std::vector<float> query = probe_values(n * d_qk, 5, precision);
   const int64_t m = store.m;
   const int64_t rows = std::clamp<int64_t>(static_cast<int64_t>(2e7 / static_cast<double>(m * n * (d_qk + d_v))), 2, 64);

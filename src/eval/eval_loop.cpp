@@ -134,8 +134,15 @@ class RowSteps final : public StepAttention {
     all_.resize(idx(x + 1));
     std::iota(all_.begin(), all_.end(), 0);
   }
+  // the full run's row, alone at this point of the step, with its heads split over the workers
   void full(int64_t x, std::vector<double>& probs) override {
-    row(runs_[0], x, all_, ctx_row(runs_[0], x), 0, probs);
+    const int64_t P = prompt_.keys.rows, n = layer_.config().attention.num_attention_heads;
+    std::vector<float>& p = rowp_[0];
+    p.resize(idx(n) * all_.size());
+    cpu::attend_row_split(layer_.attention_spec(), static_cast<int>(scratch_.size()),
+                          rows_.q.data() + row_of(runs_[0], x) * rows_.q.cols(),
+                          cpu::KeyView{&prompt_.keys, &runs_[0].keys, P}, all_, p.data(), ctx_row(runs_[0], x), scratch_);
+    probs.assign(p.begin(), p.end());
   }
   std::span<const double> own_full(size_t run, int64_t x, std::span<const double>, int worker,
                                    std::vector<double>& out) override {
@@ -232,7 +239,8 @@ void store_run_keys(const LayerPass& lp, std::vector<RunState>& runs, int64_t r0
   for (RunState& r : runs) {
     const int64_t s0 = std::max(r0, r.row0), s1 = std::min(r0 + rows, r.row0 + N);  // its rows in the chunk
     if (s1 <= s0) continue;
-    if (s0 == r.row0) r.keys.reset(a.num_attention_heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, P, N);
+    if (s0 == r.row0) r.keys.reset(a.num_attention_heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, P, N,
+                                    lp.layer.precision());
     r.keys.set_rows(P + s0 - r.row0, s1 - s0, kv.data() + (s0 - r0) * kv.cols(), kv.cols(),
                     k_pe_roped.data() + (s0 - r0) * k_pe_roped.cols(), k_pe_roped.cols());
   }

@@ -271,7 +271,7 @@ std::vector<float> token_by_token(const Model& m, const std::vector<int64_t>& id
     mla::DecoderLayerWeights w = mla::load_decoder_layer(m.ckpt, cfg, L, true);
     l.prepared = std::make_unique<mla::decoder::PreparedLayer>(cfg, w, settings);
     l.attention = std::move(w.self_attn);
-    l.keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, kP, kN);
+    l.keys.reset(n, a.qk_nope_head_dim, a.qk_rope_head_dim, d_v, kP, kN, precision);
     l.latent = MatrixRM::Zero(kN, a.kv_lora_rank + a.qk_rope_head_dim);
     if (full) {
       l.prompt = mla::eval::prefill_layer(*l.prepared, h_prompt, 0, needs);

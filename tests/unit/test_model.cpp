@@ -433,32 +433,48 @@ BOOST_AUTO_TEST_CASE(fixed_order_exp_and_sum_are_one_function_per_value) {
 }
 
 BOOST_AUTO_TEST_CASE(fixed_order_attention_row_is_the_same_from_any_store) {
-  // 5 heads (not a multiple of the 8-lane head vectors), d_n 12, d_r 8, d_v 20, 40 positions
-  const int64_t n = 5, d_n = 12, d_r = 8, d_v = 20, T = 40, w = d_n + d_v;
+  // 5 heads (not a multiple of the 8-lane head vectors) and 20 (two vectors and a tail: split
+  // over workers by heads), d_n 12, d_r 8, d_v 20, 40 positions; the keys held in fp32 and, in a
+  // bf16 run, as bf16 bits (row_attention.hpp RowKeys: exact, since a bf16 run's keys are bf16 values)
+  const int64_t d_n = 12, d_r = 8, d_v = 20, T = 40, w = d_n + d_v;
+  for (const int64_t n : {int64_t{5}, int64_t{20}})
   for (bool bf16 : {false, true}) {
     const std::vector<float> kv = random_values(T * n * w, 11, bf16), pe = random_values(T * d_r, 12, bf16),
                              q = random_values(n * (d_n + d_r), 13, bf16);
-    mla::cpu::RowKeys all, low, high;
-    all.reset(n, d_n, d_r, d_v, 0, T);
+    const Precision run = bf16 ? Precision::BF16 : Precision::FP32;
+    mla::cpu::RowKeys all, low, high, all_fp32;
+    all.reset(n, d_n, d_r, d_v, 0, T, run);
     all.set_rows(0, T, kv.data(), n * w, pe.data(), d_r);
-    low.reset(n, d_n, d_r, d_v, 0, 25);  // positions [0, 25) in one store, [25, 40) in another
+    all_fp32.reset(n, d_n, d_r, d_v, 0, T, Precision::FP32);
+    all_fp32.set_rows(0, T, kv.data(), n * w, pe.data(), d_r);
+    low.reset(n, d_n, d_r, d_v, 0, 25, run);  // positions [0, 25) in one store, [25, 40) in another
     low.set_rows(0, 25, kv.data(), n * w, pe.data(), d_r);
-    high.reset(n, d_n, d_r, d_v, 25, T - 25);
+    high.reset(n, d_n, d_r, d_v, 25, T - 25, run);
     high.set_rows(25, T - 25, kv.data() + 25 * n * w, n * w, pe.data() + 25 * d_r, d_r);
-    const mla::cpu::RowAttentionSpec spec{0.125f, bf16 ? mla::Precision::BF16 : mla::Precision::FP32};
+    BOOST_TEST((all.key.bytes() == (bf16 ? 2 : 4) * T * (d_n + d_r) * n));
+    const mla::cpu::RowAttentionSpec spec{0.125f, run};
     std::vector<int64_t> positions(T);
     std::iota(positions.begin(), positions.end(), 0);
     std::vector<float> p_ref(n * T), ctx_ref(n * d_v);
-    mla::cpu::RowScratch scratch;
+    std::vector<mla::cpu::RowScratch> scratch(3);
     mla::cpu::set_fixed_order_isa(isa_paths().front());
-    mla::cpu::attend_row(spec, q.data(), mla::cpu::KeyView{&all, nullptr, T}, positions, p_ref.data(), ctx_ref.data(),
-                         scratch);
+    mla::cpu::attend_row(spec, q.data(), mla::cpu::KeyView{&all_fp32, nullptr, T}, positions, p_ref.data(),
+                         ctx_ref.data(), scratch[0]);
     for (const std::string& isa : isa_paths()) {
       BOOST_TEST_REQUIRE(mla::cpu::set_fixed_order_isa(isa));
+      const std::string what = isa + " n=" + std::to_string(n) + " bf16=" + std::to_string(bf16);
       std::vector<float> p(n * T), ctx(n * d_v);
-      mla::cpu::attend_row(spec, q.data(), mla::cpu::KeyView{&low, &high, 25}, positions, p.data(), ctx.data(), scratch);
-      BOOST_TEST(same_bits(p.data(), p_ref.data(), n * T), isa << " bf16=" << bf16 << " probabilities");
-      BOOST_TEST(same_bits(ctx.data(), ctx_ref.data(), n * d_v), isa << " bf16=" << bf16 << " context");
+      mla::cpu::attend_row(spec, q.data(), mla::cpu::KeyView{&low, &high, 25}, positions, p.data(), ctx.data(), scratch[0]);
+      BOOST_TEST(same_bits(p.data(), p_ref.data(), n * T), what << " two stores: probabilities");
+      BOOST_TEST(same_bits(ctx.data(), ctx_ref.data(), n * d_v), what << " two stores: context");
+      for (int threads : {1, 2, 3}) {
+        std::fill(p.begin(), p.end(), -1.0f);
+        std::fill(ctx.begin(), ctx.end(), -1.0f);
+        mla::cpu::attend_row_split(spec, threads, q.data(), mla::cpu::KeyView{&all, nullptr, T}, positions, p.data(),
+                                   ctx.data(), scratch);
+        BOOST_TEST(same_bits(p.data(), p_ref.data(), n * T), what << " heads split " << threads << ": probabilities");
+        BOOST_TEST(same_bits(ctx.data(), ctx_ref.data(), n * d_v), what << " heads split " << threads << ": context");
+      }
     }
     mla::cpu::set_fixed_order_isa(isa_paths().front());
     // probabilities sum to ~1 per head and follow the definition of the scores
