@@ -298,14 +298,23 @@ FixedOrderLinear::FixedOrderLinear(const float* w, int64_t out, int64_t in, cons
                                    int threads)
     : out_(out), in_(in), panels_((out + kPanel - 1) / kPanel), precision_(precision) {
   packed_ = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(panels_ * in * kPanel));
-  // panel p = [k][16] from the 16 rows p*16 .. p*16+15 of w: written in order, each row read in order
+  // panel p = [k][16] from the 16 rows p*16 .. p*16+15 of w (zeros past `out`), through a tile
+  // of kTile features: each row's run copied and rounded as a vector, then transposed in cache
+  constexpr int64_t kTile = 64;
   parallel_for(panels_, threads, [&](int64_t p, int) {
+    float tile[kPanel * kTile];  // [16][kTile]
     float* dst = packed_.get() + p * in * kPanel;
     const int64_t rows = std::min(kPanel, out - p * kPanel);
     const float* src = w + p * kPanel * in;
-    for (int64_t k = 0; k < in; ++k, dst += kPanel) {
-      for (int64_t j = 0; j < rows; ++j) dst[j] = rounded(precision, src[j * in + k]);
-      for (int64_t j = rows; j < kPanel; ++j) dst[j] = 0.0f;
+    for (int64_t k0 = 0; k0 < in; k0 += kTile) {
+      const int64_t width = std::min(kTile, in - k0);
+      for (int64_t j = 0; j < kPanel; ++j) {
+        if (j < rows) std::copy_n(src + j * in + k0, width, tile + j * kTile);
+        else std::fill_n(tile + j * kTile, width, 0.0f);
+        round_inplace(precision, tile + j * kTile, width);
+      }
+      for (int64_t k = 0; k < width; ++k, dst += kPanel)
+        for (int64_t j = 0; j < kPanel; ++j) dst[j] = tile[j * kTile + k];
     }
   });
   if (bias != nullptr) {

@@ -28,12 +28,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
 #include <simdjson.h>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mla/bf16.hpp"
@@ -417,11 +419,42 @@ TensorF Checkpoint::Impl::load_pack_quantized(const std::string& ckpt, const std
                                std::to_string(G) + ")");
 
   TensorF t = huge_page_tensor<float>(name, expected);
-  int4::dequantize(pfile->bytes(*pinfo), sfile->to_float(*sinfo), sinfo->dtype, rows, cols, G, t.data);
-  for (size_t k = 0; k < t.data.size(); ++k)
-    if (!std::isfinite(t.data[k]))
-      fail(ErrorKind::InvalidValue, where + " dequantizes to a non-finite value (" + std::to_string(t.data[k]) +
-                                        ") at flat index " + std::to_string(k) + " (scale '" + scale_name + "')");
+  // rows split over the cores (each row's values depend on that row alone), each range checked
+  // for non-finite values; the first in flat order is the one reported
+  const std::span<const std::byte> packed = pfile->bytes(*pinfo);
+  const std::vector<float> scale = sfile->to_float(*sinfo);
+  const int64_t words = int4::packed_shape(rows, cols)[1], groups = cols / G;
+  const int64_t workers = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(rows / 64, 1));
+  std::vector<int64_t> first_bad(static_cast<size_t>(workers), -1);
+  std::vector<std::exception_ptr> error(static_cast<size_t>(workers));
+  const auto range = [&](int64_t w) {
+    try {
+      const int64_t r0 = rows * w / workers, r1 = rows * (w + 1) / workers;
+      const std::span<float> out(t.data.data() + r0 * cols, static_cast<size_t>((r1 - r0) * cols));
+      int4::dequantize(packed.subspan(static_cast<size_t>(r0 * words * 4), static_cast<size_t>((r1 - r0) * words * 4)),
+                       std::span<const float>(scale).subspan(static_cast<size_t>(r0 * groups), static_cast<size_t>((r1 - r0) * groups)),
+                       sinfo->dtype, r1 - r0, cols, G, out);
+      for (size_t k = 0; k < out.size(); ++k)
+        if (!std::isfinite(out[k])) {
+          first_bad[static_cast<size_t>(w)] = r0 * cols + static_cast<int64_t>(k);
+          break;
+        }
+    } catch (...) {
+      error[static_cast<size_t>(w)] = std::current_exception();
+    }
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (int64_t w = 1; w < workers; ++w) pool.emplace_back(range, w);
+    range(0);
+  }
+  for (const std::exception_ptr& e : error)
+    if (e) std::rethrow_exception(e);
+  for (const int64_t k : first_bad)
+    if (k >= 0)
+      fail(ErrorKind::InvalidValue, where + " dequantizes to a non-finite value (" +
+                                        std::to_string(t.data[static_cast<size_t>(k)]) + ") at flat index " +
+                                        std::to_string(k) + " (scale '" + scale_name + "')");
   return t;
 }
 

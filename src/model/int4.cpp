@@ -90,11 +90,19 @@ void dequantize(std::span<const std::byte> packed, std::span<const float> scale,
     for (int64_t g = 0; g < groups; ++g) {
       const float s = scale[static_cast<size_t>(i * groups + g)];
       for (int c = 0; c < 16; ++c) lut[c] = round_to(scale_dtype, static_cast<float>(c - 8) * s);
-      for (int64_t j = g * group_size; j < (g + 1) * group_size; ++j) {
-        // byte j/2 of the row's words holds codes 2k (low nibble) and 2k+1 (high nibble)
-        const auto byte = static_cast<uint8_t>(prow[j / 2]);
-        orow[j] = lut[(j & 1) ? (byte >> 4) : (byte & 0xF)];
+      // byte j/2 of the row's words holds codes 2k (low nibble) and 2k+1 (high nibble)
+      int64_t j = g * group_size;
+      const int64_t end = (g + 1) * group_size;
+      if (j & 1) {  // an odd group size: the group starts on a high nibble
+        orow[j] = lut[static_cast<uint8_t>(prow[j / 2]) >> 4];
+        ++j;
       }
+      for (; j + 1 < end; j += 2) {
+        const auto byte = static_cast<uint8_t>(prow[j / 2]);
+        orow[j] = lut[byte & 0xF];
+        orow[j + 1] = lut[byte >> 4];
+      }
+      if (j < end) orow[j] = lut[static_cast<uint8_t>(prow[j / 2]) & 0xF];
     }
   }
 }

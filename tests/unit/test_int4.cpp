@@ -105,6 +105,17 @@ BOOST_AUTO_TEST_CASE(one_row_by_hand) {
   // The same codes with an F32 scale: one fp32 rounding of the product (exact here).
   mla::int4::dequantize(packed, scale, DType::F32, 1, 16, 16, out);
   for (size_t k = 0; k < 16; ++k) BOOST_TEST(out[k] == static_cast<float>(static_cast<int>(k) - 8) * s);
+  // Odd group sizes start groups on either nibble of a byte: groups of 1, 3 and 5 (scales 1, 2, ...)
+  // give element k = (code k - 8) * scale of its group.
+  for (const int64_t G : {1, 3, 5}) {
+    std::vector<float> scales;
+    for (int64_t g = 0; g < 15 / G; ++g) scales.push_back(static_cast<float>(g + 1));
+    std::vector<float> got(15);
+    mla::int4::dequantize(std::span<const std::byte>(packed).first(8), scales, DType::F32, 1, 15, G, got);
+    for (int64_t k = 0; k < 15; ++k)
+      BOOST_TEST(got[static_cast<size_t>(k)] == static_cast<float>(k - 8) * static_cast<float>(k / G + 1),
+                 "group size " << G << ", element " << k);
+  }
 }
 
 // The loader (Checkpoint::load_tensor under the plain `.weight` name) against compressed-tensors'
