@@ -14,8 +14,8 @@
 //
 // The time eval prints before the work (eval_time) adds the parts outside those products, each
 // from its count here and a rate measured on this machine just before (measure_eval_rates): the
-// attention per (row, key), one row at a time for the full run and the windowed policies'
-// prompt queries and side by side for the prompt rows and the runs; the step loop's policy work
+// attention per (row, key), one row at a time for the windowed policies' prompt queries and
+// side by side for the prompt rows, the runs and the full run's row (its heads split); the step loop's policy work
 // per (run, key); each run's prefill of its manager; loading and packing per weight element.
 // docs/eval.md §9 compares it with measured times.
 //
@@ -44,7 +44,7 @@ struct EvalCost {
   double total() const { return linear + attention + head; }
   // for the time (summed over the layers): (query row, key) pairs attended
   double prompt_keys = 0;  // the prompt rows' (rows side by side)
-  double full_keys = 0;    // the full run's decode rows (one row per step, alone)
+  double full_keys = 0;    // the full run's decode rows (one row per step, its heads over the workers)
   double run_keys = 0;     // the policies' decode rows, and the oracle's full attention (runs side by side)
   double window_keys = 0;  // the prompt queries each windowed policy's run attends again (one at a time)
   double run_layers = 0;   // (policy run, layer) pairs: each prefills its manager

@@ -21,6 +21,7 @@
 #include "mla/error.hpp"
 #include "mla/huge_pages.hpp"
 #include "mla_build_config.h"
+#include "cpu_stages.hpp"  // kRowChunk
 
 #include "onednn_common.hpp"
 
@@ -153,13 +154,22 @@ dnnl::matmul::primitive_desc matmul_pd(int64_t S, int64_t in, int64_t out, Dt dt
 }
 
 // The kernel oneDNN picks for a typical projection (S 256, in 1024, out 1024; weights in the
-// layout it prefers), "" when it has none for this data type on this CPU.
-std::string probe_kernel(Dt dt) {
+// layout it prefers): its name ("" when it has none for this data type on this CPU), and whether
+// that layout is plain (unblocked: gemm:jit, fp32 on AVX2, which also accepts a strided dst).
+// The engine decides once from this probe, and every projection it prepares follows (the
+// choice follows the kernel, which follows the ISA and the data type, not the shape).
+struct KernelProbe {
+  std::string kernel;
+  bool plain_weights = false;
+};
+KernelProbe probe_kernel(Dt dt) {
   try {
     const memory::desc any({1024, 1024}, dt, Tag::any);
-    return matmul_pd(256, 1024, 1024, dt, any, false).impl_info_str();
+    const dnnl::matmul::primitive_desc pd = matmul_pd(256, 1024, 1024, dt, any, false);
+    const memory::desc md = pd.weights_desc();
+    return {pd.impl_info_str(), md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks == 0};
   } catch (const dnnl::error&) {
-    return "";
+    return {};
   }
 }
 
@@ -243,13 +253,6 @@ bool pack_blocked(const LinearWeight& w, const memory::desc& md_, memory& dst_me
   return true;
 }
 
-// True when the primitive for W^T [in, out] prefers a plain (unblocked) weight layout: oneDNN's
-// gemm:jit kernel (fp32 on AVX2), which also accepts a strided dst.
-bool prefers_plain_weights(int64_t in, int64_t out, Dt dt, bool bias) {
-  const memory::desc md = matmul_pd(256, in, out, dt, memory::desc({in, out}, dt, Tag::any), bias).weights_desc();
-  return md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks == 0;
-}
-
 // One projection on oneDNN, split by output features into column slices that run side by side,
 // one single-threaded matmul primitive per slice (docs/cpu-gemm.md §4). oneDNN 2.6's own
 // threading does not speed up three of the five Kimi projections (q_a_proj, kv_a_proj_with_mqa,
@@ -268,13 +271,13 @@ bool prefers_plain_weights(int64_t in, int64_t out, Dt dt, bool bias) {
 // bounds on multiples of 16 (docs/cpu-gemm.md §4).
 class DnnlLinear final : public PreparedLinear {
  public:
-  DnnlLinear(const LinearWeight& w, bool bf16, Dt dt, int threads)
-      : in_(w.in_features), out_(w.out_features), dt_(dt), bf16_(bf16) {
+  // plain: the engine's KernelProbe.plain_weights
+  DnnlLinear(const LinearWeight& w, bool bf16, Dt dt, bool plain, int threads)
+      : in_(w.in_features), out_(w.out_features), dt_(dt), bf16_(bf16), plain_(plain) {
     // Slice boundaries on multiples of 64 features (the blocked layouts' N block; 16 for a plain
     // layout). Their count depends on out alone (onednn_slice_count), never on --threads: a kernel
     // may order an output's K sum by the width of the slice it is handed (oneDNN's AMX brgemm
     // does), so a thread-dependent split would change bits.
-    plain_ = prefers_plain_weights(in_, out_, dt_, w.bias != nullptr);
     const int64_t slices = onednn_slice_count(out_), q = plain_ ? kPlainSliceQuantum : kOnednnSliceQuantum;
     int64_t begin = 0;
     for (int64_t j = 1; j <= slices; ++j) {
@@ -285,7 +288,7 @@ class DnnlLinear final : public PreparedLinear {
     for (auto& s : slices_) s->pack(w, threads);
     Dnnl::get().stream.wait();
     DnnlThreads one_thread(1);  // a primitive plans its threads when created: one, as every slice runs
-    kernel_ = slices_.front()->primitive(kRowChunk).pd.impl_info_str();
+    kernel_ = slices_.front()->primitive(kBlockedRowChunk).pd.impl_info_str();
   }
 
   void run(const MatrixRM& x, int threads, MatrixRM& y) override {
@@ -307,12 +310,13 @@ class DnnlLinear final : public PreparedLinear {
   }
 
  private:
-  // x is multiplied in chunks of this many rows (bounds each slice's dst buffer, [kRowChunk, n_j]
-  // fp32, at any S).
-  static constexpr int64_t kRowChunk = 512;
+  // x is multiplied in chunks of this many rows (bounds each slice's dst buffer, [kBlockedRowChunk,
+  // n_j] fp32, at any S).
+  static constexpr int64_t kBlockedRowChunk = 512;
   // ... and with a plain layout, which needs no buffer, in chunks of the forward's own row chunk
   // (bounds the primitives a slice keeps, one per row count; gemm:jit runs best on all the rows).
-  static constexpr int64_t kPlainRowChunk = 4096;  // = cpu_stages.hpp kRowChunk
+  static constexpr int64_t kPlainRowChunk = kRowChunk;  // cpu_stages.hpp
+  static_assert(kRowChunk % kBlockedRowChunk == 0, "a pipeline chunk is whole blocked chunks (cpu_stages.hpp)");
 
   struct Primitive {
     dnnl::matmul::primitive_desc pd;
@@ -326,7 +330,7 @@ class DnnlLinear final : public PreparedLinear {
           bias_(convert_bias({w.name, nullptr, n, w.in_features, w.bias ? w.bias + n0 : nullptr}, bf16)) {
       // The layout the primitive prefers (the same for every row count: docs/cpu-gemm.md §3).
       weights_md_ = plain_ ? memory::desc({in_, n_}, dt_, Tag::ba)
-                           : matmul_pd(kRowChunk, in_, n_, dt_, memory::desc({in_, n_}, dt_, Tag::any), !bias_.empty())
+                           : matmul_pd(kBlockedRowChunk, in_, n_, dt_, memory::desc({in_, n_}, dt_, Tag::any), !bias_.empty())
                                  .weights_desc();
       if (plain_) return;  // pack() gives the memory W's rows
       weights_ = memory(weights_md_, Dnnl::get().engine);
@@ -372,7 +376,7 @@ class DnnlLinear final : public PreparedLinear {
       const size_t elem = dt_ == Dt::bf16 ? sizeof(uint16_t) : sizeof(float);
       // the primitive writes y's columns itself: a plain layout's strided dst, or the only slice
       const bool direct = plain_ || n_ == y.cols();
-      const int64_t chunk = plain_ ? kPlainRowChunk : kRowChunk;
+      const int64_t chunk = plain_ ? kPlainRowChunk : kBlockedRowChunk;
       if (!direct) dst_.resize(static_cast<size_t>(std::min(S, chunk) * n_));
       for (int64_t r0 = 0; r0 < S; r0 += chunk) {
         const int64_t rows = std::min(chunk, S - r0);
@@ -418,7 +422,7 @@ class DnnlLinear final : public PreparedLinear {
     memory weights_;           // W_slice^T [in, n] in the primitive's layout
     std::unique_ptr<WeightRows> rows_;  // plain layouts: the memory behind weights_
     std::map<int64_t, Primitive> primitives_;
-    std::vector<float> dst_;   // [min(S, kRowChunk), n]
+    std::vector<float> dst_;   // [min(S, kBlockedRowChunk), n]
     Scratchpad scratchpad_;    // this slice's own (user scratchpad mode)
   };
 
@@ -453,13 +457,14 @@ class DnnlEngine final : public GemmEngine {
  public:
   // operands: bf16, or f32 (fp32 runs, and bf16 values on the fp32 kernel where oneDNN has no
   // bf16 matmul for this CPU).
-  DnnlEngine(std::string kernel, Dt operands, bool bf16) : kernel_(std::move(kernel)), operands_(operands), bf16_(bf16) {}
+  DnnlEngine(const KernelProbe& probe, Dt operands, bool bf16)
+      : kernel_(probe.kernel), plain_(probe.plain_weights), operands_(operands), bf16_(bf16) {}
   Gemm kind() const override { return Gemm::OneDnn; }
   std::string name() const override { return onednn_version(); }
   std::string kernel() const override { return kernel_; }
   std::unique_ptr<PreparedLinear> prepare(const LinearWeight& w, bool bf16, int threads) override {
     try {
-      return std::make_unique<DnnlLinear>(w, bf16, operands_, threads);
+      return std::make_unique<DnnlLinear>(w, bf16, operands_, plain_, threads);
     } catch (const dnnl::error& e) {
       fail(ErrorKind::Unsupported, "cpu backend: " + onednn_version() + " cannot prepare " + w.name + " [" +
                                        std::to_string(w.out_features) + ", " + std::to_string(w.in_features) +
@@ -468,18 +473,18 @@ class DnnlEngine final : public GemmEngine {
   }
 
   GemmHoldings holdings() const override {
-    const bool plain = prefers_plain_weights(1024, 1024, operands_, false);
     GemmHoldings h;
     h.weights = operands_ == Dt::bf16 ? Precision::BF16 : Precision::FP32;
-    h.slice_buffers = !plain;
+    h.slice_buffers = !plain_;
     h.input_copy = operands_ == Dt::bf16;
     h.attention_products = (operands_ == Dt::bf16) == bf16_ ? Gemm::OneDnn : Gemm::Eigen;
-    h.weights_as_stored = plain;
+    h.weights_as_stored = plain_;
     return h;
   }
 
  private:
   std::string kernel_;
+  bool plain_;  // every projection on W's plain rows (KernelProbe)
   Dt operands_;
   bool bf16_;
 };
@@ -526,12 +531,13 @@ std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string
     return std::make_unique<EigenEngine>();
   }
 #if MLA_HAVE_ONEDNN
-  std::string kernel = probe_kernel(bf16 ? Dt::bf16 : Dt::f32);
+  KernelProbe probe = probe_kernel(bf16 ? Dt::bf16 : Dt::f32);
+  const std::string& kernel = probe.kernel;
   Dt operands = bf16 ? Dt::bf16 : Dt::f32;
   const std::string lib = onednn_version();
   std::string on_f32;
   if (kernel.empty() && bf16) {  // no bf16 matmul (AVX2): bf16 values on the fp32 kernel, exact
-    kernel = probe_kernel(Dt::f32);
+    probe = probe_kernel(Dt::f32);
     operands = Dt::f32;
     on_f32 = ", bf16 values on its fp32 kernel (" + lib + " has no bf16 matmul for this CPU, " + isa_name() + ")";
   }
@@ -541,16 +547,16 @@ std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string
   }
   if (choice == Gemm::OneDnn) {
     why = "--gemm onednn" + on_f32;
-    return std::make_unique<DnnlEngine>(kernel, operands, bf16);
+    return std::make_unique<DnnlEngine>(probe, operands, bf16);
   }
   if (kernel.rfind("brg:", 0) == 0) {
     why = lib + " has a brgemm " + precision + " kernel for this CPU (" + kernel + ")";
-    return std::make_unique<DnnlEngine>(kernel, operands, bf16);
+    return std::make_unique<DnnlEngine>(probe, operands, bf16);
   }
   if (operands == Dt::f32) {  // gemm:jit on W's plain rows, writing y's columns in place
     why = lib + "'s fp32 kernel on this CPU is " + kernel + " (" + isa_name() +
           "): its column slices on W's plain rows outrun Eigen + OpenBLAS" + on_f32;
-    return std::make_unique<DnnlEngine>(kernel, operands, bf16);
+    return std::make_unique<DnnlEngine>(probe, operands, bf16);
   }
   why = lib + "'s " + precision + " kernel on this CPU is " + kernel + ", not a brgemm kernel (" + isa_name() +
         "): the Eigen engine is at least as fast";

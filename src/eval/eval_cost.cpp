@@ -350,9 +350,9 @@ EvalCost& EvalCost::operator+=(const EvalCost& o) {
 EvalTime eval_time(const EvalCost& c, const EvalRates& r, int64_t workers) {
   EvalTime t;
   t.products = r.gemm > 0 ? (c.linear + c.head + c.features) / r.gemm : 0;
-  // the prompt rows and the runs side by side; the full run's row and the windowed policies'
-  // prompt queries one at a time
-  t.attention = (c.prompt_keys + c.run_keys) * r.key_parallel + (c.full_keys + c.window_keys) * r.key_alone;
+  // the prompt rows and the runs side by side, the full run's row on every worker (its heads
+  // split); the windowed policies' prompt queries one at a time
+  t.attention = (c.prompt_keys + c.run_keys + c.full_keys) * r.key_parallel + c.window_keys * r.key_alone;
   t.policies = c.run_keys * r.step_key + c.run_layers * r.run_prefill;
   t.loading = c.weights * r.weight + c.int4_weights * r.int4_weight;
   for (double EvalTime::*f : {&EvalTime::products, &EvalTime::attention, &EvalTime::policies, &EvalTime::loading})
