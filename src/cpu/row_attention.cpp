@@ -21,7 +21,7 @@ namespace {
 
 size_t idx(int64_t i) { return static_cast<size_t>(i); }
 
-constexpr int64_t kKeyBlock = 4;  // keys whose chains run side by side
+constexpr int64_t kKeyBlock = 8;  // keys whose chains run side by side
 
 // The stored elements of a RowKeys: fp32 values, or bf16 bits widened exactly (bits << 16).
 float widen(float v) { return v; }
@@ -45,48 +45,108 @@ void score_block_scalar(const float* qT, const E* const* keys, int64_t count, in
     }
 }
 
-template <class E>
-__attribute__((target("avx2,fma"))) void score_block_avx2(const float* qT, const E* const* keys, int64_t count,
-                                                         int64_t n, int64_t d_qk, int64_t h0, int64_t h1, float* out) {
+template <class E, int C>
+__attribute__((target("avx2,fma"))) void score_block_avx2(const float* qT, const E* const* keys, int64_t n,
+                                                         int64_t d_qk, int64_t h0, int64_t h1, float* out) {
   const int64_t vec_end = h0 + (h1 - h0) / 8 * 8;
   for (int64_t c = h0; c < vec_end; c += 8) {
-    __m256 acc[kKeyBlock];
-    for (int64_t j = 0; j < kKeyBlock; ++j) acc[j] = _mm256_setzero_ps();
+    __m256 acc[C];
+    for (int j = 0; j < C; ++j) acc[j] = _mm256_setzero_ps();
     for (int64_t d = 0; d < d_qk; ++d) {
       const __m256 q = _mm256_loadu_ps(qT + d * n + c);
-      for (int64_t j = 0; j < count; ++j) acc[j] = _mm256_fmadd_ps(q, load8(keys[j] + d * n + c), acc[j]);
+      for (int j = 0; j < C; ++j) acc[j] = _mm256_fmadd_ps(q, load8(keys[j] + d * n + c), acc[j]);
     }
-    for (int64_t j = 0; j < count; ++j) _mm256_storeu_ps(out + j * n + c, acc[j]);
+    for (int j = 0; j < C; ++j) _mm256_storeu_ps(out + j * n + c, acc[j]);
   }
-  if (vec_end < h1) score_block_scalar(qT, keys, count, n, d_qk, vec_end, h1, out);
+  if (vec_end < h1) score_block_scalar(qT, keys, C, n, d_qk, vec_end, h1, out);
 }
 
-// ctx[0..d_v) = sum over j of p[j] * v_j[0..d_v), fma chains in j order.
+// a block of `count` (1 .. kKeyBlock) keys
 template <class E>
-void weighted_sum_scalar(const float* p, const E* const* values, int64_t m, int64_t d0, int64_t d_v, float* ctx) {
-  for (int64_t d = d0; d < d_v; ++d) {
+void score_block(bool avx2, const float* qT, const E* const* keys, int64_t count, int64_t n, int64_t d_qk, int64_t h0,
+                 int64_t h1, float* out) {
+  if (!avx2) return score_block_scalar(qT, keys, count, n, d_qk, h0, h1, out);
+  switch (count) {
+    case 1: return score_block_avx2<E, 1>(qT, keys, n, d_qk, h0, h1, out);
+    case 2: return score_block_avx2<E, 2>(qT, keys, n, d_qk, h0, h1, out);
+    case 3: return score_block_avx2<E, 3>(qT, keys, n, d_qk, h0, h1, out);
+    case 4: return score_block_avx2<E, 4>(qT, keys, n, d_qk, h0, h1, out);
+    case 5: return score_block_avx2<E, 5>(qT, keys, n, d_qk, h0, h1, out);
+    case 6: return score_block_avx2<E, 6>(qT, keys, n, d_qk, h0, h1, out);
+    case 7: return score_block_avx2<E, 7>(qT, keys, n, d_qk, h0, h1, out);
+    default: return score_block_avx2<E, kKeyBlock>(qT, keys, n, d_qk, h0, h1, out);
+  }
+}
+
+// out[d] = sum over j of p[j] * v_j[col + d] for d in [d0, d1), fma chains in j order.
+template <class E>
+void weighted_sum_scalar(const float* p, const E* const* values, int64_t m, int64_t col, int64_t d0, int64_t d1,
+                         float* out) {
+  for (int64_t d = d0; d < d1; ++d) {
     float acc = 0.0f;
-    for (int64_t j = 0; j < m; ++j) acc = std::fma(p[j], widen(values[j][d]), acc);
-    ctx[d] = acc;
+    for (int64_t j = 0; j < m; ++j) acc = std::fma(p[j], widen(values[j][col + d]), acc);
+    out[d] = acc;
   }
 }
 
-template <class E>
-__attribute__((target("avx2,fma"))) void weighted_sum_avx2(const float* p, const E* const* values, int64_t m,
-                                                          int64_t d_v, float* ctx) {
-  constexpr int64_t kChunk = 64;  // 8 accumulators of 8 lanes
-  const int64_t vec_dims = d_v / 8 * 8;
-  for (int64_t c = 0; c < vec_dims; c += kChunk) {
-    const int64_t regs = std::min(kChunk, vec_dims - c) / 8;
-    __m256 acc[kChunk / 8];
-    for (int64_t r = 0; r < regs; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < m; ++j) {
-      const __m256 pj = _mm256_broadcast_ss(p + j);
-      for (int64_t r = 0; r < regs; ++r) acc[r] = _mm256_fmadd_ps(pj, load8(values[j] + c + 8 * r), acc[r]);
+// The same chains for H heads side by side, 8 * R dims of each (H * R accumulators, named by the
+// compiler's unrolling: H * R <= 12): head hh reads its probabilities at p + hh * m, its values
+// at values[j] + col + hh * d_v, and writes out + hh * d_v. Each output's chain is the scalar
+// one: only more of them run at once (the FMA latency hidden with few dims per head).
+template <class E, int H, int R>
+__attribute__((target("avx2,fma"))) void weighted_sum_tile_avx2(const float* p, const E* const* values, int64_t m,
+                                                               int64_t col, int64_t d_v, float* out) {
+  static_assert(H * R <= 12);
+  __m256 acc[H][R];
+  for (int hh = 0; hh < H; ++hh)
+    for (int r = 0; r < R; ++r) acc[hh][r] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < m; ++j) {
+    const E* v = values[j] + col;
+    for (int hh = 0; hh < H; ++hh) {
+      const __m256 pj = _mm256_broadcast_ss(p + hh * m + j);
+      for (int r = 0; r < R; ++r) acc[hh][r] = _mm256_fmadd_ps(pj, load8(v + hh * d_v + 8 * r), acc[hh][r]);
     }
-    for (int64_t r = 0; r < regs; ++r) _mm256_storeu_ps(ctx + c + 8 * r, acc[r]);
   }
-  if (vec_dims < d_v) weighted_sum_scalar(p, values, m, vec_dims, d_v, ctx);
+  for (int hh = 0; hh < H; ++hh)
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + hh * d_v + 8 * r, acc[hh][r]);
+}
+
+template <class E, int H>
+void weighted_sum_tile(int64_t regs, const float* p, const E* const* values, int64_t m, int64_t col, int64_t d_v,
+                       float* out) {
+  switch (regs) {
+    case 1: return weighted_sum_tile_avx2<E, H, 1>(p, values, m, col, d_v, out);
+    case 2: return weighted_sum_tile_avx2<E, H, 2>(p, values, m, col, d_v, out);
+    case 3: return weighted_sum_tile_avx2<E, H, 3>(p, values, m, col, d_v, out);
+    case 4: return weighted_sum_tile_avx2<E, H, 4>(p, values, m, col, d_v, out);
+    case 5: return weighted_sum_tile_avx2<E, H, 5>(p, values, m, col, d_v, out);
+    default:
+      if constexpr (H == 1) {
+        if (regs == 6) return weighted_sum_tile_avx2<E, 1, 6>(p, values, m, col, d_v, out);
+        if (regs == 7) return weighted_sum_tile_avx2<E, 1, 7>(p, values, m, col, d_v, out);
+        return weighted_sum_tile_avx2<E, 1, 8>(p, values, m, col, d_v, out);
+      } else {
+        return weighted_sum_tile_avx2<E, H, 6>(p, values, m, col, d_v, out);
+      }
+  }
+}
+
+// ctx[h] = p_h . v_h for heads [h0, h1): p_h = probs + h * m, v_h = values[j] + h * d_v.
+// Where a head's d_v is whole vectors of at most 6, heads go two at a time; else one head's
+// dims 64 at a time; dims past the last whole vector by the scalar chains.
+template <class E>
+void weighted_sums(const float* probs, const E* const* values, int64_t m, int64_t d_v, int64_t h0, int64_t h1,
+                   bool avx2, float* ctx) {
+  const int64_t vec_dims = avx2 ? d_v / 8 * 8 : 0;
+  int64_t h = h0;
+  if (vec_dims == d_v && d_v <= 48)
+    for (; h + 2 <= h1; h += 2) weighted_sum_tile<E, 2>(d_v / 8, probs + h * m, values, m, h * d_v, d_v, ctx + h * d_v);
+  for (; h < h1; ++h) {
+    for (int64_t c = 0; c < vec_dims; c += 64)
+      weighted_sum_tile<E, 1>(std::min<int64_t>(64, vec_dims - c) / 8, probs + h * m, values, m, h * d_v + c, d_v,
+                              ctx + h * d_v + c);
+    weighted_sum_scalar(probs + h * m, values, m, h * d_v, vec_dims, d_v, ctx + h * d_v);
+  }
 }
 
 // The stored rows of a RowKeys as elements E (float: fp32 run, uint16_t: bf16 bits).
@@ -102,6 +162,13 @@ template <>
 const float* value_row<float>(const RowKeys& k, int64_t t) { return k.value.values() + k.value_offset(t); }
 template <>
 const uint16_t* value_row<uint16_t>(const RowKeys& k, int64_t t) { return k.value.bits() + k.value_offset(t); }
+
+template <class E>
+std::vector<const E*>& value_rows(RowScratch& s);
+template <>
+std::vector<const float*>& value_rows<float>(RowScratch& s) { return s.value_rows; }
+template <>
+std::vector<const uint16_t*>& value_rows<uint16_t>(RowScratch& s) { return s.value_rows_bf16; }
 
 template <class E>
 void attend_row_heads(const RowAttentionSpec& spec, const float* query, const KeyView& keys,
@@ -124,14 +191,10 @@ void attend_row_heads(const RowAttentionSpec& spec, const float* query, const Ke
       const int64_t t = positions[idx(j0 + j)];
       block[j] = key_row<E>(keys.at(t), t);
     }
-    if (avx2) score_block_avx2(scratch.query.data(), block, count, n, d_qk, h0, h1, scratch.scores.data() + j0 * n);
-    else score_block_scalar(scratch.query.data(), block, count, n, d_qk, h0, h1, scratch.scores.data() + j0 * n);
+    score_block(avx2, scratch.query.data(), block, count, n, d_qk, h0, h1, scratch.scores.data() + j0 * n);
   }
   // 2. per head: scale (§7 #10, #11), softmax (§7 #13)
   scratch.e.resize(idx(m));
-  std::vector<const E*> values(idx(m));
-  for (int64_t j = 0; j < m; ++j) values[idx(j)] = value_row<E>(keys.at(positions[idx(j)]), positions[idx(j)]);
-  std::vector<const E*> head_values(idx(m));
   for (int64_t h = h0; h < h1; ++h) {
     float* p = probs + h * m;
     float max = -std::numeric_limits<float>::infinity();
@@ -148,14 +211,14 @@ void attend_row_heads(const RowAttentionSpec& spec, const float* query, const Ke
       const float v = scratch.e[idx(j)] / sum;
       p[j] = rounded(precision, v);
     }
-    // 3. ctx[h] = p . v_h (§7 #14)
-    for (int64_t j = 0; j < m; ++j) head_values[idx(j)] = values[idx(j)] + h * d_v;
-    float* out = ctx + h * d_v;
-    if (avx2) weighted_sum_avx2(p, head_values.data(), m, d_v, out);
-    else weighted_sum_scalar(p, head_values.data(), m, 0, d_v, out);
-    if (precision == Precision::BF16)
-      for (int64_t d = 0; d < d_v; ++d) out[d] = round_to_bf16(out[d]);
   }
+  // 3. ctx[h] = p_h . v_h (§7 #14)
+  std::vector<const E*>& values = value_rows<E>(scratch);
+  values.resize(idx(m));
+  for (int64_t j = 0; j < m; ++j) values[idx(j)] = value_row<E>(keys.at(positions[idx(j)]), positions[idx(j)]);
+  weighted_sums(probs, values.data(), m, d_v, h0, h1, avx2, ctx);
+  if (precision == Precision::BF16)
+    for (int64_t d = h0 * d_v; d < h1 * d_v; ++d) ctx[d] = round_to_bf16(ctx[d]);
 }
 
 }  // namespace

@@ -67,6 +67,8 @@ struct RowAttentionSpec {
 // Per-worker buffers (resized on use).
 struct RowScratch {
   std::vector<float> query, scores, e;
+  std::vector<const float*> value_rows;        // the attended positions' value rows: fp32 keys
+  std::vector<const uint16_t*> value_rows_bf16;  // ... keys held as bf16 bits
 };
 
 // query: [n*d_qk] one row of query_states, head-major (head h at h*d_qk: q_nope | q_pe roped);

@@ -434,11 +434,15 @@ BOOST_AUTO_TEST_CASE(fixed_order_exp_and_sum_are_one_function_per_value) {
 
 BOOST_AUTO_TEST_CASE(fixed_order_attention_row_is_the_same_from_any_store) {
   // 5 heads (not a multiple of the 8-lane head vectors) and 20 (two vectors and a tail: split
-  // over workers by heads), d_n 12, d_r 8, d_v 20, 40 positions; the keys held in fp32 and, in a
-  // bf16 run, as bf16 bits (row_attention.hpp RowKeys: exact, since a bf16 run's keys are bf16 values)
-  const int64_t d_n = 12, d_r = 8, d_v = 20, T = 40, w = d_n + d_v;
+  // over workers by heads), d_n 12, d_r 8, d_v 20 (two vectors and scalar dims) and 16 (whole
+  // vectors: heads two at a time, then one), 40 positions; the keys held in fp32 and, in a bf16
+  // run, as bf16 bits (row_attention.hpp RowKeys: exact, since a bf16 run's keys are bf16 values).
+  // Every ISA path (the scalar chains included) against the first's.
+  const int64_t d_n = 12, d_r = 8, T = 40;
+  for (const int64_t d_v : {int64_t{20}, int64_t{16}})
   for (const int64_t n : {int64_t{5}, int64_t{20}})
   for (bool bf16 : {false, true}) {
+    const int64_t w = d_n + d_v;
     const std::vector<float> kv = random_values(T * n * w, 11, bf16), pe = random_values(T * d_r, 12, bf16),
                              q = random_values(n * (d_n + d_r), 13, bf16);
     const Precision run = bf16 ? Precision::BF16 : Precision::FP32;
@@ -462,7 +466,8 @@ BOOST_AUTO_TEST_CASE(fixed_order_attention_row_is_the_same_from_any_store) {
                          ctx_ref.data(), scratch[0]);
     for (const std::string& isa : isa_paths()) {
       BOOST_TEST_REQUIRE(mla::cpu::set_fixed_order_isa(isa));
-      const std::string what = isa + " n=" + std::to_string(n) + " bf16=" + std::to_string(bf16);
+      const std::string what =
+          isa + " n=" + std::to_string(n) + " d_v=" + std::to_string(d_v) + " bf16=" + std::to_string(bf16);
       std::vector<float> p(n * T), ctx(n * d_v);
       mla::cpu::attend_row(spec, q.data(), mla::cpu::KeyView{&low, &high, 25}, positions, p.data(), ctx.data(), scratch[0]);
       BOOST_TEST(same_bits(p.data(), p_ref.data(), n * T), what << " two stores: probabilities");
