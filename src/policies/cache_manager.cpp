@@ -104,20 +104,28 @@ std::vector<int64_t> CacheManager::end_step(std::span<const double> probs) {
 
 std::vector<int64_t> CacheManager::evict(int64_t count, const std::vector<double>& primary,
                                          const std::vector<double>& secondary) {
+  if (count <= 0) return {};
   std::vector<size_t> cand;  // indices into cache_ of the evictable entries
   for (size_t j = 0; j < cache_.size(); ++j)
     if (evictable(cache_[j])) cand.push_back(j);
   if (static_cast<int64_t>(cand.size()) < count)
     bad("cache manager: " + settings_.label + " must evict " + std::to_string(count) + " tokens at position " +
         std::to_string(x_) + " but only " + std::to_string(cand.size()) + " are evictable");
-  // the tie rule: (score, secondary, position) ascending; cand is ascending in position
-  std::stable_sort(cand.begin(), cand.end(), [&](size_t a, size_t b) {
+  // the tie rule: (score, secondary, position) ascending, a total order (cache_ is ascending in
+  // position, so an index stands for its position): the `count` first are one set however they
+  // are found. One at a time while decoding: a scan, not a sort.
+  const auto before = [&](size_t a, size_t b) {
     if (primary[a] != primary[b]) return primary[a] < primary[b];
     if (!secondary.empty() && secondary[a] != secondary[b]) return secondary[a] < secondary[b];
-    return false;
-  });
-  cand.resize(idx(count));
-  std::sort(cand.begin(), cand.end());
+    return a < b;
+  };
+  if (count == 1) {
+    cand = {*std::min_element(cand.begin(), cand.end(), before)};
+  } else {
+    std::nth_element(cand.begin(), cand.begin() + (count - 1), cand.end(), before);
+    cand.resize(idx(count));
+    std::sort(cand.begin(), cand.end());
+  }
   std::vector<int64_t> gone;
   for (size_t k = cand.size(); k-- > 0;) {
     gone.push_back(cache_[cand[k]]);
