@@ -85,15 +85,17 @@ MemoryEstimate estimate_model_memory(const ModelConfig& cfg, const ModelMemoryRe
   const int64_t moe = moe_fixed + (req.resident_experts ? cfg.n_routed_experts : 1) * expert;
   const int64_t layer_params = attention + std::max(cfg.first_k_dense_replace > 0 ? dense : 0,
                                                     cfg.first_k_dense_replace < a.num_hidden_layers ? moe : 0);
-  // activations of T rows: h, x/y, q, kv, the latent row, the keys (kernel layout), ctx, attn_output, MLP widths
+  // activations of T rows: h, x/y, q, kv, the latent row, ctx, attn_output, MLP widths (fp32),
+  // and the keys in the kernel's layout (RowKeys: the run's precision)
   const int64_t width = std::max(cfg.intermediate_size, cfg.moe_intermediate_size * cfg.num_experts_per_tok);
-  const int64_t per_row = 4 * H + n * d_qk + n * w + (a.kv_lora_rank + a.qk_rope_head_dim) + n * (d_qk + d_v) +
-                          n * d_v + 3 * width + cfg.num_experts_per_tok * H;
+  const int64_t per_row = (4 * H + n * d_qk + n * w + (a.kv_lora_rank + a.qk_rope_head_dim) + n * d_v + 3 * width +
+                           cfg.num_experts_per_tok * H) * f +
+                          n * (d_qk + d_v) * (req.precision == Precision::BF16 ? 2 : f);
   const int64_t rows = T + std::max<int64_t>(0, req.streams - 1) * req.stream_rows;
   MemoryPhase layer{"layer", {}};
   layer.parts.push_back({"layer weights as read (fp32)", layer_params * f});
   layer.parts.push_back({"layer weights prepared (fp32, packed)", layer_params * f});
-  layer.parts.push_back({"activations of " + std::to_string(rows) + " rows", rows * per_row * f});
+  layer.parts.push_back({"activations of " + std::to_string(rows) + " rows", rows * per_row});
   layer.parts.push_back({"residual streams", rows * H * f});
   if (req.keep_hidden_states)
     layer.parts.push_back({"hidden_states of every layer", (a.num_hidden_layers + 1) * T * H * f});
@@ -102,7 +104,6 @@ MemoryEstimate estimate_model_memory(const ModelConfig& cfg, const ModelMemoryRe
   head.parts.push_back({"logits", rows * V * f});
   head.parts.push_back({"residual streams", rows * H * f});
   (void)req.threads;
-  (void)req.precision;
   // the process itself: fixed here (the layer commands measure theirs, process_allowance_bytes)
   return estimate_of_phases({layer, head}, 0, kModelProcessBytes);
 }
