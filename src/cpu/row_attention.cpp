@@ -149,19 +149,18 @@ void weighted_sums(const float* probs, const E* const* values, int64_t m, int64_
   }
 }
 
-// The stored rows of a RowKeys as elements E (float: fp32 run, uint16_t: bf16 bits).
+// A PrecisionMatrix's elements as E (float: fp32 run, uint16_t: bf16 bits), and the rows of a
+// RowKeys through them.
 template <class E>
-const E* key_row(const RowKeys& k, int64_t t);
+const E* stored(const PrecisionMatrix& m);
 template <>
-const float* key_row<float>(const RowKeys& k, int64_t t) { return k.key.values() + k.key_offset(t); }
+const float* stored<float>(const PrecisionMatrix& m) { return m.values(); }
 template <>
-const uint16_t* key_row<uint16_t>(const RowKeys& k, int64_t t) { return k.key.bits() + k.key_offset(t); }
+const uint16_t* stored<uint16_t>(const PrecisionMatrix& m) { return m.bits(); }
 template <class E>
-const E* value_row(const RowKeys& k, int64_t t);
-template <>
-const float* value_row<float>(const RowKeys& k, int64_t t) { return k.value.values() + k.value_offset(t); }
-template <>
-const uint16_t* value_row<uint16_t>(const RowKeys& k, int64_t t) { return k.value.bits() + k.value_offset(t); }
+const E* key_row(const RowKeys& k, int64_t t) { return stored<E>(k.key) + k.key_offset(t); }
+template <class E>
+const E* value_row(const RowKeys& k, int64_t t) { return stored<E>(k.value) + k.value_offset(t); }
 
 template <class E>
 std::vector<const E*>& value_rows(RowScratch& s);
