@@ -27,6 +27,7 @@
 #include "progress.hpp"
 #include "mla/error.hpp"
 #include "mla/layer_tensors.hpp"
+#include "mla/model.hpp"
 #include "mla/rope.hpp"
 #include "mla_build_config.h"
 
@@ -143,7 +144,7 @@ bool projection_weights_are_bf16(const Checkpoint& ckpt, int64_t layer) {
     for (const LayerTensorSpec* s : layer_tensors(ckpt.config())) {
       const std::string suffix = s->checkpoint_suffix();
       if (suffix.find("layernorm") != std::string::npos) continue;
-      const std::string name = ckpt.prefix() + "layers." + std::to_string(layer) + "." + suffix;
+      const std::string name = decoder_tensor_name(ckpt, layer, suffix);
       if (!ckpt.has_tensor(name) || ckpt.stored_dtype(name) != "BF16") return false;
     }
     return true;

@@ -41,11 +41,6 @@ cpu::GemmHoldings holdings_of(Gemm choice, Precision precision) {
   return known[key] = h;
 }
 
-// Whether the attention's per-head products run on oneDNN (its packed operands and primitives).
-bool runs_on_onednn(Gemm choice, Precision precision) {
-  return holdings_of(choice, precision).attention_products == Gemm::OneDnn;
-}
-
 }  // namespace
 
 namespace {
@@ -107,7 +102,7 @@ std::vector<MemoryPart> cpu_chunk_memory(const AttentionConfig& cfg, const Memor
 
 std::vector<MemoryPart> cpu_attention_pass_memory(const AttentionConfig& cfg, const MemoryRequest& r, bool with_context) {
   const MemoryDims d = memory_dims(cfg, r.seq_len);
-  const bool onednn = runs_on_onednn(r.gemm, r.precision);
+  const bool onednn = holdings_of(r.gemm, r.precision).attention_products == Gemm::OneDnn;  // per-head products
   const int64_t e = stored_bytes(r.precision);
   const int64_t R = std::min(d.S, cpu::query_pass_rows(d.S));
   const int64_t workers = std::clamp<int64_t>(r.threads, 1, std::max<int64_t>(d.n, 1) * ((R + 63) / 64));

@@ -532,16 +532,15 @@ std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string
   }
 #if MLA_HAVE_ONEDNN
   KernelProbe probe = probe_kernel(bf16 ? Dt::bf16 : Dt::f32);
-  const std::string& kernel = probe.kernel;
   Dt operands = bf16 ? Dt::bf16 : Dt::f32;
   const std::string lib = onednn_version();
   std::string on_f32;
-  if (kernel.empty() && bf16) {  // no bf16 matmul (AVX2): bf16 values on the fp32 kernel, exact
+  if (probe.kernel.empty() && bf16) {  // no bf16 matmul (AVX2): bf16 values on the fp32 kernel, exact
     probe = probe_kernel(Dt::f32);
     operands = Dt::f32;
     on_f32 = ", bf16 values on its fp32 kernel (" + lib + " has no bf16 matmul for this CPU, " + isa_name() + ")";
   }
-  if (kernel.empty()) {
+  if (probe.kernel.empty()) {
     why = lib + " has no " + precision + " matmul for this CPU (" + isa_name() + ")";
     return std::make_unique<EigenEngine>();
   }
@@ -549,16 +548,16 @@ std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string
     why = "--gemm onednn" + on_f32;
     return std::make_unique<DnnlEngine>(probe, operands, bf16);
   }
-  if (kernel.rfind("brg:", 0) == 0) {
-    why = lib + " has a brgemm " + precision + " kernel for this CPU (" + kernel + ")";
+  if (probe.kernel.rfind("brg:", 0) == 0) {
+    why = lib + " has a brgemm " + precision + " kernel for this CPU (" + probe.kernel + ")";
     return std::make_unique<DnnlEngine>(probe, operands, bf16);
   }
   if (operands == Dt::f32) {  // gemm:jit on W's plain rows, writing y's columns in place
-    why = lib + "'s fp32 kernel on this CPU is " + kernel + " (" + isa_name() +
+    why = lib + "'s fp32 kernel on this CPU is " + probe.kernel + " (" + isa_name() +
           "): its column slices on W's plain rows outrun Eigen + OpenBLAS" + on_f32;
     return std::make_unique<DnnlEngine>(probe, operands, bf16);
   }
-  why = lib + "'s " + precision + " kernel on this CPU is " + kernel + ", not a brgemm kernel (" + isa_name() +
+  why = lib + "'s " + precision + " kernel on this CPU is " + probe.kernel + ", not a brgemm kernel (" + isa_name() +
         "): the Eigen engine is at least as fast";
   return std::make_unique<EigenEngine>();
 #else

@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -45,6 +44,7 @@
 #include "mla/int4.hpp"
 #include "mla/layer_tensors.hpp"
 #include "mla/regular_file.hpp"
+#include "src/cpu/cpu_kernels.hpp"  // parallel_for
 
 namespace mla {
 namespace fs = std::filesystem;
@@ -426,30 +426,18 @@ TensorF Checkpoint::Impl::load_pack_quantized(const std::string& ckpt, const std
   const int64_t words = int4::packed_shape(rows, cols)[1], groups = cols / G;
   const int64_t workers = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(rows / 64, 1));
   std::vector<int64_t> first_bad(static_cast<size_t>(workers), -1);
-  std::vector<std::exception_ptr> error(static_cast<size_t>(workers));
-  const auto range = [&](int64_t w) {
-    try {
-      const int64_t r0 = rows * w / workers, r1 = rows * (w + 1) / workers;
-      const std::span<float> out(t.data.data() + r0 * cols, static_cast<size_t>((r1 - r0) * cols));
-      int4::dequantize(packed.subspan(static_cast<size_t>(r0 * words * 4), static_cast<size_t>((r1 - r0) * words * 4)),
-                       std::span<const float>(scale).subspan(static_cast<size_t>(r0 * groups), static_cast<size_t>((r1 - r0) * groups)),
-                       sinfo->dtype, r1 - r0, cols, G, out);
-      for (size_t k = 0; k < out.size(); ++k)
-        if (!std::isfinite(out[k])) {
-          first_bad[static_cast<size_t>(w)] = r0 * cols + static_cast<int64_t>(k);
-          break;
-        }
-    } catch (...) {
-      error[static_cast<size_t>(w)] = std::current_exception();
-    }
-  };
-  {
-    std::vector<std::jthread> pool;
-    for (int64_t w = 1; w < workers; ++w) pool.emplace_back(range, w);
-    range(0);
-  }
-  for (const std::exception_ptr& e : error)
-    if (e) std::rethrow_exception(e);
+  cpu::parallel_for(workers, static_cast<int>(workers), [&](int64_t w, int) {
+    const int64_t r0 = rows * w / workers, r1 = rows * (w + 1) / workers;
+    const std::span<float> out(t.data.data() + r0 * cols, static_cast<size_t>((r1 - r0) * cols));
+    int4::dequantize(packed.subspan(static_cast<size_t>(r0 * words * 4), static_cast<size_t>((r1 - r0) * words * 4)),
+                     std::span<const float>(scale).subspan(static_cast<size_t>(r0 * groups), static_cast<size_t>((r1 - r0) * groups)),
+                     sinfo->dtype, r1 - r0, cols, G, out);
+    for (size_t k = 0; k < out.size(); ++k)
+      if (!std::isfinite(out[k])) {
+        first_bad[static_cast<size_t>(w)] = r0 * cols + static_cast<int64_t>(k);
+        break;
+      }
+  });
   for (const int64_t k : first_bad)
     if (k >= 0)
       fail(ErrorKind::InvalidValue, where + " dequantizes to a non-finite value (" +

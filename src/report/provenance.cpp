@@ -13,7 +13,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <exception>
 #include <thread>
 
 #if defined(__x86_64__)
@@ -24,6 +23,7 @@
 #include "mla/error.hpp"
 #include "mla/report.hpp"
 #include "mla_build_config.h"
+#include "src/cpu/cpu_kernels.hpp"  // parallel_for
 #include "src/report/mla_revision.h"
 
 namespace mla {
@@ -232,30 +232,25 @@ std::vector<FileDigest> file_digests(const std::vector<std::string>& paths,
     out.push_back({path, static_cast<int64_t>(st.st_size), ""});
     total += out.back().bytes;
   }
-  const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, std::max<size_t>(paths.size(), 1));
+  const int workers = static_cast<int>(
+      std::clamp<size_t>(std::thread::hardware_concurrency(), 1, std::max<size_t>(paths.size(), 1)));
   std::atomic<int64_t> done{0};
-  std::atomic<size_t> next{0};
-  std::vector<std::exception_ptr> errors(workers);
-  auto work = [&](size_t worker) {
-    std::vector<char> piece(size_t{4} << 20);
-    try {
-      for (size_t i; (i = next.fetch_add(1)) < paths.size();)
-        out[i].sha256 = hash_file(fds[i], out[i], piece, [&](int64_t n) {
-          const int64_t d = done.fetch_add(n) + n;
-          if (worker == 0 && progress) progress(std::min(d, total), total);
-        });
-    } catch (...) {
-      errors[worker] = std::current_exception();
-      next.store(paths.size());  // the others stop after their current file
-    }
-  };
-  std::vector<std::thread> helpers;
-  for (size_t w = 1; w < workers; ++w) helpers.emplace_back(work, w);
-  work(0);
-  for (std::thread& t : helpers) t.join();
+  std::vector<std::vector<char>> pieces(static_cast<size_t>(workers));  // [worker] its read buffer
+  try {  // a failing file stops the other workers after their current file (parallel_for)
+    cpu::parallel_for(static_cast<int64_t>(paths.size()), workers, [&](int64_t i, int worker) {
+      std::vector<char>& piece = pieces[static_cast<size_t>(worker)];
+      piece.resize(size_t{4} << 20);
+      out[static_cast<size_t>(i)].sha256 =
+          hash_file(fds[static_cast<size_t>(i)], out[static_cast<size_t>(i)], piece, [&](int64_t n) {
+            const int64_t d = done.fetch_add(n) + n;
+            if (worker == 0 && progress) progress(std::min(d, total), total);
+          });
+    });
+  } catch (...) {
+    close_all();
+    throw;
+  }
   close_all();
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
   if (progress) progress(total, total);  // the last pieces may have been another worker's
   return out;
 }
