@@ -342,9 +342,19 @@ class DnnlLinear final : public PreparedLinear {
     // W's rows [n0, n0 + n) (rounded to bf16 in bf16 mode) into the slice's layout.
     void pack(const LinearWeight& w, int threads) {
       const LinearWeight rows{w.name, w.weight + n0_ * in_, n_, in_, nullptr, w.owner, w.bf16_values};
-      if (plain_) {  // "ba": W's rows as they are, in place or copied
+      if (plain_ && dt_ == Dt::f32) {  // "ba": W's rows as they are, in place or copied
         rows_ = std::make_unique<WeightRows>(rows, bf16_, threads);
         weights_ = memory(weights_md_, Dnnl::get().engine, const_cast<float*>(rows_->data()));
+        return;
+      }
+      if (plain_) {  // "ba" of bf16 operands (gemm:jit's bf16 kernel): W's rows as bf16 bits
+        // The layout reads 2-byte elements, so the rows are converted, never read as stored:
+        // handing it W's fp32 rows returned garbage with exit 0 (AVX512_CORE and _VNNI levels).
+        bits_.resize(static_cast<size_t>(n_ * in_));
+        for_slices(n_, threads, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin * in_; i < end * in_; ++i) bits_[static_cast<size_t>(i)] = mla::bf16::round_bits(rows.weight[i]);
+        });
+        weights_ = memory(weights_md_, Dnnl::get().engine, bits_.data());
         return;
       }
       if (pack_blocked(rows, weights_md_, weights_, dt_, bf16_, threads)) return;
@@ -420,7 +430,8 @@ class DnnlLinear final : public PreparedLinear {
     std::vector<float> bias_;  // [n] (bf16 values in bf16 mode), empty when none
     memory::desc weights_md_;
     memory weights_;           // W_slice^T [in, n] in the primitive's layout
-    std::unique_ptr<WeightRows> rows_;  // plain layouts: the memory behind weights_
+    std::unique_ptr<WeightRows> rows_;  // plain fp32 layouts: the memory behind weights_
+    std::vector<uint16_t> bits_;        // plain bf16 layouts: W's rows [n, in] as bf16 bits
     std::map<int64_t, Primitive> primitives_;
     std::vector<float> dst_;   // [min(S, kBlockedRowChunk), n]
     Scratchpad scratchpad_;    // this slice's own (user scratchpad mode)
@@ -478,7 +489,7 @@ class DnnlEngine final : public GemmEngine {
     h.slice_buffers = !plain_;
     h.input_copy = operands_ == Dt::bf16;
     h.attention_products = (operands_ == Dt::bf16) == bf16_ ? Gemm::OneDnn : Gemm::Eigen;
-    h.weights_as_stored = plain_;
+    h.weights_as_stored = plain_ && operands_ == Dt::f32;  // bf16 operands: rows converted to bits
     return h;
   }
 
