@@ -72,6 +72,9 @@ struct GemmInfo {
   // Where the attention's per-head products run: Gemm::OneDnn with oneDNN projections whose
   // operands have the run's precision, else Gemm::Eigen (docs/cpu-gemm.md §1).
   Gemm attention_products = Gemm::Eigen;
+  // The oneDNN kernel the kernel check refused and why (src/cpu/kernel_check.hpp; the run fell
+  // back as `reason` says); "" when every kernel passed or none was checked.
+  std::string refused;
   // The reorders of the process's oneDNN engines since the backend's prepare() began (counted
   // for the whole process: exact when one backend runs at a time, as in every command); all 0
   // on the Eigen engine.

@@ -33,11 +33,17 @@ MeanInterval mean_t_interval(const std::vector<double>& x, double coverage = 0.9
 // NaN for an empty sample.
 double quantile_linear(std::vector<double> x, double q);
 
+// The cosine of two vectors from their sums (dot = a . b, aa = ||a||^2, bb = ||b||^2, all >= 0
+// but dot): dot / (||a|| ||b||), held in its domain [-1, 1] (the rounded quotient of a vector
+// with itself can be 1 + 2^-52), exactly 1 when `identical` (the same values: a comparison of
+// identical inputs is 1 on every build), 1 when a = b = 0, 0 when only one of them is 0.
+double cosine_from_sums(double dot, double aa, double bb, bool identical);
+
 // How far a row is from the reference row of the full cache (n values each; every sum in double,
 // in index order, the values widened first), as decode and eval report it:
 //   distance  = ||a - b||
 //   rel_error = distance / ||b||             (0 when both are 0, inf when only b is)
-//   cosine    = a . b / (||a|| ||b||)        (1 when a = b = 0, 0 when one of them is 0 alone)
+//   cosine    = a . b / (||a|| ||b||)        (cosine_from_sums: exactly 1 when a = b)
 struct RowDeviation {
   double distance = 0, rel_error = 0, cosine = 0;
 };

@@ -110,7 +110,7 @@ PreparedWeights prepare_weights_on(GemmEngine& engine, const std::string& reques
   p.kv_a_layernorm = prepare_vector(w.kv_a_layernorm, precision);
   p.kv_b_proj = prepare_linear(engine, w.kv_b_proj, "kv_b_proj", none, precision, threads, kept);
   p.o_proj = prepare_linear(engine, w.o_proj, "o_proj", w.o_proj_bias, precision, threads, kept);
-  p.gemm = {requested, engine.name(), p.kv_b_proj->kernel(), reason, engine.holdings().attention_products, {}};
+  p.gemm = {requested, engine.name(), p.kv_b_proj->kernel(), reason, engine.holdings().attention_products, engine.refused, {}};
   if (p.gemm.attention_products == Gemm::OneDnn) p.attention_kernel = onednn_attention_kernel(precision == Precision::BF16);
   return p;
 }

@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "mla/bf16.hpp"
@@ -23,6 +25,7 @@
 #include "mla_build_config.h"
 #include "cpu_stages.hpp"  // kRowChunk
 
+#include "kernel_check.hpp"
 #include "onednn_common.hpp"
 
 namespace mla::cpu {
@@ -488,14 +491,17 @@ class DnnlEngine final : public GemmEngine {
     h.weights = operands_ == Dt::bf16 ? Precision::BF16 : Precision::FP32;
     h.slice_buffers = !plain_;
     h.input_copy = operands_ == Dt::bf16;
-    h.attention_products = (operands_ == Dt::bf16) == bf16_ ? Gemm::OneDnn : Gemm::Eigen;
+    h.attention_products = (operands_ == Dt::bf16) == bf16_ && !attention_refused_ ? Gemm::OneDnn : Gemm::Eigen;
     h.weights_as_stored = plain_ && operands_ == Dt::f32;  // bf16 operands: rows converted to bits
     return h;
   }
+  // The kernel check refused the per-head products: they run on Eigen beside these projections.
+  void refuse_attention_products() { attention_refused_ = true; }
 
  private:
   std::string kernel_;
   bool plain_;  // every projection on W's plain rows (KernelProbe)
+  bool attention_refused_ = false;
   Dt operands_;
   bool bf16_;
 };
@@ -535,6 +541,51 @@ int64_t onednn_slice_count(int64_t out) {
   return std::clamp<int64_t>((wanted + 3) / 4 * 4, 1, most);  // a multiple of 4: 2 or 4 workers share evenly
 }
 
+#if MLA_HAVE_ONEDNN
+namespace {
+
+// The kernel check's verdicts (kernel_check.hpp), once per process for each precision, operand
+// type and test-hook setting: "" or why the product was refused.
+struct CheckVerdicts {
+  std::string projection, attention;
+};
+const CheckVerdicts& kernel_verdicts(DnnlEngine& engine, bool bf16, Dt operands) {
+  static std::mutex mutex;
+  static std::map<std::tuple<bool, Dt, std::string>, CheckVerdicts> verdicts;
+  const char* fault = std::getenv(kKernelCheckFaultVariable);
+  const auto key = std::make_tuple(bf16, operands, std::string(fault ? fault : ""));
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = verdicts.find(key);
+  if (it != verdicts.end()) return it->second;
+  CheckVerdicts v;
+  v.projection = check_projection_kernel(engine, bf16);
+  if (v.projection.empty() && engine.holdings().attention_products == Gemm::OneDnn) v.attention = check_attention_kernel(bf16);
+  return verdicts.emplace(key, v).first->second;
+}
+
+// `engine` once its kernels passed the check: a refused projection kernel gives the Eigen
+// engine (auto) or one error line (--gemm onednn); refused per-head products run on Eigen
+// beside oneDNN's projections (auto) or are one error line (--gemm onednn).
+std::unique_ptr<GemmEngine> checked(std::unique_ptr<DnnlEngine> engine, Gemm choice, bool bf16, Dt operands, std::string& why) {
+  const CheckVerdicts& v = kernel_verdicts(*engine, bf16, operands);
+  const std::string& refused = v.projection.empty() ? v.attention : v.projection;
+  if (refused.empty()) return engine;
+  if (choice == Gemm::OneDnn) fail(ErrorKind::Unsupported, "--gemm onednn: " + refused + " (--gemm eigen avoids oneDNN)");
+  if (!v.projection.empty()) {
+    why = v.projection + ": refused, so the Eigen engine runs";
+    auto eigen = std::make_unique<EigenEngine>();
+    eigen->refused = v.projection;
+    return eigen;
+  }
+  why += "; " + v.attention + ": refused, so the per-head products run on Eigen";
+  engine->refuse_attention_products();
+  engine->refused = v.attention;
+  return engine;
+}
+
+}  // namespace
+#endif
+
 std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string& why) {
   const char* precision = bf16 ? "bf16" : "fp32";
   if (choice == Gemm::Eigen) {
@@ -557,16 +608,16 @@ std::unique_ptr<GemmEngine> make_gemm_engine(Gemm choice, bool bf16, std::string
   }
   if (choice == Gemm::OneDnn) {
     why = "--gemm onednn" + on_f32;
-    return std::make_unique<DnnlEngine>(probe, operands, bf16);
+    return checked(std::make_unique<DnnlEngine>(probe, operands, bf16), choice, bf16, operands, why);
   }
   if (probe.kernel.rfind("brg:", 0) == 0) {
     why = lib + " has a brgemm " + precision + " kernel for this CPU (" + probe.kernel + ")";
-    return std::make_unique<DnnlEngine>(probe, operands, bf16);
+    return checked(std::make_unique<DnnlEngine>(probe, operands, bf16), choice, bf16, operands, why);
   }
   if (operands == Dt::f32) {  // gemm:jit on W's plain rows, writing y's columns in place
     why = lib + "'s fp32 kernel on this CPU is " + probe.kernel + " (" + isa_name() +
           "): its column slices on W's plain rows outrun Eigen + OpenBLAS" + on_f32;
-    return std::make_unique<DnnlEngine>(probe, operands, bf16);
+    return checked(std::make_unique<DnnlEngine>(probe, operands, bf16), choice, bf16, operands, why);
   }
   why = lib + "'s " + precision + " kernel on this CPU is " + probe.kernel + ", not a brgemm kernel (" + isa_name() +
         "): the Eigen engine is at least as fast";

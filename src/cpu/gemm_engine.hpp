@@ -86,6 +86,8 @@ class GemmEngine {
   // What the engine holds besides the outputs (the memory plan, src/cpu/cpu_memory.cpp), and
   // where the attention's per-head products run beside it.
   virtual GemmHoldings holdings() const = 0;
+  // The kernel the kernel check refused for this run and why (kernel_check.hpp): "" when none.
+  std::string refused;
 };
 
 // The engine for `choice` and precision. Auto: oneDNN when it was built in and has a brgemm

@@ -81,6 +81,12 @@ double quantile_linear(std::vector<double> x, double q) {
   return x[i] + (h - static_cast<double>(i)) * (x[i + 1] - x[i]);
 }
 
+double cosine_from_sums(double dot, double aa, double bb, bool identical) {
+  if (identical) return 1.0;
+  if (!(aa > 0) || !(bb > 0)) return aa == 0 && bb == 0 ? 1.0 : 0.0;
+  return std::clamp(dot / (std::sqrt(aa) * std::sqrt(bb)), -1.0, 1.0);
+}
+
 namespace {
 
 template <class T>
@@ -93,11 +99,11 @@ RowDeviation deviation(const T* a, const T* b, int64_t n) {
     aa += x * x;
     bb += y * y;
   }
-  const double na = std::sqrt(aa), nb = std::sqrt(bb);
+  const double nb = std::sqrt(bb);
   RowDeviation r;
   r.distance = std::sqrt(diff);
   r.rel_error = nb > 0 ? r.distance / nb : (diff == 0 ? 0.0 : std::numeric_limits<double>::infinity());
-  r.cosine = nb > 0 && na > 0 ? dot / (nb * na) : (diff == 0 ? 1.0 : 0.0);
+  r.cosine = cosine_from_sums(dot, aa, bb, diff == 0);
   return r;
 }
 

@@ -12,6 +12,7 @@
 #include "mla/compare.hpp"
 #include "mla/error.hpp"
 #include "mla/safetensors.hpp"
+#include "mla/stats.hpp"
 
 namespace mla {
 namespace {
@@ -80,9 +81,9 @@ TensorComparison compare_values(const std::string& name, std::span<const double>
   }
 
   // pass 2
-  const double na = std::sqrt(aa), nb = std::sqrt(bb), nd = std::sqrt(dd);
+  const double na = std::sqrt(aa), nd = std::sqrt(dd);
   c.norm_error = na > 0 ? nd / na : (nd > 0 ? INFINITY : 0.0);
-  c.cosine = (na > 0 && nb > 0) ? ab / (na * nb) : (na == 0 && nb == 0 ? 1.0 : 0.0);
+  c.cosine = cosine_from_sums(ab, aa, bb, dd == 0);
   if (c.numel > 0) {
     c.worst_a = a[worst];
     c.worst_b = b[worst];

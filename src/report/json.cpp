@@ -155,6 +155,7 @@ void backend_object(JsonWriter& w, const RunInfo& in) {
     string_or_null(w, "engine", in.gemm.engine);
     string_or_null(w, "kernel", in.gemm.kernel);
     string_or_null(w, "reason", in.gemm.reason);
+    string_or_null(w, "refused", in.gemm.refused);  // the kernel check's refusal (src/cpu/kernel_check.hpp)
     w.key("attention_products").value(gemm_name(in.gemm.attention_products));  // "onednn" | "eigen"
     w.key("onednn_reorders").begin_object();  // since prepare (docs/cpu-gemm.md §9)
     w.key("weights").value(in.gemm.reorders.weights);

@@ -97,6 +97,7 @@ std::string settings_block(const Report& r) {
   }
   if (!in.gemm.engine.empty())
     s += line("gemm", gemm_label(in.gemm.engine, in.gemm.kernel) + " (" + in.gemm.requested + ": " + in.gemm.reason + ")");
+  if (!in.gemm.refused.empty()) s += line("kernel refused", in.gemm.refused);
   if (in.latent_norm_eps)
     s += line("latent norm eps", fmt("%g", *in.latent_norm_eps) + " (" + in.latent_norm_eps_mode +
                                      "; q_a_layernorm and kv_a_layernorm)");

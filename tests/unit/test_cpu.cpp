@@ -17,7 +17,10 @@
 // d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -36,6 +39,7 @@
 #include "test_util.hpp"
 #include "mla_build_config.h"
 #include "src/cpu/gemm_engine.hpp"
+#include "src/cpu/kernel_check.hpp"
 #include "tolerances.hpp"
 
 namespace {
@@ -502,6 +506,86 @@ BOOST_AUTO_TEST_CASE(bad_inputs_are_clear_errors) {
   other.position_offset = -1;
   BOOST_TEST((error_kind_of([&] { cpu->forward(mla::test::random_hidden(2, cfg.hidden_size, 1), other); }, &msg) ==
               mla::ErrorKind::InvalidArgument));
+}
+
+// No oneDNN kernel serves a run unchecked (src/cpu/kernel_check.hpp). On this CPU every kernel
+// oneDNN picks passes its probe; a probe result made wrong through the test hook is refused: auto
+// falls back (the Eigen engine, or the per-head products on Eigen), an explicit --gemm onednn is
+// one error line, and the header and report.json name the refused kernel.
+namespace {
+struct FaultVariable {  // sets the kernel check's test hook for one scope
+  explicit FaultVariable(const char* product) { setenv(mla::cpu::kKernelCheckFaultVariable, product, 1); }
+  ~FaultVariable() { unsetenv(mla::cpu::kKernelCheckFaultVariable); }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_onednn_kernel_passes_its_check_here) {
+  for (const mla::Gemm gemm : mla::test::gemm_engines())
+    for (const bool bf16 : {false, true}) {
+      std::string why;
+      const auto engine = mla::cpu::make_gemm_engine(gemm, bf16, why);
+      BOOST_TEST(engine->refused.empty(), mla::gemm_name(gemm) << (bf16 ? " bf16: " : " fp32: ") << engine->refused);
+      if (engine->kind() != mla::Gemm::OneDnn) continue;
+      BOOST_TEST(mla::cpu::check_projection_kernel(*engine, bf16).empty());
+      if (engine->holdings().attention_products == mla::Gemm::OneDnn) BOOST_TEST(mla::cpu::check_attention_kernel(bf16).empty());
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_kernel_that_fails_its_check_is_refused) {
+  if (!MLA_HAVE_ONEDNN) return;
+  for (const bool bf16 : {false, true}) {
+    std::string why;
+    if (mla::cpu::make_gemm_engine(mla::Gemm::OneDnn, bf16, why)->kind() != mla::Gemm::OneDnn) continue;  // no kernel
+    const std::string vars = bf16 ? "bf16" : "fp32";
+    {
+      FaultVariable fault("projection");
+      std::string msg;
+      BOOST_TEST((error_kind_of([&] { mla::cpu::make_gemm_engine(mla::Gemm::OneDnn, bf16, why); }, &msg) ==
+                  mla::ErrorKind::Unsupported), vars);
+      BOOST_TEST(msg.find("--gemm onednn: oneDNN's " + vars + " projection kernel") == 0, msg);
+      BOOST_TEST(msg.find("disagrees with the reference on its probe") != std::string::npos, msg);
+      const auto fallback = mla::cpu::make_gemm_engine(mla::Gemm::Auto, bf16, why);
+      BOOST_TEST((fallback->kind() == mla::Gemm::Eigen), vars);
+      if (fallback->kind() == mla::Gemm::Eigen && !fallback->refused.empty()) {  // auto had picked oneDNN
+        BOOST_TEST(why.find("refused, so the Eigen engine runs") != std::string::npos, why);
+        BOOST_TEST(fallback->refused.find("projection kernel") != std::string::npos, fallback->refused);
+      }
+    }
+    const auto plain = mla::cpu::make_gemm_engine(mla::Gemm::OneDnn, bf16, why);
+    if (plain->holdings().attention_products != mla::Gemm::OneDnn) continue;
+    FaultVariable fault("attention");
+    std::string msg;
+    BOOST_TEST((error_kind_of([&] { mla::cpu::make_gemm_engine(mla::Gemm::OneDnn, bf16, why); }, &msg) ==
+                mla::ErrorKind::Unsupported), vars);
+    BOOST_TEST(msg.find("attention kernel") != std::string::npos, msg);
+    const auto fallback = mla::cpu::make_gemm_engine(mla::Gemm::Auto, bf16, why);
+    if (fallback->kind() == mla::Gemm::OneDnn) {  // projections stay, the per-head products go to Eigen
+      BOOST_TEST((fallback->holdings().attention_products == mla::Gemm::Eigen), vars);
+      BOOST_TEST(why.find("refused, so the per-head products run on Eigen") != std::string::npos, why);
+    }
+  }
+}
+
+// The same through the CLI: the run's header and report.json say which kernel was refused.
+BOOST_AUTO_TEST_CASE(the_refused_kernel_is_named_in_the_header_and_report) {
+  if (!MLA_HAVE_ONEDNN) return;
+  const std::string out = mla::test::scratch_dir("kernel-check") + "/o";
+  const std::string run = "run --checkpoint '" + mla::test::tiny_checkpoint() + "' --seq-len 9 --gemm onednn --out '" + out + "'";
+  const mla::test::RunResult refused = mla::test::run_cli_after(std::string(mla::cpu::kKernelCheckFaultVariable) + "=projection", run);
+  BOOST_TEST(refused.exit_code != 0);
+  BOOST_TEST(refused.err.find("--gemm onednn: oneDNN's fp32 projection kernel") != std::string::npos, refused.err);
+  BOOST_TEST(std::count(refused.err.begin(), refused.err.end(), '\n') == 1, refused.err);
+  BOOST_TEST(!std::filesystem::exists(out));
+  std::string why;
+  if (mla::cpu::make_gemm_engine(mla::Gemm::Auto, false, why)->kind() != mla::Gemm::OneDnn) return;  // auto: Eigen here
+  std::string a = run;
+  a.replace(a.find("--gemm onednn"), 13, "--gemm auto");
+  const mla::test::RunResult fell_back = mla::test::run_cli_after(std::string(mla::cpu::kKernelCheckFaultVariable) + "=projection", a);
+  BOOST_TEST_REQUIRE(fell_back.exit_code == 0, fell_back.err);
+  BOOST_TEST(fell_back.out.find("kernel refused:     oneDNN's fp32 projection kernel") != std::string::npos, fell_back.out);
+  const std::string report = mla::test::read_text(out + "/report.json");
+  BOOST_TEST(report.find("\"refused\": \"oneDNN's fp32 projection kernel") != std::string::npos, report);
+  BOOST_TEST(report.find("\"engine\": \"Eigen") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

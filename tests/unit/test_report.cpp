@@ -18,7 +18,9 @@
 #include "mla/h2o.hpp"
 #include "mla/provenance.hpp"
 #include "mla/report.hpp"
+#include "mla/random.hpp"
 #include "mla/safetensors.hpp"
+#include "mla/stats.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"
 
@@ -541,6 +543,43 @@ BOOST_AUTO_TEST_CASE(tensor_dump_layout) {
   const auto g = mla::SafetensorsFile::open(dir + "/f64.safetensors");
   BOOST_TEST(mla::dtype_name(g.at("attn_output").dtype) == "F64");
   BOOST_TEST(g.to_double(g.at("attn_output"))[0] == 0.1);
+}
+
+// Figures that cannot leave their domain do not (issue: decode's mean_cosine was
+// 1.0000000000000002 under ASan). A vector compared with itself: cosine exactly 1, distance and
+// relative error exactly 0, on every build; other vectors: cosine within [-1, 1]. The vectors
+// are searched so that the plain quotient dot / (||a|| ||a||) rounds above 1 for many of them.
+BOOST_AUTO_TEST_CASE(cosines_stay_in_their_domain_and_identity_is_exact) {
+  mla::Rng rng(2027, 3);
+  int above_one = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t n = 1 + trial % 97;
+    std::vector<double> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    for (auto& v : a) v = rng.normal() * std::pow(10.0, static_cast<double>(trial % 7) - 3);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = trial % 2 ? -a[i] : a[i] * (1 + 1e-17 * static_cast<double>(i));
+    double aa = 0;
+    for (double v : a) aa += v * v;
+    if (aa / (std::sqrt(aa) * std::sqrt(aa)) > 1) ++above_one;
+    const mla::RowDeviation self = mla::row_deviation(a.data(), a.data(), n);
+    BOOST_TEST(self.cosine == 1.0);
+    BOOST_TEST(self.distance == 0.0);
+    BOOST_TEST(self.rel_error == 0.0);
+    const mla::RowDeviation other = mla::row_deviation(a.data(), b.data(), n);
+    BOOST_TEST((other.cosine >= -1.0 && other.cosine <= 1.0), other.cosine);
+    std::vector<float> af(a.begin(), a.end());
+    BOOST_TEST(mla::row_deviation(af.data(), af.data(), n).cosine == 1.0);
+    const mla::TensorComparison c = mla::compare_values("t", a, a, {static_cast<uint64_t>(n)}, {static_cast<uint64_t>(n)}, 0, 0);
+    BOOST_TEST(c.cosine == 1.0);
+    BOOST_TEST(c.norm_error == 0.0);
+    BOOST_TEST(c.max_abs == 0.0);
+    const mla::TensorComparison d = mla::compare_values("t", a, b, {static_cast<uint64_t>(n)}, {static_cast<uint64_t>(n)}, 0, 0);
+    BOOST_TEST((d.cosine >= -1.0 && d.cosine <= 1.0), d.cosine);
+  }
+  BOOST_TEST(above_one > 0);  // the naive quotient does leave the domain on these inputs
+  BOOST_TEST(mla::cosine_from_sums(0, 0, 0, false) == 1.0);
+  BOOST_TEST(mla::cosine_from_sums(0, 1, 0, false) == 0.0);
+  BOOST_TEST(mla::cosine_from_sums(2.0000000000000004, 1, 4, false) == 1.0);  // 1 + 2^-52, held at 1
+  BOOST_TEST(mla::cosine_from_sums(-2.0000000000000004, 1, 4, false) == -1.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
