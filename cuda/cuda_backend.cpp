@@ -1,6 +1,6 @@
 // cuda/cuda_backend.cpp — the "cuda" backend: one layer of HF DeepseekV3Attention (eager) on
 // one GPU, projections through cuBLAS, the rest in the hand-written kernels of rms_norm.cu,
-// rope.cu, streamed_attention.cu (the attention and its H2O mass, never an [n, S, S] tensor)
+// rope.cu, tiled_attention.cu (the attention and its H2O mass, never an [n, S, S] tensor)
 // and layout.cu.
 //
 // Shape legend: S = tokens (queries = keys, no cache), H = hidden_size, n = num_attention_heads,
@@ -12,7 +12,7 @@
 // (fp32 accumulation; bf16 inputs and outputs in bf16 mode = one rounding per output, as
 // PyTorch), reduced-precision split-K reductions disallowed; TF32 only when
 // ForwardOptions::allow_tf32 in fp32 mode (CUBLAS_COMPUTE_32F_FAST_TF32). The attention's two
-// products run in streamed_attention.cu (fp32 accumulation, one rounding each, never TF32).
+// products run in tiled_attention.cu (fp32 accumulation, one rounding each, never TF32).
 // Kernels are built with --fmad=false so no multiply-add is contracted behind the equations' back.
 //
 // Flow of forward(): host builds the bf16/fp32 input and cos/sin tables (src/math
@@ -41,7 +41,7 @@
 #include "mla/attention.hpp"
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "mla/rope.hpp"
 #include "mla/stage_timer.hpp"
 #include "mla/validate.hpp"
@@ -406,7 +406,7 @@ ForwardResult CudaBackend::forward(const TensorF& hidden, const ForwardOptions& 
   const AttentionConfig& c = cfg_;
   const int64_t H = c.hidden_size, n = c.num_attention_heads, d_r = c.qk_rope_head_dim;
   const int64_t S = hidden.dim(0);
-  // Device limits, not input errors: the streamed attention's tiles must fit in a block's
+  // Device limits, not input errors: the tiled attention's tiles must fit in a block's
   // shared memory, and one block per (head, chunk) in the grid.
   const AttentionTiles tiles = attention_tiles(c.qk_head_dim(), c.v_head_dim);
   if (!tiles.fits)
@@ -513,8 +513,8 @@ void CudaBackend::rope(const RunSettings& run) {
 
 void CudaBackend::attend(const RunSettings& run, void* attn_weights) {
   const AttentionConfig& c = cfg_;
-  // streamed_attention.cu: attn_context [S, n*d_v], head_scores [n, S] (and attn_weights [n, S, S])
-  StreamedAttention in;
+  // tiled_attention.cu: attn_context [S, n*d_v], head_scores [n, S] (and attn_weights [n, S, S])
+  TiledAttention in;
   in.query_states = slot(kQueryStates);
   in.key_states = slot(kKeyStates);
   in.value_states = slot(kValueStates);
@@ -529,7 +529,7 @@ void CudaBackend::attend(const RunSettings& run, void* attn_weights) {
   in.mass_chunks = mass_chunks(workspace_dims(c, run.S, elem_bytes()));  // the C kMassPartials is sized for
   in.scaling = run.scaling;
   in.causal = run.causal;
-  MLA_CUDA_CHECK(launch_streamed_attention(storage_, in, stream_.get()));
+  MLA_CUDA_CHECK(launch_tiled_attention(storage_, in, stream_.get()));
 }
 
 void CudaBackend::o_proj(const RunSettings& run) {

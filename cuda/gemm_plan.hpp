@@ -1,5 +1,5 @@
 // cuda/gemm_plan.hpp — the cuBLAS arguments of every GEMM of the forward (the projections: the
-// attention's products are in streamed_attention.cu), derived once from the row-major shapes.
+// attention's products are in tiled_attention.cu), derived once from the row-major shapes.
 // Plain C++ (no CUDA headers) so the suite cuda_host checks the arithmetic on machines without
 // a GPU; cuda_backend.cpp turns a GemmPlan into one cublasGemmEx call.
 //

@@ -40,7 +40,7 @@ cudaError_t launch_build_key_value_states(Storage st, const void* kv, const void
                                           void* value_states, int64_t seq_len, int64_t heads, int64_t d_nope,
                                           int64_t d_rope, int64_t d_v, RopeStyle style, cudaStream_t stream);
 
-// streamed_attention.cu — the attention of every head without an [n, S, S] tensor (docs/math.md
+// tiled_attention.cu — the attention of every head without an [n, S, S] tensor (docs/math.md
 // §3.6, docs/backends.md §4): from query_states / key_states [n, S, d_qk] and value_states
 // [n, S, d_v] (T), attn_context [S, n*d_v] (T) = merge_heads(P · V) and head_scores [n, S]
 // (double) = the H2O mass each key receives per head, with P = softmax(mask(round(round(q k^T)
@@ -49,7 +49,7 @@ cudaError_t launch_build_key_value_states(Storage st, const void* kv, const void
 // chunks of query tiles (the backend's C is attention_mass_chunks, launch_geometry.hpp; any C
 // gives a valid result, C fixes the mass's summation order). causal: key t is hidden from
 // query s iff t > s. Two launches.
-struct StreamedAttention {
+struct TiledAttention {
   const void* query_states = nullptr;
   const void* key_states = nullptr;
   const void* value_states = nullptr;
@@ -62,7 +62,7 @@ struct StreamedAttention {
   float scaling = 1.0f;  // fp32(softmax_scale), as PyTorch's scalar multiply uses it
   bool causal = true;
 };
-cudaError_t launch_streamed_attention(Storage st, const StreamedAttention& in, cudaStream_t stream);
+cudaError_t launch_tiled_attention(Storage st, const TiledAttention& in, cudaStream_t stream);
 
 // layout.cu — out[r, c] = bias[c] (bias rows ahead of a beta = 1 GEMM: one rounding, as addmm).
 cudaError_t launch_broadcast_rows(Storage st, const void* bias, void* out, int64_t rows, int64_t cols,

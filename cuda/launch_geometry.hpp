@@ -12,7 +12,7 @@
 //   * row: one block per row (RMSNorm over S rows); the block's threads stride over the row and
 //     reduce with a fixed tree, so the summation order depends only on the block size, which
 //     depends only on the row length (deterministic run to run);
-//   * tiled: the streamed attention (streamed_attention.cu), one block per (head, chunk of
+//   * tiled: the tiled attention (tiled_attention.cu), one block per (head, chunk of
 //     query tiles), tiles of Bq queries x Bk keys in shared memory (attention_tiles below).
 #pragma once
 
@@ -54,7 +54,7 @@ constexpr LaunchShape row_launch(int64_t rows, int64_t row_len) {
 }
 constexpr bool row_launch_fits(int64_t rows) { return rows >= 0 && rows <= kMaxGridX; }
 
-// ---- the streamed attention (streamed_attention.cu) -------------------------------------------
+// ---- the tiled attention (tiled_attention.cu) -------------------------------------------
 //
 // A block takes one head h and a chunk c of its query tiles (tiles c, c + C, c + 2C, ...), and
 // for each tile of Bq query rows streams the key tiles of Bk keys three times (max, sum,

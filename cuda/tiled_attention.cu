@@ -1,4 +1,4 @@
-// cuda/streamed_attention.cu — the attention of every head and its H2O mass, streamed: no
+// cuda/tiled_attention.cu — the attention of every head and its H2O mass, streamed: no
 // [n, S, S] tensor is ever held (unless the probabilities are asked for, and then only written).
 //
 // Equations (docs/math.md §3.6 steps 2-6, §7 rows 10-14), for head h, query s, visible key t
@@ -212,7 +212,7 @@ __device__ void store_tile_outputs(const AttentionShape& a, const Tiles& sh, int
 }
 
 template <class T>
-__global__ void streamed_attention_kernel(AttentionShape a, const T* query_states, const T* key_states,
+__global__ void tiled_attention_kernel(AttentionShape a, const T* query_states, const T* key_states,
                                           const T* value_states, T* attn_context, double* mass_partials,
                                           T* attn_weights) {
   MLA_DYNAMIC_SHARED(double, shared);
@@ -256,7 +256,7 @@ __global__ void mass_reduce_kernel(const double* mass_partials, double* head_sco
 }
 
 template <class T>
-cudaError_t launch(const StreamedAttention& in, cudaStream_t stream) {
+cudaError_t launch(const TiledAttention& in, cudaStream_t stream) {
   const AttentionTiles tiles = attention_tiles(in.qk_head_dim, in.v_head_dim);
   // (the backend refuses head dims that do not fit, or a grid beyond its limit, before this)
   if (!tiles.fits || in.mass_chunks < 1 || in.heads * in.mass_chunks > kMaxGridX) return cudaErrorInvalidValue;
@@ -272,7 +272,7 @@ cudaError_t launch(const StreamedAttention& in, cudaStream_t stream) {
                          static_cast<int>(tiles.kv_stride),
                          in.scaling,
                          in.causal};
-  MLA_LAUNCH(streamed_attention_kernel<T>, static_cast<unsigned>(in.heads * chunks),
+  MLA_LAUNCH(tiled_attention_kernel<T>, static_cast<unsigned>(in.heads * chunks),
              static_cast<unsigned>(kAttentionThreads), static_cast<size_t>(tiles.shared_bytes), stream)(
       a, static_cast<const T*>(in.query_states), static_cast<const T*>(in.key_states),
       static_cast<const T*>(in.value_states), static_cast<T*>(in.attn_context), in.mass_partials,
@@ -287,7 +287,7 @@ cudaError_t launch(const StreamedAttention& in, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t launch_streamed_attention(Storage st, const StreamedAttention& in, cudaStream_t stream) {
+cudaError_t launch_tiled_attention(Storage st, const TiledAttention& in, cudaStream_t stream) {
   return st == Storage::BF16 ? launch<__nv_bfloat16>(in, stream) : launch<float>(in, stream);
 }
 

@@ -1,7 +1,7 @@
 // cuda/workspace_layout.hpp — the device buffers one forward needs, carved out of ONE
 // cudaMalloc (offsets aligned to 256 bytes). Plain C++ so the suite cuda_host checks sizes,
 // alignment and non-overlap without a GPU, and so the memory plan and the benchmark can print
-// the expected size. Every slot is O(S): the attention is streamed (streamed_attention.cu), and
+// the expected size. Every slot is O(S): the attention is streamed (tiled_attention.cu), and
 // the [n, S, S] probabilities get a buffer of their own only when they are asked for
 // (attn_weights_bytes).
 //
@@ -86,7 +86,7 @@ inline int64_t checked_mul(int64_t a, int64_t b, const char* what) {
   return r;
 }
 
-// C of the streamed attention for these dims (launch_geometry.hpp).
+// C of the tiled attention for these dims (launch_geometry.hpp).
 inline int64_t mass_chunks(const WorkspaceDims& d) {
   const AttentionTiles tiles = attention_tiles(d.qk_nope_head_dim + d.qk_rope_head_dim, d.v_head_dim);
   return attention_mass_chunks(d.heads, attention_query_tiles(d.seq_len, tiles));

@@ -23,7 +23,7 @@
 
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/rope.hpp"
 #include "mla/validate.hpp"

@@ -11,12 +11,12 @@
 //
 // Layers of the implementation:
 //   DecodeInputs   what one layer's backend computes once (queries, latent cache, prefill mass)
-//   TokenFeatures  per-token quantities some policies read (src/layer_eviction/token_features.cpp)
+//   TokenFeatures  per-token quantities some policies read (src/kv_cache/token_features.cpp)
 //   DecodeKernel   the attention arithmetic of one decode step: absorbed or naive, in the
 //                  reference (reference/mla_decode.cpp, double loops) or the cpu backend
 //                  (src/cpu/cpu_decode.cpp, Eigen/BLAS); every row of a product that could mix
 //                  runs is computed by itself, so a run's figures do not depend on the others
-//   run_decode     the step loop (src/layer_eviction/decode_loop.cpp): the managers and the metrics; it
+//   run_decode     the step loop (src/decode/decode_loop.cpp): the managers and the metrics; it
 //                  only sees attention probabilities, so tests drive it with hand-made ones.
 //
 // Shape legend (config names): T = P + N rows, n = num_attention_heads, H = hidden_size,
@@ -245,7 +245,7 @@ struct DecodeSummary {
 };
 std::vector<DecodeSummary> summarize(const DecodeResult& r);
 
-// ---- outputs (src/layer_eviction/decode_report.cpp) -------------------------------------------------
+// ---- outputs (src/decode/decode_report.cpp) -------------------------------------------------
 // decode.csv:  policy,budget,step,position,cache_len,evicted,rel_error,cosine,mass_recall
 std::string decode_csv(const DecodeResult& r);
 // summary.csv: policy,budget,mean_rel_error,p95_rel_error,max_rel_error,mean_cosine,mean_mass_recall,mean_cache_len

@@ -1,4 +1,4 @@
-// mla/h2o.hpp — the standalone H2O heavy-hitter selector.
+// mla/h2o_selector.hpp — the standalone H2O heavy-hitter selector.
 //
 // Input: one non-negative score per token (attention mass received). Output: which tokens
 // an H2O cache keeps:

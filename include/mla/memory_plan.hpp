@@ -1,7 +1,7 @@
 // mla/memory_plan.hpp — how much memory a command will need, decided before anything large is
 // allocated, and the one-line refusal when it cannot fit (docs/long-context.md, "Memory plan").
 //
-// The one planner (src/model/memory_plan.cpp) makes every command's decision: run, sweep and
+// The one planner (src/checkpoint/memory_plan.cpp) makes every command's decision: run, sweep and
 // demo (plan_memory), decode (plan_decode_memory), eval (plan_model_memory, plan_model_windows)
 // and synth (plan_synth_memory). Each builds its request from the command's options, estimates
 // it, and when it does not fit names the variants that would (FitAlternatives); the estimates
@@ -101,7 +101,7 @@ BackendMemory reference_backend_memory(const AttentionConfig& cfg, const MemoryR
 BackendMemory cpu_backend_memory(const AttentionConfig& cfg, const MemoryRequest& req);        // src/cpu/
 // Its parts, which decode's prefill (decode_memory.cpp) shares: what the cpu backend holds from
 // prepare() on (weights, the projection slices' rows, the attention primitives), one row
-// chunk's fp32 intermediates of the projections, and one query pass of the streamed attention
+// chunk's fp32 intermediates of the projections, and one query pass of the tiled attention
 // over req.seq_len keys (the pass's q and context rows, the heads in flight, the logits blocks).
 std::vector<MemoryPart> cpu_held_memory(const AttentionConfig& cfg, const MemoryRequest& req);
 std::vector<MemoryPart> cpu_chunk_memory(const AttentionConfig& cfg, const MemoryRequest& req);
@@ -118,7 +118,7 @@ std::vector<MemoryPart> forward_result_memory(const MemoryDims& d, const MemoryR
 
 MemoryEstimate estimate_memory(const AttentionConfig& cfg, const MemoryRequest& req);
 
-// The pieces every plan is made of (a forward's above, decode's in src/layer_eviction/decode_memory.cpp):
+// The pieces every plan is made of (a forward's above, decode's in src/decode/decode_memory.cpp):
 // the peak of `phases` plus the process allowance (process_allowance_bytes, or `process_bytes`
 // where a command counts its own);
 MemoryEstimate estimate_of_phases(std::vector<MemoryPhase> phases, int64_t device_peak_bytes = 0);
@@ -190,7 +190,7 @@ struct MemoryPlan {
 // --dump-tensors, the largest --seq-len).
 MemoryPlan plan_memory(const AttentionConfig& cfg, const MemoryRequest& req, const MemoryBudget& budget);
 
-// ---- decode (src/layer_eviction/decode_memory.cpp: the buffers of `mla-h2o decode`) ---------------
+// ---- decode (src/decode/decode_memory.cpp: the buffers of `mla-h2o decode`) ---------------
 
 struct DecodeMemoryRequest {
   BackendKind backend = BackendKind::Cpu;  // Cpu | Reference
@@ -219,7 +219,7 @@ DecodeMemoryRequest decode_memory_request(const DecodeOptions& opt, int64_t inpu
 // no --dump-tensors, fewer --steps, a shorter --prompt-len).
 MemoryPlan plan_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req, const MemoryBudget& budget);
 
-// ---- eval (src/whole_model/model_forward.cpp: the buffers of a streamed whole-model forward) ----
+// ---- eval (src/model/model_forward.cpp: the buffers of a streamed whole-model forward) ----
 
 struct ModelConfig;
 struct EvalOptions;
@@ -253,7 +253,7 @@ struct ModelWindowsPlan {
 };
 ModelWindowsPlan plan_model_windows(const MemoryEstimate& one_window, int threads, int64_t windows, const MemoryBudget& budget);
 
-// ---- synth (src/model/synth.cpp: each shard is encoded whole in memory before it is written) ----
+// ---- synth (src/checkpoint/synth.cpp: each shard is encoded whole in memory before it is written) ----
 
 struct SynthOptions;
 // One phase per shard: its tensors as stored; the process counted as kSynthProcessBytes.

@@ -124,7 +124,7 @@ std::string byte_level_token_text(const ModelConfig& cfg, int64_t id);
 
 // ---- routing ---------------------------------------------------------------------------------
 
-// One token's routing from its router logits [E] (docs/math.md §15.2; src/whole_model/routing.cpp
+// One token's routing from its router logits [E] (docs/math.md §15.2; src/model/routing.cpp
 // writes out both routers):
 //   DeepseekV3: sigmoid scores; the group-limited top-k of scores + e_score_correction_bias
 //               (group score: the sum of its top 2); weights = the chosen scores, divided by

@@ -26,7 +26,7 @@
 
 #include "mla/attention.hpp"
 #include "mla/config.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "mla/json_text.hpp"
 #include "mla/provenance.hpp"
 #include "mla/safetensors.hpp"

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "mla/report.hpp"
 
 namespace mla {

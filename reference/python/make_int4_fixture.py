@@ -5,7 +5,7 @@ Purpose
   Kimi K2-Thinking, K2.5 and K2.6 publish their routed experts in compressed-tensors'
   `pack-quantized` format: symmetric INT4, one scale per group of 32 inputs. This script lets
   PyPI's compressed-tensors itself write and read back a few such weights, so that the C++
-  loader (src/model/int4.cpp) can be checked against it bit for bit
+  loader (src/checkpoint/int4.cpp) can be checked against it bit for bit
   (tests/unit/test_int4.cpp, suite `int4`):
 
   1. a torch module tree named like a Kimi MoE layer (routed experts' gate/up/down_proj, plus a

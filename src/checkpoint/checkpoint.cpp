@@ -1,4 +1,4 @@
-// src/model/checkpoint.cpp — finding and loading one layer's attention weights.
+// src/checkpoint/checkpoint.cpp — finding and loading one layer's attention weights.
 //
 // Purpose: turn a checkpoint on disk (sharded with model.safetensors.index.json, a single
 // model.safetensors, or one .safetensors file + config) into fp32 LayerWeights, reading
@@ -44,7 +44,7 @@
 #include "mla/int4.hpp"
 #include "mla/layer_tensors.hpp"
 #include "mla/regular_file.hpp"
-#include "src/cpu/cpu_kernels.hpp"  // parallel_for
+#include "mla/threads.hpp"  // parallel_for
 
 namespace mla {
 namespace fs = std::filesystem;
@@ -426,7 +426,7 @@ TensorF Checkpoint::Impl::load_pack_quantized(const std::string& ckpt, const std
   const int64_t words = int4::packed_shape(rows, cols)[1], groups = cols / G;
   const int64_t workers = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(rows / 64, 1));
   std::vector<int64_t> first_bad(static_cast<size_t>(workers), -1);
-  cpu::parallel_for(workers, static_cast<int>(workers), [&](int64_t w, int) {
+  parallel_for(workers, static_cast<int>(workers), [&](int64_t w, int) {
     const int64_t r0 = rows * w / workers, r1 = rows * (w + 1) / workers;
     const std::span<float> out(t.data.data() + r0 * cols, static_cast<size_t>((r1 - r0) * cols));
     int4::dequantize(packed.subspan(static_cast<size_t>(r0 * words * 4), static_cast<size_t>((r1 - r0) * words * 4)),

@@ -1,4 +1,4 @@
-// src/model/config.cpp — config.json -> AttentionConfig, the two built-in geometries, and
+// src/checkpoint/config.cpp — config.json -> AttentionConfig, the two built-in geometries, and
 // AttentionConfig -> config.json.
 //
 // Purpose: read exactly the keys HF `DeepseekV3Attention` and its rotary module read

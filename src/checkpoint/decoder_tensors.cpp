@@ -1,4 +1,4 @@
-// src/model/decoder_tensors.cpp — the tensors of a DeepseekV3 decoder layer beyond its attention
+// src/checkpoint/decoder_tensors.cpp — the tensors of a DeepseekV3 decoder layer beyond its attention
 // (norms, dense MLP, router, shared and routed experts) and of the model head, loaded through
 // Checkpoint::load_tensor by their plain names (mla/model.hpp lists them with their shapes).
 //

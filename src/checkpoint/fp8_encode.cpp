@@ -1,4 +1,4 @@
-// src/model/fp8_encode.cpp — f32 -> FP8 E4M3FN, round to nearest even, saturating
+// src/checkpoint/fp8_encode.cpp — f32 -> FP8 E4M3FN, round to nearest even, saturating
 // (contract and the torch difference in include/mla/fp8.hpp).
 //
 // Notation: the f32 is (-1)^s * 1.mant23 * 2^E (normal) with E = exp8 - 127.

@@ -1,4 +1,4 @@
-// src/model/int4.cpp — compressed-tensors pack-quantized INT4: dequantization (the checkpoint
+// src/checkpoint/int4.cpp — compressed-tensors pack-quantized INT4: dequantization (the checkpoint
 // loader) and quantization (`mla-h2o synth`), bit for bit as compressed-tensors computes them on
 // the CPU (include/mla/int4.hpp has the formulas; docs/checkpoints.md §6; checked against
 // compressed-tensors' own output in tests/unit/test_int4.cpp on tests/data/int4/).

@@ -1,4 +1,4 @@
-// src/model/layer_tensors.cpp — the table of mla/layer_tensors.hpp.
+// src/checkpoint/layer_tensors.cpp — the table of mla/layer_tensors.hpp.
 #include "mla/layer_tensors.hpp"
 
 #include <array>

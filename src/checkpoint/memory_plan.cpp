@@ -1,4 +1,4 @@
-// src/model/memory_plan.cpp — the memory plan of a forward (see mla/memory_plan.hpp and
+// src/checkpoint/memory_plan.cpp — the memory plan of a forward (see mla/memory_plan.hpp and
 // docs/long-context.md "Memory plan"): the pipeline's own buffers (src/cli/run_pipeline.cpp,
 // src/report/dump.cpp), each backend's as it describes them (backend_memory), and the decision.
 //
@@ -13,7 +13,7 @@
 #include "mla/eval.hpp"
 #include "mla/model.hpp"
 #include "mla/synth.hpp"
-#include "src/cpu/cpu_kernels.hpp"
+#include "mla/threads.hpp"
 #include "mla/error.hpp"
 #include "mla/memory_available.hpp"
 
@@ -328,7 +328,7 @@ ModelMemoryRequest eval_memory_request(const EvalOptions& opt, bool dump_tensors
   req.streams = 1 + static_cast<int64_t>(policy_runs(opt.budgets, opt.policies).size());  // full + every run
   req.stream_rows = opt.steps;
   req.keep_hidden_states = dump_tensors;
-  req.threads = cpu::resolve_threads(opt.threads);
+  req.threads = resolve_threads(opt.threads);
   return req;
 }
 

@@ -1,4 +1,4 @@
-// src/model/synth.cpp — synthetic checkpoints with the real Kimi K2.6 layout (`mla-h2o synth`).
+// src/checkpoint/synth.cpp — synthetic checkpoints with the real Kimi K2.6 layout (`mla-h2o synth`).
 //
 // Purpose: a deterministic stand-in for a real checkpoint, so every command can be run and
 // tested without downloading 554 GB. Layout (docs/math.md §1.1, §13.15):

@@ -1,4 +1,4 @@
-// src/model/tokens.cpp — token ids of a text file for byte-level models (mla/model.hpp).
+// src/checkpoint/tokens.cpp — token ids of a text file for byte-level models (mla/model.hpp).
 #include <string>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// src/model/validate.cpp — the validator of mla/validate.hpp. Messages name the config key,
+// src/checkpoint/validate.cpp — the validator of mla/validate.hpp. Messages name the config key,
 // tensor, row and column involved, never the backend that called.
 #include "mla/validate.hpp"
 

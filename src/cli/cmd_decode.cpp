@@ -7,7 +7,7 @@
 //   (first)   the flags checked (check_decode_flags: overflow-safe, before any work), then the
 //             output set opened (mla/output_set.hpp), so a bad or busy --out fails early
 //   load      the shared load: checkpoint, input (opened once), decode's own memory plan
-//             (src/layer_eviction/decode_memory.cpp), layer, input rows; then the decode options are
+//             (src/decode/decode_memory.cpp), layer, input rows; then the decode options are
 //             checked against the T rows
 //   prefill   the backend's inputs: projections of all T rows, the causal prefill's attention
 //             mass per head, the latent cache, the held queries (compute_cpu_decode_inputs, or
@@ -36,7 +36,7 @@
 #include "mla/checkpoint.hpp"
 #include "mla/decode.hpp"
 #include "mla/error.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/output_set.hpp"
 #include "mla/policy.hpp"

@@ -48,7 +48,7 @@
 #include "mla/safetensors.hpp"
 #include "mla/stage_timer.hpp"
 #include "mla_build_config.h"
-#include "src/cpu/cpu_kernels.hpp"
+#include "mla/threads.hpp"
 #include "src/cpu/fixed_order.hpp"
 
 namespace mla::cli {
@@ -413,7 +413,7 @@ ModelWindowsPlan check_eval_memory(const ModelConfig& cfg, const EvalOptions& op
   const MemoryBudget budget = host_memory_budget();
   const MemoryPlan mp = plan_model_memory(cfg, eval_memory_request(opt, dump), budget);
   if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
-  return plan_model_windows(mp.estimate, cpu::resolve_threads(opt.threads), windows, budget);
+  return plan_model_windows(mp.estimate, resolve_threads(opt.threads), windows, budget);
 }
 
 // One window to evaluate: its ids, where they came from, and its options (P and N may differ
@@ -428,7 +428,7 @@ struct WindowJob {
 void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs, int64_t workers) {
   EvalCost total;
   for (const WindowJob& j : jobs) total += eval_cost(cfg, j.opt);
-  const int each = std::max(1, cpu::resolve_threads(jobs.front().opt.threads) / static_cast<int>(workers));
+  const int each = std::max(1, resolve_threads(jobs.front().opt.threads) / static_cast<int>(workers));
   const EvalRates rates = measure_eval_rates(cfg, jobs.front().opt, each);
   std::string windows;
   if (jobs.size() > 1) windows = ", " + std::to_string(jobs.size()) + " windows";
@@ -465,13 +465,13 @@ std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, 
   }
   std::vector<EvalWindow> windows(static_cast<size_t>(W));
   timed(stages, "eval", [&] {
-    const int threads = cpu::resolve_threads(jobs.front().opt.threads);
+    const int threads = resolve_threads(jobs.front().opt.threads);
     const int each = std::max(1, threads / static_cast<int>(workers));
     std::mutex progress_mutex;
     std::atomic<bool> failed{false};  // a worker's error stops the others at their next window
     int64_t done_all = 0;  // decode steps of every layer done, over the windows
     const char* what = W > 1 ? "decode steps (all layers, all windows)" : "decode steps (all layers)";
-    cpu::parallel_for(workers, static_cast<int>(workers), [&](int64_t worker, int) {
+    parallel_for(workers, static_cast<int>(workers), [&](int64_t worker, int) {
       std::optional<Checkpoint> own;
       if (worker > 0) own.emplace(Checkpoint::open(plan.checkpoint, plan.config_path));
       const Checkpoint& ckpt = worker > 0 ? *own : m.ckpt;
@@ -539,7 +539,7 @@ EvalRunInfo run_info(const EvalPlan& plan, const LoadedModel& m, const std::stri
   info.input = input;
   info.tokens = tokens;
   info.latent_norm_eps_mode = eps_mode;
-  info.threads = cpu::resolve_threads(opt.threads);
+  info.threads = resolve_threads(opt.threads);
   info.compression_ratios = plan.ratios;
   info.model_files = model_files;
   info.memory_planned_bytes = mem.host_peak_bytes;

@@ -24,7 +24,7 @@
 #include "mla/synth.hpp"
 #include "mla/tasks.hpp"
 #include "mla/error.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "mla/output_set.hpp"
 #include "mla/regular_file.hpp"
 #include "mla/report.hpp"

@@ -26,7 +26,7 @@
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "mla/error.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "mla/output_set.hpp"
 #include "mla/regular_file.hpp"
 #include "mla/report.hpp"

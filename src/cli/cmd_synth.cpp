@@ -2,7 +2,7 @@
 // K2.6 layout (config.json nested under text_config, model.safetensors.index.json, shards
 // named model-0000i-of-0000NN.safetensors, names language_model.model.layers.L.self_attn.*).
 // The weight recipe and the random stream of every tensor are documented in
-// src/model/synth.cpp; the same --seed always gives the same bytes.
+// src/checkpoint/synth.cpp; the same --seed always gives the same bytes.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>

@@ -17,7 +17,7 @@
 #include "mla/regular_file.hpp"
 #include "mla/safetensors.hpp"
 #include "src/cpu/cpu_kernels.hpp"
-#include "src/cpu/cpu_stages.hpp"
+#include "src/cpu/attention_stages.hpp"
 
 namespace mla::cli {
 

@@ -18,7 +18,7 @@
 #include "inputs.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/report.hpp"
 #include "mla/stage_timer.hpp"

@@ -165,15 +165,15 @@ QueryStatistics KeptQueries::statistics(const AttentionConfig& cfg, const std::v
       first_ + rows_.rows(), positions, first_);
 }
 
-// ---- the streamed kernel ---------------------------------------------------------------------
+// ---- the tiled kernel ---------------------------------------------------------------------
 
-StreamedAttention::StreamedAttention(const Layer& L, int64_t key_rows, bool causal)
+TiledAttention::TiledAttention(const Layer& L, int64_t key_rows, bool causal)
     : L_(L),
       states_(key_rows, L.cfg.num_attention_heads, L.cfg.qk_nope_head_dim, L.cfg.qk_rope_head_dim, L.cfg.v_head_dim,
               L.precision),
       causal_(causal) {}
 
-void StreamedAttention::plug(AttentionPlugs& plugs) {
+void TiledAttention::plug(AttentionPlugs& plugs) {
   plugs.keys = [this](int64_t r0, int64_t rows, const KvPath& kvp, const MatrixRM& k_pe_roped) {
     store(r0, rows, kvp, k_pe_roped);
   };
@@ -182,7 +182,7 @@ void StreamedAttention::plug(AttentionPlugs& plugs) {
 }
 
 // the rows of [r0, r0 + rows) below key_rows, into the states (the run's precision: exact)
-void StreamedAttention::store(int64_t r0, int64_t rows, const KvPath& kvp, const MatrixRM& k_pe_roped) {
+void TiledAttention::store(int64_t r0, int64_t rows, const KvPath& kvp, const MatrixRM& k_pe_roped) {
   const int64_t stored = std::clamp<int64_t>(states_.seq_len - r0, 0, rows);
   if (stored == 0) return;
   states_.set_kv_rows(r0, stored, kvp.kv.data(), kvp.kv.cols(), L_.threads);
@@ -190,26 +190,26 @@ void StreamedAttention::store(int64_t r0, int64_t rows, const KvPath& kvp, const
 }
 
 // query rows [r0, r0 + rows) against every stored key they see; P·V into ctx unless it has no rows
-void StreamedAttention::attend(const MatrixRM& q, int64_t r0, MatrixRM& ctx) {
+void TiledAttention::attend(const MatrixRM& q, int64_t r0, MatrixRM& ctx) {
   const AttentionConfig& cfg = L_.cfg;
   const int64_t n = cfg.num_attention_heads, d_qk = cfg.qk_head_dim(), d_v = cfg.v_head_dim;
   const int64_t P = states_.seq_len, rows = q.rows();
   const bool context = ctx.rows() > 0;
-  if (head_mass == nullptr) fail(ErrorKind::InvalidArgument, "streamed attention: no head mass to write");
+  if (head_mass == nullptr) fail(ErrorKind::InvalidArgument, "tiled attention: no head mass to write");
   const float scaling = static_cast<float>(softmax_scale(cfg));  // a Python float, used as fp32 by torch
   // progress in FLOP of the products per computed query·key pair (2 d_qk for the scores, 2 d_v
   // more for P·V): the work, so the time left extrapolates correctly although causal blocks grow
   const int64_t flop_per_pair = 2 * (d_qk + (context ? d_v : 0));
-  const int64_t total_pairs = streaming_pairs(P, n, causal_);
+  const int64_t total_pairs = tiled_pairs(P, n, causal_);
   BlockProgress block_progress;
   if (progress)
     block_progress = [&](int64_t done, int64_t) {
       progress(progress_label, (pairs_before_ + done) * flop_per_pair, total_pairs * flop_per_pair);
     };
-  streaming_attention(q.data(), n * d_qk, states_, causal_, scaling, L_.precision, L_.threads, L_.w.gemm.attention_products,
+  tiled_attention(q.data(), n * d_qk, states_, causal_, scaling, L_.precision, L_.threads, L_.w.gemm.attention_products,
                       block_progress,
                       {context ? ctx.data() : nullptr, context ? n * d_v : 0, head_mass, attn_weights}, {r0, r0 + rows});
-  pairs_before_ += streaming_pairs(P, n, causal_, {r0, r0 + rows});
+  pairs_before_ += tiled_pairs(P, n, causal_, {r0, r0 + rows});
 }
 
 // ---- the row kernel --------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // src/cpu/attention_pipeline.hpp — THE attention layer on the CPU: one function, attention_layer,
-// runs HF DeepseekV3Attention's stages (cpu_stages.hpp) over the rows of every CPU caller, in three
+// runs HF DeepseekV3Attention's stages (attention_stages.hpp) over the rows of every CPU caller, in three
 // passes (docs/long-context.md §1, docs/backends.md §3):
 //
 //   1. projections, kRowChunk rows at a time: x = input(rows) -> q latent (stored for every row
@@ -11,9 +11,9 @@
 //   3. o_proj, kRowChunk rows at a time -> attn_output rows to plugs.output
 //
 // Its callers plug in their key store and attention:
-//   run, sweep (cpu_backend.cpp), decode's prefill (cpu_decode.cpp)   StreamedAttention: keys in
-//       KeyValueStates, each pass by streaming_attention (block products on Eigen/oneDNN, head mass)
-//   the whole-model forward, eval's prompt (src/whole_model/, src/eval/)  CausalRowAttention: keys
+//   run, sweep (cpu_backend.cpp), decode's prefill (cpu_decode.cpp)   TiledAttention: keys in
+//       KeyValueStates, each pass by tiled_attention (block products on Eigen/oneDNN, head mass)
+//   the whole-model forward, eval's prompt (src/model/, src/eval/)  CausalRowAttention: keys
 //       in RowKeys, each row by attend_row over positions 0..s (fixed-order sums)
 //   eval's decode rows of every run at once (src/eval/eval_loop.cpp)  each run's own keys, the
 //       policies' step loop
@@ -29,9 +29,9 @@
 #include <functional>
 #include <vector>
 
-#include "cpu_stages.hpp"
+#include "attention_stages.hpp"
 #include "row_attention.hpp"
-#include "streaming_attention.hpp"
+#include "tiled_attention.hpp"
 #include "mla/decode.hpp"
 #include "mla/stage_timer.hpp"
 #include "mla/tensor.hpp"
@@ -99,13 +99,13 @@ class KeptQueries {
   PrecisionMatrix rows_;  // [end - first, n*d_qk]
 };
 
-// The streamed kernel as the key store and attention (run, sweep, decode's prefill): the keys
+// The tiled kernel as the key store and attention (run, sweep, decode's prefill): the keys
 // of rows [0, key_rows) in KeyValueStates (the run's precision), each pass's rows by
-// streaming_attention on L.w.gemm.attention_products (streaming_attention.hpp), the mass per head into
+// tiled_attention on L.w.gemm.attention_products (tiled_attention.hpp), the mass per head into
 // head_mass; the states freed after the last pass.
-class StreamedAttention {
+class TiledAttention {
  public:
-  StreamedAttention(const Layer& L, int64_t key_rows, bool causal);
+  TiledAttention(const Layer& L, int64_t key_rows, bool causal);
   // Sets plugs.keys, plugs.attend and plugs.attended; this object must outlive the call.
   void plug(AttentionPlugs& plugs);
   const KeyValueStates& states() const { return states_; }

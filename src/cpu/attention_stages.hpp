@@ -1,4 +1,4 @@
-// src/cpu/cpu_stages.hpp — the stages of the CPU attention layer, one function per stage of HF
+// src/cpu/attention_stages.hpp — the stages of the CPU attention layer, one function per stage of HF
 // DeepseekV3Attention.forward, in the order the reference (reference/mla_reference.hpp) runs
 // them; attention_pipeline.hpp composes them (the one CPU attention layer):
 //
@@ -7,8 +7,8 @@
 //   kv_path   compressed_kv = kv_a_proj_with_mqa(x) = [latent | k_pe];
 //             kv = kv_b_proj(kv_a_layernorm(latent))                          §3.3
 //   rope      q's rope halves and k_pe rotated at the given positions         §3.4, §6
-//   attend    the caller's kernel: streamed per head and block of 64 queries
-//             (streaming_attention.hpp) or row by row (row_attention.hpp)     §3.6
+//   attend    the caller's kernel: tiled per head and block of 64 queries
+//             (tiled_attention.hpp) or row by row (row_attention.hpp)     §3.6
 //   o_proj    attn_output = o_proj(attn_context)                              §3.6 step 7
 //   export    the backend's ForwardResult (widened to double; states on request)
 //
@@ -29,7 +29,7 @@
 
 #include "cpu_kernels.hpp"
 #include "gemm_engine.hpp"
-#include "streaming_attention.hpp"
+#include "tiled_attention.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
 #include "mla/config.hpp"

@@ -41,7 +41,7 @@
 #include "mla/validate.hpp"
 #include "src/cpu/attention_pipeline.hpp"
 #include "src/cpu/cpu_kernels.hpp"
-#include "src/cpu/cpu_stages.hpp"
+#include "src/cpu/attention_stages.hpp"
 
 namespace mla {
 namespace {
@@ -282,7 +282,7 @@ class CpuDecodeKernel final : public DecodeKernel {
 }  // namespace
 
 // The prefill through the one CPU attention layer (attention_pipeline.hpp, the backend's forward's
-// passes; docs/long-context.md §1) with the streamed kernel plugged in, so that only the q latent,
+// passes; docs/long-context.md §1) with the tiled kernel plugged in, so that only the q latent,
 // the prompt's keys/values (in the run's precision) and the latent cache are held for all rows:
 //   1. projections, kRowChunk rows at a time over all T rows: the prompt rows' keys/values into
 //      KeyValueStates [P], every row's latent cache row;
@@ -292,7 +292,7 @@ class CpuDecodeKernel final : public DecodeKernel {
 //      are kept as they come.
 // The same numbers as one pass over all rows: chunked projections give the same bits
 // (kRowChunk is a multiple of the engines' row chunks), the stores hold the run's values
-// exactly, and query passes add up to one streamed call (suite streaming).
+// exactly, and query passes add up to one streamed call (suite tiled).
 DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWeights& w, const TensorF& hidden,
                                        const DecodeInputsRequest& req, const ForwardOptions& opt) {
   validate_layer(cfg, w, opt);  // the same checks and messages as every backend's prepare + forward
@@ -317,7 +317,7 @@ DecodeInputs compute_cpu_decode_inputs(const AttentionConfig& cfg, const LayerWe
   const int64_t first = req.statistics_from;
   cpu::KeptQueries statistics_rows(first >= 0 ? first : P, P, n, d_qk, opt.precision);
 
-  cpu::StreamedAttention attention(L, P, /*causal=*/true);
+  cpu::TiledAttention attention(L, P, /*causal=*/true);
   attention.progress_label = "prefill attention FLOP";
   attention.progress = opt.progress;
   cpu::AttentionPlugs plugs;

@@ -22,6 +22,7 @@
 // function below names the §7 rounding points it applies.
 #pragma once
 
+#include "mla/threads.hpp"
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -41,12 +42,9 @@ using ConstStridedView = Eigen::Map<const MatrixRM, 0, Eigen::OuterStride<>>;
 
 // ---- threading ---------------------------------------------------------------------------
 
-// Threads to use for `requested` (0 = all cores reported by the OS).
-int resolve_threads(int requested);
-
-// Runs body(i, worker) for i in [0, count) on `threads` workers (the caller is worker 0);
-// items are handed out one at a time. The first exception thrown by a body is rethrown.
-void parallel_for(int64_t count, int threads, const std::function<void(int64_t, int)>& body);
+// The worker pool (mla/threads.hpp), by its names in this namespace.
+using mla::parallel_for;
+using mla::resolve_threads;
 
 // While alive, OpenBLAS uses `threads` threads per sgemm (no effect without OpenBLAS).
 class BlasThreads {
@@ -133,7 +131,7 @@ struct HeadViews {
 constexpr int64_t kQueryRowBlock = 64;
 
 // The attention of one head is computed per block of query rows by the functions
-// below (streaming_attention.hpp runs them on every block, so no [S, S] matrix is needed).
+// below (tiled_attention.hpp runs them on every block, so no [S, S] matrix is needed).
 // A block: query rows [row_begin, row_begin + rows) against keys [0, keys), where
 //   keys = row_begin + rows (causal: later keys are masked for every row of the block) or S.
 struct RowBlock {

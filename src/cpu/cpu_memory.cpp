@@ -1,7 +1,7 @@
 // src/cpu/cpu_memory.cpp — the cpu backend's buffers, phase by phase, for the memory plan
 // (mla/memory_plan.hpp, docs/long-context.md §3). Each part is a buffer of cpu_backend.cpp's
 // three passes (projections by row chunks, attention by query passes, o_proj by row chunks),
-// streaming_attention.cpp, onednn_attention.cpp and gemm_engine.cpp, sized from the geometry:
+// tiled_attention.cpp, onednn_attention.cpp and gemm_engine.cpp, sized from the geometry:
 // keep them in step.
 //
 // Shape legend: S = tokens, H = hidden_size, n = heads, r_q = q_lora_rank, r_kv = kv_lora_rank,
@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "cpu_kernels.hpp"
-#include "cpu_stages.hpp"
+#include "attention_stages.hpp"
 #include "gemm_engine.hpp"
 #include "onednn_attention.hpp"
 #include "mla/error.hpp"

@@ -37,7 +37,7 @@ bool fixed_order_avx2();
 // benchmarks that compare the paths; false (nothing changed) when this CPU lacks it.
 bool set_fixed_order_isa(const std::string& name);
 
-// The engine of the whole-model forward (src/whole_model/). Its kind() reports Gemm::Auto (it is not
+// The engine of the whole-model forward (src/model/). Its kind() reports Gemm::Auto (it is not
 // one of --gemm's choices); name() is "fixed-order fp32 FMA chains".
 std::unique_ptr<GemmEngine> make_fixed_order_engine();
 

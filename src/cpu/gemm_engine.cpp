@@ -23,7 +23,7 @@
 #include "mla/error.hpp"
 #include "mla/huge_pages.hpp"
 #include "mla_build_config.h"
-#include "cpu_stages.hpp"  // kRowChunk
+#include "attention_stages.hpp"  // kRowChunk
 
 #include "kernel_check.hpp"
 #include "onednn_common.hpp"
@@ -318,8 +318,8 @@ class DnnlLinear final : public PreparedLinear {
   static constexpr int64_t kBlockedRowChunk = 512;
   // ... and with a plain layout, which needs no buffer, in chunks of the forward's own row chunk
   // (bounds the primitives a slice keeps, one per row count; gemm:jit runs best on all the rows).
-  static constexpr int64_t kPlainRowChunk = kRowChunk;  // cpu_stages.hpp
-  static_assert(kRowChunk % kBlockedRowChunk == 0, "a pipeline chunk is whole blocked chunks (cpu_stages.hpp)");
+  static constexpr int64_t kPlainRowChunk = kRowChunk;  // attention_stages.hpp
+  static_assert(kRowChunk % kBlockedRowChunk == 0, "a pipeline chunk is whole blocked chunks (attention_stages.hpp)");
 
   struct Primitive {
     dnnl::matmul::primitive_desc pd;

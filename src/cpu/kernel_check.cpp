@@ -13,7 +13,7 @@
 #include "mla/bf16.hpp"
 #include "mla/random.hpp"
 #include "onednn_attention.hpp"
-#include "streaming_attention.hpp"
+#include "tiled_attention.hpp"
 
 namespace mla::cpu {
 namespace {
@@ -95,7 +95,7 @@ std::string check_attention_kernel(bool bf16) {
   auto attend = [&](Gemm products, std::vector<float>& context, std::vector<double>& mass) {
     context.assign(static_cast<size_t>(S * n * d_v), 0.0f);
     mass.assign(static_cast<size_t>(n * S), 0.0);
-    streaming_attention(query.data(), n * d_qk, states, true, scaling, precision, 1, products, {},
+    tiled_attention(query.data(), n * d_qk, states, true, scaling, precision, 1, products, {},
                         {context.data(), n * d_v, mass.data()});
   };
   std::vector<float> got, ref_context;

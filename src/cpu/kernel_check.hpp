@@ -7,9 +7,9 @@
 // small probe and compared with a reference:
 //   projection   y [9, 144] = x [9, 64] W^T [64, 144] + b   (two column slices; bf16: bf16
 //                values, one rounding of y) against the same sum in double
-//   attention    the per-head products (scores = q k^T, P·V) of a causal streaming_attention,
+//   attention    the per-head products (scores = q k^T, P·V) of a causal tiled_attention,
 //                2 heads x 80 tokens (a full and a partial 64-row block), d_qk 12, d_v 8,
-//                against the Eigen products of the same call (suite streaming ties those to
+//                against the Eigen products of the same call (suite tiled ties those to
 //                the whole-matrix attention)
 // A product whose result leaves its row of kKernelCheckTolerances is refused: the engine falls
 // back (attention products to Eigen, a refused projection to the Eigen engine), the run's

@@ -1,4 +1,4 @@
-// src/cpu/onednn_attention.cpp — streaming_attention's per-head products on oneDNN matmul
+// src/cpu/onednn_attention.cpp — tiled_attention's per-head products on oneDNN matmul
 // primitives; see onednn_attention.hpp for the contract and docs/cpu-gemm.md §9.
 //
 // Shape legend as in the header; N = the block's keys rounded up to key_granularity(S). oneDNN
@@ -22,7 +22,7 @@
 
 #include "mla/bf16.hpp"
 #include "mla/error.hpp"
-#include "cpu_stages.hpp"
+#include "attention_stages.hpp"
 #include "onednn_common.hpp"
 #include "vector_kernels.hpp"
 
@@ -386,7 +386,7 @@ std::set<MatmulShape> onednn_attention_shape_log(bool clear) {
 
 }  // namespace mla::cpu
 
-#else  // no oneDNN: streaming_attention never asks for these
+#else  // no oneDNN: tiled_attention never asks for these
 
 #include "mla/error.hpp"
 

@@ -1,4 +1,4 @@
-// src/cpu/onednn_attention.hpp — the per-head products of streaming_attention on oneDNN matmul
+// src/cpu/onednn_attention.hpp — the per-head products of tiled_attention on oneDNN matmul
 // primitives, used when the run's GEMM engine is oneDNN (docs/cpu-gemm.md §9):
 //
 //   scores       = query_block key^T   [rows, keys] = [rows, d_qk] x [d_qk, keys]   docs/math.md §3.6 step 2
@@ -30,7 +30,7 @@
 #include <set>
 #include <string>
 
-#include "streaming_attention.hpp"
+#include "tiled_attention.hpp"
 
 namespace mla::cpu {
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "mla/attention.hpp"
-#include "streaming_attention.hpp"  // PrecisionMatrix
+#include "tiled_attention.hpp"  // PrecisionMatrix
 
 namespace mla::cpu {
 

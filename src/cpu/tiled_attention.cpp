@@ -1,7 +1,7 @@
-// src/cpu/streaming_attention.cpp — streamed attention + H2O mass (see the header and
+// src/cpu/tiled_attention.cpp — tiled attention + H2O mass (see the header and
 // docs/long-context.md). Shape legend as in the header. The oneDNN products are in
 // onednn_attention.cpp.
-#include "streaming_attention.hpp"
+#include "tiled_attention.hpp"
 
 #include <algorithm>
 #include <condition_variable>
@@ -88,7 +88,7 @@ int64_t KeyValueStates::bytes() const {
   return b;
 }
 
-// ---- streaming_attention --------------------------------------------------------------------
+// ---- tiled_attention --------------------------------------------------------------------
 
 namespace {
 
@@ -101,7 +101,7 @@ QueryRows resolved(QueryRows r, int64_t S) {
 
 }  // namespace
 
-int64_t streaming_pairs(int64_t seq_len, int64_t heads, bool causal, QueryRows rows) {
+int64_t tiled_pairs(int64_t seq_len, int64_t heads, bool causal, QueryRows rows) {
   rows = resolved(rows, seq_len);
   int64_t pairs = 0;
   for (int64_t r = rows.begin; r < rows.end; r += kQueryRowBlock) {
@@ -179,7 +179,7 @@ class HeadSlots {
             slot = &s;
             break;
           }
-        if (slot == nullptr) fail(ErrorKind::InvalidArgument, "streaming_attention: more heads in flight than workers");
+        if (slot == nullptr) fail(ErrorKind::InvalidArgument, "tiled_attention: more heads in flight than workers");
         slot->head = h;
         slot->ready = false;
         slot->next_block = 0;
@@ -235,7 +235,7 @@ class HeadSlots {
     std::unique_ptr<HeadOperands> operands;
   };
   [[noreturn]] static void throw_aborted() {
-    fail(ErrorKind::InvalidArgument, "streaming_attention: stopped because another worker failed");
+    fail(ErrorKind::InvalidArgument, "tiled_attention: stopped because another worker failed");
   }
   Slot* find(int64_t h) {
     for (Slot& s : slots_)
@@ -256,14 +256,14 @@ std::unique_ptr<BlockProducts> make_block_products(Gemm engine, const KeyValueSt
   return std::make_unique<EigenBlockProducts>(kv, precision);
 }
 
-void streaming_attention(const float* query, int64_t ld_query, const KeyValueStates& kv, bool causal,
+void tiled_attention(const float* query, int64_t ld_query, const KeyValueStates& kv, bool causal,
                          float scaling, Precision precision, int threads, Gemm products,
-                         const BlockProgress& progress, const StreamingOutputs& out, QueryRows rows) {
+                         const BlockProgress& progress, const TiledOutputs& out, QueryRows rows) {
   const int64_t S = kv.seq_len, n = kv.heads, d_qk = kv.qk_nope_head_dim + kv.qk_rope_head_dim;
   const int64_t d_v = kv.v_head_dim;
   rows = resolved(rows, S);
   if (rows.begin % kQueryRowBlock != 0 || rows.begin < 0 || rows.end > S || rows.begin > rows.end)
-    fail(ErrorKind::InvalidArgument, "streaming_attention: query rows [" + std::to_string(rows.begin) + ", " +
+    fail(ErrorKind::InvalidArgument, "tiled_attention: query rows [" + std::to_string(rows.begin) + ", " +
                                   std::to_string(rows.end) + ") of " + std::to_string(S));
   const int64_t blocks = (rows.end - rows.begin + kQueryRowBlock - 1) / kQueryRowBlock;  // per head
   const int64_t items = n * blocks;
@@ -284,7 +284,7 @@ void streaming_attention(const float* query, int64_t ld_query, const KeyValueSta
     if (w.products->takes_bits()) w.bits.resize(static_cast<size_t>(max_rows * w.products->columns(largest)));
   }
   HeadSlots slots(workers, *spaces.front().products);
-  const int64_t total = streaming_pairs(S, n, causal, rows);
+  const int64_t total = tiled_pairs(S, n, causal, rows);
   int64_t done = 0;
   std::mutex progress_mutex;
   BlasThreads one_blas_thread_per_worker(1);

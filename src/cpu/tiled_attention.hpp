@@ -1,4 +1,4 @@
-// src/cpu/streaming_attention.hpp — the attention of every head (docs/math.md §3.6) and its
+// src/cpu/tiled_attention.hpp — the attention of every head (docs/math.md §3.6) and its
 // H2O attention mass without the [n, S, S] probabilities: per head and block of query rows,
 // the block's logits [rows, keys] are computed into a per-worker buffer, then each row in turn
 // (vector_kernels.hpp softmax_row, while the row is in cache):
@@ -10,7 +10,7 @@
 // worked on (at most one per worker), its keys/values widened to fp32 [S, d_qk + d_v] (oneDNN
 // products: its keys [S, d_qk] in the run's precision) and per worker one logits block
 // [64, S] (oneDNN bf16: and its probabilities as bf16 bits). Only a
-// dump asks for the [n, S, S] probabilities (StreamingOutputs::attn_weights), which are then
+// dump asks for the [n, S, S] probabilities (TiledOutputs::attn_weights), which are then
 // copied out block by block: the values do not depend on whether they are kept.
 // The two products of each block (scores = q k^T, P·V) run on the engine of the run's
 // projections (BlockProducts): Eigen + OpenBLAS sgemm (cpu_kernels.hpp's block_scores and
@@ -82,7 +82,7 @@ struct KeyValueStates {
 };
 
 // Called after each finished (head, row block) with the query·key pairs computed so far in
-// this call and the call's total (streaming_pairs): the work, so the time left can be
+// this call and the call's total (tiled_pairs): the work, so the time left can be
 // extrapolated (causal blocks grow with their row). Calls come from the worker threads one at
 // a time (under a lock), `done` strictly increasing.
 using BlockProgress = std::function<void(int64_t done, int64_t total)>;
@@ -124,7 +124,7 @@ class BlockProducts {
 // One worker's products on `engine` (Gemm::Eigen or Gemm::OneDnn) for the heads of kv.
 std::unique_ptr<BlockProducts> make_block_products(Gemm engine, const KeyValueStates& kv, Precision precision);
 
-struct StreamingOutputs {
+struct TiledOutputs {
   float* attn_context;     // [rows, n*d_v] the call's query rows, row stride ld_context; head h at
   int64_t ld_context;      //   column h*d_v (bf16 values in bf16 mode); nullptr: P·V not computed
   double* head_scores;     // [n*S] attention mass key t receives from head h: head_scores[h*S + t]
@@ -146,12 +146,12 @@ struct QueryRows {
   int64_t begin = 0;
   int64_t end = -1;  // -1: S
 };
-void streaming_attention(const float* query, int64_t ld_query, const KeyValueStates& kv, bool causal,
+void tiled_attention(const float* query, int64_t ld_query, const KeyValueStates& kv, bool causal,
                          float scaling, Precision precision, int threads, Gemm products, const BlockProgress& progress,
-                         const StreamingOutputs& out, QueryRows rows = {});
+                         const TiledOutputs& out, QueryRows rows = {});
 
-// Query·key pairs streaming_attention computes for query rows [row_begin, row_end) of S tokens
+// Query·key pairs tiled_attention computes for query rows [row_begin, row_end) of S tokens
 // and n heads (causal: each block against keys [0, its last row + 1)); what it reports progress in.
-int64_t streaming_pairs(int64_t seq_len, int64_t heads, bool causal, QueryRows rows = {});
+int64_t tiled_pairs(int64_t seq_len, int64_t heads, bool causal, QueryRows rows = {});
 
 }  // namespace mla::cpu

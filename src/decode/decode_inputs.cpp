@@ -1,4 +1,4 @@
-// src/layer_eviction/decode_inputs.cpp — what one layer's backend computes once for a decode run
+// src/decode/decode_inputs.cpp — what one layer's backend computes once for a decode run
 // (include/mla/decode.hpp DecodeInputs; docs/decode.md §1). Projections do not depend on
 // eviction, so they run once for all T rows.
 //

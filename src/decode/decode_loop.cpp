@@ -1,4 +1,4 @@
-// src/layer_eviction/decode_loop.cpp — the decode step loop (include/mla/decode.hpp; docs/decode.md §1,
+// src/decode/decode_loop.cpp — the decode step loop (include/mla/decode.hpp; docs/decode.md §1,
 // §4). The policies themselves live in src/policies/ behind CacheManager; this file drives them
 // with a DecodeKernel's attention and measures what their caches do to the output:
 //

@@ -1,5 +1,5 @@
-// src/layer_eviction/decode_memory.cpp — the memory estimate of `mla-h2o decode` (mla/memory_plan.hpp;
-// the decision is the planner's, src/model/memory_plan.cpp): the buffers of src/cpu/cpu_decode.cpp and decode_inputs.cpp (the prefill and the kernel),
+// src/decode/decode_memory.cpp — the memory estimate of `mla-h2o decode` (mla/memory_plan.hpp;
+// the decision is the planner's, src/checkpoint/memory_plan.cpp): the buffers of src/cpu/cpu_decode.cpp and decode_inputs.cpp (the prefill and the kernel),
 // token_features.cpp, src/policies/ (each cache manager's state) and decode_loop.cpp (the
 // traces), phase by phase, sized from the geometry and the flags; keep
 // them in step with that code.
@@ -12,7 +12,7 @@
 
 #include "mla/memory_plan.hpp"
 #include "src/cpu/cpu_kernels.hpp"
-#include "src/cpu/cpu_stages.hpp"
+#include "src/cpu/attention_stages.hpp"
 
 namespace mla {
 namespace {

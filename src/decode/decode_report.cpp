@@ -1,4 +1,4 @@
-// src/layer_eviction/decode_report.cpp — the outputs of `mla-h2o decode` (docs/decode.md §4), each a
+// src/decode/decode_report.cpp — the outputs of `mla-h2o decode` (docs/decode.md §4), each a
 // pure function of the DecodeResult / summaries, so tests check them on small runs:
 //   decode.csv   one row per (policy, budget, step)
 //   summary.csv  one row per (policy, budget)

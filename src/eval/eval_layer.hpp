@@ -15,7 +15,7 @@
 #include "mla/model.hpp"
 #include "mla/policy.hpp"
 #include "src/cpu/row_attention.hpp"
-#include "src/whole_model/decoder_layer.hpp"
+#include "src/model/decoder_layer.hpp"
 
 namespace mla::eval {
 

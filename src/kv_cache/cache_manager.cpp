@@ -1,4 +1,4 @@
-// src/policies/cache_manager.cpp — what every policy shares (CacheManager, mla/policy.hpp):
+// src/kv_cache/cache_manager.cpp — what every policy shares (CacheManager, mla/policy.hpp):
 //
 //   prefill   cache = 0..P-1; if P > K: evict the P - K lowest-scored evictable tokens
 //   step x    cache += x (begin_step); the attention is observed (end_step); then while
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "mla/error.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "src/policies/policy_entry.hpp"
 
 namespace mla {

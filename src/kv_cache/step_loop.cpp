@@ -1,4 +1,4 @@
-// src/layer_eviction/step_loop.cpp — the one decode step loop (mla/step_loop.hpp).
+// src/kv_cache/step_loop.cpp — the one decode step loop (mla/step_loop.hpp).
 //
 // Shape legend: n heads, x position, m = |cache|.
 #include "mla/step_loop.hpp"
@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "mla/error.hpp"
-#include "src/cpu/cpu_kernels.hpp"
+#include "mla/threads.hpp"
 
 namespace mla {
 namespace {
@@ -72,7 +72,7 @@ std::vector<std::vector<StepFigures>> run_steps(std::span<CacheManager* const> m
       f.evicted = gone.empty() ? -1 : gone.front();
       f.held = static_cast<int64_t>(m.cache().size());
     };
-    cpu::parallel_for(R, workers, step);  // inline, in run order, for one worker
+    parallel_for(R, workers, step);  // inline, in run order, for one worker
     attention.end_position(x);
     if (opt.progress) opt.progress(i + 1, N);
   }

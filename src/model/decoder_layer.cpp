@@ -1,4 +1,4 @@
-// src/whole_model/decoder_layer.cpp — one DeepseekV3DecoderLayer (or DeepseekV2DecoderLayer) on
+// src/model/decoder_layer.cpp — one DeepseekV3DecoderLayer (or DeepseekV2DecoderLayer) on
 // the CPU (decoder_layer.hpp): norms, the attention's projections on the fixed-order engine,
 // o_proj, residual adds, the dense SwiGLU MLP and the MoE (router, routed experts, shared
 // experts). The two families differ only in RoPE (cpu::rope) and in the router's scores and

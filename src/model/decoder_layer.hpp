@@ -1,4 +1,4 @@
-// src/whole_model/decoder_layer.hpp — one DeepseekV3DecoderLayer on the CPU, one function per
+// src/model/decoder_layer.hpp — one DeepseekV3DecoderLayer on the CPU, one function per
 // equation (docs/math.md §15), every one row-wise in the fixed-order arithmetic of
 // src/cpu/fixed_order.hpp, so that a row's result does not depend on which other rows are
 // computed with it. One function composes them (layer_forward); the plain forward
@@ -34,7 +34,7 @@
 #include "mla/attention.hpp"
 #include "mla/model.hpp"
 #include "src/cpu/attention_pipeline.hpp"
-#include "src/cpu/cpu_stages.hpp"
+#include "src/cpu/attention_stages.hpp"
 #include "src/cpu/fixed_order.hpp"
 #include "src/cpu/row_attention.hpp"
 

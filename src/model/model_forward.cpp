@@ -1,4 +1,4 @@
-// src/whole_model/model_forward.cpp — the whole-model forward on the CPU (mla/model_forward.hpp):
+// src/model/model_forward.cpp — the whole-model forward on the CPU (mla/model_forward.hpp):
 // embed_tokens, the decoder layers streamed one at a time (read, prepare, run over every token,
 // free), the final norm and lm_head; and the memory estimate of such a run.
 //
@@ -10,7 +10,7 @@
 
 #include "mla/error.hpp"
 #include "mla/rope.hpp"
-#include "src/whole_model/decoder_layer.hpp"
+#include "src/model/decoder_layer.hpp"
 
 namespace mla {
 namespace {

@@ -1,4 +1,4 @@
-// src/whole_model/routing.cpp — one token's MoE routing (mla/model.hpp route_token; docs/math.md
+// src/model/routing.cpp — one token's MoE routing (mla/model.hpp route_token; docs/math.md
 // §15.2), for both router families, shared by the reference and the CPU forward.
 //
 // transformers:

@@ -1,5 +1,5 @@
 // src/policies/expected_attention.cpp — `expected-attention`: kvpress's ExpectedAttentionPress,
-// its MLA form (docs/decode.md §2.2; the statistics in src/layer_eviction/token_features.cpp).
+// its MLA form (docs/decode.md §2.2; the statistics in src/kv_cache/token_features.cpp).
 //
 //   z_h,t    = s mu'_h . k_h,t + 1/2 s^2 k_h,t^T S'_h k_h,t   (mu', S': the prompt's pre-RoPE query
 //              mean and covariance over rows [sinks, P), rotated by the mean RoPE of the next

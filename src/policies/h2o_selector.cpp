@@ -1,4 +1,4 @@
-// src/policies/heavy_hitters.cpp — the standalone H2O heavy-hitter selector (include/mla/h2o.hpp).
+// src/policies/h2o_selector.cpp — the standalone H2O heavy-hitter selector (include/mla/h2o_selector.hpp).
 //
 // Given one accumulated attention score per token (the mass the token received, summed
 // over heads and queries — H2O, Zhang et al. 2023, §3 "heavy hitters"), split the tokens
@@ -15,7 +15,7 @@
 // middle tokens, so the decision is deterministic and does not depend on the sort algorithm.
 //
 // Shape legend: S = sequence length (tokens), n = heads.
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 
 #include <algorithm>
 #include <cmath>

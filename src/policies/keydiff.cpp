@@ -3,7 +3,7 @@
 //
 //   a_h      = mean over the prompt tokens t < P of k_h,t / ||k_h,t||     (the anchor, per head)
 //   score(t) = heads( -cos(k_h,t, a_h) ),  k_h,t = [W_UK^h c_t | k_pe_t]   (the key on MLA, as knorm)
-//   static per token (TokenFeatures::key_diff, src/layer_eviction/token_features.cpp): kvpress scores the
+//   static per token (TokenFeatures::key_diff, src/kv_cache/token_features.cpp): kvpress scores the
 //   prompt's keys once against the prompt's anchor; a decoded token is scored against the same
 //   anchor. (KeyDiff's paper recomputes the anchor over the cache block by block; not done here.)
 //   Settings: kvpress's: no sinks, no window (recent 1: the new token), heads=mean.

@@ -23,7 +23,7 @@
 #include "mla/error.hpp"
 #include "mla/report.hpp"
 #include "mla_build_config.h"
-#include "src/cpu/cpu_kernels.hpp"  // parallel_for
+#include "mla/threads.hpp"  // parallel_for
 #include "src/report/mla_revision.h"
 
 namespace mla {
@@ -237,7 +237,7 @@ std::vector<FileDigest> file_digests(const std::vector<std::string>& paths,
   std::atomic<int64_t> done{0};
   std::vector<std::vector<char>> pieces(static_cast<size_t>(workers));  // [worker] its read buffer
   try {  // a failing file stops the other workers after their current file (parallel_for)
-    cpu::parallel_for(static_cast<int64_t>(paths.size()), workers, [&](int64_t i, int worker) {
+    parallel_for(static_cast<int64_t>(paths.size()), workers, [&](int64_t i, int worker) {
       std::vector<char>& piece = pieces[static_cast<size_t>(worker)];
       piece.resize(size_t{4} << 20);
       out[static_cast<size_t>(i)].sha256 =

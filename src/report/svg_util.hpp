@@ -1,5 +1,5 @@
 // src/report/svg_util.hpp — small helpers shared by the hand-written SVG charts
-// (scores.svg in svg.cpp, decode.svg / budget.svg in src/layer_eviction/decode_report.cpp).
+// (scores.svg in svg.cpp, decode.svg / budget.svg in src/decode/decode_report.cpp).
 #pragma once
 
 #include <cmath>

@@ -59,7 +59,7 @@
 #include "mla/synth.hpp"
 #include "mla/error.hpp"
 #include "mla_build_config.h"
-#include "src/cpu/cpu_stages.hpp"
+#include "src/cpu/attention_stages.hpp"
 
 namespace {
 

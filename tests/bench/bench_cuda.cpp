@@ -9,7 +9,7 @@
 //     the downloads and their widening to double), median;
 //   * the attention's useful arithmetic rate: 2 (d_qk + d_v) FLOP per visible (head, query,
 //     key) of the causal mask, n S (S + 1) / 2 of them, plus the projections' 202,244,096 FLOP
-//     per token (the streamed kernel recomputes q.k in each of its three passes, which is
+//     per token (the tiled kernel recomputes q.k in each of its three passes, which is
 //     not counted);
 //   * device memory: in use after prepare() and after the forwards (cudaMemGetInfo: total -
 //     free, minus what was in use before the backend existed), next to the memory plan's

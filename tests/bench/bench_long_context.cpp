@@ -6,15 +6,15 @@
 //      use (`--gemm auto`: src/cpu/gemm_engine.hpp; oneDNN where it has a brgemm kernel), on
 //      all cores: y [4096, 4096] = x [4096, 4096] W^T, median of 5 after one warm-up;
 //   1. attend only, Kimi K2.6 geometry, causal, bf16 and fp32 operands (random, tests/unit/
-//      attention_paths.hpp): the streamed attention (what the backend runs) against the
+//      attention_paths.hpp): the tiled attention (what the backend runs) against the
 //      materialized computation it replaced (a whole [S, S] matrix per head), at small S
 //      (`--attend-seq-lens`): time (median of `--reps`, 1 run from S = 2048 on) and whether the
 //      H2O mass is identical. This is the measurement behind "always streamed". With oneDNN in
-//      the build, also the streamed attention with its products on oneDNN (--gemm onednn), and
+//      the build, also the tiled attention with its products on oneDNN (--gemm onednn), and
 //      how many blocks reordered their part of a packed operand there (expected 0).
 //   2. the whole layer through the CLI (`mla-h2o run`, Kimi layer 0 synthesized once into
 //      `--work-dir`, causal, seeded input, --quiet) for every S of `--seq-lens` and both
-//      precisions: wall time, forward time, attend time, the run's FLOPs (cpu_stages.hpp
+//      precisions: wall time, forward time, attend time, the run's FLOPs (attention_stages.hpp
 //      forward_flops: the projections and the two attention products over the visible pairs),
 //      the bound (FLOPs / the precision's rate of part 0), forward / bound, the planned and the
 //      measured peak memory (ru_maxrss of the child, wait4: what /usr/bin/time -v reports) and
@@ -58,7 +58,7 @@
 #include "mla/random.hpp"
 #include "mla/rope.hpp"
 #include "mla_build_config.h"
-#include "src/cpu/cpu_stages.hpp"
+#include "src/cpu/attention_stages.hpp"
 #include "src/cpu/gemm_engine.hpp"
 #include "src/cpu/onednn_attention.hpp"
 #include "src/cpu/vector_kernels.hpp"
@@ -197,11 +197,11 @@ void attend_table(const Flags& f) {
         m = mla::test::materialized_attention(o, true, scaling, bf16, 2);
         tm.push_back(seconds_since(t0));
         t0 = Clock::now();
-        s = mla::test::streamed_attention(o, true, scaling, bf16, 2);
+        s = mla::test::tiled_attention(o, true, scaling, bf16, 2);
         ts.push_back(seconds_since(t0));
         if (!kernel.empty()) {
           t0 = Clock::now();
-          mla::test::streamed_attention(o, true, scaling, bf16, 2, {}, mla::Gemm::OneDnn);
+          mla::test::tiled_attention(o, true, scaling, bf16, 2, {}, mla::Gemm::OneDnn);
           td.push_back(seconds_since(t0));
         }
       }

@@ -6,7 +6,7 @@
 //     0 and 5000, comparing every output tensor: attn_output, attn_weights, query/key/value
 //     states, head_scores, token_scores;
 //   * the Eigen CPU backend (suite cuda_vs_cpu) on every small geometry, both masks, fp32 and
-//     bf16, at S = 1, 17, 33, 50 (none a multiple of the streamed attention's 16-query x 32-key
+//     bf16, at S = 1, 17, 33, 50 (none a multiple of the tiled attention's 16-query x 32-key
 //     tiles but 1, so the last tile of queries and of keys is partial), and on the full Kimi
 //     geometry at S = 2048 (the double reference is too slow there), causal, fp32 and bf16;
 //   * itself (suite cuda_behaviour): bit-identical repeated forwards, the ForwardResult fields,

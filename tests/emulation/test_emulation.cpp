@@ -5,7 +5,7 @@
 //                       are launch errors, unwritten shared memory reads as NaN;
 //   cuda_launches       one forward is a fixed sequence of launches and GEMMs with no host
 //                       synchronisation before the single cudaStreamSynchronize (docs/backends.md §4);
-//   cuda_streamed       the streamed attention kernel gives exactly the numbers of its contract
+//   cuda_tiled       the tiled attention kernel gives exactly the numbers of its contract
 //                       (docs/long-context.md §2), recomputed here on the host from the same
 //                       inputs: probabilities, P.V and H2O mass bit for bit, at S that do not
 //                       divide the tiles, both masks and precisions, Kimi's head dims included;
@@ -315,7 +315,7 @@ BOOST_AUTO_TEST_CASE(results_do_not_depend_on_thread_order) {
 BOOST_AUTO_TEST_SUITE_END()
 
 // -------------------------------------------------------------------------------------------------
-// The streamed attention (cuda/streamed_attention.cu) against its contract, recomputed here on
+// The tiled attention (cuda/tiled_attention.cu) against its contract, recomputed here on
 // the host from the same T-storage inputs and written from the equations, not from the kernel:
 // one query row at a time over all its keys (no tiles): the fp32 dot product d ascending, the
 // bf16 roundings of docs/math.md §7, m = max, e = expf(x - m), z = sum of e in double t
@@ -327,13 +327,13 @@ BOOST_AUTO_TEST_SUITE_END()
 // the device expf may differ in the last bit; test_cuda.cpp's tolerance rows cover that.)
 namespace {
 
-struct StreamedCase {
+struct TiledCase {
   int64_t heads, S, d_qk, d_v;
   int64_t chunks;  // C; 0 = the backend's (attention_mass_chunks)
   double q_scale;  // standard deviation of the queries (keys and values: 1)
 };
 
-struct StreamedOut {
+struct TiledOut {
   std::vector<float> attn_context;  // [S, n*d_v]
   std::vector<float> attn_weights;  // [n, S, S]
   std::vector<double> head_scores;  // [n, S]
@@ -341,16 +341,16 @@ struct StreamedOut {
 
 float round_t(float v, bool bf16) { return bf16 ? mla::round_to_bf16(v) : v; }
 
-int64_t chunks_of(const StreamedCase& k) {
+int64_t chunks_of(const TiledCase& k) {
   if (k.chunks > 0) return k.chunks;
   const mla::cuda::AttentionTiles tiles = mla::cuda::attention_tiles(k.d_qk, k.d_v);
   return mla::cuda::attention_mass_chunks(k.heads, mla::cuda::attention_query_tiles(k.S, tiles));
 }
 
-StreamedOut contract(const StreamedCase& k, bool causal, bool bf16, float scaling, const std::vector<float>& q,
+TiledOut contract(const TiledCase& k, bool causal, bool bf16, float scaling, const std::vector<float>& q,
                      const std::vector<float>& key, const std::vector<float>& v) {
   const int64_t n = k.heads, S = k.S;
-  StreamedOut out;
+  TiledOut out;
   out.attn_context.assign(static_cast<size_t>(S * n * k.d_v), 0.0f);
   out.attn_weights.assign(static_cast<size_t>(n * S * S), 0.0f);
   for (int64_t h = 0; h < n; ++h)
@@ -442,7 +442,7 @@ std::vector<float> random_values(int64_t count, double scale, bool bf16, uint64_
 }
 
 // The kernel on the emulated device (attn_weights kept or not).
-StreamedOut run_streamed(const StreamedCase& k, bool causal, bool bf16, float scaling, const std::vector<float>& q,
+TiledOut run_tiled(const TiledCase& k, bool causal, bool bf16, float scaling, const std::vector<float>& q,
                          const std::vector<float>& key, const std::vector<float>& v, bool keep_weights) {
   const int64_t n = k.heads, S = k.S;
   const DeviceArray dq(q, bf16), dk(key, bf16), dv(v, bf16);
@@ -450,7 +450,7 @@ StreamedOut run_streamed(const StreamedCase& k, bool causal, bool bf16, float sc
   const size_t eb = bf16 ? 2 : 4;
   const DeviceArray context(static_cast<size_t>(S * n * k.d_v) * eb), partials(static_cast<size_t>(n * chunks_of(k) * S) * 8),
       scores(static_cast<size_t>(n * S) * 8), weights(keep_weights ? static_cast<size_t>(n * S * S) * eb : 1);
-  mla::cuda::StreamedAttention in;
+  mla::cuda::TiledAttention in;
   in.query_states = dq.ptr;
   in.key_states = dk.ptr;
   in.value_states = dv.ptr;
@@ -465,9 +465,9 @@ StreamedOut run_streamed(const StreamedCase& k, bool causal, bool bf16, float sc
   in.mass_chunks = chunks_of(k);
   in.scaling = scaling;
   in.causal = causal;
-  BOOST_REQUIRE(mla::cuda::launch_streamed_attention(bf16 ? mla::cuda::Storage::BF16 : mla::cuda::Storage::F32, in,
+  BOOST_REQUIRE(mla::cuda::launch_tiled_attention(bf16 ? mla::cuda::Storage::BF16 : mla::cuda::Storage::F32, in,
                                                      nullptr) == cudaSuccess);
-  StreamedOut out;
+  TiledOut out;
   out.attn_context = download_values(context.ptr, static_cast<size_t>(S * n * k.d_v), bf16);
   if (keep_weights) out.attn_weights = download_values(weights.ptr, static_cast<size_t>(n * S * S), bf16);
   out.head_scores.resize(static_cast<size_t>(n * S));
@@ -487,7 +487,7 @@ int64_t differences(const std::vector<V>& a, const std::vector<V>& b) {
 
 }  // namespace
 
-BOOST_FIXTURE_TEST_SUITE(cuda_streamed, DefaultDevice)
+BOOST_FIXTURE_TEST_SUITE(cuda_tiled, DefaultDevice)
 
 BOOST_AUTO_TEST_CASE(kernel_equals_its_contract_at_every_tile_edge) {
   // Bq x Bk = 16 x 32 for the small head dims and Kimi's (192, 128); 4 x 8 for 512-wide heads.
@@ -497,13 +497,13 @@ BOOST_AUTO_TEST_CASE(kernel_equals_its_contract_at_every_tile_edge) {
   // standard deviation 2 give logits of a few units; 8 gives probabilities down to ~1e-30,
   // whose double sums depend on their order (so a mass summed in another order than the
   // documented one shows).
-  const std::vector<StreamedCase> cases = {
+  const std::vector<TiledCase> cases = {
       {2, 1, 16, 8, 0, 2.0},   {2, 15, 16, 8, 0, 2.0},    {2, 16, 16, 8, 1, 8.0},  {2, 17, 16, 8, 0, 2.0},
       {1, 31, 16, 8, 2, 8.0},  {2, 33, 16, 8, 0, 2.0},    {3, 50, 18, 10, 2, 8.0}, {2, 37, 192, 128, 0, 2.0},
       {1, 21, 512, 512, 0, 2.0}, {2, 20, 16, 8, 3, 8.0},  {2, 64, 16, 8, 0, 8.0},
   };
   uint64_t seed = 500;
-  for (const StreamedCase& k : cases) {
+  for (const TiledCase& k : cases) {
     BOOST_TEST_REQUIRE(mla::cuda::attention_tiles(k.d_qk, k.d_v).fits);
     for (const bool bf16 : {false, true}) {
       // |x| ~ a few units: softmax rows neither flat nor one-hot
@@ -514,13 +514,13 @@ BOOST_AUTO_TEST_CASE(kernel_equals_its_contract_at_every_tile_edge) {
       for (const bool causal : {true, false}) {
         BOOST_TEST_CONTEXT("n " << k.heads << " S " << k.S << " d_qk " << k.d_qk << " d_v " << k.d_v << " C "
                                 << chunks_of(k) << (bf16 ? " bf16" : " fp32") << (causal ? " causal" : " none")) {
-          const StreamedOut want = contract(k, causal, bf16, scaling, q, key, v);
-          const StreamedOut got = run_streamed(k, causal, bf16, scaling, q, key, v, true);
+          const TiledOut want = contract(k, causal, bf16, scaling, q, key, v);
+          const TiledOut got = run_tiled(k, causal, bf16, scaling, q, key, v, true);
           BOOST_TEST(differences(got.attn_weights, want.attn_weights) == 0);
           BOOST_TEST(differences(got.attn_context, want.attn_context) == 0);
           BOOST_TEST(differences(got.head_scores, want.head_scores) == 0);
           // Without attn_weights: the same numbers (the probabilities are only copied out).
-          const StreamedOut lean = run_streamed(k, causal, bf16, scaling, q, key, v, false);
+          const TiledOut lean = run_tiled(k, causal, bf16, scaling, q, key, v, false);
           BOOST_TEST(differences(lean.attn_context, got.attn_context) == 0);
           BOOST_TEST(differences(lean.head_scores, got.head_scores) == 0);
         }
@@ -532,13 +532,13 @@ BOOST_AUTO_TEST_CASE(kernel_equals_its_contract_at_every_tile_edge) {
 BOOST_AUTO_TEST_CASE(kernel_has_no_race) {
   // Blocks and their threads in descending order: the same bits (cuda_races does this for
   // whole forwards; here with C = 2, where a block walks two query tiles).
-  const StreamedCase k{2, 45, 16, 8, 2, 2.0};
+  const TiledCase k{2, 45, 16, 8, 2, 2.0};
   const std::vector<float> q = random_values(k.heads * k.S * k.d_qk, 2.0, true, 90);
   const std::vector<float> key = random_values(k.heads * k.S * k.d_qk, 1.0, true, 91);
   const std::vector<float> v = random_values(k.heads * k.S * k.d_v, 1.0, true, 92);
-  const StreamedOut a = run_streamed(k, true, true, 0.25f, q, key, v, true);
+  const TiledOut a = run_tiled(k, true, true, 0.25f, q, key, v, true);
   mla::simt::set_thread_order(mla::simt::ThreadOrder::Descending);
-  const StreamedOut b = run_streamed(k, true, true, 0.25f, q, key, v, true);
+  const TiledOut b = run_tiled(k, true, true, 0.25f, q, key, v, true);
   BOOST_TEST(differences(a.attn_weights, b.attn_weights) == 0);
   BOOST_TEST(differences(a.attn_context, b.attn_context) == 0);
   BOOST_TEST(differences(a.head_scores, b.head_scores) == 0);

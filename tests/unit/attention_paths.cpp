@@ -102,7 +102,7 @@ AttentionResult materialized_attention(const Operands& o, bool causal, float sca
   return {std::vector<double>(context.begin(), context.end()), heads, token_scores_of(heads, n, S)};
 }
 
-AttentionResult streamed_attention(const Operands& o, bool causal, float scaling, bool bf16, int threads,
+AttentionResult tiled_attention(const Operands& o, bool causal, float scaling, bool bf16, int threads,
                                    const cpu::BlockProgress& progress, Gemm products) {
   const int64_t S = o.S, n = o.n;
   cpu::KeyValueStates states(S, n, o.d_n, o.d_r, o.d_v, precision_of(bf16));
@@ -110,7 +110,7 @@ AttentionResult streamed_attention(const Operands& o, bool causal, float scaling
   states.set_k_pe_rows(0, S, o.k_pe.data(), o.d_r);
   std::vector<float> context(static_cast<size_t>(S * n * o.d_v), -1.0f);
   std::vector<double> heads(static_cast<size_t>(n * S), -1.0);
-  cpu::streaming_attention(o.query.data(), n * o.d_qk(), states, causal, scaling, precision_of(bf16), threads, products,
+  cpu::tiled_attention(o.query.data(), n * o.d_qk(), states, causal, scaling, precision_of(bf16), threads, products,
                            progress,
                            {context.data(), n * o.d_v, heads.data()});
   return {std::vector<double>(context.begin(), context.end()), heads, token_scores_of(heads, n, S)};

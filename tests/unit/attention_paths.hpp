@@ -1,6 +1,6 @@
 // tests/unit/attention_paths.hpp — the cpu backend's attention computed two ways on the same
-// operands, for suite streaming and the long-context benchmark:
-//   streamed_attention     src/cpu/streaming_attention.hpp as the backend runs it (O(S) memory),
+// operands, for suite tiled and the long-context benchmark:
+//   tiled_attention     src/cpu/tiled_attention.hpp as the backend runs it (O(S) memory),
 //                          its products on either engine (Eigen + OpenBLAS, or oneDNN)
 //   materialized_attention the computation the backend ran before streaming: per head the whole
 //                          [S, S] probability matrix (cpu_kernels.hpp block_scores_softmax on
@@ -18,7 +18,7 @@
 
 #include "mla/attention.hpp"
 #include "mla/config.hpp"
-#include "src/cpu/streaming_attention.hpp"
+#include "src/cpu/tiled_attention.hpp"
 
 namespace mla::test {
 
@@ -44,7 +44,7 @@ struct AttentionResult {
 };
 
 AttentionResult materialized_attention(const Operands& o, bool causal, float scaling, bool bf16, int threads);
-AttentionResult streamed_attention(const Operands& o, bool causal, float scaling, bool bf16, int threads,
+AttentionResult tiled_attention(const Operands& o, bool causal, float scaling, bool bf16, int threads,
                                    const cpu::BlockProgress& progress = {}, Gemm products = Gemm::Eigen);
 
 }  // namespace mla::test

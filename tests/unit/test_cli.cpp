@@ -571,7 +571,7 @@ BOOST_AUTO_TEST_CASE(memory_plan_and_progress) {
   BOOST_TEST(int64_t(report["memory"]["measured_peak_rss_bytes"]) > 0);
   BOOST_TEST(contains(read_text(dir + "/dump/report.txt"), "memory: peak "));
 
-  // progress: the streamed attention's blocks, the reference's estimate and stages; --quiet
+  // progress: the tiled attention's blocks, the reference's estimate and stages; --quiet
   ::setenv("MLA_PROGRESS_AFTER", "0", 1);
   const RunResult cpu = run_cli(run_args(dir + "/p1", "--seq-len 200 --backend cpu"));
   const RunResult ref = run_cli(run_args(dir + "/p2", "--seq-len 20 --backend reference"));

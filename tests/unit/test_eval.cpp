@@ -36,7 +36,7 @@
 #include "mla/safetensors.hpp"
 #include "mla/stats.hpp"
 #include "mla/checkpoint.hpp"
-#include "src/whole_model/decoder_layer.hpp"
+#include "src/model/decoder_layer.hpp"
 #include "src/eval/eval_layer.hpp"
 #include "src/report/svg_util.hpp"
 #include "test_util.hpp"

@@ -41,7 +41,7 @@
 #include "mla/checkpoint.hpp"
 #include "mla/synth.hpp"
 #include "mla/config.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "mla/rope.hpp"
 #include "mla/safetensors.hpp"
 #include "compare.hpp"

@@ -1,4 +1,4 @@
-// tests/unit/test_h2o.cpp — suite h2o: the standalone H2O selector (include/mla/h2o.hpp).
+// tests/unit/test_h2o.cpp — suite h2o: the standalone H2O selector (include/mla/h2o_selector.hpp).
 //
 // Every expected decision below is written out by hand from the rule in h2o.hpp
 // (sinks first, then the recent window minus sinks, then the top `budget` of the middle by
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "mla/error.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 
 namespace {
 

@@ -102,7 +102,7 @@ BOOST_AUTO_TEST_CASE(estimate_scales_as_the_algorithms_do) {
   const int64_t nss = int64_t{64} * 4096 * 4096;
   BOOST_TEST(peak(kimi, request(BackendKind::Cpu, 4096, Precision::BF16, true)) > 8 * nss);
   BOOST_TEST(peak(kimi, request(BackendKind::Reference, 4096, Precision::BF16)) > 3 * 8 * nss);
-  // cuda: the device workspace is O(S) (streamed attention); only a dump of attn_weights adds
+  // cuda: the device workspace is O(S) (tiled attention); only a dump of attn_weights adds
   // its [n, S, S] buffer in the run's precision
   auto device = [&](int64_t S, bool dump) {
     return mla::estimate_memory(kimi, request(BackendKind::Cuda, S, Precision::BF16, dump)).device_peak_bytes;
@@ -205,7 +205,7 @@ BOOST_AUTO_TEST_CASE(decision_fits_drops_attn_weights_or_refuses) {
   BOOST_TEST(p.estimate.host_peak_bytes > 0);
 }
 
-// The plan of `mla-h2o decode` (src/layer_eviction/decode_memory.cpp): it grows with what decode holds
+// The plan of `mla-h2o decode` (src/decode/decode_memory.cpp): it grows with what decode holds
 // (prompt, steps, budgets x policies, naive's per-head k/v, the reference's doubles) and refuses
 // Kimi at P = 99000 on a 21 GiB machine (issue 20: it ran 24.5 s, then died "out of memory"),
 // naming what would fit.

@@ -15,7 +15,7 @@
 
 #include "mla/compare.hpp"
 #include "mla/error.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "mla/provenance.hpp"
 #include "mla/report.hpp"
 #include "mla/random.hpp"

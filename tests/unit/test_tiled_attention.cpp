@@ -1,5 +1,5 @@
-// tests/unit/test_streaming.cpp — suite streaming: the cpu backend's streamed attention
-// (src/cpu/streaming_attention.hpp: no [n, S, S] tensor, keys/values in the run's precision)
+// tests/unit/test_tiled_attention.cpp — suite tiled: the cpu backend's tiled attention
+// (src/cpu/tiled_attention.hpp: no [n, S, S] tensor, keys/values in the run's precision)
 // against the materialized computation (each head's whole [S, S] probability matrix, then
 // P.V and its column sums over the whole matrix, as the backend computed it before).
 //
@@ -10,7 +10,7 @@
 //      (the probabilities copied out for a dump): attn_output and the scores must be equal;
 //      the states are the real operands (query/key/value_states after rope, HF layout
 //      [n, S, d]; bf16 values in bf16 mode);
-//   2. the materialized path and streaming_attention run on those operands;
+//   2. the materialized path and tiled_attention run on those operands;
 //   3. attn_context [S, n*d_v], head_scores [n*S] and token_scores [S] are compared with the
 //      "streaming-vs-materialized" rows of tolerances.hpp (exact: same operations, same order),
 //      and the H2O decisions (overall and per head) must be identical;
@@ -38,7 +38,7 @@
 #include "compare.hpp"
 #include "geometries.hpp"
 #include "mla/attention.hpp"
-#include "mla/h2o.hpp"
+#include "mla/h2o_selector.hpp"
 #include "mla/rope.hpp"
 #include "src/cpu/onednn_attention.hpp"
 #include "test_util.hpp"
@@ -97,7 +97,7 @@ void run_engine(const std::string& vars, const mla::AttentionConfig& cfg, const 
   const bool causal = opt.mask == Mask::Causal, bf16 = opt.precision == Precision::BF16;
   const float scaling = static_cast<float>(mla::softmax_scale(cfg));
   const AttentionResult m = mla::test::materialized_attention(o, causal, scaling, bf16, 2);
-  const AttentionResult s = mla::test::streamed_attention(o, causal, scaling, bf16, 2, {}, products);
+  const AttentionResult s = mla::test::tiled_attention(o, causal, scaling, bf16, 2, {}, products);
 
   // the rebuilt operands are the backend's, and the backend ran `products`: its head scores are
   // the rebuilt streamed ones, bit for bit
@@ -145,7 +145,7 @@ void run_case(const std::string& geometry, int64_t S, Mask mask, Precision preci
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(streaming)
+BOOST_AUTO_TEST_SUITE(tiled)
 
 BOOST_AUTO_TEST_CASE(small_geometries_match_materialized) {
   for (const auto& g : mla::test::small_geometries())
@@ -196,7 +196,7 @@ BOOST_AUTO_TEST_CASE(query_passes_add_up_to_one_call) {
     const Operands o = mla::test::operands_from_states(cfg, r);
     const bool bf16 = k.precision == Precision::BF16;
     const AttentionResult one =
-        mla::test::streamed_attention(o, k.mask == Mask::Causal, static_cast<float>(mla::softmax_scale(cfg)), bf16, 2, {},
+        mla::test::tiled_attention(o, k.mask == Mask::Causal, static_cast<float>(mla::softmax_scale(cfg)), bf16, 2, {},
                                       cpu->gemm_info().attention_products);
     const std::string vars = k.geometry + " mask=" + mla::mask_name(k.mask) + " precision=" +
                              mla::precision_name(k.precision) + " gemm=" + mla::gemm_name(k.gemm);
@@ -310,14 +310,14 @@ BOOST_AUTO_TEST_CASE(progress_counts_every_block_in_order) {
   o.k_pe.assign(static_cast<size_t>(o.S * o.d_r), 0.125f);
   std::vector<int64_t> seen;
   int64_t total_seen = 0;
-  mla::test::streamed_attention(o, true, 0.1f, false, 2, [&](int64_t done, int64_t total) {
+  mla::test::tiled_attention(o, true, 0.1f, false, 2, [&](int64_t done, int64_t total) {
     seen.push_back(done);
     total_seen = total;
   });
   // per head: rows 0-63 see 64 keys, rows 64-127 see 128, rows 128-149 see 150
   const int64_t pairs = 3 * (64 * 64 + 64 * 128 + 22 * 150);
-  BOOST_TEST(mla::cpu::streaming_pairs(o.S, o.n, true) == pairs);
-  BOOST_TEST(mla::cpu::streaming_pairs(o.S, o.n, false) == 3 * 150 * 150);
+  BOOST_TEST(mla::cpu::tiled_pairs(o.S, o.n, true) == pairs);
+  BOOST_TEST(mla::cpu::tiled_pairs(o.S, o.n, false) == 3 * 150 * 150);
   BOOST_TEST(total_seen == pairs);
   BOOST_TEST_REQUIRE(seen.size() == 9u);  // one report per (head, block)
   for (size_t i = 1; i < seen.size(); ++i) BOOST_TEST(seen[i] > seen[i - 1]);

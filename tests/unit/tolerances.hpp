@@ -112,7 +112,7 @@ inline constexpr Tolerance kTolerances[] = {
    "a bf16 rounding the other does not; cuBLAS runs with reduced-precision reductions "
    "disallowed, so each GEMM output is still rounded once)"},
 
-  // ---- cpu backend: streamed attention vs the materialized [S, S] computation (suite streaming) --
+  // ---- cpu backend: tiled attention vs the materialized [S, S] computation (suite tiled) --
   {"*", "streaming-vs-materialized", "fp32", 0.0, 0.0, 0.0, 1.0,
    "probabilities and H2O mass are identical by construction: both compute each 64-row block's "
    "logits and softmax with the same function (cpu_kernels.hpp block_scores_softmax), the same "
@@ -135,7 +135,7 @@ inline constexpr Tolerance kTolerances[] = {
 
   // (rows added by "attn": the per-head products on oneDNN matmul primitives, src/cpu/onednn_attention.hpp)
   {"*", "backend-vs-rebuilt-streamed", "fp32", 0.0, 0.0, 0.0, 1.0,
-   "the backend's head scores against streaming_attention run by the test on the backend's own "
+   "the backend's head scores against tiled_attention run by the test on the backend's own "
    "operands (rebuilt exactly from its states) with the same products engine: the same code on "
    "the same values, single-threaded products per head, so any difference means the backend ran "
    "other products than the test (e.g. Eigen instead of oneDNN)"},
