@@ -11,7 +11,10 @@
 //     racing leave one consistent set;
 //   - SIGINT mid-run (a sweep killed after its first layer's dump) removes the staging
 //     directory and leaves the directory as it was;
-//   - stale staging directories of dead processes are removed, live ones are not;
+//   - stale staging directories of dead processes are removed, live ones are not, and a folder
+//     only named like one is kept (issue 46);
+//   - --out changed while the set is written (a file or folder added, the directory replaced) is
+//     kept as it is and the new set goes beside it (issue 46; in-process, through the test hook);
 //   - a directory with files mla-h2o did not write is refused before any work.
 // Then hostile inputs, each ending in one error line, fast (every command runs under `timeout`,
 // so a hang fails the case instead of the suite):
@@ -43,12 +46,15 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "mla/error.hpp"
+#include "mla/output_set.hpp"
 #include "mla/safetensors.hpp"
 #include "test_util.hpp"
 
@@ -375,13 +381,157 @@ BOOST_AUTO_TEST_CASE(stale_staging_directories_are_removed) {
   const std::string stale = base + "/.out.mla-h2o-" + std::to_string(dead) + "-0";
   const std::string live = base + "/.out.mla-h2o-" + std::to_string(::getpid()) + "-7";
   fs::create_directories(stale);
+  write_text(stale + "/.mla-h2o-staging", "mla-h2o staging set\npid " + std::to_string(dead) + "\nname tensors.safetensors\n");
   write_text(stale + "/tensors.safetensors.tmp.123", std::string(1000, 'x'));
+  // a stale one caught after its exchange: the previous set, complete, is removed too
+  const std::string after = base + "/.out.mla-h2o-" + std::to_string(dead) + "-1";
+  BOOST_TEST_REQUIRE(run_cli(run_into(after, "")).exit_code == 0);
   fs::create_directories(live);
   BOOST_TEST_REQUIRE(run_cli(run_into(dir, "")).exit_code == 0);
   BOOST_TEST(!fs::exists(stale));
+  BOOST_TEST(!fs::exists(after));
   BOOST_TEST(fs::exists(live));
   fs::remove_all(live);
   expect_one_set(dir, "after a stale staging directory");
+}
+
+// Issue 46, fault 2: a folder merely named like a staging directory of a dead process was deleted
+// with its contents. Only what a staging directory holds (its marker and its set's names, or a
+// complete earlier set) is removed; anything else stays.
+BOOST_AUTO_TEST_CASE(a_folder_named_like_a_staging_directory_is_kept) {
+  const std::string base = scratch_dir("outputs-staging-named");
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string mine = base + "/.out.mla-h2o-" + std::to_string(dead) + "-7";
+  fs::create_directories(mine);
+  write_text(mine + "/important.txt", "keep me\n");
+  // a marker does not make a foreign file a staging file
+  const std::string marked = base + "/.out.mla-h2o-" + std::to_string(dead) + "-8";
+  fs::create_directories(marked);
+  write_text(marked + "/.mla-h2o-staging", "mla-h2o staging set\npid 1\nname scores.csv\n");
+  write_text(marked + "/thesis.tex", "mine\n");
+  const RunResult r = run_cli(run_into(base + "/out", ""));
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  BOOST_TEST(read_text(mine + "/important.txt") == "keep me\n");
+  BOOST_TEST(read_text(marked + "/thesis.tex") == "mine\n");
+  BOOST_TEST(fs::exists(marked + "/.mla-h2o-staging"));
+}
+
+// Issue 46, fault 1: --out was checked at the start only, so what a user put there during the run
+// was deleted with the previous set. The set now checks the directory again just before the
+// exchange and again before the deletion (mla/output_set.hpp); the hook stands for the user, at
+// exactly that moment.
+namespace {
+
+struct HookGuard {
+  explicit HookGuard(std::function<void(const std::string&, const std::string&)> h) { mla::set_output_set_hook(std::move(h)); }
+  ~HookGuard() { mla::set_output_set_hook({}); }
+};
+
+// An earlier set in `dir`: a.txt and b.txt.
+void earlier_set(const std::string& dir) {
+  mla::OutputSet out(dir, "test");
+  out.write("a.txt", "old a\n");
+  out.write("b.txt", "old b\n");
+  out.commit();
+}
+
+// A new set (new.txt) into `dir`, whose commit must fail with one line naming `words`; then the
+// sibling NAME.mla-h2o-new holds that set, complete, and no staging directory is left.
+void commit_fails_and_diverts(const std::string& dir, const std::vector<std::string>& words) {
+  bool threw = false;
+  {
+    mla::OutputSet out(dir, "test");
+    out.write("new.txt", "new\n");
+    try {
+      out.commit();
+    } catch (const mla::Error& e) {
+      threw = true;
+      const std::string what = e.what();
+      BOOST_TEST_CONTEXT(what) {
+        BOOST_TEST(what.find('\n') == std::string::npos);
+        BOOST_TEST(contains(what, dir + ".mla-h2o-new"));
+        for (const auto& w : words) BOOST_TEST(contains(what, w), "missing '" << w << "'");
+      }
+    }
+  }
+  BOOST_TEST(threw, "the commit succeeded over a changed directory");
+  BOOST_TEST((listing(dir + ".mla-h2o-new") == std::set<std::string>{".mla-h2o-set", "new.txt"}));
+  BOOST_TEST(read_text(dir + ".mla-h2o-new/new.txt") == "new\n");
+  BOOST_TEST(staging_beside(dir).empty());
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_file_added_to_out_during_the_run_is_kept) {
+  const std::string dir = scratch_dir("outputs-added-during") + "/O";
+  earlier_set(dir);
+  const HookGuard hook([&](const std::string& stage, const std::string&) {
+    if (stage == "swap") write_text(dir + "/user-notes.txt", "notes\n");
+  });
+  commit_fails_and_diverts(dir, {"'user-notes.txt'", "changed while", "left as it is"});
+  BOOST_TEST(read_text(dir + "/user-notes.txt") == "notes\n");
+  BOOST_TEST(read_text(dir + "/a.txt") == "old a\n");  // the earlier set, untouched
+  BOOST_TEST((listing(dir) == std::set<std::string>{".mla-h2o-set", "a.txt", "b.txt", "user-notes.txt"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_folder_dropped_into_a_new_out_during_the_run_is_kept) {
+  const std::string dir = scratch_dir("outputs-folder-during") + "/O";
+  BOOST_TEST_REQUIRE(!fs::exists(dir));
+  const HookGuard hook([&](const std::string& stage, const std::string&) {
+    if (stage != "swap") return;
+    fs::create_directories(dir + "/photos");
+    write_text(dir + "/photos/cat.jpg", "cat");
+  });
+  commit_fails_and_diverts(dir, {"'photos'"});
+  BOOST_TEST(read_text(dir + "/photos/cat.jpg") == "cat");
+  BOOST_TEST((listing(dir) == std::set<std::string>{"photos"}));
+}
+
+BOOST_AUTO_TEST_CASE(an_out_moved_away_and_replaced_during_the_run_is_kept) {
+  const std::string base = scratch_dir("outputs-replaced-during"), dir = base + "/O";
+  earlier_set(dir);
+  const HookGuard hook([&](const std::string& stage, const std::string&) {
+    if (stage != "swap") return;
+    fs::rename(dir, base + "/O-moved");
+    fs::create_directories(dir);
+    write_text(dir + "/precious.txt", "precious\n");
+  });
+  commit_fails_and_diverts(dir, {"moved away or replaced"});
+  BOOST_TEST((listing(dir) == std::set<std::string>{"precious.txt"}));
+  BOOST_TEST(read_text(dir + "/precious.txt") == "precious\n");
+  BOOST_TEST((listing(base + "/O-moved") == std::set<std::string>{".mla-h2o-set", "a.txt", "b.txt"}));
+}
+
+// The same, when the file lands after the check before the exchange: the deletion checks again,
+// exchanges back, and the new set goes to the sibling.
+BOOST_AUTO_TEST_CASE(a_file_added_just_before_the_deletion_is_kept) {
+  const std::string dir = scratch_dir("outputs-added-late") + "/O";
+  earlier_set(dir);
+  const HookGuard hook([&](const std::string& stage, const std::string& path) {
+    if (stage == "delete") write_text(path + "/late.txt", "late\n");
+  });
+  commit_fails_and_diverts(dir, {"'late.txt'"});
+  BOOST_TEST((listing(dir) == std::set<std::string>{".mla-h2o-set", "a.txt", "b.txt", "late.txt"}));
+  BOOST_TEST(read_text(dir + "/late.txt") == "late\n");
+}
+
+// Nothing changed: the hook runs at both moments and the set replaces the earlier one as before.
+BOOST_AUTO_TEST_CASE(an_unchanged_out_is_replaced_after_both_checks) {
+  const std::string dir = scratch_dir("outputs-unchanged") + "/O";
+  earlier_set(dir);
+  std::vector<std::string> stages;
+  const HookGuard hook([&](const std::string& stage, const std::string&) { stages.push_back(stage); });
+  {
+    mla::OutputSet out(dir, "test");
+    out.write("new.txt", "new\n");
+    out.commit();
+  }
+  BOOST_TEST((stages == std::vector<std::string>{"swap", "delete"}));
+  BOOST_TEST((listing(dir) == std::set<std::string>{".mla-h2o-set", "new.txt"}));
+  BOOST_TEST(staging_beside(dir).empty());
+  BOOST_TEST(!fs::exists(dir + ".mla-h2o-new"));
 }
 
 // Files mla-h2o did not write are never removed: such a directory is refused before any work.
