@@ -534,6 +534,39 @@ BOOST_AUTO_TEST_CASE(an_unchanged_out_is_replaced_after_both_checks) {
   BOOST_TEST(!fs::exists(dir + ".mla-h2o-new"));
 }
 
+// Issue 46, fault 4: a --prompt-len beyond the input (4611686018427387904, or just T) was reported
+// as "--steps -4611686018427387856": the steps left were computed before P was checked.
+BOOST_AUTO_TEST_CASE(a_prompt_longer_than_the_input_is_named_as_given) {
+  const std::string out = scratch_dir("faults-prompt-len") + "/o";
+  const std::string decode = "decode --checkpoint '" + tiny2() + "' --seq-len 48 --cache-budget 38 --policy h2o --out '" + out + "' ";
+  for (const std::string p : {"4611686018427387904", "9223372036854775807", "48", "300"}) {
+    const RunResult r = run_bounded(decode + "--prompt-len " + p);
+    expect_error_line(r, "decode", {"--prompt-len " + p, "no decode step"});
+    BOOST_TEST(!contains(r.err, "--steps"), r.err);
+  }
+  BOOST_TEST(!fs::exists(out));
+}
+
+// Issue 46, fault 5: run took config.json's vocab_size 100 over a table of other rows, and ids
+// past vocab_size, with exit 0; eval refused the same checkpoint. embed_tokens' rows must equal
+// vocab_size, for every command that reads it.
+BOOST_AUTO_TEST_CASE(run_checks_the_vocabulary_as_eval_does) {
+  const std::string dir = scratch_dir("faults-vocab");
+  const std::string rows = "97";  // the tiny preset's vocabulary
+  for (const std::string v : {"50", "200"}) {
+    const std::string cfg = config_with(dir + "/vocab-" + v + ".json", "vocab_size", v);
+    const std::string run = "run --checkpoint '" + tiny2() + "' --config '" + cfg + "' --out '" + dir + "/o' ";
+    expect_fast_error(run + "--tokens 3,17,30", "run", {"embed_tokens", rows + " rows", "vocab_size is " + v});
+    expect_fast_error(run + "--tokens 3,49,90", "run", {"embed_tokens", rows + " rows", "vocab_size is " + v});
+    expect_fast_error("sweep --checkpoint '" + tiny2() + "' --config '" + cfg + "' --tokens 3,17 --out '" + dir + "/o'", "sweep",
+                      {"vocab_size is " + v});
+  }
+  // an id past the vocabulary, named with it
+  expect_fast_error("run --checkpoint '" + tiny2() + "' --tokens 3," + rows + " --out '" + dir + "/o'", "run",
+                    {"token id " + rows, "past the vocabulary", "vocab_size " + rows});
+  BOOST_TEST(!fs::exists(dir + "/o"));
+}
+
 // Files mla-h2o did not write are never removed: such a directory is refused before any work.
 BOOST_AUTO_TEST_CASE(a_directory_with_other_files_is_refused) {
   const std::string dir = scratch_dir("outputs-foreign");
