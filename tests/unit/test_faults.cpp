@@ -47,10 +47,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "mla/error.hpp"
@@ -565,6 +567,37 @@ BOOST_AUTO_TEST_CASE(run_checks_the_vocabulary_as_eval_does) {
   expect_fast_error("run --checkpoint '" + tiny2() + "' --tokens 3," + rows + " --out '" + dir + "/o'", "run",
                     {"token id " + rows, "past the vocabulary", "vocab_size " + rows});
   BOOST_TEST(!fs::exists(dir + "/o"));
+}
+
+// Issue 46, fault 11: compare against a NaN printed norm_err 0, cosine 1.0 and max_rel 0, and a
+// tensor holding NaN or Inf compared with itself passed. NaN and Inf are now counted per tensor,
+// no figure is printed over the finite part alone, and such a tensor never passes.
+BOOST_AUTO_TEST_CASE(compare_counts_nan_and_inf_and_never_passes_them) {
+  const std::string dir = scratch_dir("faults-compare-nan");
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const auto clean = mla::encode_f32(std::vector<float>{1, 2, 3, 4});
+  const auto odd = mla::encode_f32(std::vector<float>{1, nan, 3, inf});
+  mla::write_safetensors(dir + "/clean.safetensors", {{"x", mla::DType::F32, {4}, clean}, {"y", mla::DType::F32, {4}, clean}});
+  mla::write_safetensors(dir + "/odd.safetensors", {{"x", mla::DType::F32, {4}, odd}, {"y", mla::DType::F32, {4}, clean}});
+  for (const auto& [a, b, nan_a, nan_b] : std::vector<std::tuple<std::string, std::string, int, int>>{
+           {"odd", "odd", 1, 1}, {"clean", "odd", 0, 1}, {"odd", "clean", 1, 0}}) {
+    const RunResult r = run_bounded("compare '" + dir + "/" + a + ".safetensors' '" + dir + "/" + b + ".safetensors'");
+    BOOST_TEST_CONTEXT(a << " against " << b << ":\n" << r.out << r.err) {
+      BOOST_TEST(r.exit_code == 1);
+      BOOST_TEST(contains(r.out, "NON-FINITE"));
+      BOOST_TEST(contains(r.out, "x holds NaN or Inf: A " + std::to_string(nan_a) + " NaN, " + std::to_string(nan_a) + " Inf; B " +
+                                     std::to_string(nan_b) + " NaN, " + std::to_string(nan_b) + " Inf (of 4 elements)"));
+      BOOST_TEST(contains(r.out, "1 of 2 common tensors outside tolerance (1 holding NaN or Inf)"));
+      // no cosine, norm or relative error over the finite part: only y's row (identical) shows figures
+      BOOST_TEST(std::count(r.out.begin(), r.out.end(), '\n') > 0);
+      const size_t row = r.out.find("\nx ");
+      BOOST_TEST_REQUIRE(row != std::string::npos);
+      const std::string x_row = r.out.substr(row + 1, r.out.find('\n', row + 1) - row - 1);
+      BOOST_TEST(!contains(x_row, "1.0000000000"), x_row);
+      BOOST_TEST(contains(x_row, "n/a"), x_row);
+    }
+  }
+  BOOST_TEST(run_bounded("compare '" + dir + "/clean.safetensors' '" + dir + "/clean.safetensors'").exit_code == 0);
 }
 
 // Files mla-h2o did not write are never removed: such a directory is refused before any work.
