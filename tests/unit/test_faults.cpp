@@ -1061,6 +1061,24 @@ BOOST_AUTO_TEST_CASE(inputs_are_read_only_as_far_as_the_run_needs) {
   BOOST_TEST(peak_mib(dir + "/ea/report.json") < peak_mib(dir + "/ea0/report.json") + 64.0);
 }
 
+// Issue 46, fault 3: expected-attention:future=1099511627776 hung decode silently under --quiet
+// (~61 h), and eval took values up to 10^18. Every setting now has a domain (suite policies walks
+// them all); here the CLI's one line, before any work.
+BOOST_AUTO_TEST_CASE(a_policy_setting_outside_its_domain_is_refused_at_once) {
+  const std::string out = scratch_dir("faults-future") + "/o";
+  const std::string text = shipped() + "/eval/heldout.txt";
+  for (const std::string v : {"1099511627776", "999999999999999999", "10000001"}) {
+    expect_fast_error("decode --checkpoint '" + shipped() + "' --text '" + text + "' --prompt-len 16 --steps 8 --cache-budget 8 "
+                      "--quiet --policy expected-attention:future=" + v + " --out '" + out + "'",
+                      "decode", {"future=" + v, "[1, 10000000]"});
+    expect_fast_error(eval_args(shipped(), out, "--cache-budget 8 --policy h2o,expected-attention:future=" + v), "eval",
+                      {"future=" + v, "[1, 10000000]"});
+  }
+  expect_fast_error(eval_args(shipped(), out, "--cache-budget 8 --policy snapkv:pool=avg1000000000000000001"), "eval",
+                    {"pool=avg1000000000000000001"});
+  BOOST_TEST(!fs::exists(out));
+}
+
 // Issue 29: expected-attention at a huge `future` was silent for minutes (its mean RoPE rotation is
 // O(future), and eval computed it again for every run at every layer). It is computed once per
 // command, with its own progress stage, and the report times it.
