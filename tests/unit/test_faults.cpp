@@ -965,6 +965,18 @@ BOOST_AUTO_TEST_CASE(a_huge_budget_ends_with_a_bounded_chart) {
   const RunResult two = run_bounded(eval_args(shipped(), dir + "/out2", "--cache-budget 8,9223372036854775000 --policy h2o"));
   BOOST_TEST_REQUIRE(two.exit_code == 0, two.err);
   BOOST_TEST(fs::file_size(dir + "/out2/budget.svg") < 200000u);
+  // issue 46, fault 9: one budget of 2^60 or more drew every point at x="-nan" (x - 1 == x there)
+  for (const std::string K : {"1152921504606846976", "4611686018427387904", "9223372036854775000"}) {
+    const std::string out = dir + "/one-" + K;
+    const RunResult one = run_bounded(eval_args(shipped(), out, "--cache-budget " + K + " --policy h2o"));
+    BOOST_TEST_REQUIRE(one.exit_code == 0, one.err);
+    for (const auto& e : fs::directory_iterator(out)) {
+      const std::string text = read_text(e.path().string());
+      BOOST_TEST(!contains(text, "nan"), e.path().filename().string() << " at K = " << K << " holds nan");
+      BOOST_TEST((!contains(text, "inf\"") && !contains(text, "inf,") && !contains(text, "\"-inf")),
+                 e.path().filename().string() << " at K = " << K << " holds inf");
+    }
+  }
 }
 
 // "256,1,2,3\0abc,4,5,6,7" read as 8 ids: the NUL ended the parse of an item and "abc" was dropped.
