@@ -42,6 +42,7 @@
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <cstdlib>
@@ -1071,6 +1072,43 @@ BOOST_AUTO_TEST_CASE(inputs_are_read_only_as_far_as_the_run_needs) {
   BOOST_TEST_REQUIRE(ea0.exit_code == 0, ea0.err);
   // a 10^6-row rope table is 256 MB (at 10^7 it used 1.54 GB)
   BOOST_TEST(peak_mib(dir + "/ea/report.json") < peak_mib(dir + "/ea0/report.json") + 64.0);
+}
+
+// Issue 46, fault 10: select on the finite scores 1e-320, 5e-324, 1e308, 1e308 printed mean, std
+// and sum inf and drew y="-inf" in scores.svg, exit 0. The figures now come from scaled sums when
+// the plain ones overflow, the chart divides before it multiplies, and a figure whose true value
+// is beyond the double range (that sum: 2e308; a heavy / evicted ratio of 2e628) is refused with
+// one line naming it, nothing written.
+BOOST_AUTO_TEST_CASE(select_statistics_of_huge_scores_stay_finite) {
+  const std::string dir = scratch_dir("faults-select-huge");
+  write_text(dir + "/big.csv", "token_idx,attention_score\n0,1e300\n1,5e-3\n2,1e308\n3,7e307\n");
+  const RunResult r = run_bounded("select --scores '" + dir + "/big.csv' --sinks 0 --recent 1 --budget 1 --out '" + dir + "/o'");
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  for (const auto& e : fs::directory_iterator(dir + "/o")) {
+    const std::string text = read_text(e.path().string());
+    BOOST_TEST(!contains(text, "inf"), e.path().filename().string() << " holds inf");
+    BOOST_TEST(!contains(text, "nan"), e.path().filename().string() << " holds nan");
+  }
+  // mean and std against long double (range to 1e4932: no overflow)
+  const std::vector<long double> x = {1e300L, 5e-3L, 1e308L, 7e307L};
+  long double mean = 0, sq = 0;
+  for (long double v : x) mean += v / 4;
+  for (long double v : x) sq += (v - mean) * (v - mean) / 4;
+  simdjson::dom::parser parser;
+  const simdjson::dom::element doc = parser.load(dir + "/o/report.json");
+  const auto near = [](double got, long double want) { return std::fabs(static_cast<long double>(got) - want) <= 1e-12L * want; };
+  BOOST_TEST(near(double(doc["scores"]["mean"]), mean), double(doc["scores"]["mean"]));
+  BOOST_TEST(near(double(doc["scores"]["std"]), std::sqrt(sq)), double(doc["scores"]["std"]));
+  BOOST_TEST(near(double(doc["scores"]["sum"]), 1.7000000100000000000e308L), double(doc["scores"]["sum"]));
+  // the issue's scores: their sum is 2e308
+  write_text(dir + "/issue.csv", "token_idx,attention_score\n0,1e-320\n1,5e-324\n2,1e308\n3,1e308\n");
+  expect_fast_error("select --scores '" + dir + "/issue.csv' --sinks 0 --recent 1 --budget 1 --out '" + dir + "/o2'", "select",
+                    {"score sum", "2.0e+308"});
+  // a ratio of 2e628
+  write_text(dir + "/ratio.csv", "token_idx,attention_score\n0,1e-320\n1,5e-324\n2,1e308\n3,7e307\n");
+  expect_fast_error("select --scores '" + dir + "/ratio.csv' --sinks 0 --recent 1 --budget 1 --out '" + dir + "/o2'", "select",
+                    {"heavy / evicted score ratio", "e+628"});
+  BOOST_TEST(!fs::exists(dir + "/o2"));
 }
 
 // Issue 46, fault 3: expected-attention:future=1099511627776 hung decode silently under --quiet
