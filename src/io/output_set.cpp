@@ -319,9 +319,15 @@ bool staging_file(const std::string& entry, const std::set<std::string>& names) 
 }
 
 // Removes the regular files of `dir` that staging_file() accepts, then `dir` when that emptied it;
-// anything else stays, and so does `dir` with it.
-void remove_staging_files(const std::string& dir, const std::set<std::string>& names) {
-  for (const std::string& e : entries_of(dir)) {
+// anything else stays, and so does `dir` with it. Never throws (the destructor calls it): a
+// directory that cannot be listed (gone already) is left to rmdir.
+void remove_staging_files(const std::string& dir, const std::set<std::string>& names) noexcept {
+  std::vector<std::string> entries;
+  try {
+    entries = entries_of(dir);
+  } catch (...) {
+  }
+  for (const std::string& e : entries) {
     struct stat st {};
     if (staging_file(e, names) && ::lstat((dir + "/" + e).c_str(), &st) == 0 && S_ISREG(st.st_mode))
       ::unlink((dir + "/" + e).c_str());

@@ -520,6 +520,19 @@ BOOST_AUTO_TEST_CASE(a_file_added_just_before_the_deletion_is_kept) {
   BOOST_TEST(read_text(dir + "/late.txt") == "late\n");
 }
 
+// The staging directory removed by hand during the run, then the set abandoned: nothing to clean
+// up, and no exception out of the destructor (which would end the process).
+BOOST_AUTO_TEST_CASE(a_staging_directory_removed_during_the_run_is_no_crash) {
+  const std::string dir = scratch_dir("outputs-staging-gone") + "/O";
+  {
+    mla::OutputSet out(dir, "test");
+    out.write("a.txt", "a\n");
+    for (const std::string& s : staging_beside(dir)) fs::remove_all(fs::path(dir).parent_path() / s);
+  }
+  BOOST_TEST(!fs::exists(dir));
+  BOOST_TEST(staging_beside(dir).empty());
+}
+
 // Nothing changed: the hook runs at both moments and the set replaces the earlier one as before.
 BOOST_AUTO_TEST_CASE(an_unchanged_out_is_replaced_after_both_checks) {
   const std::string dir = scratch_dir("outputs-unchanged") + "/O";
