@@ -9,9 +9,12 @@
 //   norm_error = ||a - b||_2 / ||a||_2  (0 when both are 0; +inf when only a is 0)
 //   cosine     = <a, b> / (||a|| ||b||) (1 when both are 0; 0 when only one is 0)
 //   element i is within tolerance iff abs_i <= atol + rtol * |a_i|   (numpy.allclose rule)
-//   non-finite values: equal non-finite values (NaN with NaN, +inf with +inf) count as
-//   within tolerance; any other pairing with a non-finite value is outside.
-//   norm_error and cosine use only the elements where both values are finite.
+//   non-finite values: NaN and ±Inf are counted per tensor and per side (nan_a, inf_a, nan_b,
+//   inf_b). A tensor holding any is never within tolerance, not even against itself: its other
+//   figures say nothing about those elements. Equal non-finite values (NaN with NaN, +inf with
+//   +inf) are not counted in n_outside; any other pairing with a non-finite value is.
+//   max_abs, max_rel, norm_error and cosine use only the elements where both values are finite,
+//   and compare_table prints none of them ("n/a") for a tensor holding NaN or Inf.
 //   worst_index = the multi-dimensional index of the largest abs_i (a non-finite mismatch wins),
 //   lowest flat index on ties.
 // Shapes must be equal (dtype may differ: both are widened to double exactly).
@@ -43,7 +46,9 @@ struct TensorComparison {
   double worst_a = 0, worst_b = 0;    // the values there
   uint64_t n_outside = 0;             // elements outside atol + rtol*|a|
   uint64_t n_nonfinite_mismatch = 0;  // elements where a non-finite value is not matched
-  bool within() const { return shape_match && n_outside == 0; }
+  uint64_t nan_a = 0, inf_a = 0, nan_b = 0, inf_b = 0;  // NaN and ±Inf elements of A and of B
+  uint64_t nonfinite() const { return nan_a + inf_a + nan_b + inf_b; }
+  bool within() const { return shape_match && n_outside == 0 && nonfinite() == 0; }
 };
 
 struct CompareResult {

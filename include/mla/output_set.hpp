@@ -22,6 +22,14 @@
 //     filesystem): ".NAME.mla-h2o-<pid>-<k>". commit() writes the manifest, flushes every file to
 //     disk, then exchanges the staging directory with `dir` in one atomic step
 //     (renameat2 RENAME_EXCHANGE) and removes the previous set, now in the staging place.
+//   * Just before the exchange, and again just before the previous set is deleted, the directory
+//     is checked once more: still the one claimed (device and inode), holding exactly the entries
+//     it held then, each as written. When anything changed (a file or folder added, --out moved
+//     away and replaced) nothing is removed: `dir` is left as it is, the new set is moved to a
+//     sibling "NAME.mla-h2o-new" (or "-2", "-3", ...), and commit() throws one line naming both.
+//   * The staging directory holds a marker, .mla-h2o-staging, listing the set's names as they are
+//     added. A staging directory is removed only if it holds what one holds (the marker and
+//     those names, or a complete earlier set, or nothing), never for its name alone.
 //   * Without commit (an error, or SIGINT / SIGTERM / SIGHUP) the staging directory is removed,
 //     `dir` is left exactly as it was (removed again if this set created it), and the error line
 //     says so (abandoned_output_note()). A staging directory left by a killed process (SIGKILL,
@@ -29,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -70,6 +79,20 @@ class OutputSet {
   void begin_part(const std::string& prefix);
 
  private:
+  enum class Moved { Exchanged, Renamed, MovedAside };
+  void seal();                                     // the manifest, every file on disk, the marker gone
+  Moved move_into_place();                         // the exchange (or its fallbacks)
+  [[noreturn]] void divert(const std::string& why);  // the new set to a sibling, then the error line
+  void remove_previous(Moved how);                 // the previous set, checked again, then deleted
+  void release();                                  // the signal slot and the lock, then a pending signal
+
+  // What the directory held when the set claimed it, checked again before the exchange and the deletion.
+  struct Found {
+    uint64_t dev = 0, ino = 0;
+    std::vector<std::string> entries;  // sorted
+    std::string manifest;              // the earlier set's manifest ("" when none)
+  };
+  Found found_;
   std::string dir_, command_, target_, staging_;
   std::string prefix_;  // of the part being written; commit() waits while it is not empty
   std::vector<std::string> names_;
@@ -82,7 +105,15 @@ class OutputSet {
 // set abandoned in this process, else "". main() appends it to the error line.
 std::string abandoned_output_note();
 
+// For tests: `hook(stage, path)` is called with stage "swap" and the output directory just before
+// it is checked for the exchange, and with "delete" and the previous set's place just before that
+// is checked for deletion (what a user could do at that moment, done deterministically). An
+// empty function removes the hook.
+void set_output_set_hook(std::function<void(const std::string& stage, const std::string& path)> hook);
+
 // The manifest's file name inside every set.
 inline constexpr const char* kOutputManifest = ".mla-h2o-set";
+// The marker inside a staging directory: "mla-h2o staging set", then "name NAME" per file added.
+inline constexpr const char* kStagingMarker = ".mla-h2o-staging";
 
 }  // namespace mla

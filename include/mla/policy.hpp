@@ -82,8 +82,21 @@ const char* policy_kind_name(const PolicySettings& s);
 std::vector<std::string> policy_setting_keys(const PolicySettings& s);
 // The largest integer setting (18 digits): a sum of two settings never overflows 64 bits.
 inline constexpr int64_t kPolicySettingMax = 999'999'999'999'999'999;
-// Applies one `key=value` (Error(InvalidArgument) for an unknown key or a bad value: an integer
-// outside [its least value, kPolicySettingMax]) and appends it to the label.
+// expected-attention's `future`: its mean RoPE rotation costs O(future) (about 3 s at 10^7 on a
+// 2-core Xeon), and 10^7 positions lie far beyond any model's context.
+inline constexpr int64_t kPolicyFutureMax = 10'000'000;
+// The domain of a setting, one row per form of its value (docs/decode.md §2.2's settings table):
+// `form` is "N" (an integer in [lo, hi]), "N%" (a share of the budget, N in [lo, hi]),
+// "avgN|maxN|none" (N odd in [lo, hi]) or a choice "a|b|c" (lo and hi unused). Every value is
+// checked against it, by apply_policy_setting, and nowhere else.
+struct PolicySettingDomain {
+  const char* key;
+  const char* form;
+  int64_t lo = 0, hi = 0;
+};
+const std::vector<PolicySettingDomain>& policy_setting_domains();
+// Applies one `key=value` (Error(InvalidArgument), one line, for an unknown key or a value
+// outside its domain, policy_setting_domains) and appends it to the label.
 void apply_policy_setting(PolicySettings& s, std::string_view key, std::string_view value);
 
 // "h2o,tova:sinks=0,recent=1,snapkv:window=64,pool=avg5" -> settings. Items are separated by

@@ -622,10 +622,16 @@ TensorF Checkpoint::embed_rows(const std::vector<int64_t>& token_ids) const {
     fail(ErrorKind::Shape, where + " has shape " + shape_u64_string(info->shape) + ", expected [vocab, " +
                                std::to_string(H) + "] = [vocab_size, hidden_size]");
   const int64_t rows = static_cast<int64_t>(info->shape[0]);
+  // The table and config.json must agree (eval reads embed_tokens as [vocab_size, hidden_size]): a
+  // vocab_size below the rows would let ids past the vocabulary through, one above would index past the table.
+  if (rows != config_.vocab_size)
+    fail(ErrorKind::Shape, where + " has " + std::to_string(rows) + " rows, but config.json's vocab_size is " +
+                               std::to_string(config_.vocab_size) + " (expected [vocab_size, hidden_size])");
   for (size_t i = 0; i < token_ids.size(); ++i)
     if (token_ids[i] < 0 || token_ids[i] >= rows)
       fail(ErrorKind::InvalidArgument, "token id " + std::to_string(token_ids[i]) + " (position " + std::to_string(i) +
-                                           ") is out of range: " + name + " has " + std::to_string(rows) + " rows");
+                                           ") is past the vocabulary: " + name + " has " + std::to_string(rows) +
+                                           " rows (vocab_size " + std::to_string(rows) + ")");
 
   // FP8 embeddings (not used by any known checkpoint, handled for completeness).
   std::vector<float> scale;

@@ -182,7 +182,7 @@ DecodeOptions decode_options(const DecodePlan& plan, const AttentionConfig& cfg,
   DecodeOptions opt = plan.decode;
   opt.layer = plan.run.layer;
   opt.num_layers = cfg.num_hidden_layers;
-  if (opt.steps == 0) opt.steps = T - opt.prompt_len;
+  if (opt.steps == 0 && opt.prompt_len < T) opt.steps = T - opt.prompt_len;  // else check_decode_options names --prompt-len
   opt.keep_outputs = plan.dump_tensors;
   check_decode_options(opt, T);
   return opt;

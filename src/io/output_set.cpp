@@ -23,8 +23,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "mla/error.hpp"
@@ -202,9 +204,8 @@ struct ManifestEntry {
 // The files an earlier set's manifest lists (line "file SIZE HASH NAME"); `found` false when the
 // directory has no manifest of this format (a report.json alone is never trusted: anyone can
 // write one).
-std::map<std::string, ManifestEntry> manifest_files(const std::string& dir, bool& found) {
+std::map<std::string, ManifestEntry> manifest_files_of(const std::string& text, bool& found) {
   found = false;
-  const std::string text = small_file(dir + "/" + kOutputManifest, int64_t{1} << 20);
   if (text.rfind("mla-h2o output set\n", 0) != 0) return {};
   found = true;
   std::map<std::string, ManifestEntry> files;
@@ -228,6 +229,12 @@ std::map<std::string, ManifestEntry> manifest_files(const std::string& dir, bool
     at = end + 1;
   }
   return files;
+}
+
+std::string manifest_text(const std::string& dir) { return small_file(dir + "/" + kOutputManifest, int64_t{1} << 20); }
+
+std::map<std::string, ManifestEntry> manifest_files(const std::string& dir, bool& found) {
+  return manifest_files_of(manifest_text(dir), found);
 }
 
 // Why entry `name` of `dir` is not the file an earlier set's manifest says mla-h2o wrote there;
@@ -274,8 +281,8 @@ void check_apart_from_inputs(const std::string& shown, const fs::path& target, c
   }
 }
 
-// A staging directory of `target` left by a process that no longer runs.
-bool stale_staging(const std::string& entry, const std::string& prefix) {
+// A staging directory's name for `target` (prefix, then "<pid>-<k>") whose process no longer runs.
+bool stale_staging_name(const std::string& entry, const std::string& prefix) {
   if (entry.rfind(prefix, 0) != 0) return false;
   const std::string rest = entry.substr(prefix.size());
   const size_t dash = rest.find('-');
@@ -287,6 +294,72 @@ bool stale_staging(const std::string& entry, const std::string& prefix) {
     return true;
   }
   return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+// The names a staging directory's marker lists; `found` false without a marker of this format.
+std::set<std::string> marker_names(const std::string& dir, bool& found) {
+  const std::string text = small_file(dir + "/" + kStagingMarker, int64_t{1} << 20);
+  found = text.rfind("mla-h2o staging set\n", 0) == 0;
+  std::set<std::string> names;
+  for (size_t at = 0; found && at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    if (text.compare(at, 5, "name ") == 0 && end > at + 5) names.insert(text.substr(at + 5, end - at - 5));
+    at = end + 1;
+  }
+  return names;
+}
+
+// Whether `entry` is a file a staging directory of the set `names` holds: its marker, its
+// manifest, one of the names, or a writer's temporary of one ("NAME.tmp.<pid>").
+bool staging_file(const std::string& entry, const std::set<std::string>& names) {
+  if (entry == kStagingMarker || entry == kOutputManifest || names.count(entry)) return true;
+  const size_t tmp = entry.rfind(".tmp.");
+  return tmp != std::string::npos && tmp + 5 < entry.size() && names.count(entry.substr(0, tmp)) &&
+         entry.find_first_not_of("0123456789", tmp + 5) == std::string::npos;
+}
+
+// Removes the regular files of `dir` that staging_file() accepts, then `dir` when that emptied it;
+// anything else stays, and so does `dir` with it. Never throws (the destructor calls it): a
+// directory that cannot be listed (gone already) is left to rmdir.
+void remove_staging_files(const std::string& dir, const std::set<std::string>& names) noexcept {
+  std::vector<std::string> entries;
+  try {
+    entries = entries_of(dir);
+  } catch (...) {
+  }
+  for (const std::string& e : entries) {
+    struct stat st {};
+    if (staging_file(e, names) && ::lstat((dir + "/" + e).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      ::unlink((dir + "/" + e).c_str());
+  }
+  ::rmdir(dir.c_str());
+}
+
+// Whether `dir` holds only what a staging directory holds at some moment: nothing; its marker
+// with its names (regular files, before the exchange); or, after the exchange, the previous set,
+// every entry listed by its manifest and as written. Then also the names to remove.
+bool holds_only_staging(const std::string& dir, std::set<std::string>& names) {
+  std::vector<std::string> entries;
+  try {
+    entries = entries_of(dir);
+  } catch (const Error&) {
+    return false;
+  }
+  bool marked = false, listed = false;
+  names = marker_names(dir, marked);
+  const std::map<std::string, ManifestEntry> set = manifest_files(dir, listed);
+  for (const std::string& e : entries) {
+    struct stat st {};
+    if (::lstat((dir + "/" + e).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    if (marked && staging_file(e, names)) continue;
+    const auto it = set.find(e);
+    if (!marked && listed && (e == kOutputManifest || (it != set.end() && not_as_written(dir, e, it->second).empty()))) {
+      names.insert(e);
+      continue;
+    }
+    return false;
+  }
+  return true;
 }
 
 void write_all(int fd, std::string_view bytes, const std::string& what) {
@@ -368,7 +441,9 @@ int lock_target(const std::string& dir, const std::string& target, OutputSet::Lo
 
 // The locked target can be replaced by a set: writable, not a mount point, not holding the
 // current directory, and what it holds is an earlier set, all of it, as written.
-void check_replaceable(const std::string& dir, const std::string& target, const std::string& parent, const struct stat& st) {
+// `entries` and `manifest`: what it holds, as checked (the entries sorted).
+void check_replaceable(const std::string& dir, const std::string& target, const std::string& parent, const struct stat& st,
+                       std::vector<std::string>& entries, std::string& manifest) {
   if (::access(target.c_str(), W_OK | X_OK) != 0)
     fail(ErrorKind::Io, "output directory " + dir + " is not writable: " + sys_error());
   struct stat up {};
@@ -382,10 +457,12 @@ void check_replaceable(const std::string& dir, const std::string& target, const 
     if (!ec && (here == target || here.rfind(target + "/", 0) == 0))
       fail(ErrorKind::InvalidArgument, "output directory " + dir + " holds the current directory; pass a directory of its own");
   }
-  const std::vector<std::string> entries = entries_of(target);
+  entries = entries_of(target);
+  std::sort(entries.begin(), entries.end());
   if (entries.empty()) return;
+  manifest = manifest_text(target);
   bool found = false;
-  const std::map<std::string, ManifestEntry> listed = manifest_files(target, found);
+  const std::map<std::string, ManifestEntry> listed = manifest_files_of(manifest, found);
   const std::string advice = "; pass a new or empty directory (an earlier mla-h2o set there is replaced as a whole)";
   for (const std::string& e : entries) {
     if (e == kOutputManifest && found) continue;
@@ -404,10 +481,13 @@ void remove_stale_staging(const std::string& parent, const std::string& prefix) 
   if (!d) return;
   std::vector<std::string> stale;
   while (const dirent* e = ::readdir(d))
-    if (stale_staging(e->d_name, prefix)) stale.push_back(e->d_name);
+    if (stale_staging_name(e->d_name, prefix)) stale.push_back(e->d_name);
   ::closedir(d);
-  std::error_code ec;
-  for (const std::string& s : stale) fs::remove_all(fs::path(parent) / s, ec);
+  for (const std::string& s : stale) {  // by its contents, never by its name alone (issue 46)
+    const std::string path = (fs::path(parent) / s).string();
+    std::set<std::string> names;
+    if (holds_only_staging(path, names)) remove_staging_files(path, names);
+  }
 }
 
 // The staging directory beside the target, with the permissions the target has (mode >= 0) or
@@ -417,8 +497,89 @@ std::string make_staging(const std::string& dir, const std::string& parent, cons
   const std::string staging = (fs::path(parent) / (prefix + std::to_string(::getpid()) + "-" + std::to_string(counter++))).string();
   if (::mkdir(staging.c_str(), 0777) != 0)
     fail(ErrorKind::Io, "cannot create a staging directory beside " + dir + " (in " + parent + "): " + sys_error());
+  const std::string marker = staging + "/" + kStagingMarker;
+  const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    const std::string why = sys_error();
+    ::rmdir(staging.c_str());
+    fail(ErrorKind::Io, "cannot create a staging directory beside " + dir + " (in " + parent + "): " + why);
+  }
+  const std::string head = "mla-h2o staging set\npid " + std::to_string(::getpid()) + "\n";
+  const bool ok = ::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size());
+  const std::string why = ok ? "" : sys_error();
+  ::close(fd);
+  if (!ok) {
+    ::unlink(marker.c_str());
+    ::rmdir(staging.c_str());
+    fail(ErrorKind::Io, "cannot create a staging directory beside " + dir + " (in " + parent + "): " + why);
+  }
   if (mode >= 0) ::chmod(staging.c_str(), static_cast<mode_t>(mode));
   return staging;
+}
+
+// Appends "name NAME" to the staging marker, so that a later writer can tell the set's files.
+void mark_name(const std::string& staging, const std::string& name, const std::string& dir) {
+  const int fd = ::open((staging + "/" + kStagingMarker).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) fail(ErrorKind::Io, "cannot write the staging marker of " + dir + ": " + sys_error());
+  write_all(fd, "name " + name + "\n", "the staging marker of " + dir);
+  if (::close(fd) != 0) fail(ErrorKind::Io, "cannot write the staging marker of " + dir + ": " + sys_error());
+}
+
+std::function<void(const std::string&, const std::string&)>& test_hook() {
+  static std::function<void(const std::string&, const std::string&)> hook;
+  return hook;
+}
+
+// Why directory `path` is no longer what the set found at its start: device `dev`, inode `ino`,
+// exactly `entries`, each as `manifest` records it; "" when it still is.
+std::string changed_since_start(const std::string& path, uint64_t dev, uint64_t ino, const std::vector<std::string>& entries,
+                                const std::string& manifest) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return "it is gone (" + sys_error() + ")";
+  if (!S_ISDIR(st.st_mode) || st.st_dev != dev || st.st_ino != ino)
+    return "it is no longer the directory the run started with: it was moved away or replaced";
+  std::vector<std::string> now;
+  try {
+    now = entries_of(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  std::sort(now.begin(), now.end());
+  for (const std::string& e : now)
+    if (!std::binary_search(entries.begin(), entries.end(), e)) return "it now holds '" + e + "', which mla-h2o did not write";
+  for (const std::string& e : entries)
+    if (!std::binary_search(now.begin(), now.end(), e)) return "'" + e + "' was removed from it";
+  if (entries.empty()) return "";
+  if (manifest_text(path) != manifest) return "its manifest " + std::string(kOutputManifest) + " has changed";
+  bool found = false;
+  const std::map<std::string, ManifestEntry> listed = manifest_files_of(manifest, found);
+  for (const std::string& e : entries) {
+    if (e == kOutputManifest) continue;
+    const auto it = listed.find(e);
+    const std::string why = it == listed.end() ? "is not listed" : not_as_written(path, e, it->second);
+    if (!why.empty()) return "'" + e + "' " + why;
+  }
+  return "";
+}
+
+// A sibling of `target` the new set can be moved to without replacing anything: "NAME.mla-h2o-new",
+// else "-2", "-3", ...; `staging` stays where it is ("" returned) when none can be had.
+std::string move_to_sibling(const std::string& staging, const std::string& target) {
+  const fs::path t(target);
+  std::string name = t.filename().string();
+  if (name.size() > 200) name = staging_prefix(name).substr(1, 160 + 17);
+  for (int k = 1; k <= 100; ++k) {
+    const std::string sibling = (t.parent_path() / (name + ".mla-h2o-new" + (k == 1 ? "" : "-" + std::to_string(k)))).string();
+    int rc = static_cast<int>(::syscall(SYS_renameat2, AT_FDCWD, staging.c_str(), AT_FDCWD, sibling.c_str(), 1 /* RENAME_NOREPLACE */));
+    if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {  // no RENAME_NOREPLACE: rename(2) replaces at most an empty directory
+      struct stat st {};
+      if (::lstat(sibling.c_str(), &st) == 0) continue;
+      rc = ::rename(staging.c_str(), sibling.c_str());
+    }
+    if (rc == 0) return sibling;
+    if (errno != EEXIST && errno != ENOTEMPTY) return "";
+  }
+  return "";
 }
 
 // A free slot for the signal handlers (what to remove and say if the process is interrupted).
@@ -451,7 +612,9 @@ OutputSet::OutputSet(std::string dir, std::string command, Lock lock, const std:
   struct stat st {};
   lock_fd_ = lock_target(dir_, target_, lock, st);
   try {
-    check_replaceable(dir_, target_, parent, st);
+    check_replaceable(dir_, target_, parent, st, found_.entries, found_.manifest);
+    found_.dev = static_cast<uint64_t>(st.st_dev);
+    found_.ino = static_cast<uint64_t>(st.st_ino);
     const std::string prefix = staging_prefix(name);
     remove_stale_staging(parent, prefix);
     staging_ = make_staging(dir_, parent, prefix, created_target_ ? -1 : static_cast<int>(st.st_mode & 07777));
@@ -467,8 +630,7 @@ OutputSet::OutputSet(std::string dir, std::string command, Lock lock, const std:
 
 OutputSet::~OutputSet() {
   if (!committed_) {
-    std::error_code ec;
-    fs::remove_all(staging_, ec);
+    remove_staging_files(staging_, std::set<std::string>(names_.begin(), names_.end()));  // only what the set wrote
     if (created_target_) ::rmdir(target_.c_str());
     if (std::uncaught_exceptions() > 0) {
       const std::lock_guard<std::mutex> g(g_mutex);
@@ -486,6 +648,7 @@ std::string OutputSet::add(const std::string& plain_name) {
     fail(ErrorKind::InvalidArgument, "output set " + dir_ + ": '" + name + "' is not a plain file name");
   for (const std::string& n : names_)
     if (n == name) fail(ErrorKind::InvalidArgument, "output set " + dir_ + ": '" + name + "' written twice");
+  mark_name(staging_, name, dir_);
   names_.push_back(name);
   return staging_ + "/" + name;
 }
@@ -507,10 +670,7 @@ std::vector<std::string> OutputSet::paths_with(std::initializer_list<std::string
   return out;
 }
 
-void OutputSet::commit() {
-  if (committed_) return;
-  // The manifest, then every file and the directory on disk (a full disk may only say so here).
-  if (!prefix_.empty()) return;  // a part of a set written by several steps: the outer commit() follows
+void OutputSet::seal() {
   // Each file's size and fingerprint, so that the next writer removes only what this one wrote.
   std::string manifest = std::string("mla-h2o output set\nproducer mla-h2o ") + MLA_VERSION + "\ncommand " + command_ + "\n";
   for (const std::string& n : names_) {
@@ -530,27 +690,32 @@ void OutputSet::commit() {
   write_all(fd, manifest, (fs::path(dir_) / kOutputManifest).string());
   if (::close(fd) != 0) fail(ErrorKind::Io, "cannot write the manifest of " + dir_ + ": " + sys_error());
   fsync_path(manifest_path, dir_ + "/" + kOutputManifest);
+  // The marker goes once the manifest is on disk: the set then describes itself as any set does.
+  if (::unlink((staging_ + "/" + kStagingMarker).c_str()) != 0)
+    fail(ErrorKind::Io, "cannot remove the staging marker of " + dir_ + ": " + sys_error());
   fsync_path(staging_, dir_);
+}
 
-  // The exchange: from here until the previous set is gone, a signal waits for us.
-  Slot& slot = g_slots[slot_];
-  slot.state.store(kCommitting);
+OutputSet::Moved OutputSet::move_into_place() {
+  Moved how = Moved::Exchanged;
   bool ok = ::syscall(SYS_renameat2, AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), 2 /* RENAME_EXCHANGE */) == 0;
   int err = errno;
   if (!ok && (err == EINVAL || err == ENOSYS || err == EOPNOTSUPP)) {
     // No RENAME_EXCHANGE on this filesystem: rename(2) replaces an empty directory atomically;
     // a non-empty one is moved aside first (a moment without the directory).
+    how = Moved::Renamed;
     ok = ::rename(staging_.c_str(), target_.c_str()) == 0;
     err = errno;
     if (!ok && (err == ENOTEMPTY || err == EEXIST)) {
       const std::string aside = staging_ + "-old";
+      how = Moved::MovedAside;
       ok = ::rename(target_.c_str(), aside.c_str()) == 0 && ::rename(staging_.c_str(), target_.c_str()) == 0;
       err = errno;
       if (ok) staging_ = aside;
     }
   }
   if (!ok) {
-    slot.state.store(kStaging);
+    g_slots[slot_].state.store(kStaging);
     if (const int sig = g_pending_signal.exchange(0)) on_signal(sig);
     fail(ErrorKind::Io, "cannot move the new set into " + dir_ + ": " + std::strerror(err));
   }
@@ -559,21 +724,71 @@ void OutputSet::commit() {
     ::fsync(parent);  // the exchange itself on disk; it has happened whatever this says
     ::close(parent);
   }
-  std::error_code ec;
-  fs::remove_all(staging_, ec);  // the previous set (or the empty directory), now in the staging place
-  slot.state.store(kFree);
+  return how;
+}
+
+void OutputSet::release() {
+  if (slot_ >= 0) g_slots[slot_].state.store(kFree);
   slot_ = -1;
-  ::close(lock_fd_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
   lock_fd_ = -1;
   if (const int sig = g_pending_signal.exchange(0)) restore_and_raise(sig);
-  if (ec || fs::exists(staging_))
+}
+
+void OutputSet::divert(const std::string& why) {
+  g_slots[slot_].state.store(kCommitting);
+  const std::string sibling = move_to_sibling(staging_, target_);
+  committed_ = true;  // the new set is kept, wherever it now is, and nothing else is removed
+  if (!sibling.empty()) staging_ = sibling;
+  release();
+  fail(ErrorKind::Io, "output directory " + dir_ + " changed while mla-h2o " + command_ + " ran (" + why +
+                          "), so it is left as it is; the new set is in " + staging_);
+}
+
+void OutputSet::remove_previous(Moved how) {
+  if (test_hook()) test_hook()("delete", staging_);
+  if (how != Moved::Renamed) {  // the previous set, now in the staging place: still what was claimed?
+    const std::string why = changed_since_start(staging_, found_.dev, found_.ino, found_.entries, found_.manifest);
+    if (!why.empty()) {
+      // exchanged back when the system can, so that the user's directory keeps its place
+      if (how == Moved::Exchanged &&
+          ::syscall(SYS_renameat2, AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), 2 /* RENAME_EXCHANGE */) == 0)
+        divert(why);
+      const std::string previous = staging_;
+      release();
+      fail(ErrorKind::Io, "the new set is in " + dir_ + ", but the previous one, in " + previous + ", changed while mla-h2o " +
+                              command_ + " ran (" + why + "), so it is kept there");
+    }
+  }
+  for (const std::string& e : found_.entries) ::unlink((staging_ + "/" + e).c_str());  // exactly what was claimed
+  const bool gone = ::rmdir(staging_.c_str()) == 0 || errno == ENOENT;
+  const std::string reason = gone ? "" : sys_error();
+  release();
+  if (!gone)
     fail(ErrorKind::Io, "the new set is in " + dir_ + ", but the previous one could not be removed from " + staging_ + ": " +
-                            (ec ? ec.message() : std::string("some of it is left")) + "; remove it by hand");
+                            reason + "; remove it by hand");
+}
+
+void OutputSet::commit() {
+  if (committed_) return;
+  if (!prefix_.empty()) return;  // a part of a set written by several steps: the outer commit() follows
+  seal();  // the manifest, then every file and the directory on disk (a full disk may only say so here)
+  if (test_hook()) test_hook()("swap", target_);
+  // From here until the previous set is gone, a signal waits for us.
+  g_slots[slot_].state.store(kCommitting);
+  if (const std::string why = changed_since_start(target_, found_.dev, found_.ino, found_.entries, found_.manifest);
+      !why.empty())
+    divert(why);
+  remove_previous(move_into_place());
 }
 
 void OutputSet::begin_part(const std::string& prefix) {
   if (committed_) fail(ErrorKind::Io, "output set " + dir_ + ": a part begun after the set was committed");
   prefix_ = prefix;
+}
+
+void set_output_set_hook(std::function<void(const std::string& stage, const std::string& path)> hook) {
+  test_hook() = std::move(hook);
 }
 
 std::string abandoned_output_note() {

@@ -13,20 +13,57 @@ using policies::bad;
 
 namespace {
 
-int64_t parse_int(std::string_view key, std::string_view v, int64_t lo) {
+// The one table of the settings' domains (policy.hpp; docs/decode.md §2.1).
+const std::vector<PolicySettingDomain> kDomains = {
+    {"sinks", "N", 0, kPolicySettingMax},
+    {"recent", "N", 1, kPolicySettingMax},
+    {"recent", "N%", 1, 99},
+    {"heads", "sum|max|mean"},
+    {"window", "N", 1, kPolicySettingMax},
+    {"pool", "avgN|maxN|none", 1, kPolicySettingMax},
+    {"future", "N", 1, kPolicyFutureMax},
+    {"vnorm", "0|1"},
+    {"beta", "N", 1, kPolicySettingMax},
+    {"seed", "N", 0, kPolicySettingMax},
+};
+
+const PolicySettingDomain& domain(std::string_view key, std::string_view form) {
+  for (const PolicySettingDomain& d : kDomains)
+    if (key == d.key && form == d.form) return d;
+  bad("policy settings: no domain for " + std::string(key) + " (" + std::string(form) + ")");
+}
+
+// `digits` (the N of key=value, `shown`) as an integer within key's domain of form `form`.
+int64_t parse_int(std::string_view key, std::string_view form, std::string_view digits, std::string_view shown) {
+  const PolicySettingDomain& d = domain(key, form);
   int64_t out = 0;
-  bool ok = !v.empty() && v.size() <= 18;  // <= kPolicySettingMax
-  for (char c : v) {
+  bool ok = !digits.empty() && digits.size() <= 18;  // <= kPolicySettingMax: never overflows
+  for (char c : digits) {
     if (c < '0' || c > '9') ok = false;
     else out = out * 10 + (c - '0');
   }
-  if (!ok || out < lo)
-    bad("--policy: " + std::string(key) + "=" + std::string(v) + " is not an integer in [" + std::to_string(lo) + ", " +
-        std::to_string(kPolicySettingMax) + "]");
+  if (!ok || out < d.lo || out > d.hi)
+    bad("--policy: " + std::string(key) + "=" + std::string(shown) + " is not " +
+        (std::string_view(form) == "N" ? "an integer" : "of the form " + std::string(form) + " with N an integer") + " in [" +
+        std::to_string(d.lo) + ", " + std::to_string(d.hi) + "]");
   return out;
 }
 
+// `value` as one of the choices of key's domain (form "a|b|c").
+void check_choice(std::string_view key, std::string_view value) {
+  for (const PolicySettingDomain& d : kDomains) {
+    if (key != d.key) continue;
+    std::string form = std::string("|") + d.form + "|";
+    if (form.find("|" + std::string(value) + "|") != std::string::npos && !value.empty()) return;
+    std::replace(form.begin(), form.end(), '|', ' ');
+    bad("--policy: " + std::string(key) + "=" + std::string(value) + " is not one of:" + form.substr(0, form.size() - 1));
+  }
+  bad("policy settings: no domain for " + std::string(key));
+}
+
 }  // namespace
+
+const std::vector<PolicySettingDomain>& policy_setting_domains() { return kDomains; }
 
 const char* head_aggregation_name(HeadAggregation a) {
   return a == HeadAggregation::Sum ? "sum" : a == HeadAggregation::Max ? "max" : "mean";
@@ -46,42 +83,39 @@ void apply_policy_setting(PolicySettings& s, std::string_view key, std::string_v
       set.find(":" + k + "=") != std::string::npos || set.find("," + k + "=") != std::string::npos)
     bad("--policy: '" + k + "' given twice for " + s.preset + " (" + s.label + "," + k + "=" + v + ")");
   if (k == "sinks") {
-    s.sinks = parse_int(k, v, 0);
+    s.sinks = parse_int(k, "N", v, v);
   } else if (k == "recent") {
     if (!v.empty() && v.back() == '%') {
-      s.recent_percent = parse_int(k, std::string_view(v).substr(0, v.size() - 1), 1);
-      if (s.recent_percent > 99) bad("--policy: recent=" + v + " must be below 100%");
+      s.recent_percent = parse_int(k, "N%", std::string_view(v).substr(0, v.size() - 1), v);
     } else {
-      s.recent = parse_int(k, v, 1);
+      s.recent = parse_int(k, "N", v, v);
       s.recent_percent = 0;
     }
   } else if (k == "heads") {
-    if (v == "sum") s.heads = HeadAggregation::Sum;
-    else if (v == "max") s.heads = HeadAggregation::Max;
-    else if (v == "mean") s.heads = HeadAggregation::Mean;
-    else bad("--policy: heads=" + v + " is not sum, max or mean");
+    check_choice(k, v);
+    s.heads = v == "sum" ? HeadAggregation::Sum : v == "max" ? HeadAggregation::Max : HeadAggregation::Mean;
   } else if (k == "window") {
-    s.window = parse_int(k, v, 1);
+    s.window = parse_int(k, "N", v, v);
   } else if (k == "pool") {
     if (v == "none") {
       s.pool = Pooling::None;
       s.pool_width = 1;
     } else if (v.rfind("max", 0) == 0 || v.rfind("avg", 0) == 0) {
       s.pool = v[0] == 'm' ? Pooling::Max : Pooling::Avg;
-      s.pool_width = parse_int(k, std::string_view(v).substr(3), 1);
+      s.pool_width = parse_int(k, "avgN|maxN|none", std::string_view(v).substr(3), v);
       if (s.pool_width % 2 == 0) bad("--policy: pool=" + v + ": the pooling width must be odd (centred)");
     } else {
       bad("--policy: pool=" + v + " is not none, maxN or avgN (N odd, e.g. avg5)");
     }
   } else if (k == "future") {
-    s.future = parse_int(k, v, 1);
+    s.future = parse_int(k, "N", v, v);
   } else if (k == "vnorm") {
-    if (v != "0" && v != "1") bad("--policy: vnorm=" + v + " is not 0 or 1");
+    check_choice(k, v);
     s.vnorm = v == "1";
   } else if (k == "beta") {
-    s.beta = parse_int(k, v, 1);
+    s.beta = parse_int(k, "N", v, v);
   } else if (k == "seed") {
-    s.seed = static_cast<uint64_t>(parse_int(k, v, 0));
+    s.seed = static_cast<uint64_t>(parse_int(k, "N", v, v));
   }
   s.label += (s.label == s.preset ? ":" : ",") + k + "=" + v;
 }

@@ -57,6 +57,10 @@ TensorComparison compare_values(const std::string& name, std::span<const double>
   uint64_t worst = 0;  // flat index of the largest |a-b|
   for (uint64_t i = 0; i < c.numel; ++i) {
     const double x = a[i], y = b[i];
+    c.nan_a += std::isnan(x);
+    c.inf_a += std::isinf(x);
+    c.nan_b += std::isnan(y);
+    c.inf_b += std::isinf(y);
     double abs_err = 0;
     if (std::isfinite(x) && std::isfinite(y)) {
       const double diff = x - y;
@@ -156,6 +160,17 @@ std::string compare_table(const CompareResult& r, const std::string& name_a, con
     char vals[96];
     std::snprintf(vals, sizeof vals, " (%.6g | %.6g)", t.worst_a, t.worst_b);
     worst += vals;
+    if (t.nonfinite() > 0) {  // no figure over the finite part alone: it would vouch for what it skipped
+      std::snprintf(buf, sizeof buf, "%-16s %-18s %-9s %11s %11s %11s %13s  %-34s %9llu  %s\n", t.name.c_str(),
+                    shape_text(t.shape_a).c_str(), dtypes.c_str(), "n/a", "n/a", "n/a", "n/a", worst.c_str(),
+                    static_cast<unsigned long long>(t.n_outside), "NON-FINITE");
+      s += buf;
+      auto ull = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+      std::snprintf(buf, sizeof buf, "  %s holds NaN or Inf: A %llu NaN, %llu Inf; B %llu NaN, %llu Inf (of %llu elements)\n",
+                    t.name.c_str(), ull(t.nan_a), ull(t.inf_a), ull(t.nan_b), ull(t.inf_b), ull(t.numel));
+      s += buf;
+      continue;
+    }
     std::snprintf(buf, sizeof buf, "%-16s %-18s %-9s %11.4g %11.4g %11.4g %13.10f  %-34s %9llu  %s\n", t.name.c_str(),
                   shape_text(t.shape_a).c_str(), dtypes.c_str(), t.max_abs, t.max_rel, t.norm_error, t.cosine,
                   worst.c_str(), static_cast<unsigned long long>(t.n_outside), t.within() ? "ok" : "OUTSIDE");
@@ -163,11 +178,16 @@ std::string compare_table(const CompareResult& r, const std::string& name_a, con
   }
   for (const auto& n : r.only_in_a) s += "only in A: " + n + "\n";
   for (const auto& n : r.only_in_b) s += "only in B: " + n + "\n";
-  size_t bad = 0;
-  for (const auto& t : r.tensors) bad += !t.within();
+  size_t bad = 0, nonfinite = 0;
+  for (const auto& t : r.tensors) {
+    bad += !t.within();
+    nonfinite += t.shape_match && t.nonfinite() > 0;
+  }
   if (r.tensors.empty()) s += "\nno common tensors to compare\n";
   else if (bad == 0) s += "\nall " + std::to_string(r.tensors.size()) + " common tensors within tolerance\n";
-  else s += "\n" + std::to_string(bad) + " of " + std::to_string(r.tensors.size()) + " common tensors outside tolerance\n";
+  else
+    s += "\n" + std::to_string(bad) + " of " + std::to_string(r.tensors.size()) + " common tensors outside tolerance" +
+         (nonfinite ? " (" + std::to_string(nonfinite) + " holding NaN or Inf)" : "") + "\n";
   return s;
 }
 

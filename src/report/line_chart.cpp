@@ -50,9 +50,10 @@ std::string line_panel(const Panel& p, double dy) {
       if (std::isfinite(hi)) y_max = std::max(y_max, hi);
     }
   }
-  if (!(x_max > x_min)) {
-    x_min = std::isfinite(x_min) ? x_min - 1 : 0;
-    x_max = x_min + 2;
+  if (!(x_max > x_min)) {  // one x: a span around it wide enough to be resolved (x - 1 == x beyond 2^53)
+    const double c = std::isfinite(x_min) ? x_min : 0, pad = std::max(1.0, std::abs(c) * 1e-3);
+    x_min = c - pad;
+    x_max = c + pad;
   }
   const double span = y_max - y_min > 0 ? y_max - y_min : 1.0;
   const double y_step = nice_step(span, 6);

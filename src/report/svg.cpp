@@ -46,10 +46,14 @@ std::string scores_svg(std::span<const double> scores, const H2ODecision& d, con
   const size_t S = scores.size();
   const double max_score = S ? *std::max_element(scores.begin(), scores.end()) : 0.0;
   const double y_step = nice_step(max_score > 0 ? max_score : 1.0, 6);
-  const double y_top = std::max(y_step, std::ceil((max_score > 0 ? max_score : 1.0) / y_step) * y_step);
+  double y_top = std::max(y_step, std::ceil((max_score > 0 ? max_score : 1.0) / y_step) * y_step);
+  if (!std::isfinite(y_top)) y_top = max_score;  // a nice tick above a score near the largest double overflows
   const double plot_w = kRight - kLeft, plot_h = kBottom - kTop;
   const auto x_of = [&](double i) { return kLeft + i * plot_w / static_cast<double>(std::max<size_t>(S, 1)); };
-  const auto y_of = [&](double v) { return kBottom - v * plot_h / y_top; };
+  const auto y_of = [&](double v) {  // v * plot_h overflows for scores near 1e308: then divide first
+    const double h = v * plot_h / y_top;
+    return kBottom - (std::isfinite(h) ? h : v / y_top * plot_h);
+  };
 
   std::string s;
   s += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"960\" height=\"480\" viewBox=\"0 0 " + num(kWidth) +

@@ -11,7 +11,10 @@
 //     racing leave one consistent set;
 //   - SIGINT mid-run (a sweep killed after its first layer's dump) removes the staging
 //     directory and leaves the directory as it was;
-//   - stale staging directories of dead processes are removed, live ones are not;
+//   - stale staging directories of dead processes are removed, live ones are not, and a folder
+//     only named like one is kept (issue 46);
+//   - --out changed while the set is written (a file or folder added, the directory replaced) is
+//     kept as it is and the new set goes beside it (issue 46; in-process, through the test hook);
 //   - a directory with files mla-h2o did not write is refused before any work.
 // Then hostile inputs, each ending in one error line, fast (every command runs under `timeout`,
 // so a hang fails the case instead of the suite):
@@ -39,16 +42,22 @@
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "mla/error.hpp"
+#include "mla/output_set.hpp"
 #include "mla/safetensors.hpp"
 #include "test_util.hpp"
 
@@ -375,13 +384,234 @@ BOOST_AUTO_TEST_CASE(stale_staging_directories_are_removed) {
   const std::string stale = base + "/.out.mla-h2o-" + std::to_string(dead) + "-0";
   const std::string live = base + "/.out.mla-h2o-" + std::to_string(::getpid()) + "-7";
   fs::create_directories(stale);
+  write_text(stale + "/.mla-h2o-staging", "mla-h2o staging set\npid " + std::to_string(dead) + "\nname tensors.safetensors\n");
   write_text(stale + "/tensors.safetensors.tmp.123", std::string(1000, 'x'));
+  // a stale one caught after its exchange: the previous set, complete, is removed too
+  const std::string after = base + "/.out.mla-h2o-" + std::to_string(dead) + "-1";
+  BOOST_TEST_REQUIRE(run_cli(run_into(after, "")).exit_code == 0);
   fs::create_directories(live);
   BOOST_TEST_REQUIRE(run_cli(run_into(dir, "")).exit_code == 0);
   BOOST_TEST(!fs::exists(stale));
+  BOOST_TEST(!fs::exists(after));
   BOOST_TEST(fs::exists(live));
   fs::remove_all(live);
   expect_one_set(dir, "after a stale staging directory");
+}
+
+// Issue 46, fault 2: a folder merely named like a staging directory of a dead process was deleted
+// with its contents. Only what a staging directory holds (its marker and its set's names, or a
+// complete earlier set) is removed; anything else stays.
+BOOST_AUTO_TEST_CASE(a_folder_named_like_a_staging_directory_is_kept) {
+  const std::string base = scratch_dir("outputs-staging-named");
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string mine = base + "/.out.mla-h2o-" + std::to_string(dead) + "-7";
+  fs::create_directories(mine);
+  write_text(mine + "/important.txt", "keep me\n");
+  // a marker does not make a foreign file a staging file
+  const std::string marked = base + "/.out.mla-h2o-" + std::to_string(dead) + "-8";
+  fs::create_directories(marked);
+  write_text(marked + "/.mla-h2o-staging", "mla-h2o staging set\npid 1\nname scores.csv\n");
+  write_text(marked + "/thesis.tex", "mine\n");
+  const RunResult r = run_cli(run_into(base + "/out", ""));
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  BOOST_TEST(read_text(mine + "/important.txt") == "keep me\n");
+  BOOST_TEST(read_text(marked + "/thesis.tex") == "mine\n");
+  BOOST_TEST(fs::exists(marked + "/.mla-h2o-staging"));
+}
+
+// Issue 46, fault 1: --out was checked at the start only, so what a user put there during the run
+// was deleted with the previous set. The set now checks the directory again just before the
+// exchange and again before the deletion (mla/output_set.hpp); the hook stands for the user, at
+// exactly that moment.
+namespace {
+
+struct HookGuard {
+  explicit HookGuard(std::function<void(const std::string&, const std::string&)> h) { mla::set_output_set_hook(std::move(h)); }
+  ~HookGuard() { mla::set_output_set_hook({}); }
+};
+
+// An earlier set in `dir`: a.txt and b.txt.
+void earlier_set(const std::string& dir) {
+  mla::OutputSet out(dir, "test");
+  out.write("a.txt", "old a\n");
+  out.write("b.txt", "old b\n");
+  out.commit();
+}
+
+// A new set (new.txt) into `dir`, whose commit must fail with one line naming `words`; then the
+// sibling NAME.mla-h2o-new holds that set, complete, and no staging directory is left.
+void commit_fails_and_diverts(const std::string& dir, const std::vector<std::string>& words) {
+  bool threw = false;
+  {
+    mla::OutputSet out(dir, "test");
+    out.write("new.txt", "new\n");
+    try {
+      out.commit();
+    } catch (const mla::Error& e) {
+      threw = true;
+      const std::string what = e.what();
+      BOOST_TEST_CONTEXT(what) {
+        BOOST_TEST(what.find('\n') == std::string::npos);
+        BOOST_TEST(contains(what, dir + ".mla-h2o-new"));
+        for (const auto& w : words) BOOST_TEST(contains(what, w), "missing '" << w << "'");
+      }
+    }
+  }
+  BOOST_TEST(threw, "the commit succeeded over a changed directory");
+  BOOST_TEST((listing(dir + ".mla-h2o-new") == std::set<std::string>{".mla-h2o-set", "new.txt"}));
+  BOOST_TEST(read_text(dir + ".mla-h2o-new/new.txt") == "new\n");
+  BOOST_TEST(staging_beside(dir).empty());
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_file_added_to_out_during_the_run_is_kept) {
+  const std::string dir = scratch_dir("outputs-added-during") + "/O";
+  earlier_set(dir);
+  const HookGuard hook([&](const std::string& stage, const std::string&) {
+    if (stage == "swap") write_text(dir + "/user-notes.txt", "notes\n");
+  });
+  commit_fails_and_diverts(dir, {"'user-notes.txt'", "changed while", "left as it is"});
+  BOOST_TEST(read_text(dir + "/user-notes.txt") == "notes\n");
+  BOOST_TEST(read_text(dir + "/a.txt") == "old a\n");  // the earlier set, untouched
+  BOOST_TEST((listing(dir) == std::set<std::string>{".mla-h2o-set", "a.txt", "b.txt", "user-notes.txt"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_folder_dropped_into_a_new_out_during_the_run_is_kept) {
+  const std::string dir = scratch_dir("outputs-folder-during") + "/O";
+  BOOST_TEST_REQUIRE(!fs::exists(dir));
+  const HookGuard hook([&](const std::string& stage, const std::string&) {
+    if (stage != "swap") return;
+    fs::create_directories(dir + "/photos");
+    write_text(dir + "/photos/cat.jpg", "cat");
+  });
+  commit_fails_and_diverts(dir, {"'photos'"});
+  BOOST_TEST(read_text(dir + "/photos/cat.jpg") == "cat");
+  BOOST_TEST((listing(dir) == std::set<std::string>{"photos"}));
+}
+
+BOOST_AUTO_TEST_CASE(an_out_moved_away_and_replaced_during_the_run_is_kept) {
+  const std::string base = scratch_dir("outputs-replaced-during"), dir = base + "/O";
+  earlier_set(dir);
+  const HookGuard hook([&](const std::string& stage, const std::string&) {
+    if (stage != "swap") return;
+    fs::rename(dir, base + "/O-moved");
+    fs::create_directories(dir);
+    write_text(dir + "/precious.txt", "precious\n");
+  });
+  commit_fails_and_diverts(dir, {"moved away or replaced"});
+  BOOST_TEST((listing(dir) == std::set<std::string>{"precious.txt"}));
+  BOOST_TEST(read_text(dir + "/precious.txt") == "precious\n");
+  BOOST_TEST((listing(base + "/O-moved") == std::set<std::string>{".mla-h2o-set", "a.txt", "b.txt"}));
+}
+
+// The same, when the file lands after the check before the exchange: the deletion checks again,
+// exchanges back, and the new set goes to the sibling.
+BOOST_AUTO_TEST_CASE(a_file_added_just_before_the_deletion_is_kept) {
+  const std::string dir = scratch_dir("outputs-added-late") + "/O";
+  earlier_set(dir);
+  const HookGuard hook([&](const std::string& stage, const std::string& path) {
+    if (stage == "delete") write_text(path + "/late.txt", "late\n");
+  });
+  commit_fails_and_diverts(dir, {"'late.txt'"});
+  BOOST_TEST((listing(dir) == std::set<std::string>{".mla-h2o-set", "a.txt", "b.txt", "late.txt"}));
+  BOOST_TEST(read_text(dir + "/late.txt") == "late\n");
+}
+
+// The staging directory removed by hand during the run, then the set abandoned: nothing to clean
+// up, and no exception out of the destructor (which would end the process).
+BOOST_AUTO_TEST_CASE(a_staging_directory_removed_during_the_run_is_no_crash) {
+  const std::string dir = scratch_dir("outputs-staging-gone") + "/O";
+  {
+    mla::OutputSet out(dir, "test");
+    out.write("a.txt", "a\n");
+    for (const std::string& s : staging_beside(dir)) fs::remove_all(fs::path(dir).parent_path() / s);
+  }
+  BOOST_TEST(!fs::exists(dir));
+  BOOST_TEST(staging_beside(dir).empty());
+}
+
+// Nothing changed: the hook runs at both moments and the set replaces the earlier one as before.
+BOOST_AUTO_TEST_CASE(an_unchanged_out_is_replaced_after_both_checks) {
+  const std::string dir = scratch_dir("outputs-unchanged") + "/O";
+  earlier_set(dir);
+  std::vector<std::string> stages;
+  const HookGuard hook([&](const std::string& stage, const std::string&) { stages.push_back(stage); });
+  {
+    mla::OutputSet out(dir, "test");
+    out.write("new.txt", "new\n");
+    out.commit();
+  }
+  BOOST_TEST((stages == std::vector<std::string>{"swap", "delete"}));
+  BOOST_TEST((listing(dir) == std::set<std::string>{".mla-h2o-set", "new.txt"}));
+  BOOST_TEST(staging_beside(dir).empty());
+  BOOST_TEST(!fs::exists(dir + ".mla-h2o-new"));
+}
+
+// Issue 46, fault 4: a --prompt-len beyond the input (4611686018427387904, or just T) was reported
+// as "--steps -4611686018427387856": the steps left were computed before P was checked.
+BOOST_AUTO_TEST_CASE(a_prompt_longer_than_the_input_is_named_as_given) {
+  const std::string out = scratch_dir("faults-prompt-len") + "/o";
+  const std::string decode = "decode --checkpoint '" + tiny2() + "' --seq-len 48 --cache-budget 38 --policy h2o --out '" + out + "' ";
+  for (const std::string p : {"4611686018427387904", "9223372036854775807", "48", "300"}) {
+    const RunResult r = run_bounded(decode + "--prompt-len " + p);
+    expect_error_line(r, "decode", {"--prompt-len " + p, "no decode step"});
+    BOOST_TEST(!contains(r.err, "--steps"), r.err);
+  }
+  BOOST_TEST(!fs::exists(out));
+}
+
+// Issue 46, fault 5: run took config.json's vocab_size 100 over a table of other rows, and ids
+// past vocab_size, with exit 0; eval refused the same checkpoint. embed_tokens' rows must equal
+// vocab_size, for every command that reads it.
+BOOST_AUTO_TEST_CASE(run_checks_the_vocabulary_as_eval_does) {
+  const std::string dir = scratch_dir("faults-vocab");
+  const std::string rows = "97";  // the tiny preset's vocabulary
+  for (const std::string v : {"50", "200"}) {
+    const std::string cfg = config_with(dir + "/vocab-" + v + ".json", "vocab_size", v);
+    const std::string run = "run --checkpoint '" + tiny2() + "' --config '" + cfg + "' --out '" + dir + "/o' ";
+    expect_fast_error(run + "--tokens 3,17,30", "run", {"embed_tokens", rows + " rows", "vocab_size is " + v});
+    expect_fast_error(run + "--tokens 3,49,90", "run", {"embed_tokens", rows + " rows", "vocab_size is " + v});
+    expect_fast_error("sweep --checkpoint '" + tiny2() + "' --config '" + cfg + "' --tokens 3,17 --out '" + dir + "/o'", "sweep",
+                      {"vocab_size is " + v});
+  }
+  // an id past the vocabulary, named with it
+  expect_fast_error("run --checkpoint '" + tiny2() + "' --tokens 3," + rows + " --out '" + dir + "/o'", "run",
+                    {"token id " + rows, "past the vocabulary", "vocab_size " + rows});
+  BOOST_TEST(!fs::exists(dir + "/o"));
+}
+
+// Issue 46, fault 11: compare against a NaN printed norm_err 0, cosine 1.0 and max_rel 0, and a
+// tensor holding NaN or Inf compared with itself passed. NaN and Inf are now counted per tensor,
+// no figure is printed over the finite part alone, and such a tensor never passes.
+BOOST_AUTO_TEST_CASE(compare_counts_nan_and_inf_and_never_passes_them) {
+  const std::string dir = scratch_dir("faults-compare-nan");
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const auto clean = mla::encode_f32(std::vector<float>{1, 2, 3, 4});
+  const auto odd = mla::encode_f32(std::vector<float>{1, nan, 3, inf});
+  mla::write_safetensors(dir + "/clean.safetensors", {{"x", mla::DType::F32, {4}, clean}, {"y", mla::DType::F32, {4}, clean}});
+  mla::write_safetensors(dir + "/odd.safetensors", {{"x", mla::DType::F32, {4}, odd}, {"y", mla::DType::F32, {4}, clean}});
+  for (const auto& [a, b, nan_a, nan_b] : std::vector<std::tuple<std::string, std::string, int, int>>{
+           {"odd", "odd", 1, 1}, {"clean", "odd", 0, 1}, {"odd", "clean", 1, 0}}) {
+    const RunResult r = run_bounded("compare '" + dir + "/" + a + ".safetensors' '" + dir + "/" + b + ".safetensors'");
+    BOOST_TEST_CONTEXT(a << " against " << b << ":\n" << r.out << r.err) {
+      BOOST_TEST(r.exit_code == 1);
+      BOOST_TEST(contains(r.out, "NON-FINITE"));
+      BOOST_TEST(contains(r.out, "x holds NaN or Inf: A " + std::to_string(nan_a) + " NaN, " + std::to_string(nan_a) + " Inf; B " +
+                                     std::to_string(nan_b) + " NaN, " + std::to_string(nan_b) + " Inf (of 4 elements)"));
+      BOOST_TEST(contains(r.out, "1 of 2 common tensors outside tolerance (1 holding NaN or Inf)"));
+      // no cosine, norm or relative error over the finite part: only y's row (identical) shows figures
+      BOOST_TEST(std::count(r.out.begin(), r.out.end(), '\n') > 0);
+      const size_t row = r.out.find("\nx ");
+      BOOST_TEST_REQUIRE(row != std::string::npos);
+      const std::string x_row = r.out.substr(row + 1, r.out.find('\n', row + 1) - row - 1);
+      BOOST_TEST(!contains(x_row, "1.0000000000"), x_row);
+      BOOST_TEST(contains(x_row, "n/a"), x_row);
+    }
+  }
+  BOOST_TEST(run_bounded("compare '" + dir + "/clean.safetensors' '" + dir + "/clean.safetensors'").exit_code == 0);
 }
 
 // Files mla-h2o did not write are never removed: such a directory is refused before any work.
@@ -749,6 +979,18 @@ BOOST_AUTO_TEST_CASE(a_huge_budget_ends_with_a_bounded_chart) {
   const RunResult two = run_bounded(eval_args(shipped(), dir + "/out2", "--cache-budget 8,9223372036854775000 --policy h2o"));
   BOOST_TEST_REQUIRE(two.exit_code == 0, two.err);
   BOOST_TEST(fs::file_size(dir + "/out2/budget.svg") < 200000u);
+  // issue 46, fault 9: one budget of 2^60 or more drew every point at x="-nan" (x - 1 == x there)
+  for (const std::string K : {"1152921504606846976", "4611686018427387904", "9223372036854775000"}) {
+    const std::string out = dir + "/one-" + K;
+    const RunResult one = run_bounded(eval_args(shipped(), out, "--cache-budget " + K + " --policy h2o"));
+    BOOST_TEST_REQUIRE(one.exit_code == 0, one.err);
+    for (const auto& e : fs::directory_iterator(out)) {
+      const std::string text = read_text(e.path().string());
+      BOOST_TEST(!contains(text, "nan"), e.path().filename().string() << " at K = " << K << " holds nan");
+      BOOST_TEST((!contains(text, "inf\"") && !contains(text, "inf,") && !contains(text, "\"-inf")),
+                 e.path().filename().string() << " at K = " << K << " holds inf");
+    }
+  }
 }
 
 // "256,1,2,3\0abc,4,5,6,7" read as 8 ids: the NUL ended the parse of an item and "abc" was dropped.
@@ -843,6 +1085,61 @@ BOOST_AUTO_TEST_CASE(inputs_are_read_only_as_far_as_the_run_needs) {
   BOOST_TEST_REQUIRE(ea0.exit_code == 0, ea0.err);
   // a 10^6-row rope table is 256 MB (at 10^7 it used 1.54 GB)
   BOOST_TEST(peak_mib(dir + "/ea/report.json") < peak_mib(dir + "/ea0/report.json") + 64.0);
+}
+
+// Issue 46, fault 10: select on the finite scores 1e-320, 5e-324, 1e308, 1e308 printed mean, std
+// and sum inf and drew y="-inf" in scores.svg, exit 0. The figures now come from scaled sums when
+// the plain ones overflow, the chart divides before it multiplies, and a figure whose true value
+// is beyond the double range (that sum: 2e308; a heavy / evicted ratio of 2e628) is refused with
+// one line naming it, nothing written.
+BOOST_AUTO_TEST_CASE(select_statistics_of_huge_scores_stay_finite) {
+  const std::string dir = scratch_dir("faults-select-huge");
+  write_text(dir + "/big.csv", "token_idx,attention_score\n0,1e300\n1,5e-3\n2,1e308\n3,7e307\n");
+  const RunResult r = run_bounded("select --scores '" + dir + "/big.csv' --sinks 0 --recent 1 --budget 1 --out '" + dir + "/o'");
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  for (const auto& e : fs::directory_iterator(dir + "/o")) {
+    const std::string text = read_text(e.path().string());
+    BOOST_TEST(!contains(text, "inf"), e.path().filename().string() << " holds inf");
+    BOOST_TEST(!contains(text, "nan"), e.path().filename().string() << " holds nan");
+  }
+  // mean and std against long double (range to 1e4932: no overflow)
+  const std::vector<long double> x = {1e300L, 5e-3L, 1e308L, 7e307L};
+  long double mean = 0, sq = 0;
+  for (long double v : x) mean += v / 4;
+  for (long double v : x) sq += (v - mean) * (v - mean) / 4;
+  simdjson::dom::parser parser;
+  const simdjson::dom::element doc = parser.load(dir + "/o/report.json");
+  const auto near = [](double got, long double want) { return std::fabs(static_cast<long double>(got) - want) <= 1e-12L * want; };
+  BOOST_TEST(near(double(doc["scores"]["mean"]), mean), double(doc["scores"]["mean"]));
+  BOOST_TEST(near(double(doc["scores"]["std"]), std::sqrt(sq)), double(doc["scores"]["std"]));
+  BOOST_TEST(near(double(doc["scores"]["sum"]), 1.7000000100000000000e308L), double(doc["scores"]["sum"]));
+  // the issue's scores: their sum is 2e308
+  write_text(dir + "/issue.csv", "token_idx,attention_score\n0,1e-320\n1,5e-324\n2,1e308\n3,1e308\n");
+  expect_fast_error("select --scores '" + dir + "/issue.csv' --sinks 0 --recent 1 --budget 1 --out '" + dir + "/o2'", "select",
+                    {"score sum", "2.0e+308"});
+  // a ratio of 2e628
+  write_text(dir + "/ratio.csv", "token_idx,attention_score\n0,1e-320\n1,5e-324\n2,1e308\n3,7e307\n");
+  expect_fast_error("select --scores '" + dir + "/ratio.csv' --sinks 0 --recent 1 --budget 1 --out '" + dir + "/o2'", "select",
+                    {"heavy / evicted score ratio", "e+628"});
+  BOOST_TEST(!fs::exists(dir + "/o2"));
+}
+
+// Issue 46, fault 3: expected-attention:future=1099511627776 hung decode silently under --quiet
+// (~61 h), and eval took values up to 10^18. Every setting now has a domain (suite policies walks
+// them all); here the CLI's one line, before any work.
+BOOST_AUTO_TEST_CASE(a_policy_setting_outside_its_domain_is_refused_at_once) {
+  const std::string out = scratch_dir("faults-future") + "/o";
+  const std::string text = shipped() + "/eval/heldout.txt";
+  for (const std::string v : {"1099511627776", "999999999999999999", "10000001"}) {
+    expect_fast_error("decode --checkpoint '" + shipped() + "' --text '" + text + "' --prompt-len 16 --steps 8 --cache-budget 8 "
+                      "--quiet --policy expected-attention:future=" + v + " --out '" + out + "'",
+                      "decode", {"future=" + v, "[1, 10000000]"});
+    expect_fast_error(eval_args(shipped(), out, "--cache-budget 8 --policy h2o,expected-attention:future=" + v), "eval",
+                      {"future=" + v, "[1, 10000000]"});
+  }
+  expect_fast_error(eval_args(shipped(), out, "--cache-budget 8 --policy snapkv:pool=avg1000000000000000001"), "eval",
+                    {"pool=avg1000000000000000001"});
+  BOOST_TEST(!fs::exists(out));
 }
 
 // Issue 29: expected-attention at a huge `future` was silent for minutes (its mean RoPE rotation is

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "mla/error.hpp"
 #include "mla/policy.hpp"
 #include "mla/random.hpp"
 #include "test_util.hpp"
@@ -414,6 +415,78 @@ BOOST_AUTO_TEST_CASE(registry_is_the_one_list) {
   unknown.preset = "lru";
   BOOST_CHECK_THROW(policy_is_full_cache(unknown), std::exception);
   BOOST_TEST(policy_is_full_cache(PolicySettings{}));  // the default is the full cache
+}
+
+// Issue 46, fault 3: expected-attention:future had no upper bound (10^12 hung decode for hours).
+// Every setting of every policy has a domain, in one table (policy_setting_domains) that
+// apply_policy_setting checks, and docs/decode.md lists each row. Walked here at its bounds ± 1:
+// inside accepted, outside refused with one line naming what was given.
+BOOST_AUTO_TEST_CASE(every_setting_is_checked_at_its_bounds) {
+  const std::string doc = test::read_text(test::data_dir() + "/../../docs/decode.md");
+  size_t walked = 0;
+  for (const std::string& name : policy_preset_names()) {
+    for (const std::string& key : policy_setting_keys(policy_preset(name))) {
+      bool has_domain = false;
+      for (const PolicySettingDomain& d : policy_setting_domains()) {
+        if (key != d.key) continue;
+        has_domain = true;
+        const std::string form = d.form;
+        std::vector<std::string> inside, outside;
+        const auto n = [](int64_t v) { return std::to_string(v); };
+        if (form == "N" || form == "N%") {
+          const std::string pct = form == "N%" ? "%" : "";
+          inside = {n(d.lo) + pct, n(d.hi) + pct};
+          outside = {n(d.lo - 1) + pct, n(d.hi + 1) + pct};
+        } else if (form == "avgN|maxN|none") {
+          const int64_t top = d.hi % 2 ? d.hi : d.hi - 1;  // the largest odd width
+          inside = {"avg" + n(d.lo), "max" + n(d.lo), "avg" + n(top), "max" + n(top), "none"};
+          outside = {"avg" + n(d.lo - 1), "max" + n(top + 1), "avg" + n(top + 2), "mean3"};
+        } else {
+          std::string alternatives = form;
+          for (size_t at = 0;;) {
+            const size_t bar = alternatives.find('|', at);
+            inside.push_back(alternatives.substr(at, bar - at));
+            if (bar == std::string::npos) break;
+            at = bar + 1;
+          }
+          outside = {"", inside.front() + "x", "2"};
+        }
+        for (const std::string& v : inside) {
+          BOOST_TEST_CONTEXT(name << ":" << key << "=" << v) {
+            std::vector<PolicySettings> p;
+            BOOST_CHECK_NO_THROW(p = parse_policy_list(name + ":" + key + "=" + v));
+            if (!p.empty()) BOOST_TEST(p.front().label == name + ":" + key + "=" + v);
+          }
+          ++walked;
+        }
+        for (const std::string& v : outside) {
+          BOOST_TEST_CONTEXT(name << ":" << key << "=" << v) {
+            std::string what;
+            try {
+              parse_policy_list(name + ":" + key + "=" + v);
+            } catch (const Error& e) {
+              what = e.what();
+            }
+            BOOST_TEST(!what.empty(), "accepted");
+            BOOST_TEST(what.find('\n') == std::string::npos, what);
+            BOOST_TEST(what.find(key + "=" + v) != std::string::npos, what);
+          }
+          ++walked;
+        }
+        // the row of docs/decode.md's settings table
+        std::string shown = form;
+        for (size_t at = 0; (at = shown.find('|', at)) != std::string::npos; at += 2) shown.insert(at, "\\");
+        const bool integer = form == "N" || form == "N%" || form == "avgN|maxN|none";
+        const std::string row = "| `" + key + "=" + shown + "` | " + (integer ? n(d.lo) + " … " + n(d.hi) : "—") + " |";
+        BOOST_TEST(doc.find(row) != std::string::npos, "docs/decode.md has no row " << row);
+      }
+      BOOST_TEST(has_domain, name << ": setting '" << key << "' has no domain");
+    }
+  }
+  BOOST_TEST(walked > 150u);
+  // the bound of the issue: future
+  BOOST_CHECK_THROW(parse_policy_list("expected-attention:future=1099511627776"), Error);
+  BOOST_TEST(parse_policy_list("expected-attention:future=10000000").front().future == kPolicyFutureMax);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

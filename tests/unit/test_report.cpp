@@ -423,11 +423,19 @@ BOOST_AUTO_TEST_CASE(compare_values_by_hand) {
 BOOST_AUTO_TEST_CASE(compare_values_edge_cases) {
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   const std::vector<uint64_t> s3 = {3};
-  // equal non-finite values are within; the rest of the statistics ignore them
+  // issue 46, fault 11: a tensor holding NaN or Inf never passes, not even against itself;
+  // its NaN and Inf are counted per side, and equal ones are not outside
   const auto same = mla::compare_values("t", std::vector<double>{nan, inf, 1}, std::vector<double>{nan, inf, 1}, s3, s3, 0, 0);
-  BOOST_TEST(same.within());
-  BOOST_TEST(same.max_abs == 0.0);
-  BOOST_TEST(same.cosine == 1.0);
+  BOOST_TEST(!same.within());
+  BOOST_TEST(same.n_outside == 0u);
+  BOOST_TEST(same.nan_a == 1u);
+  BOOST_TEST(same.inf_a == 1u);
+  BOOST_TEST(same.nan_b == 1u);
+  BOOST_TEST(same.inf_b == 1u);
+  const auto neg = mla::compare_values("t", std::vector<double>{-inf, 1, 2}, std::vector<double>{1, 1, 2}, s3, s3, 0, 0);
+  BOOST_TEST(neg.inf_a == 1u);
+  BOOST_TEST(neg.nonfinite() == 1u);
+  BOOST_TEST(!neg.within());
   // a NaN against a number is outside and is the worst element
   const auto bad = mla::compare_values("t", std::vector<double>{1, 2, 3}, std::vector<double>{1.5, nan, 3}, s3, s3, 1, 1);
   BOOST_TEST(!bad.within());
@@ -500,6 +508,7 @@ BOOST_AUTO_TEST_CASE(compare_safetensors_files) {
   BOOST_TEST(contains(table, "only in B: only_b"));
   BOOST_TEST(contains(table, "shape mismatch"));
   BOOST_TEST(contains(table, "2 of 3 common tensors outside tolerance"));
+  BOOST_TEST(!contains(table, "NaN or Inf"));
   // restricted to tensors that agree
   mla::CompareOptions only_s;
   only_s.tensors = {"s"};
