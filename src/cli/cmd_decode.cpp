@@ -85,6 +85,7 @@ CommandSpec decode_spec() {
       {"out", "DIR", "output directory (created)", "./mla-h2o-out"},
       {"dump-tensors", "", "write decode_tensors.safetensors (latent cache, outputs of every policy)", ""},
       {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
+      {"dry-run", "", "print the plan (memory, FLOPs, outputs) and exit 0 without computing or writing anything", ""},
   };
   for (auto& f : own) spec.flags.push_back(f);
   spec.positional_help =
@@ -158,6 +159,7 @@ DecodePlan read_decode_plan(const Args& a) {
   r.out_dir = a.str("out", r.out_dir);
   plan.dump_tensors = a.has("dump-tensors");
   r.quiet = a.has("quiet");
+  r.dry_run = a.has("dry-run");
   plan.decode.prompt_len = a.integer("prompt-len", 0);
   plan.decode.budgets = a.int_list("cache-budget", {});
   plan.decode.policies = read_policies(a);
@@ -382,6 +384,8 @@ int cmd_decode(const std::vector<std::string>& argv) {
   const Args a = Args::parse(spec, argv);
   if (print_help_if_asked(a, spec)) return 0;
   const DecodePlan plan = read_decode_plan(a);
+  if (plan.run.dry_run)
+    return dry_run(plan.run, [&](const AttentionConfig& c, int64_t rows) { return check_decode_memory(plan, c, rows); });
   OutputSet out(plan.run.out_dir, plan.run.command, OutputSet::Lock::FailIfHeld,
                 run_inputs(plan.run));  // before any work: a bad or busy --out fails here
   return execute_decode(plan, out);

@@ -113,6 +113,7 @@ CommandSpec eval_spec() {
        "agnostic"},
       {"seed", "N", "--task: seed of the samples' filler offsets, keys and names", "0"},
       {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
+      {"dry-run", "", "print the plan (memory, FLOPs, estimated time, outputs) and exit 0 without computing or writing anything", ""},
   };
   return spec;
 }
@@ -268,6 +269,7 @@ EvalPlan read_eval_plan(const Args& a) {
   plan.out_dir = a.str("out", plan.out_dir);
   plan.dump_tensors = a.has("dump-tensors");
   plan.quiet = a.has("quiet");
+  plan.dry_run = a.has("dry-run");
   return plan;
 }
 
@@ -692,8 +694,19 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
 
 }  // namespace
 
-int execute_eval(const EvalPlan& plan, OutputSet& out) {
-  if (plan.task_mode) return execute_eval_tasks(plan, out);
+// --dry-run ends here: the plan above was printed, this says the memory and where the outputs
+// would go; nothing was computed or written.
+int print_dry_run(const EvalPlan& plan, const MemoryEstimate& mem) {
+  std::printf("mla-h2o eval: dry run: memory peak ~%s (%s); outputs: the set at %s (not written: dry run)\n",
+              format_bytes(mem.host_peak_bytes).c_str(), mem.peak_phase.c_str(), plan.out_dir.c_str());
+  return 0;
+}
+
+int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry) {
+  if (plan.task_mode) {
+    if (out_or_dry == nullptr) fail(ErrorKind::InvalidArgument, "eval --task: --dry-run is not planned for tasks yet (run without --task)");
+    return execute_eval_tasks(plan, *out_or_dry);
+  }
   StageSeconds stages;
   // ---- load: checkpoint, config, ids, every check ----
   const LoadedModel m = load_model(plan, stages);
@@ -722,6 +735,8 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
   std::vector<WindowJob> jobs;
   for (const WindowInput& in : inputs) jobs.push_back(WindowJob{in, opt});
   print_cost_plan(cfg, jobs, wp.workers);
+  if (out_or_dry == nullptr) return print_dry_run(plan, mem);
+  OutputSet& out = *out_or_dry;
   const std::vector<EvalWindow> windows = run_windows(m, plan, jobs, wp.workers, stages);
   const int64_t W = static_cast<int64_t>(windows.size());
   const EvalResult& result = windows.front().result;  // the first window: engine, passkey, --dump-tensors
@@ -777,9 +792,10 @@ static void keep_freed_memory_for_the_next_layer() {
 
 int execute_eval(const EvalPlan& plan) {
   // first: a bad or busy --out fails before any work (mla/output_set.hpp)
+  if (plan.dry_run) return execute_eval(plan, nullptr);
   OutputSet out(plan.out_dir, "eval", OutputSet::Lock::FailIfHeld, eval_inputs(plan));
   keep_freed_memory_for_the_next_layer();
-  return execute_eval(plan, out);
+  return execute_eval(plan, &out);
 }
 
 

@@ -331,7 +331,7 @@ static int demo_model(const Args& a) {
     std::printf("\n== the whole model: every layer's cache evicted, teacher-forced over %s (mla-h2o eval)\n", text.c_str());
   std::fflush(stdout);
   set.begin_part("eval-");
-  execute_eval(ev, set);
+  execute_eval(ev, &set);
   set.begin_part("");
   set.commit();
   return 0;
@@ -343,6 +343,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   if (print_help_if_asked(a, spec)) return 0;
   RunPlan plan = read_run_plan(a, "run");
   read_forward_flags(a, plan, "causal", "fp32");
+  if (plan.dry_run) return dry_run(plan);
   OutputSet out(plan.out_dir, plan.command, OutputSet::Lock::FailIfHeld, run_inputs(plan));
   return execute_run(plan, out);
 }
@@ -351,6 +352,8 @@ int cmd_demo(const std::vector<std::string>& argv) {
   const CommandSpec spec = demo_spec();
   const Args a = Args::parse(spec, argv);
   if (print_help_if_asked(a, spec)) return 0;
+  if (a.has("dry-run"))
+    fail(ErrorKind::InvalidArgument, "demo: --dry-run is for run, decode, sweep and eval (the demo's work is seconds)");
   if (a.has("model")) return demo_model(a);
   if (a.has("decode")) return demo_decode(a);
   RunPlan plan;

@@ -282,6 +282,13 @@ void write_outputs(const RunPlan& plan, SweepReport& rep, int64_t seq_len, Outpu
 int execute_sweep(const RunPlan& plan, const std::string& layers_arg) {
   SweepReport rep;
   rep.info.command = "sweep";
+  if (plan.dry_run) {  // every layer has the same geometry: the first one's plan is each one's
+    AttentionConfig cfg;
+    const std::vector<int64_t> layers = open_and_check(plan, layers_arg, rep, cfg);
+    RunPlan first = plan;
+    first.layer = layers.front();
+    return dry_run(first, {}, ", " + std::to_string(layers.size()) + " layers, one in memory at a time");
+  }
   // 1. the output set first, so an unwritable --out fails before any work
   OutputSet outputs(plan.out_dir, "sweep", OutputSet::Lock::FailIfHeld, run_inputs(plan));
   AttentionConfig cfg;

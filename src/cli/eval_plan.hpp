@@ -17,6 +17,7 @@ struct EvalPlan {
   int64_t windows = 1;  // --windows W: W windows of P + N + 1 tokens, spread evenly without overlap
   std::vector<double> ratios;  // --compression-ratio, aligned with eval.budgets (K = round((1 - r) P)); empty with --cache-budget
   bool dump_tensors = false, quiet = false;
+  bool dry_run = false;  // --dry-run: the plan only (execute_eval stops after it), nothing written
   // --task (docs/eval.md §7): samples generated from --text's filler; each sample is one window
   // whose P and N come from its layout (mla/tasks.hpp), so --prompt-len and --steps are not given
   bool task_mode = false;
@@ -25,8 +26,9 @@ struct EvalPlan {
 
 // load, eval, outputs into a new output set at plan.out_dir; prints the summary table.
 int execute_eval(const EvalPlan& plan);
-// The same into `out` (demo --model: a part of its one set); commits `out` (a no-op inside a part).
-int execute_eval(const EvalPlan& plan, OutputSet& out);
+// The same into *out (demo --model: a part of its one set); commits it (a no-op inside a part).
+// nullptr: --dry-run, which returns after the plan (nothing computed or written).
+int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry);
 // The paths eval reads: an output directory must lie apart from them.
 std::vector<std::string> eval_inputs(const EvalPlan& plan);
 

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "progress.hpp"
+#include "src/cpu/attention_stages.hpp"  // forward_flops
 #include "mla/error.hpp"
 #include "mla/layer_tensors.hpp"
 #include "mla/model.hpp"
@@ -59,6 +60,7 @@ std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::
        "auto"},
       {"allow-tf32", "", "cuda fp32 only: allow TF32 tensor-core GEMMs", ""},
       {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
+      {"dry-run", "", "print the plan (memory, FLOPs, outputs) and exit 0 without computing or writing anything", ""},
   };
 }
 
@@ -98,6 +100,7 @@ void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default
   plan.per_head = a.has("per-head");
   plan.dump_tensors = a.has("dump-tensors");
   plan.quiet = a.has("quiet");
+  plan.dry_run = a.has("dry-run");
   plan.out_dir = a.str("out", plan.out_dir);
   plan.forward.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
   plan.forward.allow_tf32 = a.has("allow-tf32");
@@ -219,6 +222,30 @@ LoadedRun load(const RunPlan& plan, const MemoryPlanner& plan_memory) {
   r.options.keep_latent_cache = plan.dump_tensors;
   r.input = timed(r.stages, "build input", [&] { return load_input(input, r.ckpt, *r.weights, r.options.precision); });
   return r;
+}
+
+int dry_run(const RunPlan& plan, const MemoryPlanner& plan_memory, const std::string& what) {
+  const Checkpoint ckpt = Checkpoint::open(plan.checkpoint, plan.config_path);
+  const AttentionConfig& cfg = ckpt.config();
+  const OpenedInput input = open_input(plan.input, plan.layer);
+  const MemoryPlan mp = plan_memory ? plan_memory(cfg, input.seq_len)
+                                    : check_memory(plan, cfg, input.seq_len, projection_weights_are_bf16(ckpt, plan.layer));
+  std::printf("mla-h2o %s: dry run: %s, %s tokens%s\n", plan.command.c_str(), plan.checkpoint.c_str(),
+              input.seq_len > 0 ? std::to_string(input.seq_len).c_str() : "? (the input is checked when it is read)", what.c_str());
+  if (mp.estimate.host_peak_bytes > 0) {
+    const std::string available = mp.budget.host_bytes >= 0 ? format_bytes(mp.budget.host_bytes) + " available (" +
+                                                                  mp.budget.host_source + ")"
+                                                            : "available memory unknown";
+    std::printf("  memory: peak ~%s (%s), %s%s\n", format_bytes(mp.estimate.host_peak_bytes).c_str(),
+                mp.estimate.peak_phase.c_str(), available.c_str(), mp.note.empty() ? "" : ("; " + mp.note).c_str());
+  }
+  if (input.seq_len > 0) {
+    const cpu::ForwardFlops f = cpu::forward_flops(cfg, input.seq_len, plan.forward.mask == Mask::Causal);
+    std::printf("  forward: %.3g GFLOP a layer (projections %.3g, attention %.3g)\n", f.total() * 1e-9,
+                f.projections * 1e-9, f.attention * 1e-9);
+  }
+  std::printf("  outputs: the set at %s (not written: dry run)\n", plan.out_dir.c_str());
+  return 0;
 }
 
 // run: backend, forward, H2O selection                       (timing_s.forward, timing_s.h2o)

@@ -38,6 +38,7 @@ struct RunPlan {
   bool per_head = false;
   bool dump_tensors = false;
   bool quiet = false;        // --quiet: no progress on stderr
+  bool dry_run = false;      // --dry-run: the plan only (dry_run below), nothing computed or written
   std::string out_dir = "mla-h2o-out";
   std::vector<std::string> notes;
 };
@@ -81,6 +82,12 @@ struct LoadedRun {
 // when it cannot be told), in place of the forward's: refuses by throwing.
 using MemoryPlanner = std::function<MemoryPlan(const AttentionConfig& cfg, int64_t input_rows)>;
 LoadedRun load(const RunPlan& plan, const MemoryPlanner& plan_memory = {});
+
+// --dry-run: what load() plans, without loading the layer or computing: opens the checkpoint and
+// the input, makes the same memory plan (refusing as the run would), prints it with the forward's
+// FLOPs and where the outputs would go, and returns 0. Nothing is written, --out included.
+// `what`: the work the run would repeat ("" or ", 4 layers").
+int dry_run(const RunPlan& plan, const MemoryPlanner& plan_memory = {}, const std::string& what = "");
 
 // run: backend, forward, H2O selection into rep.h2o/scores/decision (+ per head)
 //                                                               (timing_s.forward, timing_s.h2o)

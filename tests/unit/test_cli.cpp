@@ -615,4 +615,32 @@ BOOST_AUTO_TEST_CASE(vector_isa_cap_changes_no_result) {
   ::unsetenv("MLA_VECTOR_ISA");
 }
 
+// --dry-run (run, decode, sweep, eval): the plan is printed, the exit is 0, nothing is written
+// (--out is never created), and a plan that cannot fit is still refused with one line.
+BOOST_AUTO_TEST_CASE(dry_run_prints_the_plan_and_writes_nothing) {
+  const std::string dir = scratch_dir("cli-dry-run"), out = dir + "/never";
+  const std::string model = "'" + shipped_model() + "'", o = " --out '" + out + "' --dry-run";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"run --checkpoint " + model + " --seq-len 64" + o, {"run: dry run:", "memory: peak ~", "GFLOP a layer", "not written"}},
+      {"decode --checkpoint " + model + " --seq-len 128 --prompt-len 100 --cache-budget 80 --policy h2o" + o,
+       {"decode: dry run:", "memory: peak ~", "not written"}},
+      {"sweep --checkpoint " + model + " --seq-len 64 --layers 0-2" + o, {"sweep: dry run:", "3 layers", "not written"}},
+      {"eval --checkpoint " + model + " --text '" + shipped_model() + "/eval/heldout.txt' --prompt-len 64 --steps 16 "
+       "--cache-budget 32 --policy h2o" + o, {"eval: plan:", "eval: dry run: memory peak ~", "not written"}},
+  };
+  for (const auto& [args, expected] : cases) {
+    const RunResult r = run_cli(args);
+    BOOST_TEST(r.exit_code == 0, args << "\n" << r.err);
+    for (const std::string& e : expected) BOOST_TEST(r.out.find(e) != std::string::npos, args << ": " << e << " in\n" << r.out);
+    BOOST_TEST(!std::filesystem::exists(out), args);
+  }
+  const RunResult small = mla::test::run_cli_after("MLA_MEMORY_AVAILABLE=1M", cases.back().first);
+  BOOST_TEST(small.exit_code != 0);
+  BOOST_TEST(small.err.find("not enough memory") != std::string::npos, small.err);
+  const RunResult demo = run_cli("demo --dry-run");
+  BOOST_TEST(demo.exit_code != 0);
+  BOOST_TEST(demo.err.find("--dry-run is for run, decode, sweep and eval") != std::string::npos, demo.err);
+  BOOST_TEST(!std::filesystem::exists(out));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
