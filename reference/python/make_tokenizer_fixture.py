@@ -14,6 +14,9 @@ decompresses them, tests/meson.build):
   corpus/NAME.txt(.xz)               ~1 MB of text: Debian man pages in ja, zh_CN, ru and de
                                      (manpages-ja, manpages-zh, manpages-ru, manpages-de), C headers
                                      from /usr/include, and edge.txt (hand-made edge cases)
+  small/cases.json(.xz)              small tokenizer.json files (256 byte tokens + a few merges) under every
+                                     Split behavior x invert, ByteLevel's options, Digits, ignore_merges,
+                                     merges as arrays and added-token flags, with HF's ids of a few texts
   golden/TOKENIZER.ids(.xz)          one line per corpus file: "NAME id id id ..."; the oracle's ids
                                      with no special tokens added (markers in the text still match)
 
@@ -182,6 +185,88 @@ def main():
     write_xz(out / "golden" / "kimi-k2.ids", ("\n".join(lines) + "\n").encode())
     versions = {"tokenizers": tokenizers.__version__, "tiktoken": tiktoken.__version__}
     print("kimi-k2 done", versions)
+    write_small_cases(out)
+
+
+
+
+# ---- small tokenizer.json files: every pre-tokenizer option and added-token flag -----------------
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def small_cases():
+    """[(name, tokenizer.json dict, texts)]: a 256-byte vocabulary + a few merges under many configs."""
+    b2u = bytes_to_unicode()
+    vocab = {b2u[b]: b for b in range(256)}
+    sp = b2u[32]
+    pairs = [("a", "b"), ("ab", "c"), (sp, "a"), ("1", "2"), ("x", "x"), ("xx", "x"), (sp, sp), ("12", "3")]
+    for a, b in pairs:
+        vocab.setdefault(a + b, len(vocab))
+    vocab["abcd"] = len(vocab)  # reachable only through ignore_merges
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+
+    def tj(pre, merges_as_arrays=False, ignore_merges=False, added=()):
+        merges = [[a, b] if merges_as_arrays else f"{a} {b}" for a, b in pairs]
+        model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                 "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                 "ignore_merges": ignore_merges, "vocab": vocab, "merges": merges}
+        return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": list(added),
+                "normalizer": {"type": "Sequence", "normalizers": []}, "pre_tokenizer": pre,
+                "post_processor": {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}],
+                                   "pair": [{"Sequence": {"id": "A", "type_id": 0}}], "special_tokens": {}},
+                "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+                "model": model}
+
+    texts = ["abc ab  abcd xxxx 123 1234567 a-b--c", "  leading, trailing  ", "x1x22x333", "-a-", "--", "",
+             "abcabc\n\n  \tab\r\nxx", "١٢٣ ab١"]
+    cases = []
+    for behavior in ("Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"):
+        for invert in (False, True):
+            for pat in ({"String": "-"}, {"Regex": "\\d+"}, {"Regex": "\\s+"}):
+                pre = {"type": "Sequence", "pretokenizers": [
+                    {"type": "Split", "pattern": pat, "behavior": behavior, "invert": invert}, byte_level]}
+                cases.append((f"split-{behavior}-{invert}-{list(pat.values())[0]}", tj(pre), texts))
+    for prefix in (False, True):
+        for use_regex in (False, True):
+            pre = {"type": "ByteLevel", "add_prefix_space": prefix, "trim_offsets": True, "use_regex": use_regex}
+            cases.append((f"bytelevel-{prefix}-{use_regex}", tj(pre, merges_as_arrays=True), texts))
+    for each in (False, True):
+        pre = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": each}, byte_level]}
+        cases.append((f"digits-{each}", tj(pre), texts))
+    gpt2 = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    cases.append(("ignore-merges", tj(gpt2, ignore_merges=True), texts))
+    added = []
+    flags = [(False, False, False, False, True), (True, False, False, False, False), (False, True, False, False, False),
+             (False, False, True, False, False), (False, False, False, True, False), (True, True, True, False, True)]
+    for k, (special, lstrip, rstrip, single, normalized) in enumerate(flags):
+        added.append({"id": 256 if k == 4 else 265 + k - (k > 4), "content": f"<t{k}>" if k != 4 else "ab", "single_word": single, "lstrip": lstrip,
+                      "rstrip": rstrip, "normalized": normalized, "special": special})
+    added.append({"id": 270, "content": "<t0><t1>", "single_word": False, "lstrip": False, "rstrip": False,
+                  "normalized": True, "special": False})
+    added_texts = ["x<t0>y <t1> z  <t2>  w  <t3>  v", "ab cab ab, xab abc (ab)", " <t5> <t0><t1> <t1><t0>",
+                   "<t0<t0>>", "  <t2><t3>  "]
+    cases.append(("added-tokens", tj(gpt2, added=added), added_texts))
+    return cases
+
+
+def write_small_cases(out):
+    import tokenizers
+    result = []
+    for name, tok_json, texts in small_cases():
+        tok = tokenizers.Tokenizer.from_str(json.dumps(tok_json))
+        ids = [tok.encode(t, add_special_tokens=False).ids for t in texts]
+        result.append({"name": name, "tokenizer": tok_json, "texts": texts, "ids": ids})
+    write_xz(out / "small" / "cases.json", json.dumps(result, ensure_ascii=False).encode())
+    print("small cases:", len(result))
 
 
 if __name__ == "__main__":

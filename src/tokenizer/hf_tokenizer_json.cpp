@@ -230,7 +230,24 @@ void read_merges(const Reader& r, object model, const VocabMap& vocab, BpeSpec& 
   }
 }
 
-void read_added_tokens(const Reader& r, object root, BpeSpec& spec) {
+// HF's AddedVocabulary::add_tokens ignores the written id: a token of the vocabulary keeps its id,
+// any other gets the next id after the vocabulary and the added tokens before it. A file whose id
+// differs would encode differently than HF, so it is refused.
+uint32_t hf_added_id(const VocabMap& vocab, size_t model_size, const std::vector<AddedToken>& before,
+                     const std::string& content) {
+  const auto it = vocab.find(content);
+  if (it != vocab.end()) return it->second;
+  uint32_t max = 0;
+  bool any = false;
+  for (const AddedToken& a : before) {
+    if (a.id >= max) max = a.id;
+    any = true;
+  }
+  if (!any) return static_cast<uint32_t>(model_size);
+  return max >= model_size || model_size == 0 ? max + 1 : static_cast<uint32_t>(model_size);
+}
+
+void read_added_tokens(const Reader& r, object root, const VocabMap& vocab, BpeSpec& spec) {
   array items;
   if (root["added_tokens"].get(items) != simdjson::SUCCESS) return;
   spec.added_passes.assign(2, {});  // HF: the tokens that are not normalized first, then the others
@@ -248,13 +265,17 @@ void read_added_tokens(const Reader& r, object root, BpeSpec& spec) {
     a.rstrip = r.boolean(e, "rstrip", false, where);
     a.single_word = r.boolean(e, "single_word", false, where);
     a.normalized = r.boolean(e, "normalized", !a.special, where);
+    const uint32_t hf = hf_added_id(vocab, vocab.size(), spec.added, a.content);
+    if (hf != a.id)
+      r.bad(where, "id " + std::to_string(a.id) + ", but HF tokenizers gives \"" + printable_text(a.content) +
+                       "\" id " + std::to_string(hf) + " (the vocabulary's id, else the next one after it)");
     spec.added_passes[a.normalized ? 1 : 0].push_back(spec.added.size());
     spec.added.push_back(std::move(a));
     ++k;
   }
 }
 
-void read_model(const Reader& r, object root, BpeSpec& spec) {
+void read_model(const Reader& r, object root, BpeSpec& spec, VocabMap& vocab) {
   element m;
   if (root["model"].get(m) != simdjson::SUCCESS) r.bad("model", "missing");
   const std::string type = r.type_of(m, "model");
@@ -262,7 +283,6 @@ void read_model(const Reader& r, object root, BpeSpec& spec) {
   for (const char* key : {"dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback"})
     r.must_be_off(m, key, "model");
   spec.ignore_merges = r.boolean(m, "ignore_merges", false, "model");
-  VocabMap vocab;
   read_vocab(r, m.get_object().value(), spec, vocab);
   read_merges(r, m.get_object().value(), vocab, spec);
 }
@@ -286,8 +306,9 @@ BpeSpec read_hf_tokenizer_json(const std::string& path) {
   if (root["pre_tokenizer"].get(pre) == simdjson::SUCCESS && !pre.is_null())
     read_pre_tokenizer(r, pre, "pre_tokenizer", spec, byte_level);
   if (!byte_level) r.bad("pre_tokenizer", "has no ByteLevel step; only byte-level BPE is supported");
-  read_model(r, root.get_object().value(), spec);
-  read_added_tokens(r, root.get_object().value(), spec);
+  VocabMap vocab;  // views into the parsed document
+  read_model(r, root.get_object().value(), spec, vocab);
+  read_added_tokens(r, root.get_object().value(), vocab, spec);
   return spec;
 }
 

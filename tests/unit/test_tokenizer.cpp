@@ -7,6 +7,8 @@
 // pages, C headers and hand-made edge cases). The fixture files are xz-compressed in the tree and
 // unpacked here into the scratch area with xz(1); a missing file or xz fails the test, it never
 // skips. Every bad input is one error naming what is wrong.
+#include <simdjson.h>
+
 #include <boost/test/unit_test.hpp>
 
 #include <cstdio>
@@ -233,6 +235,33 @@ BOOST_AUTO_TEST_CASE(tiktoken_bad_lines_are_named) {
   write_scratch("tk4/tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizer"})");
   check_error([&] { mla::load_tokenizer(write_scratch("tk4/tiktoken.model", ranks)); }, ErrorKind::Unsupported,
               "tokenizer_class is not \"TikTokenTokenizer\"");
+}
+
+// small/cases.json: small tokenizer.json files under every Split behavior x invert (String and
+// Regex patterns), ByteLevel's add_prefix_space x use_regex, Digits, ignore_merges, merges written
+// as arrays, added tokens with lstrip / rstrip / single_word / normalized; HF's ids for each text.
+BOOST_AUTO_TEST_CASE(every_component_option_as_hf) {
+  simdjson::dom::parser parser;
+  const simdjson::padded_string text(mla::test::read_text(unpacked("small/cases.json")));
+  simdjson::dom::array cases = parser.parse(text).get_array().value();
+  size_t n = 0;
+  for (simdjson::dom::element c : cases) {
+    const std::string name(c["name"].get_string().value());
+    const std::string path = write_scratch("small/" + name + "/tokenizer.json", simdjson::minify(c["tokenizer"].value()));
+    const auto tok = mla::load_tokenizer(path);
+    simdjson::dom::array texts = c["texts"].get_array().value(), ids = c["ids"].get_array().value();
+    BOOST_REQUIRE_EQUAL(texts.size(), ids.size());
+    for (size_t k = 0; k < texts.size(); ++k) {
+      const std::string t(texts.at(k).get_string().value());
+      std::vector<uint32_t> want;
+      const simdjson::dom::array row = ids.at(k).get_array().value();
+      for (simdjson::dom::element id : row) want.push_back(static_cast<uint32_t>(id.get_uint64().value()));
+      const std::vector<uint32_t> got = tok->encode(t);
+      BOOST_CHECK_MESSAGE(got == want, name + " on \"" + t + "\": ids differ at " + std::to_string(first_difference(got, want)));
+      ++n;
+    }
+  }
+  BOOST_CHECK_GT(n, 200u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
