@@ -11,6 +11,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -262,6 +263,46 @@ BOOST_AUTO_TEST_CASE(every_component_option_as_hf) {
     }
   }
   BOOST_CHECK_GT(n, 200u);
+}
+
+// `mla-h2o tokenize`: the golden ids of a corpus file on stdout (1 and 2 threads), --decode gives the
+// bytes back, and each bad input is one error line on stderr, exit 1 or 2, nothing on stdout.
+BOOST_AUTO_TEST_CASE(cli_tokenize) {
+  const std::string text = unpacked("corpus/edge.txt");
+  for (const char* name : {"deepseek-v3", "kimi-k2"}) {
+    const std::string dir = tokenizer_dir(name);
+    const auto want = golden(name).at("edge");
+    for (const char* threads : {"1", "2"}) {
+      const auto r = mla::test::run_cli("tokenize --tokenizer '" + dir + "' --text '" + text + "' --threads " + threads);
+      BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+      std::istringstream s(r.out);
+      std::vector<uint32_t> got;
+      for (uint32_t id; s >> id;) got.push_back(id);
+      BOOST_CHECK_MESSAGE(got == want, std::string(name) + ": tokenize ids differ at " + std::to_string(first_difference(got, want)));
+    }
+    const std::string ids = write_scratch(std::string("cli/") + name + ".ids", mla::test::run_cli(
+        "tokenize --tokenizer '" + dir + "' --text '" + text + "'").out);
+    const auto d = mla::test::run_cli("tokenize --tokenizer '" + dir + "' --decode '" + ids + "'");
+    BOOST_CHECK_EQUAL(d.exit_code, 0);
+    BOOST_CHECK_MESSAGE(d.out == mla::test::read_text(text), std::string(name) + ": --decode did not give the text back");
+  }
+  const std::string dir = tokenizer_dir("deepseek-v3");
+  const std::string bad = write_scratch("cli/bad.txt", "ok \xc3\x28 no");
+  const std::string bad_ids = write_scratch("cli/bad.ids", "1 2 99999999");
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"--text '" + bad + "'", "not valid UTF-8 at byte offset 3"},
+           {"--decode '" + bad_ids + "'", "id 99999999 (position 2)"},
+           {"", "exactly one of --text FILE and --decode IDS_FILE"},
+       }) {
+    const auto r = mla::test::run_cli("tokenize --tokenizer '" + dir + "' " + args);
+    BOOST_CHECK_NE(r.exit_code, 0);
+    BOOST_CHECK_MESSAGE(r.out.empty(), "stdout not empty: " + r.out.substr(0, 80));
+    BOOST_CHECK_MESSAGE(r.err.find(needle) != std::string::npos, "stderr \"" + r.err + "\" lacks \"" + needle + "\"");
+    BOOST_CHECK_EQUAL(std::count(r.err.begin(), r.err.end(), '\n'), 1);
+  }
+  const auto none = mla::test::run_cli("tokenize --tokenizer '" + mla::test::scratch_dir("no-tokenizer") + "' --text '" + text + "'");
+  BOOST_CHECK_NE(none.exit_code, 0);
+  BOOST_CHECK(none.err.find("holds neither tokenizer.json nor tiktoken.model") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
