@@ -129,7 +129,9 @@ class BpeTokenizer final : public Tokenizer {
 
  private:
   void added_pass(std::string_view text, const std::vector<size_t>& tokens, std::vector<Segment>& segs) const;
-  void pre_tokenize(std::string_view seg, std::deque<std::string>& arena, std::vector<Item>& out) const;
+  // Steps [first, last) of the pre-tokenizer on `seg`; the pieces appended to `out`.
+  void pre_tokenize(std::string_view seg, size_t first, size_t last, std::deque<std::string>& arena,
+                    std::vector<Item>& out) const;
   void bpe(std::string_view piece, std::vector<uint32_t>& out, PieceCache& cache, std::vector<uint32_t>& pool) const;
   void merge(std::string_view piece, std::vector<uint32_t>& out) const;
   [[noreturn]] void no_byte_token(char byte) const {
@@ -285,10 +287,12 @@ void split_piece(std::string_view piece, const PreTokenStep& step, std::vector<S
     if (p.e > p.b) out.push_back(piece.substr(p.b, p.e - p.b));
 }
 
-void BpeTokenizer::pre_tokenize(std::string_view seg, std::deque<std::string>& arena, std::vector<Item>& out) const {
+void BpeTokenizer::pre_tokenize(std::string_view seg, size_t first, size_t last, std::deque<std::string>& arena,
+                                std::vector<Item>& out) const {
   std::vector<std::string_view> pieces{seg}, next;
   std::vector<Span> spans;
-  for (const PreTokenStep& step : spec_.steps) {
+  for (size_t k = first; k < last; ++k) {
+    const PreTokenStep& step = spec_.steps[k];
     next.clear();
     for (std::string_view p : pieces) {
       if (step.kind == PreTokenStep::Kind::PrefixSpace) {
@@ -384,21 +388,31 @@ std::vector<uint32_t> BpeTokenizer::encode(std::string_view text, int threads) c
     fail(ErrorKind::InvalidValue, "the text is not valid UTF-8 at byte offset " + std::to_string(bad));
   std::vector<Segment> segs{{0, text.size(), -1}};
   for (const auto& pass : spec_.added_passes) added_pass(text, pass, segs);
+  // Each step splits every piece on its own, so only the steps through the first Split see the
+  // whole text: they run here; the later steps and the BPE run on `threads` runs of pieces.
+  size_t head = 0;
+  while (head < spec_.steps.size() && spec_.steps[head].kind != PreTokenStep::Kind::Split) ++head;
+  head = std::min(head + 1, spec_.steps.size());
   std::deque<std::string> arena;  // pieces that a prefix space made
-  std::vector<Item> items;        // ~ one per pre-token
+  std::vector<Item> items;        // the pieces after the head steps, and the added tokens
   for (const Segment& s : segs) {
     if (s.added >= 0) items.push_back({{}, spec_.added[s.added].id});
-    else pre_tokenize(text.substr(s.begin, s.end - s.begin), arena, items);
+    else pre_tokenize(text.substr(s.begin, s.end - s.begin), 0, head, arena, items);
   }
   const size_t parts = std::clamp<size_t>(threads, 1, std::max<size_t>(1, items.size() / 1024));
   std::vector<std::vector<uint32_t>> ids(parts);
   const auto work = [&](size_t part) {
     PieceCache cache;
     std::vector<uint32_t> pool;
+    std::deque<std::string> own_arena;
+    std::vector<Item> pieces;
     const size_t b = items.size() * part / parts, e = items.size() * (part + 1) / parts;
     for (size_t k = b; k < e; ++k) {
-      if (items[k].id >= 0) ids[part].push_back(static_cast<uint32_t>(items[k].id));
-      else bpe(items[k].text, ids[part], cache, pool);
+      if (items[k].id >= 0) { ids[part].push_back(static_cast<uint32_t>(items[k].id)); continue; }
+      pieces.clear();
+      if (head < spec_.steps.size()) pre_tokenize(items[k].text, head, spec_.steps.size(), own_arena, pieces);
+      else pieces.push_back(items[k]);
+      for (const Item& p : pieces) bpe(p.text, ids[part], cache, pool);
     }
   };
   std::vector<std::thread> pool;
