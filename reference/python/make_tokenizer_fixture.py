@@ -11,6 +11,7 @@ decompresses them, tests/meson.build):
   kimi-k2/tokenizer_config.json(.xz) TikTokenTokenizer, added_tokens_decoder for ids 163584..163839
                                      (splintr's names of Kimi's special tokens)
   kimi-k2/pattern.txt (plain)        splintr.KIMI_PATTERN, the pattern of Kimi's tokenization_kimi.py
+  corpus/unicode.txt                 characters assigned in Unicode 15-16 (newer than PCRE2 10.42's tables)
   corpus/NAME.txt(.xz)               ~1 MB of text: Debian man pages in ja, zh_CN, ru and de
                                      (manpages-ja, manpages-zh, manpages-ru, manpages-de), C headers
                                      from /usr/include, and edge.txt (hand-made edge cases)
@@ -140,7 +141,21 @@ def corpus():
         "edge": edge_text(),
     }
     c["crlf"] = c["de"][:20_000].replace("\n", "\r\n")
+    c["unicode"] = unicode_text()
     return c
+
+
+# Characters assigned in Unicode 15, 15.1 and 16 (after PCRE2 10.42's Unicode 14): letters, digits and
+# Han of the newer tables, each in contexts where its category decides the pre-token split.
+NEWER_UNICODE = ["\U0001E4D0", "\U0001E4F1", "\U00011F04", "\U00031350", "\U0002EBF0", "\U00010D50",
+                 "\U000105C0", "\U0001CCF1", "\U00010570"]
+
+
+def unicode_text():
+    out = []
+    for ch in NEWER_UNICODE:
+        out.append(f"a{ch}b {ch}x 1{ch}2 中{ch}文 {ch}{ch}{ch} !{ch}. The{ch}s 12{ch}345\n")
+    return "".join(out)
 
 
 def write_xz(path, data):

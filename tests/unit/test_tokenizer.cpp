@@ -30,7 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 using mla::ErrorKind;
 
-const char* const kCorpus[] = {"ja", "zh", "ru", "de", "code", "edge", "crlf"};
+const char* const kCorpus[] = {"ja", "zh", "ru", "de", "code", "edge", "crlf", "unicode"};
 
 // tests/data/tokenizers/REL.xz unpacked once into the scratch area; returns the unpacked path.
 std::string unpacked(const std::string& rel) {
@@ -88,6 +88,14 @@ void check_corpus(const std::string& name) {
     const std::vector<uint32_t>& expected = want.at(c);
     const std::vector<uint32_t> got = tok->encode(text);
     const size_t d = first_difference(got, expected);
+    if (name == "deepseek-v3" && std::string(c) == "unicode") {
+      // The one known divergence (docs/tokenizer.md, "Unicode tables"): HF tokenizers' Oniguruma knows
+      // the letters of Unicode 15-16, PCRE2 10.42 (Unicode 14) does not, so \p{L} splits differ there.
+      // Checked as a difference, so that a fix (or a PCRE2 with newer tables) shows here.
+      BOOST_CHECK_MESSAGE(got != expected, "deepseek-v3 now equals HF on corpus/unicode.txt: drop this exemption");
+      BOOST_CHECK_MESSAGE(tok->decode(got) == text, name + " on " + c + ": decode(encode(x)) != x");
+      continue;
+    }
     BOOST_CHECK_MESSAGE(got == expected, name + " on " + c + ": " + std::to_string(got.size()) + " ids vs " +
                                              std::to_string(expected.size()) + ", first difference at id " +
                                              std::to_string(d));
