@@ -313,4 +313,36 @@ BOOST_AUTO_TEST_CASE(cli_tokenize) {
   BOOST_CHECK(none.err.find("holds neither tokenizer.json nor tiktoken.model") != std::string::npos);
 }
 
+// eval --text on a checkpoint with its own tokenizer.json gives the eval.csv, bit for bit, of eval
+// --tokens with BOS + the tokenizer's ids of the text (the shipped models/tiny-mla, whose vocabulary of
+// 258 takes the 256 byte tokens + 2 merges); without a tokenizer, a model that is not byte-level
+// refuses --text, naming what is missing and --tokens.
+BOOST_AUTO_TEST_CASE(eval_text_equals_eval_tokens) {
+  const std::string model = mla::test::scratch_dir("eval-tokenizer-model");
+  const std::string shipped = mla::test::data_dir() + "/../../models/tiny-mla";
+  for (const char* f : {"config.json", "model.safetensors", "generation_config.json"})
+    fs::create_symlink(fs::absolute(shipped + "/" + f), model + "/" + f);
+  mla::test::write_text(model + "/tokenizer.json",
+                        tiny_json(kByteLevel, R"(,"th":256,"the":257},"merges":[["t","h"],["th","e"]],"x":{)"));
+  const std::string dir = mla::test::scratch_dir("eval-tokenizer");
+  const std::string text = write_scratch("eval/text.txt", "the theory of the thing is that the other thesis thrives there, then the theme");
+  const auto ids = mla::test::run_cli("tokenize --tokenizer '" + model + "' --text '" + text + "'");
+  BOOST_REQUIRE_MESSAGE(ids.exit_code == 0, ids.err);
+  BOOST_CHECK(ids.out.find("257") != std::string::npos);  // the merges ran
+  mla::test::write_text(dir + "/bos_ids.txt", "256 " + ids.out);  // config.json's bos_token_id is 256
+  const std::string common = " --prompt-len 16 --steps 4 --cache-budget 6 --policy h2o --quiet";
+  const auto a = mla::test::run_cli("eval --checkpoint '" + model + "' --text '" + text + "'" + common + " --out '" + dir + "/a'");
+  BOOST_REQUIRE_MESSAGE(a.exit_code == 0, a.err);
+  const auto b = mla::test::run_cli("eval --checkpoint '" + model + "' --tokens '" + dir + "/bos_ids.txt'" + common + " --out '" + dir + "/b'");
+  BOOST_REQUIRE_MESSAGE(b.exit_code == 0, b.err);
+  BOOST_CHECK(mla::test::read_text(dir + "/a/eval.csv") == mla::test::read_text(dir + "/b/eval.csv"));
+  BOOST_CHECK(mla::test::read_text(dir + "/a/report.json").find("ids of the checkpoint's tokenizer") != std::string::npos);
+  const auto none = mla::test::run_cli("eval --checkpoint '" + mla::test::data_dir() + "/golden/whole-model/model' --text '" +
+                                       text + "'" + common + " --out '" + dir + "/c'");
+  BOOST_CHECK_NE(none.exit_code, 0);
+  BOOST_CHECK_MESSAGE(none.err.find("holds no tokenizer.json or tiktoken.model and the model is not byte-level") != std::string::npos &&
+                          none.err.find("--tokens") != std::string::npos, none.err);
+  BOOST_CHECK(!fs::exists(dir + "/c/eval.csv"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
