@@ -313,17 +313,38 @@ BOOST_AUTO_TEST_CASE(cli_tokenize) {
   BOOST_CHECK(none.err.find("holds neither tokenizer.json nor tiktoken.model") != std::string::npos);
 }
 
+// The shipped models/tiny-mla (vocab_size 258) in a scratch directory with `tokenizer` as its
+// tokenizer.json.
+std::string tiny_model_with(const std::string& tokenizer) {
+  const std::string model = mla::test::scratch_dir("tokenizer-model");
+  const std::string shipped = mla::test::data_dir() + "/../../models/tiny-mla";
+  for (const char* f : {"config.json", "model.safetensors", "generation_config.json"})
+    fs::create_symlink(fs::absolute(shipped + "/" + f), model + "/" + f);
+  mla::test::write_text(model + "/tokenizer.json", tokenizer);
+  return model;
+}
+
+// inspect names the tokenizer and its vocabulary against vocab_size; a vocabulary larger than it is
+// one error line and nothing on stdout.
+BOOST_AUTO_TEST_CASE(inspect_names_the_tokenizer) {
+  const std::string ok = tiny_model_with(tiny_json(kByteLevel, R"(,"th":256},"merges":[["t","h"]],"x":{)"));
+  const auto r = mla::test::run_cli("inspect '" + ok + "'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  BOOST_CHECK_MESSAGE(r.out.find("tokenizer: tokenizer.json (HF tokenizers, byte-level BPE)") != std::string::npos, r.out);
+  BOOST_CHECK_MESSAGE(r.out.find("257 (config.json vocab_size 258)") != std::string::npos, r.out);
+  const std::string big = tiny_model_with(mla::test::read_text(tokenizer_dir("deepseek-v3") + "/tokenizer.json"));
+  const auto b = mla::test::run_cli("inspect '" + big + "'");
+  BOOST_CHECK_NE(b.exit_code, 0);
+  BOOST_CHECK(b.out.empty());
+  BOOST_CHECK_MESSAGE(b.err.find("(largest id + 1 = 128815) is larger than config.json's vocab_size 258") != std::string::npos, b.err);
+}
+
 // eval --text on a checkpoint with its own tokenizer.json gives the eval.csv, bit for bit, of eval
 // --tokens with BOS + the tokenizer's ids of the text (the shipped models/tiny-mla, whose vocabulary of
 // 258 takes the 256 byte tokens + 2 merges); without a tokenizer, a model that is not byte-level
 // refuses --text, naming what is missing and --tokens.
 BOOST_AUTO_TEST_CASE(eval_text_equals_eval_tokens) {
-  const std::string model = mla::test::scratch_dir("eval-tokenizer-model");
-  const std::string shipped = mla::test::data_dir() + "/../../models/tiny-mla";
-  for (const char* f : {"config.json", "model.safetensors", "generation_config.json"})
-    fs::create_symlink(fs::absolute(shipped + "/" + f), model + "/" + f);
-  mla::test::write_text(model + "/tokenizer.json",
-                        tiny_json(kByteLevel, R"(,"th":256,"the":257},"merges":[["t","h"],["th","e"]],"x":{)"));
+  const std::string model = tiny_model_with(tiny_json(kByteLevel, R"(,"th":256,"the":257},"merges":[["t","h"],["th","e"]],"x":{)"));
   const std::string dir = mla::test::scratch_dir("eval-tokenizer");
   const std::string text = write_scratch("eval/text.txt", "the theory of the thing is that the other thesis thrives there, then the theme");
   const auto ids = mla::test::run_cli("tokenize --tokenizer '" + model + "' --text '" + text + "'");
