@@ -254,6 +254,11 @@ def small_cases():
         for use_regex in (False, True):
             pre = {"type": "ByteLevel", "add_prefix_space": prefix, "trim_offsets": True, "use_regex": use_regex}
             cases.append((f"bytelevel-{prefix}-{use_regex}", tj(pre, merges_as_arrays=True), texts))
+    for use_regex in (False, True):  # the prefix space goes on every piece an earlier step left
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\d+"}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": use_regex}]}
+        cases.append((f"split-then-prefix-space-{use_regex}", tj(pre), texts))
     for each in (False, True):
         pre = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": each}, byte_level]}
         cases.append((f"digits-{each}", tj(pre), texts))
