@@ -11,6 +11,7 @@ decompresses them, tests/meson.build):
   kimi-k2/tokenizer_config.json(.xz) TikTokenTokenizer, added_tokens_decoder for ids 163584..163839
                                      (splintr's names of Kimi's special tokens)
   kimi-k2/pattern.txt (plain)        splintr.KIMI_PATTERN, the pattern of Kimi's tokenization_kimi.py
+  corpus/long.txt                    runs of 50,000-300,000 characters (a letter, spaces, newlines, é)
   corpus/unicode.txt                 characters assigned in Unicode 15-16 (newer than PCRE2 10.42's tables)
   corpus/NAME.txt(.xz)               ~1 MB of text: Debian man pages in ja, zh_CN, ru and de
                                      (manpages-ja, manpages-zh, manpages-ru, manpages-de), C headers
@@ -142,6 +143,8 @@ def corpus():
     }
     c["crlf"] = c["de"][:20_000].replace("\n", "\r\n")
     c["unicode"] = unicode_text()
+    # runs far longer than a regex engine's stack: one letter, spaces, newlines, a Latin-1 letter
+    c["long"] = "a" * 300_000 + " " * 100_000 + "x" + "\n" * 50_000 + "\u00e9" * 50_000 + "\n"
     return c
 
 

@@ -159,11 +159,11 @@ Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
 namespace {
 
-// One thread's match data, match context and JIT stack (1 MiB: a 10^5-character run fits).
+// One thread's match data, match context and JIT stack (up to 16 MiB).
 struct MatchState {
   pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
   pcre2_match_context* context = pcre2_match_context_create(nullptr);
-  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 1024 * 1024, nullptr);
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, nullptr);
   MatchState() { pcre2_jit_stack_assign(context, nullptr, stack); }
   ~MatchState() {
     pcre2_jit_stack_free(stack);
@@ -184,7 +184,11 @@ void Regex::find_all(std::string_view subject, std::vector<Span>& out) const {
   const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());
   size_t start = 0;
   while (start <= subject.size()) {
-    const int rc = pcre2_match(code, s, subject.size(), start, PCRE2_NO_UTF_CHECK, state.data, state.context);
+    int rc = pcre2_match(code, s, subject.size(), start, PCRE2_NO_UTF_CHECK, state.data, state.context);
+    // A very long run (10^6 letters through Kimi's lookahead groups) can outgrow the JIT stack;
+    // the interpreter gives the same match with its frames on the heap.
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+      rc = pcre2_match(code, s, subject.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, state.data, state.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR msg[256];

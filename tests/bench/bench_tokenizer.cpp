@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   }
   if (!unpack(data, work)) return 1;
   std::string text;
-  for (const char* c : {"ja", "zh", "ru", "de", "code", "edge", "crlf"})
+  for (const char* c : {"ja", "zh", "ru", "de", "code", "edge", "crlf"})  // not unicode.txt, long.txt
     text += mla::read_regular_file(work + "/corpus/" + c + ".txt", int64_t{1} << 30);
   std::string big;
   for (int k = 0; k < 10; ++k) big += text;

@@ -30,7 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 using mla::ErrorKind;
 
-const char* const kCorpus[] = {"ja", "zh", "ru", "de", "code", "edge", "crlf", "unicode"};
+const char* const kCorpus[] = {"ja", "zh", "ru", "de", "code", "edge", "crlf", "unicode", "long"};
 
 // tests/data/tokenizers/REL.xz unpacked once into the scratch area; returns the unpacked path.
 std::string unpacked(const std::string& rel) {
