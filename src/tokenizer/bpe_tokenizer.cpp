@@ -130,8 +130,9 @@ class BpeTokenizer final : public Tokenizer {
  private:
   void added_pass(std::string_view text, const std::vector<size_t>& tokens, std::vector<Segment>& segs) const;
   // Steps [first, last) of the pre-tokenizer on `seg`; the pieces appended to `out`.
+  // `threads` scan the whole segment's first Split (the later steps see one piece each).
   void pre_tokenize(std::string_view seg, size_t first, size_t last, std::deque<std::string>& arena,
-                    std::vector<Item>& out) const;
+                    std::vector<Item>& out, int threads = 1) const;
   void bpe(std::string_view piece, std::vector<uint32_t>& out, PieceCache& cache, std::vector<uint32_t>& pool) const;
   void merge(std::string_view piece, std::vector<uint32_t>& out) const;
   [[noreturn]] void no_byte_token(char byte) const {
@@ -243,13 +244,13 @@ struct Part {
 
 // HF's NormalizedString::split: the piece cut at the pattern's matches by `behavior`.
 void split_piece(std::string_view piece, const PreTokenStep& step, std::vector<Span>& spans,
-                 std::vector<std::string_view>& out) {
+                 std::vector<std::string_view>& out, int threads = 1) {
   if (piece.empty()) return;
   thread_local std::vector<Part> parts, res;  // parts cover the piece; res = after the behavior
   spans.clear();
   parts.clear();
   res.clear();
-  step.regex->find_all(piece, spans);
+  step.regex->find_all(piece, spans, threads);
   size_t prev = 0;
   for (const Span& m : spans) {
     if (prev != m.begin) parts.push_back({prev, m.begin, false});
@@ -288,7 +289,7 @@ void split_piece(std::string_view piece, const PreTokenStep& step, std::vector<S
 }
 
 void BpeTokenizer::pre_tokenize(std::string_view seg, size_t first, size_t last, std::deque<std::string>& arena,
-                                std::vector<Item>& out) const {
+                                std::vector<Item>& out, int threads) const {
   std::vector<std::string_view> pieces{seg}, next;
   std::vector<Span> spans;
   for (size_t k = first; k < last; ++k) {
@@ -299,7 +300,7 @@ void BpeTokenizer::pre_tokenize(std::string_view seg, size_t first, size_t last,
         if (!p.empty() && p[0] != ' ') p = arena.emplace_back(" " + std::string(p));
         next.push_back(p);
       } else {
-        split_piece(p, step, spans, next);
+        split_piece(p, step, spans, next, pieces.size() == 1 ? threads : 1);
       }
     }
     pieces.swap(next);
@@ -397,7 +398,7 @@ std::vector<uint32_t> BpeTokenizer::encode(std::string_view text, int threads) c
   std::vector<Item> items;        // the pieces after the head steps, and the added tokens
   for (const Segment& s : segs) {
     if (s.added >= 0) items.push_back({{}, spec_.added[s.added].id});
-    else pre_tokenize(text.substr(s.begin, s.end - s.begin), 0, head, arena, items);
+    else pre_tokenize(text.substr(s.begin, s.end - s.begin), 0, head, arena, items, threads);
   }
   const size_t parts = std::clamp<size_t>(threads, 1, std::max<size_t>(1, items.size() / 1024));
   std::vector<std::vector<uint32_t>> ids(parts);

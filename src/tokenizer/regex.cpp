@@ -3,7 +3,9 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <string>
+#include <thread>
 
 #include "mla/error.hpp"
 #include "regex.hpp"
@@ -111,6 +113,21 @@ std::string parse_class(std::string_view p, size_t& i, const std::string& what) 
   return out + operands[0] + ")";
 }
 
+// True when the pattern has nothing that looks before a search's start: no lookbehind, \b, \B,
+// \G, \A, ^ (outside a class's negation), backreference; then a scan may start anywhere.
+bool looks_only_ahead(std::string_view p) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p.substr(i, 3) == "(?<") return false;  // a lookbehind (or a named group: kept simple)
+    if (p[i] == '^' && (i == 0 || p[i - 1] != '[')) return false;
+    if (p[i] == '\\' && i + 1 < p.size()) {
+      const char c = p[i + 1];
+      if (c == 'b' || c == 'B' || c == 'G' || c == 'A' || c == 'k' || c == 'g' || (c >= '1' && c <= '9')) return false;
+      ++i;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string translate_pattern(std::string_view p, const std::string& what) {
@@ -153,6 +170,7 @@ Regex::Regex(const std::string& pattern, const std::string& what) : pattern_(pat
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is absent
   code_ = code;
+  resync_safe_ = looks_only_ahead(pattern);
 }
 
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
@@ -178,31 +196,85 @@ size_t utf8_char_length(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : 
 
 }  // namespace
 
-void Regex::find_all(std::string_view subject, std::vector<Span>& out) const {
+// The first match at or after `start`; false when there is none.
+bool Regex::match_from(std::string_view subject, size_t start, Span& m) const {
   thread_local MatchState state;
   const auto* code = static_cast<const pcre2_code*>(code_);
   const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());
-  size_t start = 0;
-  while (start <= subject.size()) {
-    int rc = pcre2_match(code, s, subject.size(), start, PCRE2_NO_UTF_CHECK, state.data, state.context);
-    // A very long run (10^6 letters through Kimi's lookahead groups) can outgrow the JIT stack;
-    // the interpreter gives the same match with its frames on the heap.
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(code, s, subject.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, state.data, state.context);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(rc, msg, sizeof msg);
-      fail(ErrorKind::Unsupported, "pre-token pattern: PCRE2 match failed: " +
-                                       std::string(reinterpret_cast<const char*>(msg)));
-    }
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(state.data);
-    out.push_back({ov[0], ov[1]});
-    if (ov[1] > ov[0]) {
-      start = ov[1];
-    } else {
-      if (ov[1] >= subject.size()) break;
-      start = ov[1] + utf8_char_length(static_cast<unsigned char>(subject[ov[1]]));
+  int rc = pcre2_match(code, s, subject.size(), start, PCRE2_NO_UTF_CHECK, state.data, state.context);
+  // A very long run (10^6 letters through Kimi's lookahead groups) can outgrow the JIT stack;
+  // the interpreter gives the same match with its frames on the heap.
+  if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+    rc = pcre2_match(code, s, subject.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, state.data, state.context);
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(rc, msg, sizeof msg);
+    fail(ErrorKind::Unsupported, "pre-token pattern: PCRE2 match failed: " + std::string(reinterpret_cast<const char*>(msg)));
+  }
+  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(state.data);
+  m = {ov[0], ov[1]};
+  return true;
+}
+
+namespace {
+
+// Where the search after match m starts (an empty match advances one character); npos: the end.
+size_t next_start(std::string_view subject, const Span& m) {
+  if (m.end > m.begin) return m.end;
+  if (m.end >= subject.size()) return std::string_view::npos;
+  return m.end + utf8_char_length(static_cast<unsigned char>(subject[m.end]));
+}
+
+}  // namespace
+
+void Regex::scan(std::string_view subject, size_t start, size_t until, std::vector<Span>& out) const {
+  Span m;
+  while (start != std::string_view::npos && start <= subject.size() && match_from(subject, start, m) && m.begin < until) {
+    out.push_back(m);
+    start = next_start(subject, m);
+  }
+}
+
+void Regex::find_all(std::string_view subject, std::vector<Span>& out) const {
+  scan(subject, 0, std::string_view::npos, out);
+}
+
+// Parallel find_all. Thread k scans from p_k (a character boundary) as if a search started there.
+// The scan's only state is where the next search starts, and no supported pattern looks behind it,
+// so once the true scan (continued from chunk k - 1) finds a match that starts where one of chunk
+// k's does, the two agree from there on. Stitching redoes the true scan from the end of chunk k - 1
+// until it meets a match of chunk k (usually the first), then takes chunk k's matches.
+void Regex::find_all(std::string_view subject, std::vector<Span>& out, int threads) const {
+  const size_t n = subject.size();
+  if (threads <= 1 || !resync_safe_ || n < (size_t{1} << 16)) return find_all(subject, out);
+  const size_t K = static_cast<size_t>(threads);
+  std::vector<size_t> p(K + 1);
+  for (size_t k = 0; k <= K; ++k) {
+    p[k] = k == K ? n : n * k / K;
+    while (p[k] < n && (static_cast<unsigned char>(subject[p[k]]) & 0xC0) == 0x80) ++p[k];
+  }
+  const auto limit = [&](size_t k) { return k + 1 == K ? std::string_view::npos : p[k + 1]; };  // chunk k's end
+  std::vector<std::vector<Span>> lists(K);
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < K; ++k) pool.emplace_back([&, k] { scan(subject, p[k], limit(k), lists[k]); });
+  scan(subject, 0, p[1], lists[0]);
+  for (std::thread& t : pool) t.join();
+  out.insert(out.end(), lists[0].begin(), lists[0].end());
+  size_t start = lists[0].empty() ? 0 : next_start(subject, lists[0].back());
+  for (size_t k = 1; k < K && start != std::string_view::npos; ++k) {
+    const std::vector<Span>& l = lists[k];
+    Span m;
+    while (start != std::string_view::npos && start < limit(k)) {
+      if (!match_from(subject, start, m)) return;  // no match anywhere after start
+      const auto it = std::lower_bound(l.begin(), l.end(), m.begin, [](const Span& a, size_t b) { return a.begin < b; });
+      if (it != l.end() && it->begin == m.begin) {  // met chunk k's scan: the rest of it is true
+        out.insert(out.end(), it, l.end());
+        start = next_start(subject, l.back());
+        break;
+      }
+      out.push_back(m);
+      start = next_start(subject, m);
     }
   }
 }

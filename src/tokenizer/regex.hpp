@@ -29,11 +29,18 @@ class Regex {
   // Every non-overlapping match of the subject, left to right (an empty match advances one
   // character, as Oniguruma's find_iter does). `subject` is valid UTF-8. Thread-safe.
   void find_all(std::string_view subject, std::vector<Span>& out) const;
+  // The same matches, found by `threads` threads on a long subject (regex.cpp says why it is exact).
+  void find_all(std::string_view subject, std::vector<Span>& out, int threads) const;
   const std::string& pattern() const { return pattern_; }
 
  private:
+  bool match_from(std::string_view subject, size_t start, Span& m) const;
+  // The matches of the scan whose first search starts at `start`, while they start before `until`.
+  void scan(std::string_view subject, size_t start, size_t until, std::vector<Span>& out) const;
+
   std::string pattern_;
   void* code_ = nullptr;  // pcre2_code_8*
+  bool resync_safe_ = false;  // no look-behind of any kind: a scan may start mid-subject
 };
 
 // The pattern in PCRE2 syntax (see above); `what` names it in errors.
