@@ -303,6 +303,9 @@ BOOST_AUTO_TEST_CASE(every_component_option_as_hf) {
 // `mla-h2o tokenize`: the golden ids of a corpus file on stdout (1 and 2 threads), --decode gives the
 // bytes back, and each bad input is one error line on stderr, exit 1 or 2, nothing on stdout.
 BOOST_AUTO_TEST_CASE(cli_tokenize) {
+  const auto help = mla::test::run_cli("tokenize --help");
+  BOOST_CHECK(help.exit_code == 0 && help.out.find("usage: mla-h2o tokenize --tokenizer PATH") != std::string::npos);
+  BOOST_CHECK(mla::test::run_cli("--help").out.find("  tokenize  ") != std::string::npos);
   const std::string text = unpacked("corpus/edge.txt");
   for (const char* name : {"deepseek-v3", "kimi-k2"}) {
     const std::string dir = tokenizer_dir(name);
