@@ -15,27 +15,14 @@
 #include <thread>
 
 #include "mla/error.hpp"
+#include "mla/json_text.hpp"
 
 namespace mla {
 
 size_t first_invalid_utf8(std::string_view s) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   for (size_t i = 0; i < s.size();) {
-    const unsigned char c = b(i);
-    size_t n = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) { ++i; continue; }
-    if (c >= 0xC2 && c <= 0xDF) { n = 2; cp = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { n = 3; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { n = 4; cp = c & 0x07; }
-    else return i;
-    if (i + n > s.size()) return i;
-    for (size_t k = 1; k < n; ++k) {
-      if ((b(i + k) & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (b(i + k) & 0x3F);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-      return i;
+    const size_t n = utf8_sequence_length(s, i);
+    if (n == 0) return i;
     i += n;
   }
   return s.size();
