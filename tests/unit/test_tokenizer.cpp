@@ -338,6 +338,16 @@ BOOST_AUTO_TEST_CASE(cli_tokenize) {
     BOOST_CHECK_MESSAGE(r.err.find(needle) != std::string::npos, "stderr \"" + r.err + "\" lacks \"" + needle + "\"");
     BOOST_CHECK_EQUAL(std::count(r.err.begin(), r.err.end(), '\n'), 1);
   }
+  // --tokenizer-pattern replaces Kimi's pattern: every character its own pre-token gives the bytes'
+  // and characters' tokens; a pattern PCRE2 cannot compile is one error line
+  const std::string hello = write_scratch("cli/hello.txt", "Hello");
+  const auto each = mla::test::run_cli("tokenize --tokenizer '" + tokenizer_dir("kimi-k2") + "' --text '" + hello +
+                                       "' --tokenizer-pattern '.'");
+  BOOST_CHECK_EQUAL(each.out, "39 68 75 75 78\n");  // H e l l o: Kimi ranks the bytes ! .. ~ first, byte b = rank b - 33
+  const auto bad_pattern = mla::test::run_cli("tokenize --tokenizer '" + tokenizer_dir("kimi-k2") + "' --text '" + hello +
+                                              "' --tokenizer-pattern '(ab'");
+  BOOST_CHECK(bad_pattern.exit_code != 0 && bad_pattern.out.empty());
+  BOOST_CHECK_MESSAGE(bad_pattern.err.find("PCRE2 cannot compile the pattern") != std::string::npos, bad_pattern.err);
   const auto none = mla::test::run_cli("tokenize --tokenizer '" + mla::test::scratch_dir("no-tokenizer") + "' --text '" + text + "'");
   BOOST_CHECK_NE(none.exit_code, 0);
   BOOST_CHECK(none.err.find("holds neither tokenizer.json nor tiktoken.model") != std::string::npos);
