@@ -406,4 +406,44 @@ BOOST_AUTO_TEST_CASE(eval_text_equals_eval_tokens) {
   BOOST_CHECK(!fs::exists(dir + "/c/eval.csv"));
 }
 
+// run, decode and sweep --text on a checkpoint with its own tokenizer: the outputs of --tokens with
+// BOS + the tokenizer's ids (scores.csv's first four columns; decode.csv, summary.csv; layers.csv,
+// overlap.csv), and run's token_text column holds each token's text.
+BOOST_AUTO_TEST_CASE(run_decode_sweep_text_equal_tokens) {
+  const std::string model = tiny_model_with(tiny_json(kByteLevel, R"(,"th":256,"the":257},"merges":[["t","h"],["th","e"]],"x":{)"));
+  const std::string dir = mla::test::scratch_dir("text-commands");
+  const std::string text = write_scratch("cmds/text.txt", "the theory of the thing is that the other thesis thrives there, then the theme");
+  const auto ids = mla::test::run_cli("tokenize --tokenizer '" + model + "' --text '" + text + "'");
+  BOOST_REQUIRE_MESSAGE(ids.exit_code == 0, ids.err);
+  mla::test::write_text(dir + "/bos_ids.txt", "256 " + ids.out);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
+      {"run", {"scores.csv"}},
+      {"decode --prompt-len 20 --steps 10 --cache-budget 8 --policy h2o", {"decode.csv", "summary.csv"}},
+      {"sweep --layers 0,1", {"layers.csv", "overlap.csv"}},
+  };
+  for (const auto& [cmd, files] : commands) {
+    const std::string name = cmd.substr(0, cmd.find(' '));
+    const auto a = mla::test::run_cli(cmd + " --checkpoint '" + model + "' --text '" + text + "' --quiet --out '" + dir + "/" + name + "-text'");
+    BOOST_REQUIRE_MESSAGE(a.exit_code == 0, a.err);
+    const auto b = mla::test::run_cli(cmd + " --checkpoint '" + model + "' --tokens '" + dir + "/bos_ids.txt' --quiet --out '" + dir + "/" + name + "-ids'");
+    BOOST_REQUIRE_MESSAGE(b.exit_code == 0, b.err);
+    for (const std::string& f : files) {
+      std::string x = mla::test::read_text(dir + "/" + name + "-text/" + f);
+      const std::string y = mla::test::read_text(dir + "/" + name + "-ids/" + f);
+      if (f == "scores.csv" && name == "run") {  // drop the token_text column
+        BOOST_CHECK(x.find("1,") != std::string::npos && x.find(",\"the\"\n") != std::string::npos);
+        std::string cut;
+        std::istringstream lines(x);
+        for (std::string line; std::getline(lines, line);) {
+          size_t at = 0;
+          for (int k = 0; k < 4; ++k) at = line.find(',', at) + 1;  // after the 4th comma: token_text
+          cut += line.substr(0, at - 1) + "\n";
+        }
+        x = cut;
+      }
+      BOOST_CHECK_MESSAGE(x == y, name + ": " + f + " differs between --text and --tokens");
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
