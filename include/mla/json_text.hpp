@@ -12,4 +12,8 @@ namespace mla {
 // document is always valid JSON.
 std::string json_quote(std::string_view s);
 
+// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not valid (overlong forms,
+// surrogates and code points above U+10FFFF are invalid). i < s.size().
+size_t utf8_sequence_length(std::string_view s, size_t i);
+
 }  // namespace mla

@@ -38,6 +38,7 @@
 #include "mla/error.hpp"
 #include "mla/eval.hpp"
 #include "mla/eval_cost.hpp"
+#include "mla/tokenizer.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/model.hpp"
 #include "mla/model_forward.hpp"
@@ -73,8 +74,9 @@ CommandSpec eval_spec() {
       {"checkpoint", "DIR", "checkpoint directory or .safetensors file of a whole model (required)", ""},
       {"config", "FILE", "config.json to use instead of the one beside the checkpoint", ""},
       {"tokens", "IDS|FILE", "token ids: 3,17,250 or a file of ids", ""},
-      {"text", "FILE|DIR", "a text file, or a directory of them (regular files, sorted by name), for byte-level models "
-       "(config.json \"byte_level_vocab\": true): each window is BOS, then its bytes", ""},
+      {"text", "FILE|DIR", "a text file, or a directory of them (regular files, sorted by name): each file tokenized whole by "
+       "the checkpoint's own tokenizer.json or tiktoken.model (no special tokens added), each window BOS + its ids; "
+       "without a tokenizer, byte-level models (config.json \"byte_level_vocab\": true): each window BOS, then its bytes", ""},
       {"windows", "W", "W windows of P + N + 1 tokens, spread evenly and without overlap over the input (a window never "
        "straddles two files); every figure is a mean over them, ΔNLL with a 95 % t-interval (docs/eval.md §3.1)", "1"},
       {"prompt-len", "P", "prompt positions (causal prefill with the full cache) (required)", ""},
@@ -289,6 +291,7 @@ struct WindowInput {
   std::string source;  // the file, or "--tokens"
   int64_t offset = 0;  // first byte (the BOS not counted) or id in the source
   std::vector<int64_t> tokens;
+  bool tokenized = false;  // --text through the checkpoint's tokenizer: offset counts its ids
 };
 
 // The files of --text: the file itself (its first max_bytes_of_one_file bytes when that is not 0),
@@ -316,9 +319,24 @@ std::vector<FillerSource> read_text_sources(const std::string& path, int64_t max
 // floor(len_f / w) consecutive non-overlapping slots, S in all, and window i is slot
 // floor(i S / W): spread evenly, never overlapping, never straddling two files. One window of one
 // source is its beginning (a source too short for it reaches check_eval_options, which names it).
+// The tokenizer of the checkpoint's directory (tokenizer.json or tiktoken.model, docs/tokenizer.md),
+// bounded by the model's vocab_size; null when the directory holds none.
+std::unique_ptr<Tokenizer> checkpoint_tokenizer(const EvalPlan& plan, const ModelConfig& cfg) {
+  std::error_code ec;
+  const std::filesystem::path ck(plan.checkpoint);
+  const std::string dir = std::filesystem::is_directory(ck, ec) ? ck.string() : ck.parent_path().string();
+  if (find_tokenizer_file(dir.empty() ? "." : dir).empty()) return nullptr;
+  TokenizerOptions opt;
+  opt.max_vocab_size = cfg.attention.vocab_size;
+  return load_tokenizer(dir.empty() ? "." : dir, opt);
+}
+
 std::vector<WindowInput> cut_windows(const EvalPlan& plan, const ModelConfig& cfg) {
   const int64_t P = plan.eval.prompt_len, N = plan.eval.steps, W = plan.windows;
   const bool text = !plan.text.empty();
+  // --text on a checkpoint with its own tokenizer: each file tokenized whole (no special tokens
+  // added), then cut into windows of ids like --tokens, each window BOS + its ids
+  const std::unique_ptr<Tokenizer> tok = text ? checkpoint_tokenizer(plan, cfg) : nullptr;
   const bool bos = text && cfg.bos_token_id >= 0;
   const int64_t need = P + N + 1, unit = need - (bos ? 1 : 0);  // units a window takes from its source
   struct Source {
@@ -327,16 +345,34 @@ std::vector<WindowInput> cut_windows(const EvalPlan& plan, const ModelConfig& cf
     int64_t size() const { return static_cast<int64_t>(bytes.empty() ? ids.size() : bytes.size()); }
   };
   std::vector<Source> sources;
-  if (text) {
+  if (tok) {
+    for (FillerSource& f : read_text_sources(plan.text, 0)) {
+      std::vector<int64_t> ids;
+      try {
+        for (uint32_t id : tok->encode(f.bytes)) ids.push_back(id);
+      } catch (const Error& e) {
+        throw Error(e.kind(), "--text " + f.name + ": " + e.what());
+      }
+      sources.push_back(Source{std::move(f.name), "", std::move(ids)});
+    }
+  } else if (text) {
     // one window of one file: only as far as it reaches (the file may be large)
     for (FillerSource& f : read_text_sources(plan.text, W == 1 ? unit : 0))
       sources.push_back(Source{std::move(f.name), std::move(f.bytes), {}});
   } else {
     sources.push_back(Source{"--tokens", "", parse_token_ids(plan.tokens)});
   }
+  if (text && !tok && !cfg.byte_level_vocab)
+    fail(ErrorKind::InvalidArgument, "--text " + plan.text + ": the checkpoint's directory holds no tokenizer.json or "
+                                     "tiktoken.model and the model is not byte-level (config.json has no "
+                                     "\"byte_level_vocab\": true), so the text cannot be tokenized; pass ids with --tokens");
   const auto window_of = [&](const Source& src, int64_t offset, int64_t len) {
     WindowInput in{src.name, offset, {}};
-    if (text) {
+    if (tok) {
+      in.tokenized = true;
+      if (bos) in.tokens.push_back(cfg.bos_token_id);
+      in.tokens.insert(in.tokens.end(), src.ids.begin() + offset, src.ids.begin() + offset + len);
+    } else if (text) {
       in.tokens = byte_level_token_ids(cfg, std::string_view(src.bytes).substr(static_cast<size_t>(offset), static_cast<size_t>(len)),
                                        "--text " + src.name);
     } else {
@@ -352,9 +388,9 @@ std::vector<WindowInput> cut_windows(const EvalPlan& plan, const ModelConfig& cf
     for (const Source& src : sources) units += src.size();
     fail(ErrorKind::InvalidArgument,
          "--windows " + std::to_string(W) + " needs " + std::to_string(W) + " windows of " + std::to_string(unit) +
-             (text ? " bytes" : " ids") + " (P + N + 1 tokens" + (bos ? ", the BOS added" : "") + ") without overlap, but " +
+             (text && !tok ? " bytes" : " ids") + " (P + N + 1 tokens" + (bos ? ", the BOS added" : "") + ") without overlap, but " +
              (text ? "--text " + plan.text : std::string("--tokens")) + " holds " + std::to_string(slots) + " (" +
-             std::to_string(units) + (text ? " bytes" : " ids") +
+             std::to_string(units) + (text && !tok ? " bytes" : " ids") +
              (sources.size() > 1 ? " in " + std::to_string(sources.size()) + " files" : "") +
              "); fewer windows, or a shorter --prompt-len or --steps, would fit");
   }
@@ -377,7 +413,8 @@ std::vector<WindowInput> cut_windows(const EvalPlan& plan, const ModelConfig& cf
 std::string windows_description(const EvalPlan& plan, const ModelConfig& cfg, const std::vector<WindowInput>& in) {
   const bool text = !plan.text.empty();
   const int64_t len = static_cast<int64_t>(in.front().tokens.size());
-  std::string what = text ? (cfg.bos_token_id >= 0 ? "BOS + " + std::to_string(len - 1) + " bytes" : std::to_string(len) + " bytes, no BOS")
+  const std::string unit = in.front().tokenized ? " ids of the checkpoint's tokenizer" : " bytes";
+  std::string what = text ? (cfg.bos_token_id >= 0 ? "BOS + " + std::to_string(len - 1) + unit : std::to_string(len) + unit + ", no BOS")
                           : std::to_string(len) + " ids";
   if (in.size() == 1) return (text ? "--text " + plan.text : std::string("--tokens")) + " (" + what + ")";
   return (text ? "--text " + plan.text : std::string("--tokens")) + ": " + std::to_string(in.size()) + " windows of " + what;

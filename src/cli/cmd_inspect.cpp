@@ -29,6 +29,7 @@
 #include "mla/checkpoint.hpp"
 #include "mla/error.hpp"
 #include "mla/json_text.hpp"
+#include "mla/tokenizer.hpp"
 #include "mla/report.hpp"
 #include "mla/rope.hpp"
 #include "mla/safetensors.hpp"
@@ -174,6 +175,38 @@ std::vector<std::pair<std::string, std::string>> quantization_keys(const PackQua
   };
 }
 
+// The checkpoint's own tokenizer (docs/tokenizer.md), when its directory holds one: format, file,
+// vocabulary against config.json's vocab_size (loading fails when it is larger), special tokens,
+// the pre-token patterns as written and as run. Text for the end of inspect's output, made before
+// anything is printed, so that a bad tokenizer is one error line and no output.
+std::string tokenizer_text(const std::string& path, int64_t vocab_size) {
+  std::error_code ec;
+  std::string dir = fs::is_directory(path, ec) ? path : fs::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (find_tokenizer_file(dir).empty()) return "\ntokenizer: none (no tokenizer.json or tiktoken.model beside the checkpoint)\n";
+  TokenizerOptions opt;
+  opt.max_vocab_size = vocab_size;
+  const auto t = load_tokenizer(dir, opt);
+  size_t special = 0;
+  std::string names;
+  for (const AddedToken& a : t->added_tokens()) {
+    special += a.special;
+    if (a.special && special <= 4) names += (special > 1 ? ", " : "") + a.content + " = " + std::to_string(a.id);
+  }
+  char line[512];
+  const auto row = [&](const char* key, const std::string& value) {
+    std::snprintf(line, sizeof line, "  %-34s ", key);
+    return std::string(line) + value + "\n";
+  };
+  std::string out = "\ntokenizer: " + t->format() + "\n" + row("file", t->file()) +
+                    row("vocabulary (largest id + 1)", std::to_string(t->vocab_size()) + " (config.json vocab_size " +
+                                                           std::to_string(vocab_size) + ")") +
+                    row("added tokens", std::to_string(t->added_tokens().size()) + ", " + std::to_string(special) +
+                                            " special (" + names + (special > 4 ? ", ..." : "") + ")");
+  for (const std::string& p : t->patterns()) out += row("pattern (as written  ->  as run)", p);
+  return out;
+}
+
 int inspect_checkpoint(const std::string& path, const std::string& config, bool json) {
   const double progress_after = progress_after_seconds();
   const Checkpoint ck = Checkpoint::open(path, config);
@@ -228,6 +261,7 @@ int inspect_checkpoint(const std::string& path, const std::string& config, bool 
     std::fputs(inspect_checkpoint_json(c).c_str(), stdout);
     return 0;
   }
+  const std::string tok = tokenizer_text(path, ck.config().vocab_size);
   std::printf("checkpoint %s: %zu shard%s, %zu tensors, prefix '%s'\n", path.c_str(), shards.size(),
               shards.size() == 1 ? "" : "s", rows.size(), ck.prefix().c_str());
   for (const auto& m : missing) std::printf("shard %s: MISSING (listed in the index; its tensors are not shown)\n", m.c_str());
@@ -262,6 +296,7 @@ int inspect_checkpoint(const std::string& path, const std::string& config, bool 
   else
     std::printf("layer 0 attention parameters: layer 0 is not complete here (%d of its attention tensors found)\n",
                 tensors0);
+  std::fputs(tok.c_str(), stdout);
   return 0;
 }
 

@@ -16,6 +16,7 @@ int cmd_compare(const std::vector<std::string>& argv);
 int cmd_decode(const std::vector<std::string>& argv);
 int cmd_sweep(const std::vector<std::string>& argv);
 int cmd_eval(const std::vector<std::string>& argv);
+int cmd_tokenize(const std::vector<std::string>& argv);
 
 // The demo's cache directory ($XDG_CACHE_HOME/mla-h2o or ~/.cache/mla-h2o) and its synthetic
 // Kimi K2.6 layer-0 checkpoint there, synthesized once (cmd_run.cpp).

@@ -16,6 +16,7 @@
 #include "mla/random.hpp"
 #include "mla/regular_file.hpp"
 #include "mla/safetensors.hpp"
+#include "mla/tokenizer.hpp"
 #include "src/cpu/cpu_kernels.hpp"
 #include "src/cpu/attention_stages.hpp"
 
@@ -28,8 +29,9 @@ std::vector<FlagSpec> input_flags() {
       {"residual", "", "--input rows are the residual stream entering the layer (HF output_hidden_states[L]): "
                        "apply the layer's input_layernorm first", ""},
       {"tokens", "IDS|FILE", "token ids (3,17,250 or a file of ids): embed_tokens rows + input_layernorm", ""},
-      {"text", "FILE", "a text file, for byte-level models (config.json \"byte_level_vocab\": true): BOS, then its bytes, "
-                       "as --tokens; scores.csv gains a token_text column", ""},
+      {"text", "FILE", "a text file: BOS + the ids of the checkpoint's own tokenizer.json or tiktoken.model (no special "
+                       "tokens added); without one, byte-level models (config.json \"byte_level_vocab\": true): BOS, then "
+                       "its bytes; as --tokens; scores.csv gains a token_text column", ""},
       {"seq-len", "S", "seeded standard-normal embeddings: number of tokens", "256"},
       {"seed", "N", "seed of the seeded embeddings (Rng stream 1, row-major [S, hidden])", "0"},
   };
@@ -217,6 +219,53 @@ std::vector<double> row_norms(const TensorF& x) {
 }
 }  // namespace
 
+namespace {
+
+// The token as one printable field (scores.csv's token_text): the escapes of the byte-level text,
+// other control bytes and invalid UTF-8 as \xNN.
+std::string token_field(const std::string& bytes) {
+  std::string out;
+  for (char c : bytes) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\\') out += "\\\\";
+    else out += c;
+  }
+  return printable_text(out, 256);
+}
+
+}  // namespace
+
+bool text_through_tokenizer(const InputRequest& req, const Checkpoint& ckpt, const ModelConfig& model, HiddenInput& in) {
+  std::error_code ec;
+  const std::filesystem::path ck(ckpt.path());
+  std::string dir = std::filesystem::is_directory(ck, ec) ? ck.string() : ck.parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (find_tokenizer_file(dir).empty()) return false;
+  TokenizerOptions opt;
+  opt.max_vocab_size = model.attention.vocab_size;
+  const auto tok = load_tokenizer(dir, opt);
+  const std::string text = read_bytes(req.text, "--text", 0);  // whole: a byte prefix is no token prefix
+  std::vector<uint32_t> ids;
+  try {
+    ids = tok->encode(text);
+  } catch (const Error& e) {
+    throw Error(e.kind(), "--text " + req.text + ": " + e.what());
+  }
+  in.token_ids.clear();
+  if (model.bos_token_id >= 0) in.token_ids.push_back(model.bos_token_id);
+  for (uint32_t id : ids) in.token_ids.push_back(id);
+  if (req.max_rows > 0 && static_cast<int64_t>(in.token_ids.size()) > req.max_rows)
+    in.token_ids.resize(static_cast<size_t>(req.max_rows));  // only the rows the run uses
+  for (size_t i = 0; i < in.token_ids.size(); ++i) {
+    const bool bos = i == 0 && model.bos_token_id >= 0;
+    const uint32_t one = static_cast<uint32_t>(in.token_ids[i]);
+    in.token_text.push_back(bos ? "<bos>" : token_field(tok->decode(std::span<const uint32_t>(&one, 1))));
+  }
+  return true;
+}
+
 HiddenInput load_input(const OpenedInput& opened, const Checkpoint& ckpt, const LayerWeights& weights,
                        Precision precision) {
   const InputRequest& req = opened.request;
@@ -242,10 +291,14 @@ HiddenInput load_input(const OpenedInput& opened, const Checkpoint& ckpt, const 
     }
     case InputKind::Tokens: {
       in.token_ids = opened.token_ids;
+      bool tokenized = false;
       if (!req.text.empty()) {
         const ModelConfig model = load_model_config(ckpt.config_path());
-        in.token_ids = byte_level_token_ids(model, opened.text, "--text " + req.text);
-        for (int64_t id : in.token_ids) in.token_text.push_back(byte_level_token_text(model, id));
+        tokenized = text_through_tokenizer(req, ckpt, model, in);
+        if (!tokenized) {
+          in.token_ids = byte_level_token_ids(model, opened.text, "--text " + req.text);
+          for (int64_t id : in.token_ids) in.token_text.push_back(byte_level_token_text(model, id));
+        }
       }
       in.hidden = ckpt.embed_rows(in.token_ids);
       in.hidden.name = "hidden_states";
@@ -254,7 +307,8 @@ HiddenInput load_input(const OpenedInput& opened, const Checkpoint& ckpt, const 
       in.residual_norm = row_norms(in.hidden);
       input_rms_norm(in.hidden, weights.input_layernorm, cfg.rms_norm_eps, precision);
       std::ostringstream os;
-      if (!req.text.empty()) os << "--text " << req.text << " (" << opened.text.size() << " bytes, byte-level): ";
+      if (tokenized) os << "--text " << req.text << " (BOS + the checkpoint's tokenizer's ids): ";
+      else if (!req.text.empty()) os << "--text " << req.text << " (" << opened.text.size() << " bytes, byte-level): ";
       os << in.token_ids.size() << " token ids -> embed_tokens rows -> input_layernorm (eps " << cfg.rms_norm_eps << ")";
       in.description = os.str();
       break;

@@ -26,6 +26,7 @@
 #include "args.hpp"
 #include "mla/attention.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/model.hpp"
 #include "mla/policy.hpp"
 #include "mla/provenance.hpp"
 #include "mla/safetensors.hpp"
@@ -88,6 +89,10 @@ inline bool needs_input_layernorm(const InputRequest& req) {
   return req.kind == InputKind::Tokens || (req.kind == InputKind::File && req.residual);
 }
 
+// --text on a checkpoint whose directory holds tokenizer.json or tiktoken.model: in.token_ids =
+// BOS + the tokenizer's ids of the whole file (no special tokens added; the first max_rows), and
+// in.token_text; false (in untouched) when there is no tokenizer.
+bool text_through_tokenizer(const InputRequest& req, const Checkpoint& ckpt, const ModelConfig& model, HiddenInput& in);
 // `weights` must hold input_layernorm when needs_input_layernorm(req) (load_layer(L, true)).
 HiddenInput load_input(const OpenedInput& in, const Checkpoint& ckpt, const LayerWeights& weights, Precision precision);
 

@@ -31,6 +31,7 @@ const Command kCommands[] = {
     {"select", mla::cli::cmd_select, "H2O selection on scores from any implementation (CSV or safetensors)"},
     {"compare", mla::cli::cmd_compare, "tensor-by-tensor comparison of two safetensors dumps"},
     {"inspect", mla::cli::cmd_inspect, "list a safetensors file's or checkpoint's tensors and geometry"},
+    {"tokenize", mla::cli::cmd_tokenize, "a checkpoint's own tokenizer (tokenizer.json, tiktoken.model): text to ids, or ids to text"},
     {"synth", mla::cli::cmd_synth, "write a synthetic checkpoint with the real Kimi K2.6 layout"},
 };
 

@@ -6,9 +6,7 @@
 
 namespace mla {
 
-// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not valid
-// (overlong forms, surrogates and code points above U+10FFFF are invalid).
-static size_t utf8_sequence_length(std::string_view s, size_t i) {
+size_t utf8_sequence_length(std::string_view s, size_t i) {
   const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   const unsigned char c = b(i);
   size_t n = 0;
