@@ -682,10 +682,18 @@ void print_task_table(const EvalPlan& plan, const LoadedModel& m, const std::str
               "match (docs/eval.md §7)\noutputs: %s\n", plan.out_dir.c_str());
 }
 
+// --dry-run ends here: the plan above was printed, this says the memory and where the outputs
+// would go; nothing was computed or written.
+int print_dry_run(const EvalPlan& plan, const MemoryEstimate& mem) {
+  std::printf("mla-h2o eval: dry run: memory peak ~%s (%s); outputs: the set at %s (not written: dry run)\n",
+              format_bytes(mem.host_peak_bytes).c_str(), mem.peak_phase.c_str(), plan.out_dir.c_str());
+  return 0;
+}
+
 // --task (docs/eval.md §7): load (the samples from --text and --seed, every check), eval (each
 // sample one window with its own P and N), outputs (tasks.csv, task_samples.csv, eval.csv,
 // needle.svg, report.json; the table on stdout).
-int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
+int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
   StageSeconds stages;
   // ---- load ----
   const LoadedModel m = load_model(plan, stages);
@@ -708,6 +716,8 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
   // the largest context (the last sample's) is the memory plan's
   const ModelWindowsPlan wp = check_eval_memory(m.cfg, jobs.back().opt, plan.dump_tensors, static_cast<int64_t>(jobs.size()));
   print_cost_plan(m.cfg, jobs, wp.workers);
+  if (out_or_dry == nullptr) return print_dry_run(plan, wp.memory);
+  OutputSet& out = *out_or_dry;
 
   // ---- eval ----
   const std::vector<EvalWindow> windows = run_windows(m, plan, jobs, wp.workers, stages);
@@ -731,19 +741,9 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet& out) {
 
 }  // namespace
 
-// --dry-run ends here: the plan above was printed, this says the memory and where the outputs
-// would go; nothing was computed or written.
-int print_dry_run(const EvalPlan& plan, const MemoryEstimate& mem) {
-  std::printf("mla-h2o eval: dry run: memory peak ~%s (%s); outputs: the set at %s (not written: dry run)\n",
-              format_bytes(mem.host_peak_bytes).c_str(), mem.peak_phase.c_str(), plan.out_dir.c_str());
-  return 0;
-}
 
 int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry) {
-  if (plan.task_mode) {
-    if (out_or_dry == nullptr) fail(ErrorKind::InvalidArgument, "eval --task: --dry-run is not planned for tasks yet (run without --task)");
-    return execute_eval_tasks(plan, *out_or_dry);
-  }
+  if (plan.task_mode) return execute_eval_tasks(plan, out_or_dry);
   StageSeconds stages;
   // ---- load: checkpoint, config, ids, every check ----
   const LoadedModel m = load_model(plan, stages);

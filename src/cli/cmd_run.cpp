@@ -353,7 +353,7 @@ int cmd_demo(const std::vector<std::string>& argv) {
   const Args a = Args::parse(spec, argv);
   if (print_help_if_asked(a, spec)) return 0;
   if (a.has("dry-run"))
-    fail(ErrorKind::InvalidArgument, "demo: --dry-run is for run, decode, sweep and eval (the demo's work is seconds)");
+    fail(ErrorKind::InvalidArgument, "demo: --dry-run is for run, decode, sweep, eval and synth (the demo's work is seconds)");
   if (a.has("model")) return demo_model(a);
   if (a.has("decode")) return demo_decode(a);
   RunPlan plan;

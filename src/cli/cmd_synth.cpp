@@ -12,6 +12,8 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "mla/checkpoint.hpp"
+#include "mla/memory_available.hpp"
+#include "mla/memory_plan.hpp"
 #include "mla/synth.hpp"
 #include "mla/error.hpp"
 
@@ -42,6 +44,8 @@ const CommandSpec kSpec = {
      "off (attention only)"},
     {"group-size", "G", "INT4 group size of the routed experts (with --experts); must divide hidden_size and "
                         "moe_intermediate_size", "32 (Kimi's)"},
+    {"dry-run", "", "print the plan (memory peak of the largest shard against what is available) and exit 0 without "
+                    "writing anything", ""},
     },
     0,
     "",
@@ -72,6 +76,15 @@ int cmd_synth(const std::vector<std::string>& argv) {
   opts.seed = static_cast<uint64_t>(args.integer("seed", 0, 0));
   opts.shards = args.integer("shards", 2, 2, kSynthMaxShards);
 
+  if (args.has("dry-run")) {  // the plan synthesize_checkpoint makes first, refusing as it would
+    const MemoryPlan mp = plan_synth_memory(opts, synth_preset_model(opts), host_memory_budget());
+    if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
+    std::printf("mla-h2o synth: dry run: preset %s, dtype %s, %zu layers, %lld shards: memory peak ~%s (%s); outputs: "
+                "%s (not written: dry run)\n", opts.preset.c_str(), opts.dtype.c_str(), opts.layers.size(),
+                static_cast<long long>(opts.shards), format_bytes(mp.estimate.host_peak_bytes).c_str(),
+                mp.estimate.peak_phase.c_str(), opts.out_dir.c_str());
+    return 0;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const AttentionConfig cfg = synthesize_checkpoint(opts).attention;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -615,7 +615,7 @@ BOOST_AUTO_TEST_CASE(vector_isa_cap_changes_no_result) {
   ::unsetenv("MLA_VECTOR_ISA");
 }
 
-// --dry-run (run, decode, sweep, eval): the plan is printed, the exit is 0, nothing is written
+// --dry-run (run, decode, sweep, eval, eval --task, synth): the plan is printed, the exit is 0, nothing is written
 // (--out is never created), and a plan that cannot fit is still refused with one line.
 BOOST_AUTO_TEST_CASE(dry_run_prints_the_plan_and_writes_nothing) {
   const std::string dir = scratch_dir("cli-dry-run"), out = dir + "/never";
@@ -627,6 +627,10 @@ BOOST_AUTO_TEST_CASE(dry_run_prints_the_plan_and_writes_nothing) {
       {"sweep --checkpoint " + model + " --seq-len 64 --layers 0-2" + o, {"sweep: dry run:", "3 layers", "not written"}},
       {"eval --checkpoint " + model + " --text '" + shipped_model() + "/eval/heldout.txt' --prompt-len 64 --steps 16 "
        "--cache-budget 32 --policy h2o" + o, {"eval: plan:", "eval: dry run: memory peak ~", "not written"}},
+      {"eval --checkpoint '" + shipped_model() + "-recall' --text '" + shipped_model() + "-recall/eval/heldout.txt' "
+       "--task passkey --context 1024 --samples 1 --cache-budget 128 --policy h2o" + o,
+       {"eval: plan:", "eval: dry run: memory peak ~", "not written"}},
+      {"synth --preset kimi-k2.6 --layers 0,1 --shards 3" + o, {"synth: dry run:", "memory peak ~", "not written"}},
   };
   for (const auto& [args, expected] : cases) {
     const RunResult r = run_cli(args);
@@ -639,7 +643,7 @@ BOOST_AUTO_TEST_CASE(dry_run_prints_the_plan_and_writes_nothing) {
   BOOST_TEST(small.err.find("not enough memory") != std::string::npos, small.err);
   const RunResult demo = run_cli("demo --dry-run");
   BOOST_TEST(demo.exit_code != 0);
-  BOOST_TEST(demo.err.find("--dry-run is for run, decode, sweep and eval") != std::string::npos, demo.err);
+  BOOST_TEST(demo.err.find("--dry-run is for run, decode, sweep, eval and synth") != std::string::npos, demo.err);
   BOOST_TEST(!std::filesystem::exists(out));
 }
 
