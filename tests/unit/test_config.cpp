@@ -494,4 +494,49 @@ BOOST_AUTO_TEST_CASE(published_presets_round_trip_as_whole_models) {
   BOOST_TEST(mla::moonlight_model().attention.rope.rope_theta == 50000.0);
 }
 
+
+// The presets are config.json files (src/checkpoint/presets/), read by the one config reader:
+// each file reads and writes back exactly, the preset functions return what the file says, and
+// the values match what docs/checkpoints.md §4 quotes for each model.
+BOOST_AUTO_TEST_CASE(presets_are_config_json_files_with_the_published_values) {
+  struct Quoted {
+    const char* file;
+    mla::ModelConfig (*preset)();
+    int64_t hidden, heads, q_lora, kv_lora, layers, experts, expert_width, per_token, dense_width;
+    double eps, theta;
+  };
+  const Quoted quoted[] = {
+      {"kimi-k2.6", mla::kimi_k26_model, 7168, 64, 1536, 512, 61, 384, 2048, 8, 18432, 1e-5, 50000},
+      {"deepseek-v3", mla::deepseek_v3_model, 7168, 128, 1536, 512, 61, 256, 2048, 8, 18432, 1e-6, 10000},
+      {"deepseek-v2-lite", mla::deepseek_v2_lite_model, 2048, 16, 0, 512, 27, 64, 1408, 6, 10944, 1e-6, 10000},
+      {"moonlight-16b-a3b", mla::moonlight_model, 2048, 16, 0, 512, 27, 64, 1408, 6, 11264, 1e-5, 50000},
+      {"tiny", mla::tiny_model, 64, 4, 48, 32, 2, 8, 32, 2, 96, 1e-5, 50000},
+  };
+  const std::string dir = mla::test::data_dir() + "/../../src/checkpoint/presets/";
+  for (const Quoted& q : quoted) {
+    BOOST_TEST_CONTEXT(q.file) {
+      const std::string text = mla::test::read_text(dir + q.file + ".json");
+      const mla::ModelConfig m = mla::parse_model_config(text, q.file);
+      std::string back = mla::model_config_to_json(m, m.attention.nested_text_config);
+      BOOST_TEST((back == text || back + "\n" == text));
+      BOOST_TEST(mla::model_config_to_json(q.preset(), m.attention.nested_text_config) == back);
+      const mla::AttentionConfig& c = m.attention;
+      BOOST_TEST(c.hidden_size == q.hidden);
+      BOOST_TEST(c.num_attention_heads == q.heads);
+      BOOST_TEST(c.q_lora_rank == q.q_lora);
+      BOOST_TEST(c.kv_lora_rank == q.kv_lora);
+      BOOST_TEST(c.qk_nope_head_dim == (q.hidden == 64 ? 16 : 128));
+      BOOST_TEST(c.qk_rope_head_dim == (q.hidden == 64 ? 8 : 64));
+      BOOST_TEST(c.v_head_dim == (q.hidden == 64 ? 16 : 128));
+      BOOST_TEST(c.num_hidden_layers == q.layers);
+      BOOST_TEST(c.rms_norm_eps == q.eps);
+      BOOST_TEST(c.rope.rope_theta == q.theta);
+      BOOST_TEST(m.n_routed_experts == q.experts);
+      BOOST_TEST(m.moe_intermediate_size == q.expert_width);
+      BOOST_TEST(m.num_experts_per_tok == q.per_token);
+      BOOST_TEST(m.intermediate_size == q.dense_width);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
