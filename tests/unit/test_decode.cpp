@@ -901,4 +901,34 @@ BOOST_AUTO_TEST_CASE(cli_errors) {
   BOOST_TEST(demo.err == "mla-h2o demo: error: --mask does not apply to --decode (decode attention is causal)\n");
 }
 
+// Figures that cannot leave their domain do not: every policy's per-step cosine in [-1, 1], its
+// mass recalls in [0, 1], and exactly 1 where the cache holds every token (budget 1000 > T).
+// On the shipped model, every preset, three budgets (one that keeps everything).
+BOOST_AUTO_TEST_CASE(cosines_and_recalls_stay_in_their_domain) {
+  const std::string out = scratch_dir("decode-domain") + "/o";
+  const RunResult r = run_cli("decode --checkpoint '" + mla::test::data_dir() + "/../../models/tiny-mla' --seq-len 160 "
+                              "--prompt-len 128 --cache-budget 70,129,1000 --policy all --quiet --out '" + out + "'");
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  std::istringstream rows(mla::test::read_text(out + "/decode.csv"));
+  std::string line;
+  std::getline(rows, line);
+  BOOST_TEST_REQUIRE(line.find("cosine,mass_recall,mass_recall_min,mass_recall_p5,") != std::string::npos, line);
+  int64_t checked = 0;
+  while (std::getline(rows, line)) {
+    std::vector<std::string> cell;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cell.push_back(c);
+    BOOST_TEST_REQUIRE(cell.size() >= 13u, line);
+    const double cosine = std::stod(cell[9]);
+    BOOST_TEST((cosine >= -1.0 && cosine <= 1.0), line);
+    for (size_t k = 10; k <= 12; ++k) BOOST_TEST((std::stod(cell[k]) >= 0.0 && std::stod(cell[k]) <= 1.0), line);
+    if (cell[1] == "1000") {  // the cache holds every token: exactly the full cache's figures
+      BOOST_TEST(cosine == 1.0, line);
+      for (size_t k = 10; k <= 12; ++k) BOOST_TEST(std::stod(cell[k]) == 1.0, line);
+    }
+    ++checked;
+  }
+  BOOST_TEST(checked > 100);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
