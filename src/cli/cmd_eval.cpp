@@ -728,6 +728,7 @@ int execute_eval(const EvalPlan& plan, OutputSet& out) {
 
   // ---- outputs ----
   const std::vector<EvalSummary> summaries = summarize(windows, opt.budgets);
+  check_summaries_finite(summaries);  // one line naming a cell that is not a finite number
   {
     StageTimer t(stages, "outputs");
     out.write("eval.csv", eval_csv(windows, opt.budgets));

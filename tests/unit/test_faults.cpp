@@ -1182,4 +1182,58 @@ BOOST_AUTO_TEST_CASE(smaller_reports_say_what_ran) {
   expect_one_set(long_name, "a 250-byte directory name, replaced");
 }
 
+// ---- issue 46, fault 8: no `inf` reported as a result -------------------------------------------
+
+namespace {
+// A copy of the shipped model whose lm_head.weight (BF16) is scaled by `factor`, every value
+// still finite; config.json copied as it is.
+std::string shipped_with_lm_head_times(const std::string& dir, float factor) {
+  fs::create_directories(dir);
+  std::string bytes = read_text(shipped() + "/model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  simdjson::dom::parser parser;
+  const simdjson::dom::element header = parser.parse(bytes.data() + 8, static_cast<size_t>(n));
+  const simdjson::dom::element t = header["lm_head.weight"];
+  if (std::string_view(t["dtype"]) != "BF16") throw std::runtime_error("lm_head.weight is not BF16");
+  const size_t begin = 8 + n + uint64_t(t["data_offsets"].at(0)), end = 8 + n + uint64_t(t["data_offsets"].at(1));
+  for (size_t i = begin; i + 1 < end; i += 2) {
+    uint16_t b = 0;
+    std::memcpy(&b, bytes.data() + i, 2);
+    uint32_t u = uint32_t{b} << 16;
+    float f = 0;
+    std::memcpy(&f, &u, 4);
+    f *= factor;
+    std::memcpy(&u, &f, 4);
+    b = static_cast<uint16_t>(u >> 16);  // truncated to bf16: finite, as every value is below 1e30
+    std::memcpy(bytes.data() + i, &b, 2);
+  }
+  write_text(dir + "/model.safetensors", bytes);
+  fs::copy_file(shipped() + "/config.json", dir + "/config.json", fs::copy_options::overwrite_existing);
+  return dir;
+}
+}  // namespace
+
+// eval printed `ppl_ratio inf` (and report.json null) with exit 0 on a model whose lm_head is
+// x30000: ΔNLL past 709.78 overflows exp(). The ratio is reported in the log domain too
+// (ln_ppl_ratio = ΔNLL), and a ppl_ratio that is not finite is refused naming its cell.
+BOOST_AUTO_TEST_CASE(a_ppl_ratio_past_the_largest_double_is_refused_naming_the_cell) {
+  const std::string dir = scratch_dir("faults-ppl-overflow");
+  const std::string model = shipped_with_lm_head_times(dir + "/x30000", 30000.0f);
+  const RunResult r = run_bounded(eval_args(model, dir + "/out", "--cache-budget 8 --policy h2o,random,knorm"));
+  expect_error_line(r, "eval", {"the ppl_ratio of ", " at budget 8 is not finite", "ln_ppl_ratio = "});
+  BOOST_TEST(!contains(r.out, "inf"), r.out);
+  BOOST_TEST(!fs::exists(dir + "/out"));
+  // a finite run reports both: ln_ppl_ratio is ΔNLL, ppl_ratio its exp
+  const RunResult ok = run_bounded(eval_args(shipped(), dir + "/ok", "--cache-budget 8 --policy h2o"));
+  BOOST_TEST_REQUIRE(ok.exit_code == 0, ok.err);
+  BOOST_TEST(contains(read_text(dir + "/ok/summary.csv"), ",delta_nll_ci_high,ln_ppl_ratio,ppl_ratio,"));
+  simdjson::dom::parser parser;
+  for (const auto s : parser.load(dir + "/ok/report.json")["summary"].get_array()) {
+    const double d = double(s["delta_nll"]), ln = double(s["ln_ppl_ratio"]), ratio = double(s["ppl_ratio"]);
+    BOOST_TEST(ln == d);
+    BOOST_TEST(ratio == std::exp(d));
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
