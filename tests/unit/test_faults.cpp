@@ -1236,4 +1236,32 @@ BOOST_AUTO_TEST_CASE(a_ppl_ratio_past_the_largest_double_is_refused_naming_the_c
   }
 }
 
+// ---- issue 46, fault 6: --task's samples are planned --------------------------------------------
+
+// eval --task passkey --context 256 --samples 1048576 grew to 19.5 GB with no plan: every sample
+// (contexts x depths x samples) is kept, its text, ids and results. The plan counts them, and a
+// run that cannot fit is one line naming the --samples that would, before any sample is made.
+BOOST_AUTO_TEST_CASE(task_samples_are_planned_before_any_work) {
+  const std::string dir = scratch_dir("faults-task-samples");
+  const std::string recall = mla::test::data_dir() + "/../../models/tiny-mla-recall";
+  const std::string task = "eval --checkpoint '" + recall + "' --text '" + recall + "/eval/heldout.txt' --task passkey "
+                           "--context 256 --cache-budget 64 --policy h2o,streaming --quiet --out '" + dir + "/o' --samples ";
+  const RunResult huge = run_bounded(task + "1048576");  // under `timeout 20`: the unplanned run took minutes
+  expect_error_line(huge, "eval", {"not enough memory for eval --task passkey of 5242880 samples (1 contexts x 5 depths x "
+                                   "--samples 1048576", "would fit: --samples "});
+  // the --samples it names fits the same budget, and one more does not
+  const std::string small = "MLA_MEMORY_AVAILABLE=600M exec timeout 20";
+  const RunResult refused = mla::test::run_cli_after(small, task + "100000");
+  expect_error_line(refused, "eval", {"would fit: --samples "});
+  const size_t at = refused.err.find("would fit: --samples ");
+  BOOST_TEST_REQUIRE(at != std::string::npos);
+  const int64_t most = std::stoll(refused.err.substr(at + 21));
+  BOOST_TEST_REQUIRE(most >= 1);
+  BOOST_TEST(most < 100000);
+  expect_error_line(mla::test::run_cli_after(small, task + std::to_string(most + 1)), "eval", {"not enough memory"});
+  BOOST_TEST(!fs::exists(dir + "/o"));
+  const RunResult ok = run_bounded(task + "2");
+  BOOST_TEST(ok.exit_code == 0, ok.err);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
