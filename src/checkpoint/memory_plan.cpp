@@ -41,17 +41,26 @@ int64_t mul(int64_t a, int64_t b, int64_t c) { return memory_product({a, b, c});
 int64_t mul(int64_t a, int64_t b, int64_t c, int64_t d) { return memory_product({a, b, c, d}); }
 
 // The ForwardResult and what the pipeline builds from it (the report's copies of the scores)
-// and, with a dump, the payloads write_tensor_dump holds until the file is written (F32: 4
-// bytes per value).
+// and, with a dump, what write_tensor_dump (src/report/dump.cpp) holds when it writes the file:
+// the ForwardResult's latent cache, every payload (F32: 4 bytes per value; the scores F64), the
+// hidden states widened to f64, and serialize_safetensors' image of the whole file, which is
+// every payload once more. (Uncounted until issue 46: the latent cache and its payload, the
+// scores' payloads and the image, +33 % at S = 16384 on models/tiny-mla without attn_weights.)
+// A tensor's narrowing copy is freed before the next is added, so it is below the image.
 std::vector<MemoryPart> pipeline_outputs(const MemoryDims& d, const MemoryRequest& r) {
   std::vector<MemoryPart> p = forward_result_memory(d, r);
   p.push_back({"report: head_scores + token_scores f64", mul(d.n + 1, d.S, kF64)});
   if (r.dump_tensors) {
-    const int64_t states = mul(d.n, d.S, 2 * d.d_qk + d.d_v);
-    p.push_back({"dump payloads f32 (hidden, output, states)", memory_product({mul(2, d.S, d.H) + states, kF32})});
+    const int64_t states = mul(d.n, d.S, 2 * d.d_qk + d.d_v), latent = mul(d.S, d.r_kv + d.d_r);
+    p.push_back({"dump: latent_cache [S,r_kv+d_r] f64 (the ForwardResult's)", mul(latent, kF64)});
+    const int64_t f32 = memory_product({mul(2, d.S, d.H) + states + latent, kF32});
+    const int64_t scores = mul(d.n + 1, d.S, kF64);
+    const int64_t weights = r.holds_attn_weights() ? mul(d.n, mul(d.S, d.S), kF32) : 0;
+    p.push_back({"dump payloads f32 (hidden, output, states, latent)", f32});
+    p.push_back({"dump payloads f64 (token_scores, head_scores)", scores});
     p.push_back({"dump: hidden_states widened f64", mul(d.S, d.H, kF64)});
-    if (r.holds_attn_weights())
-      p.push_back({"dump payload attn_weights f32 (+ its narrowing copy)", mul(2, d.n, mul(d.S, d.S), kF32)});
+    if (weights > 0) p.push_back({"dump payload attn_weights f32", weights});
+    p.push_back({"dump: the file's image (every payload again)", std::min(kMemoryUnbounded, f32 + scores + weights)});
   }
   return p;
 }
