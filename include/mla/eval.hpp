@@ -117,7 +117,8 @@ struct EvalSummary {
   double delta_nll = 0;        // mean_nll - full's (exactly 0 for full)
   double delta_nll_se = 0;     // standard error of the mean of the W per-window ΔNLL (0 for full)
   double delta_nll_low = 0, delta_nll_high = 0;  // its 95 % t-interval
-  double ppl_ratio = 1;        // exp(delta_nll)
+  double ln_ppl_ratio = 0;     // ln of the perplexity ratio: delta_nll itself, finite whenever the NLLs are
+  double ppl_ratio = 1;        // exp(delta_nll); a run where it overflows is refused (check_summaries_finite)
   double mean_kl = 0;          // over every decoded position of every window
   double kl_median = 0, kl_p99 = 0, kl_max = 0;  // the same positions' KL (quantile_linear)
   double top1_agreement = 1;   // share of positions whose argmax equals full's
@@ -161,6 +162,11 @@ struct EvalWindow {
 // One row per (policy, budget): full first at each budget, then the runs in options order.
 std::vector<EvalSummary> summarize(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets);
 std::vector<EvalSummary> summarize(const EvalResult& r, const std::vector<int64_t>& budgets);  // one window
+// Error(InvalidValue) with one line naming the first (policy, budget) cell and figure of `sum`
+// that is not a finite number (docs/eval.md §3): a ppl_ratio whose exp(ΔNLL) overflows, a NaN
+// or an infinite mean, quantile or interval. The intervals of a single window are NaN by
+// design (written as empty fields and null) and pass.
+void check_summaries_finite(const std::vector<EvalSummary>& sum);
 
 // What eval's report.json says besides the results (cmd_eval.cpp fills it).
 struct EvalRunInfo {
@@ -196,8 +202,8 @@ std::string eval_layers_csv(const std::vector<EvalWindow>& w, const std::vector<
 // windows.csv: window,source,offset,policy,budget,mean_nll,delta_nll,mean_kl,top1_agreement,top1_accuracy,
 //              passkey_accuracy
 std::string eval_windows_csv(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets);
-// summary.csv: policy,budget,windows,mean_nll,delta_nll,delta_nll_ci_low,delta_nll_ci_high,ppl_ratio,mean_kl,
-//              kl_median,kl_p99,kl_max,top1_agreement,top1_agreement_se,top1_accuracy,passkey_accuracy,
+// summary.csv: policy,budget,windows,mean_nll,delta_nll,delta_nll_ci_low,delta_nll_ci_high,ln_ppl_ratio,ppl_ratio,
+//              mean_kl,kl_median,kl_p99,kl_max,top1_agreement,top1_agreement_se,top1_accuracy,passkey_accuracy,
 //              mean_cache_len,mean_mass_recall
 std::string eval_summary_csv(const std::vector<EvalSummary>& s);
 // leaderboard.csv, per budget the policies other than full sorted by ΔNLL (ties: label):

@@ -251,7 +251,27 @@ struct ModelWindowsPlan {
   int64_t workers = 1;
   MemoryEstimate memory;  // one window's plan, its phases times `workers`
 };
-ModelWindowsPlan plan_model_windows(const MemoryEstimate& one_window, int threads, int64_t windows, const MemoryBudget& budget);
+// `kept` is what the command keeps for all its windows at once (eval_kept_memory), counted once
+// beside the workers' windows.
+ModelWindowsPlan plan_model_windows(const MemoryEstimate& one_window, int threads, int64_t windows, const MemoryBudget& budget,
+                                    const MemoryPart& kept = {});
+
+// What eval keeps of every window from the start of the run to its outputs, beside the layer being
+// computed: each window's input (its ids, its options with the budgets, the policies and
+// expected-attention's future rotation; a --task sample's text too) and its results (every run's
+// positions and layers, the stage times), then the largest CSV built from them all. It grows with
+// --windows, and with --task's contexts x depths x samples (each sample is one window).
+struct EvalKeptRequest {
+  int64_t windows = 1;     // W
+  int64_t tokens = 0;      // ids of the largest window (P + N + 1)
+  int64_t text_bytes = 0;  // --task: the bytes of a sample (its --context); 0 for --text / --tokens windows
+  int64_t steps = 0;       // N of the largest window
+  int64_t layers = 1;
+  int64_t budgets = 1;
+  int64_t policies = 1;    // besides full
+  int64_t rotation = 0;    // doubles of expected-attention's future rotation each window's options hold (0: none)
+};
+MemoryPart eval_kept_memory(const EvalKeptRequest& r);
 
 // ---- synth (src/checkpoint/synth.cpp: each shard is encoded whole in memory before it is written) ----
 

@@ -41,17 +41,26 @@ int64_t mul(int64_t a, int64_t b, int64_t c) { return memory_product({a, b, c});
 int64_t mul(int64_t a, int64_t b, int64_t c, int64_t d) { return memory_product({a, b, c, d}); }
 
 // The ForwardResult and what the pipeline builds from it (the report's copies of the scores)
-// and, with a dump, the payloads write_tensor_dump holds until the file is written (F32: 4
-// bytes per value).
+// and, with a dump, what write_tensor_dump (src/report/dump.cpp) holds when it writes the file:
+// the ForwardResult's latent cache, every payload (F32: 4 bytes per value; the scores F64), the
+// hidden states widened to f64, and serialize_safetensors' image of the whole file, which is
+// every payload once more. (Uncounted until issue 46: the latent cache and its payload, the
+// scores' payloads and the image, +33 % at S = 16384 on models/tiny-mla without attn_weights.)
+// A tensor's narrowing copy is freed before the next is added, so it is below the image.
 std::vector<MemoryPart> pipeline_outputs(const MemoryDims& d, const MemoryRequest& r) {
   std::vector<MemoryPart> p = forward_result_memory(d, r);
   p.push_back({"report: head_scores + token_scores f64", mul(d.n + 1, d.S, kF64)});
   if (r.dump_tensors) {
-    const int64_t states = mul(d.n, d.S, 2 * d.d_qk + d.d_v);
-    p.push_back({"dump payloads f32 (hidden, output, states)", memory_product({mul(2, d.S, d.H) + states, kF32})});
+    const int64_t states = mul(d.n, d.S, 2 * d.d_qk + d.d_v), latent = mul(d.S, d.r_kv + d.d_r);
+    p.push_back({"dump: latent_cache [S,r_kv+d_r] f64 (the ForwardResult's)", mul(latent, kF64)});
+    const int64_t f32 = memory_product({mul(2, d.S, d.H) + states + latent, kF32});
+    const int64_t scores = mul(d.n + 1, d.S, kF64);
+    const int64_t weights = r.holds_attn_weights() ? mul(d.n, mul(d.S, d.S), kF32) : 0;
+    p.push_back({"dump payloads f32 (hidden, output, states, latent)", f32});
+    p.push_back({"dump payloads f64 (token_scores, head_scores)", scores});
     p.push_back({"dump: hidden_states widened f64", mul(d.S, d.H, kF64)});
-    if (r.holds_attn_weights())
-      p.push_back({"dump payload attn_weights f32 (+ its narrowing copy)", mul(2, d.n, mul(d.S, d.S), kF32)});
+    if (weights > 0) p.push_back({"dump payload attn_weights f32", weights});
+    p.push_back({"dump: the file's image (every payload again)", std::min(kMemoryUnbounded, f32 + scores + weights)});
   }
   return p;
 }
@@ -352,16 +361,53 @@ MemoryPlan plan_model_memory(const ModelConfig& cfg, const ModelMemoryRequest& r
       });
 }
 
-ModelWindowsPlan plan_model_windows(const MemoryEstimate& one_window, int threads, int64_t windows, const MemoryBudget& budget) {
+ModelWindowsPlan plan_model_windows(const MemoryEstimate& one_window, int threads, int64_t windows, const MemoryBudget& budget,
+                                    const MemoryPart& kept) {
   const auto times = [&](int64_t k) {
     MemoryEstimate all = one_window;
     const int64_t each = one_window.host_peak_bytes - one_window.process_bytes;
-    all.host_peak_bytes = one_window.process_bytes + (each > kMemoryUnbounded / k ? kMemoryUnbounded : each * k);
+    const int64_t layers = each > kMemoryUnbounded / k ? kMemoryUnbounded : each * k;
+    all.host_peak_bytes = std::min(kMemoryUnbounded, one_window.process_bytes + layers + kept.bytes);
+    if (kept.bytes > 0)
+      for (MemoryPhase& p : all.phases) p.parts.push_back(kept);
     return all;
   };
   for (int64_t workers = std::min<int64_t>(threads, windows); workers > 1; --workers)
     if (const MemoryEstimate all = times(workers); memory_fits(all, budget)) return ModelWindowsPlan{workers, all};
-  return ModelWindowsPlan{1, one_window};
+  return ModelWindowsPlan{1, times(1)};
+}
+
+// Heap blocks are counted with glibc's header and 16-byte rounding (kBlock at least); a vector
+// that grew by push_back may hold twice its size while it moves (counted twice).
+namespace {
+constexpr int64_t kBlock = 32;
+int64_t block(int64_t bytes) { return bytes <= 0 ? 0 : std::max(kBlock, (bytes + 8 + 15) / 16 * 16); }
+}  // namespace
+
+MemoryPart eval_kept_memory(const EvalKeptRequest& r) {
+  const int64_t runs = 1 + r.budgets * r.policies, N = r.steps, L = r.layers;
+  constexpr int64_t kPath = 256;  // the source file's name, held by the window, its job and its sample
+  // the input: the window's job (its ids and options; WindowInput is a string, an offset and a
+  // vector: 64 bytes) and, for --task, the sample it came from; each array counted twice
+  int64_t input = 2 * (static_cast<int64_t>(sizeof(EvalWindow) + sizeof(EvalOptions)) + 64) +
+                  block(8 * r.tokens) + block(8 * r.budgets) +
+                  block(r.policies * static_cast<int64_t>(sizeof(PolicySettings))) + r.policies * 2 * block(64) +
+                  block(8 * r.rotation) + 2 * block(kPath);
+  if (r.text_bytes > 0)
+    input += 2 * static_cast<int64_t>(sizeof(TaskSample)) + block(r.text_bytes) + 3 * block(64) + block(kPath);
+  // the results: every run's positions and layers, the passkey, the stage times and profile
+  const int64_t run = static_cast<int64_t>(sizeof(EvalRun)) + 2 * block(64) +
+                      block(N * static_cast<int64_t>(sizeof(EvalPosition))) + block(L * static_cast<int64_t>(sizeof(EvalLayer)));
+  const int64_t stages = (2 * L + 40) * (static_cast<int64_t>(sizeof(std::pair<std::string, double>)) + block(48));
+  const int64_t result = runs * run + stages + block(64) + block(8 * N);
+  // the outputs, built from every window at the end: eval.csv's rows (one per run and position,
+  // ~120 bytes at most) and layers.csv's (one per run and layer, ~300 bytes)
+  const int64_t csv = runs * (N * 120 + L * 300);
+  const int64_t each = input + result + csv;
+  const int64_t all = memory_product({r.windows, each});
+  return MemoryPart{"every window's input and results (" + std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") +
+                        ", " + format_bytes(each) + " each)",
+                    all};
 }
 
 MemoryPlan plan_synth_memory(const SynthOptions& opts, const ModelConfig& model, const MemoryBudget& budget) {

@@ -445,14 +445,55 @@ LoadedModel load_model(const EvalPlan& plan, StageSeconds& stages) {
   return LoadedModel{std::move(ckpt), std::move(cfg), std::move(synthetic), std::move(tag), std::move(caveats)};
 }
 
+// What eval keeps of all its windows (mla/memory_plan.hpp eval_kept_memory), named for the
+// refusal: `asked` ("eval of 12 windows", "eval --task passkey of 5 samples ...") and the flag that
+// sets how many there are, `per` windows for each unit of it (--samples: contexts x depths).
+struct KeptWindows {
+  EvalKeptRequest request;
+  std::string asked;
+  std::string flag;
+  int64_t per = 1;
+};
+
+// kept's request for the windows of `opt` (the largest), `windows` of them.
+KeptWindows kept_windows(const ModelConfig& cfg, const EvalOptions& opt, int64_t windows, int64_t text_bytes) {
+  KeptWindows k;
+  EvalKeptRequest& r = k.request;
+  r.windows = windows;
+  r.tokens = opt.prompt_len + opt.steps + 1;
+  r.text_bytes = text_bytes;
+  r.steps = opt.steps;
+  r.layers = cfg.attention.num_hidden_layers;
+  r.budgets = static_cast<int64_t>(opt.budgets.size());
+  r.policies = static_cast<int64_t>(opt.policies.size());
+  const int64_t d_r = cfg.attention.qk_rope_head_dim;
+  if (feature_needs(opt.policies).expected_attention) r.rotation = d_r * d_r;
+  k.asked = "eval of " + std::to_string(windows) + (windows == 1 ? " window" : " windows");
+  k.flag = "--windows";
+  return k;
+}
+
 // The memory plan of every run (full, each policy x budget) of the window with the most decoded
-// positions (mla/memory_plan.hpp), then how many windows run at once; one that cannot fit is one
-// error line naming what would (memory_refusal).
-ModelWindowsPlan check_eval_memory(const ModelConfig& cfg, const EvalOptions& opt, bool dump, int64_t windows) {
+// positions (mla/memory_plan.hpp), then how many windows run at once beside what is kept of all
+// of them; one that cannot fit is one error line naming what would (memory_refusal).
+ModelWindowsPlan check_eval_memory(const ModelConfig& cfg, const EvalOptions& opt, bool dump, const KeptWindows& kept) {
   const MemoryBudget budget = host_memory_budget();
   const MemoryPlan mp = plan_model_memory(cfg, eval_memory_request(opt, dump), budget);
   if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
-  return plan_model_windows(mp.estimate, resolve_threads(opt.threads), windows, budget);
+  const int64_t windows = kept.request.windows;
+  const auto plan_of = [&](int64_t w, int threads) {
+    EvalKeptRequest r = kept.request;
+    r.windows = w;
+    return plan_model_windows(mp.estimate, threads, w, budget, eval_kept_memory(r));
+  };
+  const ModelWindowsPlan wp = plan_of(windows, resolve_threads(opt.threads));
+  if (memory_fits(wp.memory, budget)) return wp;
+  const int64_t most = largest_fitting(windows / kept.per + 1, [&](int64_t v) {
+    return memory_fits(plan_of(v * kept.per, 1).memory, budget);
+  });
+  std::vector<std::string> would_fit;
+  if (most >= 1) would_fit.push_back(kept.flag + " " + std::to_string(most) + " or fewer");
+  fail(ErrorKind::Unsupported, memory_refusal(kept.asked, wp.memory, budget, would_fit));
 }
 
 // One window to evaluate: its ids, where they came from, and its options (P and N may differ
@@ -639,6 +680,30 @@ void generate_task_jobs(const LoadedModel& m, const TaskSettings& t, const EvalO
       }
 }
 
+// The plan of --task before any sample is generated (fault 6 of issue 46: --samples 1048576 grew
+// to 19.5 GB unplanned): each context's first sample checked as generate_task_jobs checks it, then
+// the largest context's last sample as the memory plan's window, and every sample of contexts x
+// depths x samples kept (its text, ids and results).
+ModelWindowsPlan check_task_memory(const LoadedModel& m, const TaskSettings& t, const EvalOptions& opt, bool dump,
+                                   const std::vector<FillerSource>& filler, const std::string& task) {
+  const bool bos = m.cfg.bos_token_id >= 0;
+  for (int64_t L : t.contexts) {
+    const TaskSample first = make_task_sample(TaskRequest{t.kind, L, t.depths.front(), 0, t.seed, t.placement, bos}, filler);
+    check_task_job(m, t, task_job(m, t, opt, first, L, task), L);
+  }
+  const int64_t L = t.contexts.back();
+  const TaskSample last = make_task_sample(TaskRequest{t.kind, L, t.depths.back(), t.samples - 1, t.seed, t.placement, bos}, filler);
+  const WindowJob job = task_job(m, t, opt, last, L, task);
+  const int64_t C = static_cast<int64_t>(t.contexts.size()), D = static_cast<int64_t>(t.depths.size());
+  KeptWindows kept = kept_windows(m.cfg, job.opt, memory_product({C, D, t.samples}), L);
+  kept.request.tokens = static_cast<int64_t>(job.input.tokens.size());
+  kept.asked = "eval " + task + " of " + std::to_string(kept.request.windows) + " samples (" + std::to_string(C) +
+               " contexts x " + std::to_string(D) + " depths x --samples " + std::to_string(t.samples) + ", each one window)";
+  kept.flag = "--samples";
+  kept.per = C * D;
+  return check_eval_memory(m.cfg, job.opt, dump, kept);
+}
+
 // The input line of --task's report.json and stdout.
 std::string task_input_description(const EvalPlan& plan, const std::string& task, size_t samples) {
   const TaskSettings& t = plan.task;
@@ -707,14 +772,13 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
   std::string eps_mode;
   opt.latent_norm_eps = latent_eps(plan.latent_eps_arg, m.cfg.attention, eps_mode);
   opt.keep_full_states = plan.dump_tensors;
+  const ModelWindowsPlan wp = check_task_memory(m, t, opt, plan.dump_tensors, filler, task);
   std::vector<TaskSample> samples;
   std::vector<WindowJob> jobs;
   timed(stages, "generate the samples", [&] {
     generate_task_jobs(m, t, opt, filler, task, samples, jobs);
     return 0;
   });
-  // the largest context (the last sample's) is the memory plan's
-  const ModelWindowsPlan wp = check_eval_memory(m.cfg, jobs.back().opt, plan.dump_tensors, static_cast<int64_t>(jobs.size()));
   print_cost_plan(m.cfg, jobs, wp.workers);
   if (out_or_dry == nullptr) return print_dry_run(plan, wp.memory);
   OutputSet& out = *out_or_dry;
@@ -765,7 +829,7 @@ int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry) {
   check_eval_options(opt, static_cast<int64_t>(tokens.size()), cfg.attention.num_hidden_layers);
   const int64_t P = opt.prompt_len, N = opt.steps;
   const int64_t window_count = static_cast<int64_t>(inputs.size());
-  const ModelWindowsPlan wp = check_eval_memory(cfg, opt, plan.dump_tensors, window_count);
+  const ModelWindowsPlan wp = check_eval_memory(cfg, opt, plan.dump_tensors, kept_windows(cfg, opt, window_count, 0));
   const MemoryEstimate& mem = wp.memory;
 
   // ---- eval: the windows, several at once when --threads allows, one progress line for all ----
@@ -780,6 +844,7 @@ int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry) {
 
   // ---- outputs ----
   const std::vector<EvalSummary> summaries = summarize(windows, opt.budgets);
+  check_summaries_finite(summaries);  // one line naming a cell that is not a finite number
   {
     StageTimer t(stages, "outputs");
     out.write("eval.csv", eval_csv(windows, opt.budgets));

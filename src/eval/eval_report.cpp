@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mla/decode.hpp"
+#include "mla/error.hpp"
 #include "mla/eval.hpp"
 #include "mla/json_text.hpp"
 #include "mla/provenance.hpp"
@@ -129,6 +130,7 @@ std::vector<EvalSummary> summarize(const std::vector<EvalWindow>& windows, const
     s.delta_nll_se = d.se;
     s.delta_nll_low = d.low;
     s.delta_nll_high = d.high;
+    s.ln_ppl_ratio = s.delta_nll;  // ΔNLL is exactly ln(ppl_run / ppl_full)
     s.ppl_ratio = std::exp(s.delta_nll);
     double kl_sum = 0;
     for (double v : kl) kl_sum += v;
@@ -147,6 +149,33 @@ std::vector<EvalSummary> summarize(const std::vector<EvalWindow>& windows, const
     out.push_back(s);
   }
   return out;
+}
+
+void check_summaries_finite(const std::vector<EvalSummary>& sum) {
+  for (const EvalSummary& s : sum) {
+    const std::string cell = s.policy + " at budget " + std::to_string(s.budget);
+    if (std::isfinite(s.delta_nll) && !std::isfinite(s.ppl_ratio))
+      fail(ErrorKind::InvalidValue, "the ppl_ratio of " + cell + " is not finite: exp(ΔNLL) with ΔNLL = ln_ppl_ratio = " +
+                                        format_double(s.delta_nll) + " is past the largest double; refused, nothing written "
+                                        "(a ratio that large means the model's predictions are broken, docs/eval.md §3)");
+    const std::pair<const char*, double> always[] = {
+        {"mean_nll", s.mean_nll},         {"delta_nll", s.delta_nll},           {"mean_kl", s.mean_kl},
+        {"kl_median", s.kl_median},       {"kl_p99", s.kl_p99},                 {"kl_max", s.kl_max},
+        {"top1_agreement", s.top1_agreement}, {"top1_accuracy", s.top1_accuracy}, {"mean_cache_len", s.mean_cache_len},
+        {"mean_mass_recall", s.mean_mass_recall}, {"ppl_ratio", s.ppl_ratio}};
+    const std::pair<const char*, double> intervals[] = {{"delta_nll_se", s.delta_nll_se},
+                                                        {"delta_nll_ci_low", s.delta_nll_low},
+                                                        {"delta_nll_ci_high", s.delta_nll_high},
+                                                        {"top1_agreement_se", s.top1_agreement_se}};
+    const auto refuse = [&](const char* name, double v) {
+      fail(ErrorKind::InvalidValue, "the " + std::string(name) + " of " + cell + " is " + (std::isnan(v) ? "NaN" : "infinite") +
+                                        "; refused, nothing written (docs/eval.md §3)");
+    };
+    for (const auto& [name, v] : always)
+      if (!std::isfinite(v)) refuse(name, v);
+    for (const auto& [name, v] : intervals)  // NaN with one window by design (no spread)
+      if (std::isinf(v) || (s.windows > 1 && std::isnan(v))) refuse(name, v);
+  }
 }
 
 std::vector<EvalSummary> summarize(const EvalResult& r, const std::vector<int64_t>& budgets) {
@@ -206,12 +235,12 @@ std::string eval_windows_csv(const std::vector<EvalWindow>& windows, const std::
 
 std::string eval_summary_csv(const std::vector<EvalSummary>& sum) {
   std::string out =
-      "policy,budget,windows,mean_nll,delta_nll,delta_nll_ci_low,delta_nll_ci_high,ppl_ratio,mean_kl,kl_median,kl_p99,"
-      "kl_max,top1_agreement,top1_agreement_se,top1_accuracy,passkey_accuracy,mean_cache_len,mean_mass_recall\n";
+      "policy,budget,windows,mean_nll,delta_nll,delta_nll_ci_low,delta_nll_ci_high,ln_ppl_ratio,ppl_ratio,mean_kl,"
+      "kl_median,kl_p99,kl_max,top1_agreement,top1_agreement_se,top1_accuracy,passkey_accuracy,mean_cache_len,mean_mass_recall\n";
   for (const EvalSummary& s : sum)
     out += csv_field(s.policy) + "," + std::to_string(s.budget) + "," + std::to_string(s.windows) + "," +
            format_double(s.mean_nll) + "," + format_double(s.delta_nll) + "," + field(s.delta_nll_low) + "," +
-           field(s.delta_nll_high) + "," + format_double(s.ppl_ratio) + "," + format_double(s.mean_kl) + "," +
+           field(s.delta_nll_high) + "," + format_double(s.ln_ppl_ratio) + "," + format_double(s.ppl_ratio) + "," + format_double(s.mean_kl) + "," +
            format_double(s.kl_median) + "," + format_double(s.kl_p99) + "," + format_double(s.kl_max) + "," +
            format_double(s.top1_agreement) + "," + field(s.top1_agreement_se) + "," + format_double(s.top1_accuracy) +
            "," + (s.passkey_accuracy < 0 ? std::string() : format_double(s.passkey_accuracy)) + "," +
@@ -416,6 +445,7 @@ static void summary_json(JsonWriter& j, const EvalSummary& s) {
   maybe("delta_nll_se", s.delta_nll_se);
   maybe("delta_nll_ci_low", s.delta_nll_low);
   maybe("delta_nll_ci_high", s.delta_nll_high);
+  j.key("ln_ppl_ratio").value(s.ln_ppl_ratio);
   j.key("ppl_ratio").value(s.ppl_ratio);
   j.key("mean_kl").value(s.mean_kl);
   j.key("kl_median").value(s.kl_median);

@@ -1182,4 +1182,86 @@ BOOST_AUTO_TEST_CASE(smaller_reports_say_what_ran) {
   expect_one_set(long_name, "a 250-byte directory name, replaced");
 }
 
+// ---- issue 46, fault 8: no `inf` reported as a result -------------------------------------------
+
+namespace {
+// A copy of the shipped model whose lm_head.weight (BF16) is scaled by `factor`, every value
+// still finite; config.json copied as it is.
+std::string shipped_with_lm_head_times(const std::string& dir, float factor) {
+  fs::create_directories(dir);
+  std::string bytes = read_text(shipped() + "/model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  simdjson::dom::parser parser;
+  const simdjson::dom::element header = parser.parse(bytes.data() + 8, static_cast<size_t>(n));
+  const simdjson::dom::element t = header["lm_head.weight"];
+  if (std::string_view(t["dtype"]) != "BF16") throw std::runtime_error("lm_head.weight is not BF16");
+  const size_t begin = 8 + n + uint64_t(t["data_offsets"].at(0)), end = 8 + n + uint64_t(t["data_offsets"].at(1));
+  for (size_t i = begin; i + 1 < end; i += 2) {
+    uint16_t b = 0;
+    std::memcpy(&b, bytes.data() + i, 2);
+    uint32_t u = uint32_t{b} << 16;
+    float f = 0;
+    std::memcpy(&f, &u, 4);
+    f *= factor;
+    std::memcpy(&u, &f, 4);
+    b = static_cast<uint16_t>(u >> 16);  // truncated to bf16: finite, as every value is below 1e30
+    std::memcpy(bytes.data() + i, &b, 2);
+  }
+  write_text(dir + "/model.safetensors", bytes);
+  fs::copy_file(shipped() + "/config.json", dir + "/config.json", fs::copy_options::overwrite_existing);
+  return dir;
+}
+}  // namespace
+
+// eval printed `ppl_ratio inf` (and report.json null) with exit 0 on a model whose lm_head is
+// x30000: ΔNLL past 709.78 overflows exp(). The ratio is reported in the log domain too
+// (ln_ppl_ratio = ΔNLL), and a ppl_ratio that is not finite is refused naming its cell.
+BOOST_AUTO_TEST_CASE(a_ppl_ratio_past_the_largest_double_is_refused_naming_the_cell) {
+  const std::string dir = scratch_dir("faults-ppl-overflow");
+  const std::string model = shipped_with_lm_head_times(dir + "/x30000", 30000.0f);
+  const RunResult r = run_bounded(eval_args(model, dir + "/out", "--cache-budget 8 --policy h2o,random,knorm"));
+  expect_error_line(r, "eval", {"the ppl_ratio of ", " at budget 8 is not finite", "ln_ppl_ratio = "});
+  BOOST_TEST(!contains(r.out, "inf"), r.out);
+  BOOST_TEST(!fs::exists(dir + "/out"));
+  // a finite run reports both: ln_ppl_ratio is ΔNLL, ppl_ratio its exp
+  const RunResult ok = run_bounded(eval_args(shipped(), dir + "/ok", "--cache-budget 8 --policy h2o"));
+  BOOST_TEST_REQUIRE(ok.exit_code == 0, ok.err);
+  BOOST_TEST(contains(read_text(dir + "/ok/summary.csv"), ",delta_nll_ci_high,ln_ppl_ratio,ppl_ratio,"));
+  simdjson::dom::parser parser;
+  for (const auto s : parser.load(dir + "/ok/report.json")["summary"].get_array()) {
+    const double d = double(s["delta_nll"]), ln = double(s["ln_ppl_ratio"]), ratio = double(s["ppl_ratio"]);
+    BOOST_TEST(ln == d);
+    BOOST_TEST(ratio == std::exp(d));
+  }
+}
+
+// ---- issue 46, fault 6: --task's samples are planned --------------------------------------------
+
+// eval --task passkey --context 256 --samples 1048576 grew to 19.5 GB with no plan: every sample
+// (contexts x depths x samples) is kept, its text, ids and results. The plan counts them, and a
+// run that cannot fit is one line naming the --samples that would, before any sample is made.
+BOOST_AUTO_TEST_CASE(task_samples_are_planned_before_any_work) {
+  const std::string dir = scratch_dir("faults-task-samples");
+  const std::string recall = mla::test::data_dir() + "/../../models/tiny-mla-recall";
+  const std::string task = "eval --checkpoint '" + recall + "' --text '" + recall + "/eval/heldout.txt' --task passkey "
+                           "--context 256 --cache-budget 64 --policy h2o,streaming --quiet --out '" + dir + "/o' --samples ";
+  const RunResult huge = run_bounded(task + "1048576");  // under `timeout 20`: the unplanned run took minutes
+  expect_error_line(huge, "eval", {"not enough memory for eval --task passkey of 5242880 samples (1 contexts x 5 depths x "
+                                   "--samples 1048576", "would fit: --samples "});
+  // the --samples it names fits the same budget, and one more does not
+  const std::string small = "MLA_MEMORY_AVAILABLE=600M exec timeout 20";
+  const RunResult refused = mla::test::run_cli_after(small, task + "100000");
+  expect_error_line(refused, "eval", {"would fit: --samples "});
+  const size_t at = refused.err.find("would fit: --samples ");
+  BOOST_TEST_REQUIRE(at != std::string::npos);
+  const int64_t most = std::stoll(refused.err.substr(at + 21));
+  BOOST_TEST_REQUIRE(most >= 1);
+  BOOST_TEST(most < 100000);
+  expect_error_line(mla::test::run_cli_after(small, task + std::to_string(most + 1)), "eval", {"not enough memory"});
+  BOOST_TEST(!fs::exists(dir + "/o"));
+  const RunResult ok = run_bounded(task + "2");
+  BOOST_TEST(ok.exit_code == 0, ok.err);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -27,6 +27,7 @@
 #include "mla/synth.hpp"
 #include "mla/memory_plan.hpp"
 #include "mla/policy.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -496,6 +497,48 @@ BOOST_AUTO_TEST_CASE(eval_cost_by_hand) {
   for (double v : {measured.gemm, measured.key_alone, measured.key_parallel, measured.step_key, measured.run_prefill,
                    measured.weight, measured.int4_weight})
     BOOST_TEST(v > 0.0);
+}
+
+// Issue 46, fault 7: with --dump-tensors and the attn_weights dropped, the plan left out the
+// ForwardResult's latent cache, its payload, the scores' F64 payloads and the image
+// serialize_safetensors builds of the whole file: S = 16384 on models/tiny-mla planned 429 MiB
+// and peaked at 572. The plan against the measured peak of the CLI, and the parts by hand.
+BOOST_AUTO_TEST_CASE(a_dump_without_attn_weights_is_planned_as_measured) {
+  const auto kimi = mla::test::geometry("kimi");
+  const int64_t S = 4096;
+  MemoryRequest plain = request(BackendKind::Cpu, S, Precision::FP32);
+  MemoryRequest dump = plain;
+  dump.dump_tensors = true;  // attn_weights false: dropped
+  const int64_t H = kimi.hidden_size, n = kimi.num_attention_heads;
+  const int64_t d_qk = kimi.qk_nope_head_dim + kimi.qk_rope_head_dim, latent = S * (kimi.kv_lora_rank + kimi.qk_rope_head_dim);
+  const int64_t payloads = 4 * (2 * S * H + n * S * (2 * d_qk + kimi.v_head_dim) + latent) + 8 * (n + 1) * S;
+  // at least: the payloads twice (theirs and the image's), the states and latent cache in f64, hidden widened
+  const int64_t least = 2 * payloads + 8 * (n * S * (2 * d_qk + kimi.v_head_dim) + latent + S * H);
+  const auto outputs = [&](const MemoryRequest& r) {
+    for (const mla::MemoryPhase& p : mla::estimate_memory(kimi, r).phases)
+      if (p.name == "outputs") return p.bytes();
+    BOOST_FAIL("no outputs phase");
+    return int64_t{0};
+  };
+  BOOST_TEST(outputs(dump) - outputs(plain) >= least);
+
+  const std::string out = mla::test::scratch_dir("memory-plan-dump") + "/o";
+  const std::string model = mla::test::data_dir() + "/../../models/tiny-mla";
+  const mla::test::RunResult r = mla::test::run_cli_after(
+      "MLA_MEMORY_AVAILABLE=3G", "run --checkpoint '" + model + "' --seq-len 16384 --dump-tensors --quiet --out '" + out + "'");
+  BOOST_TEST_REQUIRE(r.exit_code == 0, r.err);
+  BOOST_TEST(r.err.find("attn_weights [8, 16384, 16384] not dumped") != std::string::npos, r.err);
+  const std::string json = mla::test::read_text(out + "/report.json");
+  const auto number = [&](const std::string& key) {
+    const size_t at = json.find("\"" + key + "\": ");
+    BOOST_TEST_REQUIRE(at != std::string::npos, key);
+    return std::stod(json.substr(at + key.size() + 4));
+  };
+  const double planned = number("planned_peak_bytes"), measured = number("measured_peak_rss_bytes");
+  // measured 2026-12-07: 557 MiB planned, 571-573 MiB measured (glibc's heap, not a listed buffer,
+  // makes the 2.7 %); before the fix 429 MiB planned
+  BOOST_TEST(measured <= planned * 1.05, planned / (1 << 20) << " MiB planned, " << measured / (1 << 20) << " MiB measured");
+  BOOST_TEST(planned <= measured * 1.25, planned / (1 << 20) << " MiB planned, " << measured / (1 << 20) << " MiB measured");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
