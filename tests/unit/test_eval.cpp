@@ -1056,8 +1056,8 @@ BOOST_AUTO_TEST_CASE(cli_passkey_on_the_shipped_model) {
   }
   const std::string summary = mla::test::read_text(out + "/summary.csv");
   const std::vector<std::string> fields = csv_row(summary, "full,24,");
-  BOOST_REQUIRE(fields.size() == 18u);
-  BOOST_TEST(std::stod(fields[15]) == static_cast<double>(correct) / 5.0);  // passkey_accuracy
+  BOOST_REQUIRE(fields.size() == 19u);  // ln_ppl_ratio at 7
+  BOOST_TEST(std::stod(fields[16]) == static_cast<double>(correct) / 5.0);  // passkey_accuracy
   // a text that is not a passkey input: the column is empty, the table says n/a only when some row has one
   const std::string plain_out = scratch_dir("eval-plain");
   const RunResult plain = run_cli("eval --checkpoint '" + model + "' --text '" + model + "/eval/heldout.txt' --prompt-len 48 "
@@ -1092,8 +1092,8 @@ BOOST_AUTO_TEST_CASE(shipped_recall_model_matches_its_card) {
   BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const std::string summary = mla::test::read_text(dir + "/o/summary.csv");
   const std::vector<std::string> fields = csv_row(summary, "full,128,5,");
-  BOOST_REQUIRE(fields.size() == 18u);
-  BOOST_TEST(fields[15] == "1");  // passkey_accuracy of the full cache: 25 of 25 digits
+  BOOST_REQUIRE(fields.size() == 19u);  // ln_ppl_ratio at 7
+  BOOST_TEST(fields[16] == "1");  // passkey_accuracy of the full cache: 25 of 25 digits
 }
 
 BOOST_AUTO_TEST_CASE(cli_errors) {
