@@ -522,6 +522,10 @@ BOOST_AUTO_TEST_CASE(a_dump_without_attn_weights_is_planned_as_measured) {
   };
   BOOST_TEST(outputs(dump) - outputs(plain) >= least);
 
+#if defined(__SANITIZE_ADDRESS__)
+  BOOST_TEST_MESSAGE("the measured part skipped under AddressSanitizer: its shadow memory and redzones inflate the peak");
+  return;
+#endif
   const std::string out = mla::test::scratch_dir("memory-plan-dump") + "/o";
   const std::string model = mla::test::data_dir() + "/../../models/tiny-mla";
   const mla::test::RunResult r = mla::test::run_cli_after(
