@@ -196,6 +196,14 @@ void announce_reference_cost(const std::string& command, const AttentionConfig& 
                command.c_str(), flops, format_duration(seconds).c_str(), kReferenceFlopsPerSecond);
 }
 
+// The run's memory plan, before the layer and the input are loaded (refuses by throwing): the
+// command's own planner (decode's) or the forward's.
+MemoryPlan plan_run_memory(const RunPlan& plan, const MemoryPlanner& plan_memory, const Checkpoint& ckpt,
+                           int64_t input_rows) {
+  return plan_memory ? plan_memory(ckpt.config(), input_rows)
+                     : check_memory(plan, ckpt.config(), input_rows, projection_weights_are_bf16(ckpt, plan.layer));
+}
+
 }  // namespace
 
 // ---- the pipeline: load, run ------------------------------------------------------------
@@ -210,8 +218,7 @@ LoadedRun load(const RunPlan& plan, const MemoryPlanner& plan_memory) {
   const AttentionConfig& cfg = r.ckpt.config();
   const OpenedInput input = timed(r.stages, "open input", [&] { return open_input(plan.input, plan.layer); });
   // refuses before anything large is allocated
-  r.memory = plan_memory ? plan_memory(cfg, input.seq_len)
-                         : check_memory(plan, cfg, input.seq_len, projection_weights_are_bf16(r.ckpt, plan.layer));
+  r.memory = plan_run_memory(plan, plan_memory, r.ckpt, input.seq_len);
   r.weights = timed(r.stages, "load layer", [&] {
     return std::make_shared<const LayerWeights>(load_checked_layer(r.ckpt, plan.layer, needs_input_layernorm(plan.input)));
   });
@@ -228,8 +235,7 @@ int dry_run(const RunPlan& plan, const MemoryPlanner& plan_memory, const std::st
   const Checkpoint ckpt = Checkpoint::open(plan.checkpoint, plan.config_path);
   const AttentionConfig& cfg = ckpt.config();
   const OpenedInput input = open_input(plan.input, plan.layer);
-  const MemoryPlan mp = plan_memory ? plan_memory(cfg, input.seq_len)
-                                    : check_memory(plan, cfg, input.seq_len, projection_weights_are_bf16(ckpt, plan.layer));
+  const MemoryPlan mp = plan_run_memory(plan, plan_memory, ckpt, input.seq_len);
   std::printf("mla-h2o %s: dry run: %s, %s tokens%s\n", plan.command.c_str(), plan.checkpoint.c_str(),
               input.seq_len > 0 ? std::to_string(input.seq_len).c_str() : "? (the input is checked when it is read)", what.c_str());
   if (mp.estimate.host_peak_bytes > 0) {

@@ -44,6 +44,13 @@ void for_slices(int64_t count, int threads, const std::function<void(int64_t, in
   parallel_for(slices, threads, [&](int64_t slice, int) { body(count * slice / slices, count * (slice + 1) / slices); });
 }
 
+// dst[i] = the bf16 bits of src[i] for i < rows * cols ([rows, cols] row-major), row slices in parallel.
+void to_bf16_bits(const float* src, int64_t rows, int64_t cols, int threads, uint16_t* dst) {
+  for_slices(rows, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin * cols; i < end * cols; ++i) dst[i] = mla::bf16::round_bits(src[i]);
+  });
+}
+
 // dst = W (bf16: rounded to bf16 values), row slices in parallel.
 void convert_weight(const LinearWeight& w, bool bf16, int threads, float* dst) {
   const int64_t cols = w.in_features;
@@ -354,9 +361,7 @@ class DnnlLinear final : public PreparedLinear {
         // The layout reads 2-byte elements, so the rows are converted, never read as stored:
         // handing it W's fp32 rows returned garbage with exit 0 (AVX512_CORE and _VNNI levels).
         bits_.resize(static_cast<size_t>(n_ * in_));
-        for_slices(n_, threads, [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin * in_; i < end * in_; ++i) bits_[static_cast<size_t>(i)] = mla::bf16::round_bits(rows.weight[i]);
-        });
+        to_bf16_bits(rows.weight, n_, in_, threads, bits_.data());
         weights_ = memory(weights_md_, Dnnl::get().engine, bits_.data());
         return;
       }
@@ -373,7 +378,7 @@ class DnnlLinear final : public PreparedLinear {
         src_data = rounded.data();
       } else if (bf16_) {
         bits.resize(static_cast<size_t>(in_ * n_));
-        for (int64_t i = 0; i < in_ * n_; ++i) bits[static_cast<size_t>(i)] = mla::bf16::round_bits(rows.weight[i]);
+        to_bf16_bits(rows.weight, n_, in_, 1, bits.data());
         src_data = bits.data();
       }
       memory src(plain, d.engine, src_data);
@@ -448,9 +453,7 @@ class DnnlLinear final : public PreparedLinear {
     const void* x_src = x.data();
     if (dt_ == Dt::bf16) {
       x_bf16.resize(static_cast<size_t>(S * in_));
-      for_slices(S, threads, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin * in_; i < end * in_; ++i) x_bf16[static_cast<size_t>(i)] = mla::bf16::round_bits(x.data()[i]);
-      });
+      to_bf16_bits(x.data(), S, in_, threads, x_bf16.data());
       x_src = x_bf16.data();
     }
     parallel_for(static_cast<int64_t>(slices_.size()), dnnl_threads_for(S * in_ * out_, threads), [&](int64_t j, int) {

@@ -12,6 +12,7 @@
 #include "gemm_engine.hpp"
 #include "mla/bf16.hpp"
 #include "mla/random.hpp"
+#include "mla/stats.hpp"
 #include "onednn_attention.hpp"
 #include "tiled_attention.hpp"
 
@@ -31,15 +32,10 @@ void inject_fault(const char* product, float* values, size_t count) {
   for (size_t i = 0; i < count; i += 2) values[i] = -3.0f * values[i];
 }
 
-// ||got - ref|| / ||ref|| (every sum in double; NaN when got holds a NaN).
+// ||got - ref|| / ||ref|| (mla/stats.hpp row_deviation; NaN when got holds a NaN).
 double norm_error(const float* got, const double* ref, size_t count) {
-  double dd = 0, rr = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const double d = static_cast<double>(got[i]) - ref[i];
-    dd += d * d;
-    rr += ref[i] * ref[i];
-  }
-  return rr > 0 ? std::sqrt(dd / rr) : std::sqrt(dd);
+  const std::vector<double> wide(got, got + count);
+  return row_deviation(wide.data(), ref, static_cast<int64_t>(count)).rel_error;
 }
 
 std::string verdict(const char* product, bool bf16, const std::string& kernel, double error) {

@@ -21,12 +21,12 @@ void mass_recall(std::span<const double> p_full, std::span<const double> row_sum
                  std::span<const int64_t> cache, std::vector<double>& recall, StepFigures& out) {
   const int64_t n = static_cast<int64_t>(row_sum.size());
   recall.resize(idx(n));
+  // a share of the mass: in [0, 1] (kept adds in the cache's order, row_sum in index order, so a
+  // cache holding every token could otherwise give 1 + 2^-52), exactly 1 for the whole row
+  const bool whole = static_cast<int64_t>(cache.size()) == x + 1;
   for (int64_t h = 0; h < n; ++h) {
     double kept = 0.0;
     for (int64_t t : cache) kept += p_full[idx(h * (x + 1) + t)];
-    // a share of the mass: in [0, 1] (kept adds in the cache's order, row_sum in index order, so
-    // a cache holding every token could otherwise give 1 + 2^-52), exactly 1 for the whole row
-    const bool whole = static_cast<int64_t>(cache.size()) == x + 1;
     recall[idx(h)] = row_sum[idx(h)] > 0 && !whole ? std::clamp(kept / row_sum[idx(h)], 0.0, 1.0) : 1.0;
   }
   out.mass_recall = std::accumulate(recall.begin(), recall.end(), 0.0) / static_cast<double>(n);
