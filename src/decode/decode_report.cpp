@@ -146,6 +146,7 @@ void decode_backend_json(JsonWriter& j, const DecodeRunInfo& in) {
     j.key("engine").value(in.gemm.engine);
     j.key("kernel").value(in.gemm.kernel);
     j.key("reason").value(in.gemm.reason);
+    if (!in.gemm.refused.empty()) j.key("refused").value(in.gemm.refused);  // the kernel check's (src/cpu/kernel_check.hpp)
     j.end_object();
   }
   j.key("decode_kernel").value(in.decode_kernel);

@@ -586,6 +586,15 @@ BOOST_AUTO_TEST_CASE(the_refused_kernel_is_named_in_the_header_and_report) {
   const std::string report = mla::test::read_text(out + "/report.json");
   BOOST_TEST(report.find("\"refused\": \"oneDNN's fp32 projection kernel") != std::string::npos, report);
   BOOST_TEST(report.find("\"engine\": \"Eigen") != std::string::npos);
+  // decode's report.json names it too (its prefill runs the same projections)
+  const std::string dout = out + "-decode";
+  const mla::test::RunResult decode = mla::test::run_cli_after(
+      std::string(mla::cpu::kKernelCheckFaultVariable) + "=projection",
+      "decode --checkpoint '" + mla::test::tiny_checkpoint() + "' --seq-len 48 --prompt-len 40 --cache-budget 38 --policy h2o "
+      "--sinks 2 --recent 4 --quiet --out '" + dout + "'");
+  BOOST_TEST_REQUIRE(decode.exit_code == 0, decode.err);
+  BOOST_TEST(mla::test::read_text(dout + "/report.json").find("\"refused\": \"oneDNN's fp32 projection kernel") !=
+             std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
