@@ -44,6 +44,8 @@
 #include "mla/model_forward.hpp"
 #include "mla/output_set.hpp"
 #include "mla/regular_file.hpp"
+#include "mla/resume_area.hpp"
+#include "mla/window_record.hpp"
 #include "mla/policy.hpp"
 #include "mla/report.hpp"
 #include "mla/safetensors.hpp"
@@ -114,6 +116,11 @@ CommandSpec eval_spec() {
        "comes after, among the decoded positions",
        "agnostic"},
       {"seed", "N", "--task: seed of the samples' filler offsets, keys and names", "0"},
+      {"resume", "",
+       "continue the unfinished eval whose staging area --out holds (--out/.mla-h2o-resume: every finished window, kept "
+       "as the run goes): the same settings but --threads and --quiet, the finished windows read back, the outputs "
+       "byte-identical to an uninterrupted run (docs/scale-out.md §2)",
+       ""},
       {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
       {"dry-run", "", "print the plan (memory, FLOPs, estimated time, outputs) and exit 0 without computing or writing anything", ""},
   };
@@ -221,6 +228,20 @@ void read_task_plan(const Args& a, EvalPlan& plan) {
   plan.text = a.str("text");
 }
 
+// What a --resume must repeat (mla/resume_area.hpp): every flag of --help but those that change
+// no figure (--threads: the sums are fixed-order; --quiet), the resume itself and where it goes;
+// each as given, else its default, else "(not given)".
+std::vector<ResumeSetting> resume_settings(const Args& a) {
+  std::vector<ResumeSetting> out;
+  for (const FlagSpec& f : eval_spec().flags) {
+    if (f.name == "threads" || f.name == "quiet" || f.name == "resume" || f.name == "out" || f.name == "dry-run") continue;
+    std::string v = f.value_name.empty() ? (a.has(f.name) ? "yes" : "no")
+                                         : a.has(f.name) ? a.str(f.name) : f.default_value.empty() ? "(not given)" : f.default_value;
+    out.push_back(ResumeSetting{"--" + f.name, std::move(v)});
+  }
+  return out;
+}
+
 EvalPlan read_eval_plan(const Args& a) {
   EvalPlan plan;
   plan.checkpoint = a.str("checkpoint");
@@ -272,6 +293,8 @@ EvalPlan read_eval_plan(const Args& a) {
   plan.dump_tensors = a.has("dump-tensors");
   plan.quiet = a.has("quiet");
   plan.dry_run = a.has("dry-run");
+  plan.resume = a.has("resume");
+  plan.settings = resume_settings(a);
   return plan;
 }
 
@@ -518,17 +541,62 @@ void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs,
   std::fflush(stdout);
 }
 
+std::vector<int64_t> all_windows(int64_t W) {
+  std::vector<int64_t> all(static_cast<size_t>(W));
+  for (int64_t w = 0; w < W; ++w) all[static_cast<size_t>(w)] = w;
+  return all;
+}
+
+// --resume: the staging area's finished windows into `windows`, each checked against this run (its
+// settings digest, its place, the ids it was computed from); returns the windows still to compute.
+std::vector<int64_t> read_back_windows(const ResumeArea& area, const std::vector<WindowJob>& jobs,
+                                       std::vector<EvalWindow>& windows) {
+  const uint64_t W = jobs.size();
+  std::vector<bool> done(W, false);
+  for (const auto& [index, bytes] : area.found()) {
+    const std::string what = "--resume: " + area.record_path(index);
+    const std::string redo = "; remove that file to compute its window again";
+    if (index >= W)
+      fail(ErrorKind::InvalidValue, what + " is window " + std::to_string(index) + ", past this run's " + std::to_string(W) +
+                                        " windows" + redo);
+    WindowRecordHeader h;
+    EvalWindow win;
+    try {
+      win = decode_window_record(bytes, jobs[index].opt, what, h);
+    } catch (const Error& e) {
+      throw Error(e.kind(), e.what() + redo);
+    }
+    if (h.settings_digest != area.settings_digest())
+      fail(ErrorKind::InvalidValue, what + " was computed under other settings than its staging area's" + redo);
+    if (h.index != index) fail(ErrorKind::InvalidValue, what + " holds window " + std::to_string(h.index) + redo);
+    if (h.input_digest != token_ids_digest(jobs[index].input.tokens))
+      fail(ErrorKind::InvalidValue, what + " was computed from other token ids than this run's window " + std::to_string(index) +
+                                        " (the input changed)" + redo);
+    windows[index] = std::move(win);
+    done[index] = true;
+  }
+  std::vector<int64_t> todo;
+  for (uint64_t w = 0; w < W; ++w)
+    if (!done[w]) todo.push_back(static_cast<int64_t>(w));
+  return todo;
+}
+
 // Every window under one progress line: the decode steps of every layer of every window; with
 // `workers` > 1, window w on worker w % workers (worker 0 reads m.ckpt, the others a checkpoint
 // of their own: mappings are released per layer), results in window order. expected-attention's
 // future rotation is computed once per prompt length.
 std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, std::vector<WindowJob>& jobs,
-                                    int64_t workers, StageSeconds& stages) {
+                                    int64_t workers, StageSeconds& stages, ResumeArea* area, int64_t& resumed) {
   ProgressLine progress("eval", plan.quiet);
   const int64_t L_count = m.cfg.attention.num_hidden_layers, W = static_cast<int64_t>(jobs.size());
-  workers = std::clamp<int64_t>(workers, 1, W);
+  std::vector<EvalWindow> windows(static_cast<size_t>(W));
+  // the windows still to compute, in window order (--resume: those its staging area lacks)
+  const std::vector<int64_t> todo = area ? read_back_windows(*area, jobs, windows) : all_windows(W);
+  resumed = W - static_cast<int64_t>(todo.size());
+  const int64_t T = static_cast<int64_t>(todo.size());
+  workers = std::clamp<int64_t>(workers, 1, std::max<int64_t>(T, 1));
   int64_t total = 0;
-  for (const WindowJob& j : jobs) total += L_count * j.opt.steps;
+  for (int64_t w : todo) total += L_count * jobs[static_cast<size_t>(w)].opt.steps;
   if (const FeatureNeeds needs = feature_needs(jobs.front().opt.policies); needs.expected_attention) {
     std::map<int64_t, std::vector<double>> rotation;  // per prompt length
     timed(stages, "expected-attention future rotation", [&] {
@@ -543,7 +611,6 @@ std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, 
       return 0;
     });
   }
-  std::vector<EvalWindow> windows(static_cast<size_t>(W));
   timed(stages, "eval", [&] {
     const int threads = resolve_threads(jobs.front().opt.threads);
     const int each = std::max(1, threads / static_cast<int>(workers));
@@ -555,7 +622,8 @@ std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, 
       std::optional<Checkpoint> own;
       if (worker > 0) own.emplace(Checkpoint::open(plan.checkpoint, plan.config_path));
       const Checkpoint& ckpt = worker > 0 ? *own : m.ckpt;
-      for (int64_t w = worker; w < W && !failed.load(); w += workers) {
+      for (int64_t t = worker; t < T && !failed.load(); t += workers) {
+        const int64_t w = todo[static_cast<size_t>(t)];
         EvalOptions wopt = jobs[static_cast<size_t>(w)].opt;
         wopt.threads = each;
         wopt.keep_full_states = wopt.keep_full_states && w == 0;  // --dump-tensors: the first window's
@@ -577,6 +645,9 @@ std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, 
         try {
           windows[static_cast<size_t>(w)] =
               EvalWindow{job.input.source, job.input.offset, run_eval(ckpt, m.cfg, job.input.tokens, wopt)};
+          if (area)  // the finished window on disk before the next begins
+            area->store(static_cast<uint64_t>(w), encode_window_record(windows[static_cast<size_t>(w)], static_cast<uint64_t>(w),
+                                                                       token_ids_digest(job.input.tokens), area->settings_digest()));
         } catch (...) {
           failed.store(true);
           throw;
@@ -609,9 +680,9 @@ void write_dump(OutputSet& out, const EvalResult& result, const EvalOptions& opt
 // report.json's run information, filled as eval ran.
 EvalRunInfo run_info(const EvalPlan& plan, const LoadedModel& m, const std::string& input, int64_t tokens,
                      const std::string& eps_mode, const EvalOptions& opt, const MemoryEstimate& mem, bool quiet,
-                     StageSeconds& stages) {
-  const std::vector<FileDigest> model_files =
-      timed(stages, "sha256 of the model files", [&] { return model_file_digests(m.ckpt, "eval", quiet); });
+                     StageSeconds& stages, std::vector<FileDigest> model_files) {
+  if (model_files.empty())  // (a resumable run hashed them at its start)
+    model_files = timed(stages, "sha256 of the model files", [&] { return model_file_digests(m.ckpt, "eval", quiet); });
   EvalRunInfo info;
   info.checkpoint = plan.checkpoint;
   info.synthetic_weights = m.synthetic;
@@ -626,6 +697,26 @@ EvalRunInfo run_info(const EvalPlan& plan, const LoadedModel& m, const std::stri
   info.memory_peak_rss_bytes = peak_rss_bytes();
   info.stages = stages;
   return info;
+}
+
+// The staging area of eval's finished windows (mla/resume_area.hpp), opened after every check and
+// before any window: the settings, each model file's sha256 among them (hashed here, once, into
+// `model_files`). None for demo --model (a part of its set) or a dry run.
+std::optional<ResumeArea> open_resume_area(const EvalPlan& plan, const LoadedModel& m, OutputSet& out, StageSeconds& stages,
+                                           std::vector<FileDigest>& model_files) {
+  if (!plan.keep_windows) return std::nullopt;
+  model_files = timed(stages, "sha256 of the model files", [&] { return model_file_digests(m.ckpt, "eval", plan.quiet); });
+  std::vector<ResumeSetting> settings = plan.settings;
+  for (const FileDigest& d : model_files) settings.push_back(ResumeSetting{"model-file " + d.path, d.sha256});
+  return std::optional<ResumeArea>(std::in_place, out, settings, plan.resume);
+}
+
+// "resumed K of W windows from D/.mla-h2o-resume" (stdout), when --resume read any back.
+void print_resumed(int64_t resumed, size_t windows, const std::optional<ResumeArea>& area) {
+  if (area && resumed > 0)
+    std::printf("mla-h2o eval: resumed %lld of %zu windows from %s\n", static_cast<long long>(resumed), windows,
+                area->dir().c_str());
+  std::fflush(stdout);
 }
 
 // ---- --task ------------------------------------------------------------------------------
@@ -782,9 +873,13 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
   print_cost_plan(m.cfg, jobs, wp.workers);
   if (out_or_dry == nullptr) return print_dry_run(plan, wp.memory);
   OutputSet& out = *out_or_dry;
+  std::vector<FileDigest> model_files;
+  std::optional<ResumeArea> area = open_resume_area(plan, m, out, stages, model_files);
 
   // ---- eval ----
-  const std::vector<EvalWindow> windows = run_windows(m, plan, jobs, wp.workers, stages);
+  int64_t resumed = 0;
+  const std::vector<EvalWindow> windows = run_windows(m, plan, jobs, wp.workers, stages, area ? &*area : nullptr, resumed);
+  print_resumed(resumed, windows.size(), area);
 
   // ---- outputs ----
   const std::vector<TaskCell> cells = task_cells(t, samples, windows, opt.budgets, m.cfg);
@@ -794,8 +889,9 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
     write_task_files(out, plan, m, opt, samples, jobs, windows, cells);
   }
   EvalRunInfo info = run_info(plan, m, input, static_cast<int64_t>(jobs.front().input.tokens.size()), eps_mode, opt,
-                              wp.memory, plan.quiet, stages);
+                              wp.memory, plan.quiet, stages, model_files);
   info.windows_at_once = wp.workers;
+  info.resumed_windows = resumed;
   info.files = out.paths_with({"report.json"});
   out.write("report.json", eval_tasks_report_json(info, m.cfg, opt, t, samples, windows, cells));
   out.commit();
@@ -838,7 +934,11 @@ int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry) {
   print_cost_plan(cfg, jobs, wp.workers);
   if (out_or_dry == nullptr) return print_dry_run(plan, mem);
   OutputSet& out = *out_or_dry;
-  const std::vector<EvalWindow> windows = run_windows(m, plan, jobs, wp.workers, stages);
+  std::vector<FileDigest> model_files;
+  std::optional<ResumeArea> area = open_resume_area(plan, m, out, stages, model_files);
+  int64_t resumed = 0;
+  const std::vector<EvalWindow> windows = run_windows(m, plan, jobs, wp.workers, stages, area ? &*area : nullptr, resumed);
+  print_resumed(resumed, windows.size(), area);
   const int64_t W = static_cast<int64_t>(windows.size());
   const EvalResult& result = windows.front().result;  // the first window: engine, passkey, --dump-tensors
 
@@ -861,8 +961,10 @@ int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry) {
                                                       m.tag + "policies ranked by ΔNLL, 95 % intervals (" + what + ")"));
     if (plan.dump_tensors) write_dump(out, result, opt);
   }
-  EvalRunInfo info = run_info(plan, m, input_text, static_cast<int64_t>(tokens.size()), eps_mode, opt, mem, plan.quiet, stages);
+  EvalRunInfo info =
+      run_info(plan, m, input_text, static_cast<int64_t>(tokens.size()), eps_mode, opt, mem, plan.quiet, stages, model_files);
   info.windows_at_once = wp.workers;
+  info.resumed_windows = resumed;
   info.files = out.paths_with({"report.json"});
   out.write("report.json", eval_report_json(info, cfg, opt, windows, summaries));
 
@@ -895,9 +997,12 @@ static void keep_freed_memory_for_the_next_layer() {
 int execute_eval(const EvalPlan& plan) {
   // first: a bad or busy --out fails before any work (mla/output_set.hpp)
   if (plan.dry_run) return execute_eval(plan, nullptr);
-  OutputSet out(plan.out_dir, "eval", OutputSet::Lock::FailIfHeld, eval_inputs(plan));
+  OutputSet out(plan.out_dir, "eval", OutputSet::Lock::FailIfHeld, eval_inputs(plan), /*resume_area=*/true);
+  ResumeArea::check_presence(out, plan.resume);  // a staging area without --resume, or --resume without one
   keep_freed_memory_for_the_next_layer();
-  return execute_eval(plan, &out);
+  EvalPlan resumable = plan;
+  resumable.keep_windows = true;  // every finished window into --out's staging area as the run goes
+  return execute_eval(resumable, &out);
 }
 
 
