@@ -69,8 +69,8 @@ class ResumeArea {
 // The settings text of `settings` (what the settings file holds).
 std::string resume_settings_text(const std::vector<ResumeSetting>& settings);
 
-// For tests: after this many windows are stored the process kills itself with SIGKILL
-// (environment MLA_TEST_KILL_AFTER_WINDOWS=K), to reproduce a crash at a known point.
-void maybe_test_kill_after_store();
+// A finished window kept (stored here, or sent to rank 0). For tests: after K of them the process
+// kills itself with SIGKILL (environment MLA_TEST_KILL_AFTER_WINDOWS=K), a crash at a known point.
+void note_window_kept();
 
 }  // namespace mla

@@ -45,6 +45,9 @@ struct WindowRecordHeader {
   uint64_t input_digest = 0;
 };
 
+// The window index a record says it holds (its header only, before anything is checked).
+uint64_t record_window_index(std::string_view bytes, const std::string& what);
+
 // Decodes a record written by encode_window_record. `what` names it in errors (a file, "rank 3").
 // Error(InvalidValue), one line naming `what`: not a record of this version, a checksum that
 // does not match, a truncated payload. The runs' policies are restored from `opt` (the run order

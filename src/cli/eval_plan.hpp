@@ -27,6 +27,9 @@ struct EvalPlan {
   // kept in --out while the run goes; --resume continues from it. `settings`: every option but
   // --threads, --resume, --quiet and --out, as given or defaulted, in --help's order.
   bool keep_windows = false, resume = false;
+  // A rank other than 0 of `mpirun -n R mla-h2o eval` (mla/ranks.hpp): computes its share of the
+  // windows and sends them to rank 0; no output set, nothing on stdout.
+  bool worker_rank = false;
   std::vector<ResumeSetting> settings;
 };
 

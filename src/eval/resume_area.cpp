@@ -203,12 +203,12 @@ void ResumeArea::store(uint64_t index, const std::string& record) {
   char name[32];
   std::snprintf(name, sizeof name, "window-%06llu.rec", static_cast<unsigned long long>(index));
   write_durably(path_ + "/" + name, record, shown_ + "/" + name);
-  ++g_stored;
   ++stored_;
-  maybe_test_kill_after_store();
+  note_window_kept();
 }
 
-void maybe_test_kill_after_store() {
+void note_window_kept() {
+  ++g_stored;
   static const int64_t after = [] {
     const char* v = std::getenv("MLA_TEST_KILL_AFTER_WINDOWS");
     return v ? std::atoll(v) : int64_t{0};

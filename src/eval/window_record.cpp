@@ -210,6 +210,14 @@ std::string encode_window_record(const EvalWindow& win, uint64_t index, uint64_t
   return std::move(w.bytes());
 }
 
+uint64_t record_window_index(std::string_view bytes, const std::string& what) {
+  if (bytes.substr(0, kMagic.size()) != kMagic)
+    fail(ErrorKind::InvalidValue, what + ": not an mla-h2o window record of this version");
+  Reader r(bytes.substr(kMagic.size()), what);
+  (void)r.str();  // the settings digest
+  return r.u64();
+}
+
 EvalWindow decode_window_record(std::string_view bytes, const EvalOptions& opt, const std::string& what,
                                 WindowRecordHeader& header) {
   if (bytes.substr(0, kMagic.size()) != kMagic)

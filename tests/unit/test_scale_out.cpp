@@ -12,7 +12,9 @@
 //   - mpirun -n 2 (when this build has MPI and mpirun is installed): every output byte-identical to
 //     one process's, report.json "ranks": 2; a build without MPI under mpirun refuses to repeat itself.
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <csignal>
 #include <filesystem>
 #include <string>
@@ -114,7 +116,7 @@ BOOST_AUTO_TEST_CASE(sigkill_at_any_moment_leaves_a_directory_that_resume_finish
   for (int ms : {30, 120, 250, 400, 600, 900}) {
     const std::string out = dir + "/k" + std::to_string(ms);
     // the shell kills its eval after `ms` milliseconds, wherever it is
-    const auto k = run_cli_after("(sleep " + std::to_string(ms / 1000.0) + "; kill -9 $$) & exec", eval_args(out) + " --threads 1");
+    const auto k = run_cli_after("(sleep " + std::to_string(ms / 1000.0) + "; kill -9 $$ 2>/dev/null) & exec", eval_args(out) + " --threads 1");
     BOOST_TEST_CONTEXT("killed after " << ms << " ms (exit " << k.exit_code << ")") {
       if (k.exit_code == 0) continue;  // finished before the kill
       if (!fs::exists(out)) continue;  // killed before it claimed --out
@@ -181,6 +183,113 @@ BOOST_AUTO_TEST_CASE(a_resume_that_differs_is_refused_in_one_line_and_the_window
   BOOST_CHECK(one_line(r));
   BOOST_CHECK(r.err.find("holds no staging area") != std::string::npos);
   BOOST_CHECK(fs::exists(out + "/summary.csv"));  // the finished set untouched by the refusal
+}
+
+// ---- MPI ------------------------------------------------------------------------------------
+
+namespace {
+// mpirun as this test runs it: root allowed (CI runs as root), more ranks than cores allowed.
+std::string mpirun(int ranks) {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 exec mpirun -n " +
+         std::to_string(ranks);
+}
+bool have_mpirun() {
+  if (!MLA_HAVE_MPI) {
+    BOOST_TEST_MESSAGE("this build has no MPI (-Dmpi=disabled): the mpirun cases do not apply");
+    return false;
+  }
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+    BOOST_ERROR("this build has MPI but mpirun is not installed (openmpi-bin; scripts/setup.sh installs it)");
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(mpirun_2_writes_every_output_byte_identical_to_one_process) {
+  if (!have_mpirun()) return;
+  const std::string dir = scratch_dir("mpi"), one = dir + "/one", two = dir + "/two", three = dir + "/three";
+  BOOST_REQUIRE_EQUAL(run_cli(eval_args(one) + " --threads 1").exit_code, 0);
+  const auto r = run_cli_after(mpirun(2), eval_args(two) + " --threads 1");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  check_same_outputs(one, two);
+  BOOST_CHECK(read_text(two + "/report.json").find("\"ranks\": 2") != std::string::npos);
+  BOOST_CHECK(read_text(one + "/report.json").find("\"ranks\": 1") != std::string::npos);
+  // more ranks than windows: the idle ones named in one warning, the outputs the same
+  const auto idle = run_cli_after(mpirun(5), eval_args(three) + " --threads 1");
+  BOOST_REQUIRE_MESSAGE(idle.exit_code == 0, idle.err);
+  BOOST_CHECK_MESSAGE(idle.err.find("warning: rank 4 of 5 has no window to compute") != std::string::npos, idle.err);
+  check_same_outputs(one, three);
+  // --task samples spread over the ranks
+  const auto t1 = run_cli(task_args(dir + "/t1") + " --threads 1");
+  const auto t2 = run_cli_after(mpirun(2), task_args(dir + "/t2") + " --threads 1");
+  BOOST_REQUIRE_MESSAGE(t1.exit_code == 0 && t2.exit_code == 0, t1.err + t2.err);
+  check_same_outputs(dir + "/t1", dir + "/t2");
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_killed_under_mpirun_leaves_windows_that_resume_finishes) {
+  if (!have_mpirun()) return;
+  const std::string dir = scratch_dir("mpi-kill"), whole = dir + "/whole", out = dir + "/o";
+  BOOST_REQUIRE_EQUAL(run_cli(eval_args(whole)).exit_code, 0);
+  // rank 1 dies (SIGKILL) after sending its first window
+  const auto k = run_cli_after(mpirun(2) + " sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then export "
+                               "MLA_TEST_KILL_AFTER_WINDOWS=1; fi; exec \"$0\" \"$@\"'",
+                               eval_args(out) + " --threads 1");
+  BOOST_CHECK_NE(k.exit_code, 0);
+  BOOST_CHECK(files_of(out) == std::vector<std::string>{".mla-h2o-resume"});
+  BOOST_CHECK_GE(records(out), 1);
+  const auto r = run_cli_after(mpirun(2), eval_args(out) + " --threads 1 --resume");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  check_same_outputs(whole, out);
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_rank_and_disagreeing_ranks_are_one_line_naming_the_rank) {
+  if (!have_mpirun()) return;
+  const std::string dir = scratch_dir("mpi-fail");
+  const auto line_of = [](const std::string& err) {
+    size_t n = 0;
+    for (size_t at = err.find("mla-h2o eval: error:"); at != std::string::npos; at = err.find("mla-h2o eval: error:", at + 1)) ++n;
+    return n;
+  };
+  // rank 1 alone has too little memory: its error, named, once
+  auto r = run_cli_after(mpirun(2) + " sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then export MLA_MEMORY_AVAILABLE=1M; "
+                         "fi; exec \"$0\" \"$@\"'", eval_args(dir + "/a"));
+  BOOST_CHECK_NE(r.exit_code, 0);
+  BOOST_CHECK_MESSAGE(r.err.find("mla-h2o eval: error: rank 1: not enough memory") != std::string::npos, r.err);
+  BOOST_CHECK_EQUAL(line_of(r.err), 1u);
+  BOOST_CHECK(!fs::exists(dir + "/a"));
+  // rank 1 reads other settings: refused at start, nothing written
+  r = run_cli_after(mpirun(2) + " sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$0\" \"$@\" "
+                    "--policy-seed 9; fi; exec \"$0\" \"$@\"'", eval_args(dir + "/b"));
+  BOOST_CHECK_NE(r.exit_code, 0);
+  BOOST_CHECK_MESSAGE(r.err.find("rank 1 disagrees with rank 0 on the settings or the input") != std::string::npos, r.err);
+  BOOST_CHECK(!fs::exists(dir + "/b"));
+  // rank 1's flags do not parse: its error, named, once
+  r = run_cli_after(mpirun(2) + " sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$0\" \"$@\" --seed 3; fi; "
+                    "exec \"$0\" \"$@\"'", eval_args(dir + "/c"));
+  BOOST_CHECK_MESSAGE(r.err.find("mla-h2o eval: error: rank 1: --seed is a flag of the retrieval tasks") != std::string::npos, r.err);
+  BOOST_CHECK_EQUAL(line_of(r.err), 1u);
+  BOOST_CHECK(!fs::exists(dir + "/c"));
+}
+
+// Without a launcher's MPI the run would repeat itself R times: every command but eval is refused
+// under one (any build), and eval too in a build without MPI (the ASan phase of scripts/test
+// builds with -Dmpi=disabled). The launcher is simulated by its environment.
+BOOST_AUTO_TEST_CASE(a_command_that_cannot_spread_over_ranks_refuses_to_repeat_itself) {
+  const std::string env = "OMPI_COMM_WORLD_SIZE=3 OMPI_COMM_WORLD_RANK=0";
+  auto r = run_cli_after(env, "inspect " + model());
+  BOOST_CHECK_EQUAL(r.exit_code, 2);
+  BOOST_CHECK_MESSAGE(r.err.find("only eval spreads its work over ranks: inspect would run 3 times over") != std::string::npos, r.err);
+  r = run_cli_after("OMPI_COMM_WORLD_SIZE=3 OMPI_COMM_WORLD_RANK=2", "inspect " + model());
+  BOOST_CHECK_EQUAL(r.exit_code, 2);
+  BOOST_CHECK(r.err.empty());  // one line for the run: rank 0's
+  if (!MLA_HAVE_MPI) {
+    const std::string out = scratch_dir("no-mpi") + "/o";
+    r = run_cli_after(env, eval_args(out));
+    BOOST_CHECK_NE(r.exit_code, 0);
+    BOOST_CHECK_MESSAGE(r.err.find("built without MPI") != std::string::npos, r.err);
+    BOOST_CHECK(!fs::exists(out));
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
