@@ -4,7 +4,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-MLA_PACKAGES="meson ninja-build pkg-config g++ libeigen3-dev libsimdjson-dev libboost-test-dev libopenblas-dev libdnnl-dev libpcre2-dev xz-utils"
+MLA_PACKAGES="meson ninja-build pkg-config g++ libeigen3-dev libsimdjson-dev libboost-test-dev libopenblas-dev libdnnl-dev libpcre2-dev xz-utils libopenmpi-dev openmpi-bin"
 missing=()
 for p in $MLA_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -178,6 +178,8 @@ struct EvalRunInfo {
   std::string latent_norm_eps_mode;
   int threads = 0;                      // resolved
   int64_t windows_at_once = 1;          // windows computed side by side (threads / this each)
+  int64_t ranks = 1;                    // MPI ranks the windows were spread over (docs/scale-out.md)
+  int64_t resumed_windows = 0;          // windows read back from --resume's staging area, not computed
   std::vector<double> compression_ratios;  // --compression-ratio, in budget order (empty: --cache-budget)
   std::vector<FileDigest> model_files;  // the model files read, with their sha256
   int64_t memory_planned_bytes = -1, memory_peak_rss_bytes = -1;

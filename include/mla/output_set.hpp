@@ -52,13 +52,24 @@ class OutputSet {
   // Error(InvalidArgument) with one line naming the directory.
   // `inputs`: the files and directories the command reads; a `dir` that is, holds or lies inside
   // one of them is refused (the exchange would replace it).
+  // `resume_area`: `dir` may also hold eval's resume area (kResumeArea, mla/resume_area.hpp),
+  // which the set then neither claims nor checks; it is removed with the previous set on commit.
   OutputSet(std::string dir, std::string command, Lock lock = Lock::FailIfHeld,
-            const std::vector<std::string>& inputs = {});
+            const std::vector<std::string>& inputs = {}, bool resume_area = false);
   ~OutputSet();
   OutputSet(const OutputSet&) = delete;
   OutputSet& operator=(const OutputSet&) = delete;
 
   const std::string& dir() const { return dir_; }  // as given
+  const std::string& target() const { return target_; }  // absolute, its links resolved
+
+  // The resume area inside the directory (created when missing): from here the directory is
+  // kept when the set is abandoned, whether or not this set created it (the area holds finished
+  // work). Only for a set claimed with resume_area.
+  std::string resume_area_path();
+  // The resume area removed again (a run that failed before any window finished: nothing to
+  // resume); the directory is then treated as before resume_area_path().
+  void drop_resume_area();
 
   // The staging path of file `name` (a plain file name: no '/', not hidden, not added before),
   // recorded as part of the set, for writers that take a path.
@@ -98,7 +109,8 @@ class OutputSet {
   std::vector<std::string> names_;
   int lock_fd_ = -1;
   int slot_ = -1;  // in the signal handler's table
-  bool created_target_ = false, committed_ = false;
+  bool created_target_ = false, committed_ = false, resume_area_ = false;
+  bool created_before_area_ = false;  // the set created the directory before its resume area kept it
 };
 
 // After a command failed: "; DIR left as it was" (or "; DIR not created") for the last output
@@ -115,5 +127,9 @@ void set_output_set_hook(std::function<void(const std::string& stage, const std:
 inline constexpr const char* kOutputManifest = ".mla-h2o-set";
 // The marker inside a staging directory: "mla-h2o staging set", then "name NAME" per file added.
 inline constexpr const char* kStagingMarker = ".mla-h2o-staging";
+// eval's resume area inside an output directory, and whether a name is one of its files
+// (settings, window-NNNNNN.rec, and their temporary names NAME.tmp.PID): only those are removed.
+inline constexpr const char* kResumeArea = ".mla-h2o-resume";
+bool resume_area_file(const std::string& name);
 
 }  // namespace mla

@@ -25,6 +25,9 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <chrono>
+#include <cstring>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -44,6 +47,10 @@
 #include "mla/model_forward.hpp"
 #include "mla/output_set.hpp"
 #include "mla/regular_file.hpp"
+#include "mla/provenance.hpp"
+#include "mla/ranks.hpp"
+#include "mla/resume_area.hpp"
+#include "mla/window_record.hpp"
 #include "mla/policy.hpp"
 #include "mla/report.hpp"
 #include "mla/safetensors.hpp"
@@ -114,6 +121,11 @@ CommandSpec eval_spec() {
        "comes after, among the decoded positions",
        "agnostic"},
       {"seed", "N", "--task: seed of the samples' filler offsets, keys and names", "0"},
+      {"resume", "",
+       "continue the unfinished eval whose staging area --out holds (--out/.mla-h2o-resume: every finished window, kept "
+       "as the run goes): the same settings but --threads and --quiet, the finished windows read back, the outputs "
+       "byte-identical to an uninterrupted run (docs/scale-out.md §2)",
+       ""},
       {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
       {"dry-run", "", "print the plan (memory, FLOPs, estimated time, outputs) and exit 0 without computing or writing anything", ""},
   };
@@ -221,6 +233,20 @@ void read_task_plan(const Args& a, EvalPlan& plan) {
   plan.text = a.str("text");
 }
 
+// What a --resume must repeat (mla/resume_area.hpp): every flag of --help but those that change
+// no figure (--threads: the sums are fixed-order; --quiet), the resume itself and where it goes;
+// each as given, else its default, else "(not given)".
+std::vector<ResumeSetting> resume_settings(const Args& a) {
+  std::vector<ResumeSetting> out;
+  for (const FlagSpec& f : eval_spec().flags) {
+    if (f.name == "threads" || f.name == "quiet" || f.name == "resume" || f.name == "out" || f.name == "dry-run") continue;
+    std::string v = f.value_name.empty() ? (a.has(f.name) ? "yes" : "no")
+                                         : a.has(f.name) ? a.str(f.name) : f.default_value.empty() ? "(not given)" : f.default_value;
+    out.push_back(ResumeSetting{"--" + f.name, std::move(v)});
+  }
+  return out;
+}
+
 EvalPlan read_eval_plan(const Args& a) {
   EvalPlan plan;
   plan.checkpoint = a.str("checkpoint");
@@ -272,6 +298,8 @@ EvalPlan read_eval_plan(const Args& a) {
   plan.dump_tensors = a.has("dump-tensors");
   plan.quiet = a.has("quiet");
   plan.dry_run = a.has("dry-run");
+  plan.resume = a.has("resume");
+  plan.settings = resume_settings(a);
   return plan;
 }
 
@@ -518,17 +546,195 @@ void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs,
   std::fflush(stdout);
 }
 
-// Every window under one progress line: the decode steps of every layer of every window; with
-// `workers` > 1, window w on worker w % workers (worker 0 reads m.ckpt, the others a checkpoint
-// of their own: mappings are released per layer), results in window order. expected-attention's
-// future rotation is computed once per prompt length.
+std::vector<int64_t> all_windows(int64_t W) {
+  std::vector<int64_t> all(static_cast<size_t>(W));
+  for (int64_t w = 0; w < W; ++w) all[static_cast<size_t>(w)] = w;
+  return all;
+}
+
+// --resume: the staging area's finished windows into `windows`, each checked against this run (its
+// settings digest, its place, the ids it was computed from); returns the windows still to compute.
+std::vector<int64_t> read_back_windows(const ResumeArea& area, const std::vector<WindowJob>& jobs,
+                                       std::vector<EvalWindow>& windows) {
+  const uint64_t W = jobs.size();
+  std::vector<bool> done(W, false);
+  for (const auto& [index, bytes] : area.found()) {
+    const std::string what = "--resume: " + area.record_path(index);
+    const std::string redo = "; remove that file to compute its window again";
+    if (index >= W)
+      fail(ErrorKind::InvalidValue, what + " is window " + std::to_string(index) + ", past this run's " + std::to_string(W) +
+                                        " windows" + redo);
+    WindowRecordHeader h;
+    EvalWindow win;
+    try {
+      win = decode_window_record(bytes, jobs[index].opt, what, h);
+    } catch (const Error& e) {
+      throw Error(e.kind(), e.what() + redo);
+    }
+    if (h.settings_digest != area.settings_digest())
+      fail(ErrorKind::InvalidValue, what + " was computed under other settings than its staging area's" + redo);
+    if (h.index != index) fail(ErrorKind::InvalidValue, what + " holds window " + std::to_string(h.index) + redo);
+    if (h.input_digest != token_ids_digest(jobs[index].input.tokens))
+      fail(ErrorKind::InvalidValue, what + " was computed from other token ids than this run's window " + std::to_string(index) +
+                                        " (the input changed)" + redo);
+    windows[index] = std::move(win);
+    done[index] = true;
+  }
+  std::vector<int64_t> todo;
+  for (uint64_t w = 0; w < W; ++w)
+    if (!done[w]) todo.push_back(static_cast<int64_t>(w));
+  return todo;
+}
+
+// ---- the windows over MPI ranks (docs/scale-out.md §1) ------------------------------------
+// todo[t] is computed on rank t % R. Rank 0 holds --out and its staging area: it checks at start
+// that every rank agrees on the settings and the input (a digest of both), sends each the windows
+// left to compute and the settings digest its records carry, then gathers every record, storing
+// each as it comes (so a failed run keeps them for --resume), and writes the outputs.
+
+// What this rank agrees on: the settings text (with each model file's sha256) and every window's ids.
+std::string agreement_digest(const EvalPlan& plan, const std::vector<FileDigest>& model_files,
+                             const std::vector<WindowJob>& jobs) {
+  std::vector<ResumeSetting> settings = plan.settings;
+  for (const FileDigest& d : model_files) settings.push_back(ResumeSetting{"model-file " + d.path, d.sha256});
+  std::string text = resume_settings_text(settings);
+  for (const WindowJob& j : jobs) text += std::to_string(token_ids_digest(j.input.tokens)) + "\n";
+  return sha256_hex(text);
+}
+
+// "rank 3" or "ranks 3-7": the ranks past the T windows to compute.
+std::string idle_ranks(int64_t T, int R) {
+  return R - T > 1 ? "ranks " + std::to_string(T) + "-" + std::to_string(R - 1) : "rank " + std::to_string(T);
+}
+
+// Rank 0: every other rank's digest checked against its own, then each sent the windows to
+// compute (`todo`) and `settings_digest`. The others: theirs sent, those received.
+void agree_on_windows(Ranks& ranks, const std::string& digest, std::vector<int64_t>& todo, std::string& settings_digest) {
+  if (ranks.rank() == 0) {
+    for (int got = 1; got < ranks.size(); ++got) {
+      const Ranks::Message m = ranks.receive();
+      if (m.tag == Ranks::Failure) fail(ErrorKind::InvalidArgument, "rank " + std::to_string(m.from) + ": " + m.bytes);
+      if (m.bytes != digest)
+        fail(ErrorKind::InvalidArgument, "rank " + std::to_string(m.from) + " disagrees with rank 0 on the settings or the "
+                                         "input (the digests of its flags, model files and windows differ): every rank must "
+                                         "read the same files with the same flags");
+    }
+    std::string start = settings_digest + "\n";
+    for (int64_t w : todo) start += std::to_string(w) + " ";
+    for (int r = 1; r < ranks.size(); ++r) ranks.send(r, Ranks::Start, start);
+    const int64_t T = static_cast<int64_t>(todo.size());
+    if (ranks.size() > T)
+      std::fprintf(stderr, "mla-h2o eval: warning: %s of %d %s no window to compute (%lld window%s left to compute "
+                           "over %d ranks)\n", idle_ranks(T, ranks.size()).c_str(), ranks.size(),
+                   ranks.size() - T > 1 ? "have" : "has", static_cast<long long>(T), T == 1 ? "" : "s", ranks.size());
+    return;
+  }
+  ranks.send(0, Ranks::Hello, digest);
+  const Ranks::Message m = ranks.receive(0);
+  const size_t nl = m.bytes.find('\n');
+  settings_digest = m.bytes.substr(0, nl);
+  todo.clear();
+  for (size_t at = nl + 1; at < m.bytes.size();) {
+    const size_t sp = m.bytes.find(' ', at);
+    todo.push_back(std::stoll(m.bytes.substr(at, sp - at)));
+    at = sp + 1;
+  }
+}
+
+// Rank 0's gatherer: the records of every window computed elsewhere (`expected` of them), each
+// checked, kept in `windows` and stored in the staging area; the other ranks' progress added to
+// the one line. A failure on a rank, or a record that does not decode, is the run's one error
+// line; then every rank ends (the finished windows stay for --resume).
+class Gatherer {
+ public:
+  Gatherer(Ranks& ranks, const std::vector<WindowJob>& jobs, std::vector<EvalWindow>& windows, ResumeArea* area,
+           const std::string& settings_digest, int64_t expected, std::function<void(int64_t)> add_progress)
+      : ranks_(ranks), jobs_(jobs), windows_(windows), area_(area), digest_(settings_digest), expected_(expected),
+        add_progress_(std::move(add_progress)) {
+    if (expected_ > 0) thread_ = std::thread([this] { gather(); });
+  }
+  ~Gatherer() {
+    if (thread_.joinable()) thread_.detach();  // an error on this rank: main() ends every rank
+  }
+  void wait() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void gather() {
+    std::vector<int64_t> reported(static_cast<size_t>(ranks_.size()), 0);
+    std::string where = area_ ? "; " + area_->dir() + " keeps the finished windows for --resume" : "";
+    try {
+      for (int64_t got = 0; got < expected_;) {
+        const Ranks::Message m = ranks_.receive();
+        if (m.tag == Ranks::Failure) stop("rank " + std::to_string(m.from) + ": " + m.bytes + where);
+        if (m.tag == Ranks::Progress && m.bytes.size() == 8) {
+          int64_t now = 0;
+          std::memcpy(&now, m.bytes.data(), 8);
+          add_progress_(now - reported[static_cast<size_t>(m.from)]);
+          reported[static_cast<size_t>(m.from)] = now;
+          continue;
+        }
+        if (m.tag != Ranks::Record) continue;
+        const std::string what = "the record of rank " + std::to_string(m.from);
+        WindowRecordHeader h;
+        // the header first: which window it is, and so which options decode it
+        std::string_view bytes(m.bytes);
+        const uint64_t index = record_window_index(bytes, what);
+        if (index >= jobs_.size()) stop(what + " is of window " + std::to_string(index) + ", past the run's windows");
+        EvalWindow win = decode_window_record(bytes, jobs_[index].opt, what, h);
+        if (h.settings_digest != digest_ || h.input_digest != token_ids_digest(jobs_[index].input.tokens))
+          stop(what + " for window " + std::to_string(index) + " was computed from other settings or ids");
+        windows_[index] = std::move(win);
+        if (area_) area_->store(index, m.bytes);
+        ++got;
+      }
+    } catch (const std::exception& e) {
+      stop(std::string(e.what()) + where);
+    }
+  }
+  [[noreturn]] void stop(const std::string& line) {
+    std::fprintf(stderr, "mla-h2o eval: error: %s\n", line.c_str());
+    std::fflush(stderr);
+    ranks_.abort(1);
+    std::_Exit(1);
+  }
+  Ranks& ranks_;
+  const std::vector<WindowJob>& jobs_;
+  std::vector<EvalWindow>& windows_;
+  ResumeArea* area_;
+  std::string digest_;
+  int64_t expected_;
+  std::function<void(int64_t)> add_progress_;
+  std::thread thread_;
+};
+
+// Every window under one progress line (rank 0's, for the whole run): the decode steps of every
+// layer of every window; with `workers` > 1, this rank's windows side by side (worker 0 reads
+// m.ckpt, the others a checkpoint of their own: mappings are released per layer), results in
+// window order. expected-attention's future rotation is computed once per prompt length. Each
+// finished window goes to the staging area (rank 0) or to rank 0 (the others) before the next.
+// On ranks other than 0 the windows computed elsewhere stay empty.
 std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, std::vector<WindowJob>& jobs,
-                                    int64_t workers, StageSeconds& stages) {
-  ProgressLine progress("eval", plan.quiet);
+                                    int64_t workers, StageSeconds& stages, ResumeArea* area,
+                                    const std::vector<FileDigest>& model_files, int64_t& resumed) {
+  Ranks& ranks = Ranks::world();
+  const bool lead = ranks.rank() == 0;
+  ProgressLine progress("eval", plan.quiet || !lead);
   const int64_t L_count = m.cfg.attention.num_hidden_layers, W = static_cast<int64_t>(jobs.size());
-  workers = std::clamp<int64_t>(workers, 1, W);
+  std::vector<EvalWindow> windows(static_cast<size_t>(W));
+  // the windows still to compute, in window order (--resume: those its staging area lacks)
+  std::vector<int64_t> todo = area ? read_back_windows(*area, jobs, windows) : all_windows(W);
+  std::string settings_digest = area ? area->settings_digest() : "";
+  if (ranks.several()) agree_on_windows(ranks, agreement_digest(plan, model_files, jobs), todo, settings_digest);
+  resumed = W - static_cast<int64_t>(todo.size());
+  std::vector<int64_t> mine;  // this rank's share
+  for (size_t t = 0; t < todo.size(); ++t)
+    if (static_cast<int>(t % static_cast<size_t>(ranks.size())) == ranks.rank()) mine.push_back(todo[t]);
+  const int64_t T = static_cast<int64_t>(mine.size());
+  workers = std::clamp<int64_t>(workers, 1, std::max<int64_t>(T, 1));
   int64_t total = 0;
-  for (const WindowJob& j : jobs) total += L_count * j.opt.steps;
+  for (int64_t w : todo) total += L_count * jobs[static_cast<size_t>(w)].opt.steps;
   if (const FeatureNeeds needs = feature_needs(jobs.front().opt.policies); needs.expected_attention) {
     std::map<int64_t, std::vector<double>> rotation;  // per prompt length
     timed(stages, "expected-attention future rotation", [&] {
@@ -543,19 +749,37 @@ std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, 
       return 0;
     });
   }
-  std::vector<EvalWindow> windows(static_cast<size_t>(W));
   timed(stages, "eval", [&] {
     const int threads = resolve_threads(jobs.front().opt.threads);
     const int each = std::max(1, threads / static_cast<int>(workers));
     std::mutex progress_mutex;
     std::atomic<bool> failed{false};  // a worker's error stops the others at their next window
-    int64_t done_all = 0;  // decode steps of every layer done, over the windows
+    int64_t done_all = 0;  // decode steps of every layer done, over the windows (every rank's, on rank 0)
+    auto last_sent = std::chrono::steady_clock::now();
     const char* what = W > 1 ? "decode steps (all layers, all windows)" : "decode steps (all layers)";
+    const auto add_progress = [&](int64_t steps) {  // under progress_mutex
+      done_all += steps;
+      if (lead) {
+        progress.update(what, done_all, total);
+      } else if (const auto now = std::chrono::steady_clock::now(); now - last_sent > std::chrono::milliseconds(500)) {
+        last_sent = now;
+        std::string bytes(8, '\0');
+        std::memcpy(bytes.data(), &done_all, 8);
+        ranks.send(0, Ranks::Progress, bytes);
+      }
+    };
+    std::optional<Gatherer> gatherer;
+    if (lead && ranks.several())
+      gatherer.emplace(ranks, jobs, windows, area, settings_digest, static_cast<int64_t>(todo.size()) - T, [&](int64_t steps) {
+        const std::lock_guard<std::mutex> lock(progress_mutex);
+        add_progress(steps);
+      });
     parallel_for(workers, static_cast<int>(workers), [&](int64_t worker, int) {
       std::optional<Checkpoint> own;
       if (worker > 0) own.emplace(Checkpoint::open(plan.checkpoint, plan.config_path));
       const Checkpoint& ckpt = worker > 0 ? *own : m.ckpt;
-      for (int64_t w = worker; w < W && !failed.load(); w += workers) {
+      for (int64_t t = worker; t < T && !failed.load(); t += workers) {
+        const int64_t w = mine[static_cast<size_t>(t)];
         EvalOptions wopt = jobs[static_cast<size_t>(w)].opt;
         wopt.threads = each;
         wopt.keep_full_states = wopt.keep_full_states && w == 0;  // --dump-tensors: the first window's
@@ -568,21 +792,29 @@ std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, 
             if (layer_end) layers_done = done;
             const int64_t now = layers_done * N + (layer_end ? 0 : done);
             const std::lock_guard<std::mutex> lock(progress_mutex);
-            done_all += now - reported;
+            add_progress(now - reported);
             reported = now;
-            progress.update(what, done_all, total);
           };
         }
         const WindowJob& job = jobs[static_cast<size_t>(w)];
         try {
           windows[static_cast<size_t>(w)] =
               EvalWindow{job.input.source, job.input.offset, run_eval(ckpt, m.cfg, job.input.tokens, wopt)};
+          // the finished window kept before the next begins: on disk (rank 0), or sent to rank 0
+          if (area || !lead) {
+            std::string record = encode_window_record(windows[static_cast<size_t>(w)], static_cast<uint64_t>(w),
+                                                      token_ids_digest(job.input.tokens), settings_digest);
+            if (lead) area->store(static_cast<uint64_t>(w), record);
+            else ranks.send(0, Ranks::Record, record);
+            if (!lead) note_window_kept();
+          }
         } catch (...) {
           failed.store(true);
           throw;
         }
       }
     });
+    if (gatherer) gatherer->wait();
     return 0;
   });
   progress.finish();
@@ -609,9 +841,9 @@ void write_dump(OutputSet& out, const EvalResult& result, const EvalOptions& opt
 // report.json's run information, filled as eval ran.
 EvalRunInfo run_info(const EvalPlan& plan, const LoadedModel& m, const std::string& input, int64_t tokens,
                      const std::string& eps_mode, const EvalOptions& opt, const MemoryEstimate& mem, bool quiet,
-                     StageSeconds& stages) {
-  const std::vector<FileDigest> model_files =
-      timed(stages, "sha256 of the model files", [&] { return model_file_digests(m.ckpt, "eval", quiet); });
+                     StageSeconds& stages, std::vector<FileDigest> model_files) {
+  if (model_files.empty())  // (a resumable run hashed them at its start)
+    model_files = timed(stages, "sha256 of the model files", [&] { return model_file_digests(m.ckpt, "eval", quiet); });
   EvalRunInfo info;
   info.checkpoint = plan.checkpoint;
   info.synthetic_weights = m.synthetic;
@@ -626,6 +858,30 @@ EvalRunInfo run_info(const EvalPlan& plan, const LoadedModel& m, const std::stri
   info.memory_peak_rss_bytes = peak_rss_bytes();
   info.stages = stages;
   return info;
+}
+
+// The staging area of eval's finished windows (mla/resume_area.hpp), opened after every check and
+// before any window: the settings, each model file's sha256 among them (hashed here, once, into
+// `model_files`). None for demo --model (a part of its set) or a dry run.
+std::optional<ResumeArea> open_resume_area(const EvalPlan& plan, const LoadedModel& m, OutputSet* out, StageSeconds& stages,
+                                           std::vector<FileDigest>& model_files) {
+  if (!plan.keep_windows && !plan.worker_rank) return std::nullopt;
+  // (every rank hashes them: the ranks' agreement on the input includes them)
+  model_files = timed(stages, "sha256 of the model files", [&] {
+    return model_file_digests(m.ckpt, "eval", plan.quiet || plan.worker_rank);
+  });
+  if (plan.worker_rank) return std::nullopt;  // rank 0 holds the staging area
+  std::vector<ResumeSetting> settings = plan.settings;
+  for (const FileDigest& d : model_files) settings.push_back(ResumeSetting{"model-file " + d.path, d.sha256});
+  return std::optional<ResumeArea>(std::in_place, *out, settings, plan.resume);
+}
+
+// "resumed K of W windows from D/.mla-h2o-resume" (stdout), when --resume read any back.
+void print_resumed(int64_t resumed, size_t windows, const std::optional<ResumeArea>& area) {
+  if (area && resumed > 0)
+    std::printf("mla-h2o eval: resumed %lld of %zu windows from %s\n", static_cast<long long>(resumed), windows,
+                area->dir().c_str());
+  std::fflush(stdout);
 }
 
 // ---- --task ------------------------------------------------------------------------------
@@ -779,12 +1035,18 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
     generate_task_jobs(m, t, opt, filler, task, samples, jobs);
     return 0;
   });
-  print_cost_plan(m.cfg, jobs, wp.workers);
-  if (out_or_dry == nullptr) return print_dry_run(plan, wp.memory);
-  OutputSet& out = *out_or_dry;
+  if (!plan.worker_rank) print_cost_plan(m.cfg, jobs, wp.workers);
+  if (out_or_dry == nullptr && !plan.worker_rank) return print_dry_run(plan, wp.memory);
+  std::vector<FileDigest> model_files;
+  std::optional<ResumeArea> area = open_resume_area(plan, m, out_or_dry, stages, model_files);
 
   // ---- eval ----
-  const std::vector<EvalWindow> windows = run_windows(m, plan, jobs, wp.workers, stages);
+  int64_t resumed = 0;
+  const std::vector<EvalWindow> windows =
+      run_windows(m, plan, jobs, wp.workers, stages, area ? &*area : nullptr, model_files, resumed);
+  if (plan.worker_rank) return 0;  // rank 0 writes the outputs
+  OutputSet& out = *out_or_dry;
+  print_resumed(resumed, windows.size(), area);
 
   // ---- outputs ----
   const std::vector<TaskCell> cells = task_cells(t, samples, windows, opt.budgets, m.cfg);
@@ -794,8 +1056,10 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
     write_task_files(out, plan, m, opt, samples, jobs, windows, cells);
   }
   EvalRunInfo info = run_info(plan, m, input, static_cast<int64_t>(jobs.front().input.tokens.size()), eps_mode, opt,
-                              wp.memory, plan.quiet, stages);
+                              wp.memory, plan.quiet, stages, model_files);
   info.windows_at_once = wp.workers;
+  info.resumed_windows = resumed;
+  info.ranks = Ranks::world().size();
   info.files = out.paths_with({"report.json"});
   out.write("report.json", eval_tasks_report_json(info, m.cfg, opt, t, samples, windows, cells));
   out.commit();
@@ -835,10 +1099,16 @@ int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry) {
   // ---- eval: the windows, several at once when --threads allows, one progress line for all ----
   std::vector<WindowJob> jobs;
   for (const WindowInput& in : inputs) jobs.push_back(WindowJob{in, opt});
-  print_cost_plan(cfg, jobs, wp.workers);
-  if (out_or_dry == nullptr) return print_dry_run(plan, mem);
+  if (!plan.worker_rank) print_cost_plan(cfg, jobs, wp.workers);
+  if (out_or_dry == nullptr && !plan.worker_rank) return print_dry_run(plan, mem);
+  std::vector<FileDigest> model_files;
+  std::optional<ResumeArea> area = open_resume_area(plan, m, out_or_dry, stages, model_files);
+  int64_t resumed = 0;
+  const std::vector<EvalWindow> windows =
+      run_windows(m, plan, jobs, wp.workers, stages, area ? &*area : nullptr, model_files, resumed);
+  if (plan.worker_rank) return 0;  // rank 0 writes the outputs
   OutputSet& out = *out_or_dry;
-  const std::vector<EvalWindow> windows = run_windows(m, plan, jobs, wp.workers, stages);
+  print_resumed(resumed, windows.size(), area);
   const int64_t W = static_cast<int64_t>(windows.size());
   const EvalResult& result = windows.front().result;  // the first window: engine, passkey, --dump-tensors
 
@@ -861,8 +1131,11 @@ int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry) {
                                                       m.tag + "policies ranked by ΔNLL, 95 % intervals (" + what + ")"));
     if (plan.dump_tensors) write_dump(out, result, opt);
   }
-  EvalRunInfo info = run_info(plan, m, input_text, static_cast<int64_t>(tokens.size()), eps_mode, opt, mem, plan.quiet, stages);
+  EvalRunInfo info =
+      run_info(plan, m, input_text, static_cast<int64_t>(tokens.size()), eps_mode, opt, mem, plan.quiet, stages, model_files);
   info.windows_at_once = wp.workers;
+  info.resumed_windows = resumed;
+  info.ranks = Ranks::world().size();
   info.files = out.paths_with({"report.json"});
   out.write("report.json", eval_report_json(info, cfg, opt, windows, summaries));
 
@@ -892,20 +1165,46 @@ static void keep_freed_memory_for_the_next_layer() {
   mallopt(M_TRIM_THRESHOLD, -1);  // (as size_t: never)
 }
 
+// A rank other than 0 of an MPI run: its share of the windows, sent to rank 0, which writes
+// everything (docs/scale-out.md); its error goes to rank 0 too, which prints it naming the rank.
+int execute_eval_on_a_worker_rank(const EvalPlan& plan) {
+  EvalPlan worker = plan;
+  worker.worker_rank = true;
+  worker.quiet = true;
+  return execute_eval(worker, nullptr);
+}
+
 int execute_eval(const EvalPlan& plan) {
+  // the ranks first (mla/ranks.hpp): a launch as several processes without MPI is refused
+  Ranks& ranks = Ranks::world();
+  if (ranks.rank() != 0) return plan.dry_run ? 0 : execute_eval_on_a_worker_rank(plan);
   // first: a bad or busy --out fails before any work (mla/output_set.hpp)
   if (plan.dry_run) return execute_eval(plan, nullptr);
-  OutputSet out(plan.out_dir, "eval", OutputSet::Lock::FailIfHeld, eval_inputs(plan));
+  OutputSet out(plan.out_dir, "eval", OutputSet::Lock::FailIfHeld, eval_inputs(plan), /*resume_area=*/true);
+  ResumeArea::check_presence(out, plan.resume);  // a staging area without --resume, or --resume without one
   keep_freed_memory_for_the_next_layer();
-  return execute_eval(plan, &out);
+  EvalPlan resumable = plan;
+  resumable.keep_windows = true;  // every finished window into --out's staging area as the run goes
+  return execute_eval(resumable, &out);
 }
 
 
 int cmd_eval(const std::vector<std::string>& argv) {
-  const CommandSpec spec = eval_spec();
-  const Args a = Args::parse(spec, argv);
-  if (print_help_if_asked(a, spec)) return 0;
-  return execute_eval(read_eval_plan(a));
+  const auto run = [&] {
+    const CommandSpec spec = eval_spec();
+    const Args a = Args::parse(spec, argv);
+    if (print_help_if_asked(a, spec)) return 0;
+    return execute_eval(read_eval_plan(a));
+  };
+  Ranks& ranks = Ranks::world();  // under mpirun: MPI first (a build without it refuses here)
+  if (ranks.rank() == 0) return run();
+  try {
+    return run();
+  } catch (const std::exception& e) {  // any error of a rank but 0 goes to rank 0, which prints it naming the rank
+    ranks.send(0, Ranks::Failure, e.what());
+    std::this_thread::sleep_for(std::chrono::seconds(60));  // rank 0 prints it, then ends every rank
+    throw;
+  }
 }
 
 }  // namespace mla::cli

@@ -8,6 +8,7 @@
 
 #include "mla/eval.hpp"
 #include "mla/output_set.hpp"
+#include "mla/resume_area.hpp"
 
 namespace mla::cli {
 
@@ -22,6 +23,14 @@ struct EvalPlan {
   // whose P and N come from its layout (mla/tasks.hpp), so --prompt-len and --steps are not given
   bool task_mode = false;
   TaskSettings task;
+  // The staging area of finished windows (mla/resume_area.hpp; `eval` itself, not demo --model):
+  // kept in --out while the run goes; --resume continues from it. `settings`: every option but
+  // --threads, --resume, --quiet and --out, as given or defaulted, in --help's order.
+  bool keep_windows = false, resume = false;
+  // A rank other than 0 of `mpirun -n R mla-h2o eval` (mla/ranks.hpp): computes its share of the
+  // windows and sends them to rank 0; no output set, nothing on stdout.
+  bool worker_rank = false;
+  std::vector<ResumeSetting> settings;
 };
 
 // load, eval, outputs into a new output set at plan.out_dir; prints the summary table.

@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "mla/error.hpp"
+#include "mla/ranks.hpp"
 #include "mla/output_set.hpp"
 #include "mla/provenance.hpp"
 #include "mla_build_config.h"
@@ -73,22 +74,40 @@ int main(int argc, char** argv) {
     return finish_stdout("--version", 0);
   }
   std::vector<std::string> rest(argv + 2, argv + argc);
+  // Under a launcher of several processes (mpirun -n R, srun) only eval spreads its work over
+  // them (mla/ranks.hpp); any other command would run R times over the same output. One line,
+  // from rank 0.
+  const mla::LaunchedAs launch = mla::launched_as();
+  if (launch.size > 1 && cmd != "eval" && !(rest.size() == 1 && (rest[0] == "--help" || rest[0] == "-h"))) {
+    if (launch.rank == 0)
+      std::fprintf(stderr, "mla-h2o %s: error: started by %s as %d processes, but only eval spreads its work over ranks: %s "
+                           "would run %d times over; run it without %s\n", cmd.c_str(), launch.how.c_str(), launch.size,
+                   cmd.c_str(), launch.size, launch.how.c_str());
+    return 2;
+  }
+  // The error line, once: ranks other than 0 have sent theirs to rank 0, which prints it naming
+  // the rank; then every rank's process ends (MPI_Abort) so that none waits for the failed one.
+  const auto failed = [&](const char* name, const std::string& what, int code) {
+    if (launch.rank == 0 || launch.size <= 1)
+      std::fprintf(stderr, "mla-h2o %s: error: %s%s\n", name, mla::printable_text(what, 4096).c_str(),
+                   mla::abandoned_output_note().c_str());
+    std::fflush(stderr);
+    mla::abort_ranks_if_several(code);
+    return code;
+  };
   for (const auto& c : kCommands) {
     if (cmd != c.name) continue;
     try {
       (void)mla::cli::model_sha256_enabled();  // a malformed MLA_MODEL_SHA256 fails before any work
-      return finish_stdout(c.name, c.fn(rest));
+      const int rc = c.fn(rest);
+      mla::finalize_ranks();
+      return finish_stdout(c.name, rc);
     } catch (const mla::Error& e) {
-      std::fprintf(stderr, "mla-h2o %s: error: %s%s\n", c.name, mla::printable_text(e.what(), 4096).c_str(),
-                   mla::abandoned_output_note().c_str());
-      return e.kind() == mla::ErrorKind::InvalidArgument ? 2 : 1;
+      return failed(c.name, e.what(), e.kind() == mla::ErrorKind::InvalidArgument ? 2 : 1);
     } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "mla-h2o %s: error: out of memory%s\n", c.name, mla::abandoned_output_note().c_str());
-      return 1;
+      return failed(c.name, "out of memory", 1);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "mla-h2o %s: error: %s%s\n", c.name, mla::printable_text(e.what(), 4096).c_str(),
-                   mla::abandoned_output_note().c_str());
-      return 1;
+      return failed(c.name, e.what(), 1);
     }
   }
   std::fprintf(stderr, "mla-h2o: error: unknown command '%s' (see mla-h2o --help)\n", cmd.c_str());

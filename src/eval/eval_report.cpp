@@ -477,6 +477,8 @@ void write_run_keys(JsonWriter& j, const EvalRunInfo& info, const ModelConfig& c
   j.key("engine").value(engine);
   j.key("threads").value(static_cast<int64_t>(info.threads));
   j.key("windows_at_once").value(info.windows_at_once);
+  j.key("ranks").value(info.ranks);
+  j.key("resumed_windows").value(info.resumed_windows);
   j.key("config");
   write_config(j, cfg.attention, std::nullopt);
   j.key("model").begin_object();

@@ -443,7 +443,7 @@ int lock_target(const std::string& dir, const std::string& target, OutputSet::Lo
 // current directory, and what it holds is an earlier set, all of it, as written.
 // `entries` and `manifest`: what it holds, as checked (the entries sorted).
 void check_replaceable(const std::string& dir, const std::string& target, const std::string& parent, const struct stat& st,
-                       std::vector<std::string>& entries, std::string& manifest) {
+                       std::vector<std::string>& entries, std::string& manifest, bool resume_area) {
   if (::access(target.c_str(), W_OK | X_OK) != 0)
     fail(ErrorKind::Io, "output directory " + dir + " is not writable: " + sys_error());
   struct stat up {};
@@ -458,6 +458,12 @@ void check_replaceable(const std::string& dir, const std::string& target, const 
       fail(ErrorKind::InvalidArgument, "output directory " + dir + " holds the current directory; pass a directory of its own");
   }
   entries = entries_of(target);
+  if (resume_area) {  // eval's resume area: its own checks (mla/resume_area.hpp), never part of a set
+    struct stat area {};
+    const std::string path = target + "/" + kResumeArea;
+    if (::lstat(path.c_str(), &area) == 0 && S_ISDIR(area.st_mode))
+      entries.erase(std::remove(entries.begin(), entries.end(), std::string(kResumeArea)), entries.end());
+  }
   std::sort(entries.begin(), entries.end());
   if (entries.empty()) return;
   manifest = manifest_text(target);
@@ -533,7 +539,7 @@ std::function<void(const std::string&, const std::string&)>& test_hook() {
 // Why directory `path` is no longer what the set found at its start: device `dev`, inode `ino`,
 // exactly `entries`, each as `manifest` records it; "" when it still is.
 std::string changed_since_start(const std::string& path, uint64_t dev, uint64_t ino, const std::vector<std::string>& entries,
-                                const std::string& manifest) {
+                                const std::string& manifest, bool resume_area) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return "it is gone (" + sys_error() + ")";
   if (!S_ISDIR(st.st_mode) || st.st_dev != dev || st.st_ino != ino)
@@ -544,6 +550,7 @@ std::string changed_since_start(const std::string& path, uint64_t dev, uint64_t 
   } catch (const Error& e) {
     return e.what();
   }
+  if (resume_area) now.erase(std::remove(now.begin(), now.end(), std::string(kResumeArea)), now.end());
   std::sort(now.begin(), now.end());
   for (const std::string& e : now)
     if (!std::binary_search(entries.begin(), entries.end(), e)) return "it now holds '" + e + "', which mla-h2o did not write";
@@ -582,6 +589,22 @@ std::string move_to_sibling(const std::string& staging, const std::string& targe
   return "";
 }
 
+// eval's resume area, by its own files only (anything else in it keeps it, and so the previous set's place).
+void remove_resume_area(const std::string& path) noexcept {
+  std::vector<std::string> entries;
+  try {
+    entries = entries_of(path);
+  } catch (...) {
+    return;
+  }
+  for (const std::string& e : entries) {
+    struct stat st {};
+    if (resume_area_file(e) && ::lstat((path + "/" + e).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      ::unlink((path + "/" + e).c_str());
+  }
+  ::rmdir(path.c_str());
+}
+
 // A free slot for the signal handlers (what to remove and say if the process is interrupted).
 int claim_slot(const std::string& staging, const std::string& target, bool created_target, const std::string& command,
                const std::string& dir) {
@@ -602,8 +625,8 @@ int claim_slot(const std::string& staging, const std::string& target, bool creat
 
 }  // namespace
 
-OutputSet::OutputSet(std::string dir, std::string command, Lock lock, const std::vector<std::string>& inputs)
-    : dir_(std::move(dir)), command_(std::move(command)) {
+OutputSet::OutputSet(std::string dir, std::string command, Lock lock, const std::vector<std::string>& inputs, bool resume_area)
+    : dir_(std::move(dir)), command_(std::move(command)), resume_area_(resume_area) {
   const fs::path p = resolved_target(dir_);
   target_ = p.string();
   const std::string parent = p.parent_path().string(), name = p.filename().string();
@@ -612,7 +635,7 @@ OutputSet::OutputSet(std::string dir, std::string command, Lock lock, const std:
   struct stat st {};
   lock_fd_ = lock_target(dir_, target_, lock, st);
   try {
-    check_replaceable(dir_, target_, parent, st, found_.entries, found_.manifest);
+    check_replaceable(dir_, target_, parent, st, found_.entries, found_.manifest, resume_area_);
     found_.dev = static_cast<uint64_t>(st.st_dev);
     found_.ino = static_cast<uint64_t>(st.st_ino);
     const std::string prefix = staging_prefix(name);
@@ -634,7 +657,10 @@ OutputSet::~OutputSet() {
     if (created_target_) ::rmdir(target_.c_str());
     if (std::uncaught_exceptions() > 0) {
       const std::lock_guard<std::mutex> g(g_mutex);
-      g_abandoned_note = "; " + dir_ + (created_target_ ? " not created" : " left as it was");
+      g_abandoned_note = "; " + dir_ + (created_target_ ? " not created" : " left as it was") +
+                         (resume_area_ && ::access((target_ + "/" + kResumeArea).c_str(), F_OK) == 0
+                              ? ", its finished windows kept in " + std::string(kResumeArea) + " for --resume"
+                              : "");
     }
   }
   if (slot_ >= 0) g_slots[slot_].state.store(kFree);
@@ -748,7 +774,7 @@ void OutputSet::divert(const std::string& why) {
 void OutputSet::remove_previous(Moved how) {
   if (test_hook()) test_hook()("delete", staging_);
   if (how != Moved::Renamed) {  // the previous set, now in the staging place: still what was claimed?
-    const std::string why = changed_since_start(staging_, found_.dev, found_.ino, found_.entries, found_.manifest);
+    const std::string why = changed_since_start(staging_, found_.dev, found_.ino, found_.entries, found_.manifest, resume_area_);
     if (!why.empty()) {
       // exchanged back when the system can, so that the user's directory keeps its place
       if (how == Moved::Exchanged &&
@@ -761,6 +787,7 @@ void OutputSet::remove_previous(Moved how) {
     }
   }
   for (const std::string& e : found_.entries) ::unlink((staging_ + "/" + e).c_str());  // exactly what was claimed
+  if (resume_area_) remove_resume_area(staging_ + "/" + kResumeArea);  // the finished run's windows: done with
   const bool gone = ::rmdir(staging_.c_str()) == 0 || errno == ENOENT;
   const std::string reason = gone ? "" : sys_error();
   release();
@@ -776,10 +803,52 @@ void OutputSet::commit() {
   if (test_hook()) test_hook()("swap", target_);
   // From here until the previous set is gone, a signal waits for us.
   g_slots[slot_].state.store(kCommitting);
-  if (const std::string why = changed_since_start(target_, found_.dev, found_.ino, found_.entries, found_.manifest);
+  if (const std::string why = changed_since_start(target_, found_.dev, found_.ino, found_.entries, found_.manifest, resume_area_);
       !why.empty())
     divert(why);
   remove_previous(move_into_place());
+}
+
+std::string OutputSet::resume_area_path() {
+  if (!resume_area_) fail(ErrorKind::Io, "output set " + dir_ + ": no resume area was allowed for " + command_);
+  const std::string path = target_ + "/" + kResumeArea;
+  if (::mkdir(path.c_str(), 0777) != 0 && errno != EEXIST)
+    fail(ErrorKind::Io, "cannot create " + dir_ + "/" + kResumeArea + ": " + sys_error());
+  if (created_target_ || slot_ >= 0) {  // from here the directory holds finished work: never removed when abandoned
+    created_before_area_ = created_before_area_ || created_target_;
+    created_target_ = false;
+    const std::lock_guard<std::mutex> g(g_mutex);
+    if (slot_ >= 0) {
+      g_slots[slot_].remove_target = false;
+      copy_text(g_slots[slot_].message_tail, sizeof g_slots[slot_].message_tail,
+                "; " + dir_ + " keeps the finished windows in " + kResumeArea + " for --resume\n");
+    }
+  }
+  return path;
+}
+
+void OutputSet::drop_resume_area() {
+  if (!resume_area_ || committed_) return;
+  remove_resume_area(target_ + "/" + kResumeArea);
+  created_target_ = created_before_area_;
+  const std::lock_guard<std::mutex> g(g_mutex);
+  if (slot_ >= 0) {
+    g_slots[slot_].remove_target = created_target_;
+    copy_text(g_slots[slot_].message_tail, sizeof g_slots[slot_].message_tail,
+              "; " + dir_ + (created_target_ ? " not created" : " left as it was") + "\n");
+  }
+}
+
+bool resume_area_file(const std::string& name) {
+  const auto digits = [](const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; };
+  std::string base = name;
+  if (const size_t tmp = name.rfind(".tmp."); tmp != std::string::npos) {
+    if (!digits(name.substr(tmp + 5))) return false;
+    base = name.substr(0, tmp);
+  }
+  if (base == "settings") return true;
+  return base.size() > 11 && base.rfind("window-", 0) == 0 && base.compare(base.size() - 4, 4, ".rec") == 0 &&
+         digits(base.substr(7, base.size() - 11));
 }
 
 void OutputSet::begin_part(const std::string& prefix) {

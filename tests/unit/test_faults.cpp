@@ -1223,7 +1223,10 @@ BOOST_AUTO_TEST_CASE(a_ppl_ratio_past_the_largest_double_is_refused_naming_the_c
   const RunResult r = run_bounded(eval_args(model, dir + "/out", "--cache-budget 8 --policy h2o,random,knorm"));
   expect_error_line(r, "eval", {"the ppl_ratio of ", " at budget 8 is not finite", "ln_ppl_ratio = "});
   BOOST_TEST(!contains(r.out, "inf"), r.out);
-  BOOST_TEST(!fs::exists(dir + "/out"));
+  // no output set; the finished windows kept for --resume (the refusal comes after them)
+  BOOST_TEST(fs::exists(dir + "/out/.mla-h2o-resume/window-000000.rec"));
+  BOOST_TEST(!fs::exists(dir + "/out/summary.csv"));
+  BOOST_TEST(contains(r.err, "finished windows kept in .mla-h2o-resume for --resume"), r.err);
   // a finite run reports both: ln_ppl_ratio is ΔNLL, ppl_ratio its exp
   const RunResult ok = run_bounded(eval_args(shipped(), dir + "/ok", "--cache-budget 8 --policy h2o"));
   BOOST_TEST_REQUIRE(ok.exit_code == 0, ok.err);
