@@ -884,6 +884,18 @@ void print_resumed(int64_t resumed, size_t windows, const std::optional<ResumeAr
   std::fflush(stdout);
 }
 
+// The eval stage of --windows and --task alike: the staging area opened (rank 0) or the model
+// files hashed (the other ranks), the windows computed here, read back (--resume) or gathered
+// from the other ranks; `resumed` of them read back.
+std::vector<EvalWindow> eval_stage(const LoadedModel& m, const EvalPlan& plan, std::vector<WindowJob>& jobs, int64_t workers,
+                                   StageSeconds& stages, OutputSet* out, std::vector<FileDigest>& model_files,
+                                   int64_t& resumed) {
+  std::optional<ResumeArea> area = open_resume_area(plan, m, out, stages, model_files);
+  std::vector<EvalWindow> windows = run_windows(m, plan, jobs, workers, stages, area ? &*area : nullptr, model_files, resumed);
+  if (!plan.worker_rank) print_resumed(resumed, windows.size(), area);
+  return windows;
+}
+
 // ---- --task ------------------------------------------------------------------------------
 
 // The window of one --task sample at --context L: its byte ids, and eval's options at the sample's
@@ -1037,16 +1049,13 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
   });
   if (!plan.worker_rank) print_cost_plan(m.cfg, jobs, wp.workers);
   if (out_or_dry == nullptr && !plan.worker_rank) return print_dry_run(plan, wp.memory);
-  std::vector<FileDigest> model_files;
-  std::optional<ResumeArea> area = open_resume_area(plan, m, out_or_dry, stages, model_files);
 
   // ---- eval ----
+  std::vector<FileDigest> model_files;
   int64_t resumed = 0;
-  const std::vector<EvalWindow> windows =
-      run_windows(m, plan, jobs, wp.workers, stages, area ? &*area : nullptr, model_files, resumed);
+  const std::vector<EvalWindow> windows = eval_stage(m, plan, jobs, wp.workers, stages, out_or_dry, model_files, resumed);
   if (plan.worker_rank) return 0;  // rank 0 writes the outputs
   OutputSet& out = *out_or_dry;
-  print_resumed(resumed, windows.size(), area);
 
   // ---- outputs ----
   const std::vector<TaskCell> cells = task_cells(t, samples, windows, opt.budgets, m.cfg);
@@ -1102,13 +1111,10 @@ int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry) {
   if (!plan.worker_rank) print_cost_plan(cfg, jobs, wp.workers);
   if (out_or_dry == nullptr && !plan.worker_rank) return print_dry_run(plan, mem);
   std::vector<FileDigest> model_files;
-  std::optional<ResumeArea> area = open_resume_area(plan, m, out_or_dry, stages, model_files);
   int64_t resumed = 0;
-  const std::vector<EvalWindow> windows =
-      run_windows(m, plan, jobs, wp.workers, stages, area ? &*area : nullptr, model_files, resumed);
+  const std::vector<EvalWindow> windows = eval_stage(m, plan, jobs, wp.workers, stages, out_or_dry, model_files, resumed);
   if (plan.worker_rank) return 0;  // rank 0 writes the outputs
   OutputSet& out = *out_or_dry;
-  print_resumed(resumed, windows.size(), area);
   const int64_t W = static_cast<int64_t>(windows.size());
   const EvalResult& result = windows.front().result;  // the first window: engine, passkey, --dump-tensors
 
