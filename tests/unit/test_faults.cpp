@@ -59,6 +59,7 @@
 #include "mla/error.hpp"
 #include "mla/output_set.hpp"
 #include "mla/safetensors.hpp"
+#include "output_scan.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -1262,6 +1263,30 @@ BOOST_AUTO_TEST_CASE(task_samples_are_planned_before_any_work) {
   BOOST_TEST(!fs::exists(dir + "/o"));
   const RunResult ok = run_bounded(task + "2");
   BOOST_TEST(ok.exit_code == 0, ok.err);
+}
+
+// ---- issue 46: the scan of every output (output_scan.hpp) ----------------------------------------
+
+// The module's last step reads every output of every successful command the suite ran and fails
+// on a nan or inf written as a number. Here the scan itself, so that it can be seen to fail.
+BOOST_AUTO_TEST_CASE(the_output_scan_finds_nan_and_inf_written_as_numbers) {
+  using mla::test::non_finite_tokens;
+  for (const std::string bad : {"inf", "-inf", "x,nan,y", "\"ppl_ratio\": inf}", "y=\"-inf\"", "NaN", "-nan", "Infinity",
+                                "1.5, +INF", "(nan)"})
+    BOOST_TEST(non_finite_tokens(bad).size() == 1u, "not found in '" << bad << "'");
+  for (const std::string fine : {"info", "nanos", "infer", "faults-nan-eval-3/model", "/tmp/ppl-inf-2/o", "knorm", "nan_count 0",
+                                 "snapkv:pool=max", "Information"})
+    BOOST_TEST(non_finite_tokens(fine).empty(), "found in '" << fine << "'");
+  const std::string dir = scratch_dir("faults-scan-selftest");
+  const std::string set = dir + "/set";
+  fs::create_directories(set);
+  write_text(set + "/.mla-h2o-set", "x.csv\n");
+  write_text(set + "/x.csv", "a,b\n1,inf\n");
+  write_text(dir + "/not-a-set.csv", "an input: nan\n");  // inputs the tests write are not outputs
+  const std::vector<std::string> found = mla::test::scan_outputs(dir);
+  BOOST_TEST_REQUIRE(found.size() == 1u);
+  BOOST_TEST(contains(found[0], "x.csv: 'inf' at byte 6"), found[0]);
+  fs::remove(set + "/x.csv");  // (the module's own scan reads this scratch area too)
 }
 
 BOOST_AUTO_TEST_SUITE_END()
