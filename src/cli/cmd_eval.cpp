@@ -116,6 +116,7 @@ CommandSpec eval_spec() {
       {"seed", "N", "--task: seed of the samples' filler offsets, keys and names", "0"},
       {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
       {"dry-run", "", "print the plan (memory, FLOPs, estimated time, outputs) and exit 0 without computing or writing anything", ""},
+      max_hours_flag(),
   };
   return spec;
 }
@@ -272,6 +273,7 @@ EvalPlan read_eval_plan(const Args& a) {
   plan.dump_tensors = a.has("dump-tensors");
   plan.quiet = a.has("quiet");
   plan.dry_run = a.has("dry-run");
+  plan.max_hours = read_max_hours(a);
   return plan;
 }
 
@@ -505,7 +507,8 @@ struct WindowJob {
 
 // The plan eval prints before any work (stdout): every job's FLOPs counted from the config and
 // the time they take, each part at a rate measured now on the model's widths (mla/eval_cost.hpp).
-void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs, int64_t workers) {
+// A plan over --max-hours is refused right after it is printed.
+void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs, int64_t workers, double max_hours) {
   EvalCost total;
   for (const WindowJob& j : jobs) total += eval_cost(cfg, j.opt);
   const int each = std::max(1, resolve_threads(jobs.front().opt.threads) / static_cast<int>(workers));
@@ -513,9 +516,10 @@ void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs,
   std::string windows;
   if (jobs.size() > 1) windows = ", " + std::to_string(jobs.size()) + " windows";
   if (workers > 1) windows += ", " + std::to_string(workers) + " at a time";
-  std::printf("mla-h2o eval: plan: %s%s\n", eval_cost_line(total, eval_time(total, rates, workers), rates).c_str(),
-              windows.c_str());
+  const EvalTime time = eval_time(total, rates, workers);
+  std::printf("mla-h2o eval: plan: %s%s\n", eval_cost_line(total, time, rates).c_str(), windows.c_str());
   std::fflush(stdout);
+  check_max_hours(time.total(), "the plan above", max_hours);
 }
 
 // Every window under one progress line: the decode steps of every layer of every window; with
@@ -779,7 +783,7 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
     generate_task_jobs(m, t, opt, filler, task, samples, jobs);
     return 0;
   });
-  print_cost_plan(m.cfg, jobs, wp.workers);
+  print_cost_plan(m.cfg, jobs, wp.workers, plan.max_hours);
   if (out_or_dry == nullptr) return print_dry_run(plan, wp.memory);
   OutputSet& out = *out_or_dry;
 
@@ -835,7 +839,7 @@ int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry) {
   // ---- eval: the windows, several at once when --threads allows, one progress line for all ----
   std::vector<WindowJob> jobs;
   for (const WindowInput& in : inputs) jobs.push_back(WindowJob{in, opt});
-  print_cost_plan(cfg, jobs, wp.workers);
+  print_cost_plan(cfg, jobs, wp.workers, plan.max_hours);
   if (out_or_dry == nullptr) return print_dry_run(plan, mem);
   OutputSet& out = *out_or_dry;
   const std::vector<EvalWindow> windows = run_windows(m, plan, jobs, wp.workers, stages);

@@ -1289,4 +1289,45 @@ BOOST_AUTO_TEST_CASE(the_output_scan_finds_nan_and_inf_written_as_numbers) {
   fs::remove(set + "/x.csv");  // (the module's own scan reads this scratch area too)
 }
 
+// ---- issue 46: --max-hours H for every command that plans ----------------------------------------
+
+// run --seq-len 1048576 (16.3 GB, 4-6 h) was accepted because its memory fit, then ran for hours.
+// Every command that plans refuses, before any work, a run whose estimate exceeds --max-hours:
+// one line naming the estimate and H, --out not created; a limit above the estimate runs.
+BOOST_AUTO_TEST_CASE(max_hours_refuses_a_run_planned_longer_before_any_work) {
+  const std::string dir = scratch_dir("faults-max-hours"), m = "--checkpoint '" + shipped() + "' ";
+  const std::string text = " --text '" + shipped() + "/eval/heldout.txt'";
+  const std::pair<std::string, std::string> commands[] = {
+      {"run", "run " + m + "--seq-len 1048576 --max-hours 0.01"},  // the issue's: ~4-8 h on this machine
+      {"run", "run " + m + "--seq-len 64 --max-hours 1e-9"},
+      {"sweep", "sweep " + m + "--seq-len 64 --max-hours 1e-9"},
+      {"decode", "decode " + m + "--seq-len 64 --prompt-len 40 --cache-budget 16 --policy h2o --max-hours 1e-9"},
+      {"eval", "eval " + m + text + " --prompt-len 16 --steps 8 --cache-budget 8 --policy h2o --max-hours 1e-9"},
+      {"eval", "eval " + m + text + " --task passkey --context 256 --samples 1 --depths 50 --cache-budget 96 --policy h2o "
+               "--max-hours 1e-9"},
+  };
+  int k = 0;
+  for (const auto& [cmd, args] : commands) {
+    const std::string out = dir + "/o" + std::to_string(k++);
+    const RunResult r = run_bounded(args + " --quiet --out '" + out + "'");
+    BOOST_TEST_CONTEXT(args) {
+      expect_error_line(r, cmd, {"the plan's estimate is about ", "more than --max-hours ", "refused before any work"});
+      BOOST_TEST(!fs::exists(out));
+    }
+    BOOST_TEST(contains(run_bounded(cmd + " --help").out, "--max-hours H"), cmd);
+  }
+  // above the estimate: the same runs go ahead
+  for (const std::string& args : {"run " + m + "--seq-len 64", "sweep " + m + "--seq-len 64",
+                                  "decode " + m + "--seq-len 64 --prompt-len 40 --cache-budget 16 --policy h2o",
+                                  "eval " + m + text + " --prompt-len 16 --steps 8 --cache-budget 8 --policy h2o"}) {
+    const RunResult ok = run_bounded(args + " --max-hours 100 --quiet --out '" + dir + "/ok" + std::to_string(k++) + "'");
+    BOOST_TEST(ok.exit_code == 0, args << ": " << ok.err);
+  }
+  // bad values: one line each, before anything is opened
+  for (const char* bad : {"0", "-1", "abc", "inf", "nan"}) {
+    const RunResult r = run_bounded("run " + m + "--seq-len 64 --max-hours " + bad + " --out '" + dir + "/bad'");
+    expect_error_line(r, "run", {"--max-hours"});
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
