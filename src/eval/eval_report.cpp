@@ -1,7 +1,8 @@
 // src/eval/eval_report.cpp — the summaries and outputs of `mla-h2o eval` (mla/eval.hpp,
 // docs/eval.md), each a pure function of the windows' EvalResults, so tests check them on small runs:
 //   summary     per (policy, budget) over the W windows: mean NLL, ΔNLL with its 95 % t-interval from the
-//               paired per-window differences, perplexity ratio, KL mean/median/p99/max, top-1 ± se, passkey
+//               paired per-window differences, perplexity ratio, KL mean/median/p99/max, top-1 ± se, passkey;
+//               and llama-perplexity's statistics pooled over every decoded position (docs/eval.md §3.2)
 //   eval.csv    one row per (window, policy, budget, position)
 //   layers.csv  one row per (window, policy, budget, layer)
 //   windows.csv one row per (window, policy, budget);  leaderboard.csv  per budget, sorted by ΔNLL
