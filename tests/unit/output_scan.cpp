@@ -50,40 +50,68 @@ std::string finding(const fs::path& p, std::string_view text, size_t at) {
   return p.string() + ": '" + std::string(text.substr(at, 3)) + "' at byte " + std::to_string(at) + ": ..." + context + "...";
 }
 
-// F32 / F64 values of a safetensors file (up to 64 MiB: the dumps of small runs) that are not finite.
+// Whether the element of `width` bytes at `at` holds NaN or Inf: F64 and F32 by value; F16 and
+// BF16 by their exponent bits (all ones: Inf or NaN).
+bool non_finite_element(const std::string& bytes, size_t at, std::string_view dtype) {
+  if (dtype == "F64" || dtype == "F32") {
+    double v = 0;
+    if (dtype == "F32") {
+      float f = 0;
+      std::memcpy(&f, bytes.data() + at, 4);
+      v = f;
+    } else {
+      std::memcpy(&v, bytes.data() + at, 8);
+    }
+    return !std::isfinite(v);
+  }
+  uint16_t h = 0;
+  std::memcpy(&h, bytes.data() + at, 2);
+  const uint16_t exponent = dtype == "F16" ? 0x7C00 : 0x7F80;
+  return (h & exponent) == exponent;
+}
+
+// The floating-point values of a safetensors file (F64, F32, F16, BF16; up to 64 MiB: the dumps
+// of small runs, a larger file by its header alone) that are not finite: the first per tensor.
 void scan_safetensors(const fs::path& p, std::vector<std::string>& out) {
-  const std::string bytes = read_all(p);
+  std::error_code ec;
+  const bool whole = fs::file_size(p, ec) <= (uintmax_t{64} << 20) && !ec;
+  std::string bytes;
+  if (whole) {
+    bytes = read_all(p);
+  } else {  // the 8-byte length and the header only
+    std::ifstream f(p, std::ios::binary);
+    char len[8] = {};
+    f.read(len, 8);
+    uint64_t n = 0;
+    std::memcpy(&n, len, 8);
+    if (!f || n > (uint64_t{100} << 20)) return;
+    bytes.assign(len, 8);
+    bytes.resize(8 + n);
+    f.read(bytes.data() + 8, static_cast<std::streamsize>(n));
+    if (!f) return;
+  }
   uint64_t n = 0;
   if (bytes.size() < 8) return;
   std::memcpy(&n, bytes.data(), 8);
   if (n > bytes.size() - 8) return;
   const std::string_view header(bytes.data() + 8, n);
   for (size_t at : non_finite_tokens(header)) out.push_back(finding(p, header, 8 + at));
-  if (bytes.size() > (size_t{64} << 20)) return;
+  if (!whole) return;
   simdjson::dom::parser parser;
   simdjson::dom::object tensors;
   if (parser.parse(header.data(), header.size()).get(tensors)) return;
   for (const auto [name, t] : tensors) {
     std::string_view dtype;
     if (name == "__metadata__" || t["dtype"].get(dtype)) continue;
-    const size_t width = dtype == "F32" ? 4 : dtype == "F64" ? 8 : 0;
+    const size_t width = dtype == "F64" ? 8 : dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
     if (width == 0) continue;
     const size_t begin = 8 + n + uint64_t(t["data_offsets"].at(0)), end = 8 + n + uint64_t(t["data_offsets"].at(1));
-    for (size_t i = begin; i + width <= end && end <= bytes.size(); i += width) {
-      double v = 0;
-      if (width == 4) {
-        float f = 0;
-        std::memcpy(&f, bytes.data() + i, 4);
-        v = f;
-      } else {
-        std::memcpy(&v, bytes.data() + i, 8);
-      }
-      if (!std::isfinite(v)) {
-        out.push_back(p.string() + ": tensor " + std::string(name) + " holds " + (std::isnan(v) ? "NaN" : "Inf") +
-                      " (element " + std::to_string((i - begin) / width) + ")");
+    for (size_t i = begin; i + width <= end && end <= bytes.size(); i += width)
+      if (non_finite_element(bytes, i, dtype)) {
+        out.push_back(p.string() + ": tensor " + std::string(name) + " (" + std::string(dtype) +
+                      ") holds NaN or Inf (element " + std::to_string((i - begin) / width) + ")");
         break;
       }
-    }
   }
 }
 

@@ -15,7 +15,8 @@ std::vector<size_t> non_finite_tokens(std::string_view text);
 
 // Every finding under `root`, one line each ("PATH: 'inf' at byte N: ...context..."), over
 //   - each output set (a directory holding the manifest .mla-h2o-set): every file in it, a
-//     safetensors file by its header and the values of its F32 / F64 tensors;
+//     safetensors file by its header and the values of its F64 / F32 / F16 / BF16 tensors (a
+//     file over 64 MiB by its header alone);
 //   - the stdout and stderr of each command run_cli ran that exited 0 (the files beside "exit");
 // skipping what kAllowed lists (output_scan.cpp), each with the reason it must hold NaN.
 std::vector<std::string> scan_outputs(const std::string& root);

@@ -1283,10 +1283,20 @@ BOOST_AUTO_TEST_CASE(the_output_scan_finds_nan_and_inf_written_as_numbers) {
   write_text(set + "/.mla-h2o-set", "x.csv\n");
   write_text(set + "/x.csv", "a,b\n1,inf\n");
   write_text(dir + "/not-a-set.csv", "an input: nan\n");  // inputs the tests write are not outputs
-  const std::vector<std::string> found = mla::test::scan_outputs(dir);
-  BOOST_TEST_REQUIRE(found.size() == 1u);
-  BOOST_TEST(contains(found[0], "x.csv: 'inf' at byte 6"), found[0]);
+  // a dump: a finite F32 tensor and a BF16 one whose third element is +Inf (0x7F80)
+  const std::vector<float> finite = {1.0f, -2.5f};
+  const std::vector<uint16_t> bf16 = {0x3F80, 0xC000, 0x7F80, 0x0000};
+  mla::write_safetensors(set + "/t.safetensors",
+                         {{"ok", mla::DType::F32, {2}, std::as_bytes(std::span(finite))},
+                          {"bad", mla::DType::BF16, {4}, std::as_bytes(std::span(bf16))}},
+                         {});
+  std::vector<std::string> found = mla::test::scan_outputs(dir);
+  std::sort(found.begin(), found.end());  // t.safetensors, then x.csv
+  BOOST_TEST_REQUIRE(found.size() == 2u);
+  BOOST_TEST(contains(found[0], "t.safetensors: tensor bad (BF16) holds NaN or Inf (element 2)"), found[0]);
+  BOOST_TEST(contains(found[1], "x.csv: 'inf' at byte 6"), found[1]);
   fs::remove(set + "/x.csv");  // (the module's own scan reads this scratch area too)
+  fs::remove(set + "/t.safetensors");
 }
 
 // ---- issue 46: --max-hours H for every command that plans ----------------------------------------
