@@ -39,6 +39,7 @@
 #include "mla/policy.hpp"
 #include "mla/provenance.hpp"
 #include "mla/stage_timer.hpp"
+#include "mla/stats.hpp"  // MeanSe, Quantiles
 #include "mla/tasks.hpp"  // Passkey, TaskSample
 #include "mla/tensor.hpp"
 
@@ -128,6 +129,17 @@ struct EvalSummary {
   int64_t passkey_digits = 0;    // digits scored (those whose predicting position was decoded), all windows
   double mean_cache_len = 0;     // over layers and steps
   double mean_mass_recall = 1;   // over layers and steps
+  // llama-perplexity --kl-divergence's statistics (docs/eval.md §3.2), pooled over the n decoded
+  // positions of every window, each paired with full's at the same position (exact for full: KL
+  // 0, Δp 0, same_top_p 1, ln ratio 0). The standard errors are NaN when n = 1.
+  int64_t positions = 0;         // n
+  double kl_se = 0;              // of mean_kl
+  Quantiles kl_q;                // KL's order statistics (kl_median, kl_p99, kl_max above are its)
+  MeanSe dp;                     // Δp = exp(-nll) - exp(-nll_full) of the true next token
+  double dp_rms = 0;
+  Quantiles dp_q;
+  MeanSe same_top;               // share of positions whose argmax is full's (ties: lower id), binomial se
+  double ln_ppl_ratio_se = 0;    // mean(nll) - mean(nll_full) over the positions: se with the covariance term
 };
 
 struct EvalResult {
@@ -206,7 +218,10 @@ std::string eval_layers_csv(const std::vector<EvalWindow>& w, const std::vector<
 std::string eval_windows_csv(const std::vector<EvalWindow>& w, const std::vector<int64_t>& budgets);
 // summary.csv: policy,budget,windows,mean_nll,delta_nll,delta_nll_ci_low,delta_nll_ci_high,ln_ppl_ratio,ppl_ratio,
 //              mean_kl,kl_median,kl_p99,kl_max,top1_agreement,top1_agreement_se,top1_accuracy,passkey_accuracy,
-//              mean_cache_len,mean_mass_recall
+//              mean_cache_len,mean_mass_recall, then llama-perplexity's (docs/eval.md §3.2):
+//              positions,kl_se,kl_p999,kl_p95,kl_p90,kl_p10,kl_p05,kl_p01,kl_p001,kl_min,dp_mean,dp_se,dp_rms,
+//              dp_max,dp_p999,dp_p99,dp_p95,dp_p90,dp_p75,dp_median,dp_p25,dp_p10,dp_p05,dp_p01,dp_p001,dp_min,
+//              same_top_p,same_top_p_se,ln_ppl_ratio_se
 std::string eval_summary_csv(const std::vector<EvalSummary>& s);
 // leaderboard.csv, per budget the policies other than full sorted by ΔNLL (ties: label):
 //   budget,rank,policy,delta_nll,delta_nll_ci_low,delta_nll_ci_high,overlaps,next,diff_to_next,

@@ -69,6 +69,9 @@ struct EvalRates {
   double int4_weight = 0;   // seconds per INT4 element dequantized (besides `weight`)
 };
 EvalRates measure_eval_rates(const ModelConfig& cfg, const EvalOptions& opt, int threads);
+// EvalRates::gemm alone: FLOP/s of the fixed-order engine on [rows, H] x [H, H]^T with `threads`
+// workers, the median of 3 probes of about 1 GFLOP each (run, sweep and decode's --max-hours).
+double measure_gemm_rate(int64_t hidden_size, Precision precision, int threads);
 
 // The estimate, seconds per part.
 struct EvalTime {

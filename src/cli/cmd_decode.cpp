@@ -43,6 +43,7 @@
 #include "mla/report.hpp"
 #include "mla/safetensors.hpp"
 #include "mla_build_config.h"
+#include "src/cpu/attention_stages.hpp"  // forward_flops
 
 namespace mla::cli {
 
@@ -86,6 +87,7 @@ CommandSpec decode_spec() {
       {"dump-tensors", "", "write decode_tensors.safetensors (latent cache, outputs of every policy)", ""},
       {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
       {"dry-run", "", "print the plan (memory, FLOPs, outputs) and exit 0 without computing or writing anything", ""},
+      max_hours_flag(),
   };
   for (auto& f : own) spec.flags.push_back(f);
   spec.positional_help =
@@ -127,6 +129,21 @@ std::vector<std::string> caveats(const std::string& synthetic, const InputReques
   return c;
 }
 
+// --max-hours (docs/long-context.md §4.1): the prefill's forward over P rows, then for each run
+// (full, and every policy at every budget) the N decoded rows' projections and their attention over
+// every key before them, as a forward counts them: an upper bound on what a policy attends (at
+// most K + 1 keys), at the GEMM rate, which one row at a time does not reach.
+void check_decode_time(const DecodePlan& plan, const AttentionConfig& cfg, int64_t P, int64_t N) {
+  if (plan.run.max_hours < 0) return;
+  int64_t runs = 1;
+  for (const PolicySettings& p : plan.decode.policies)
+    if (!policy_is_full_cache(p)) runs += static_cast<int64_t>(plan.decode.budgets.size());
+  const double prompt = cpu::forward_flops(cfg, P, true).total(), all = cpu::forward_flops(cfg, P + N, true).total();
+  std::string how;
+  const double seconds = planned_seconds(plan.run, cfg, prompt + static_cast<double>(runs) * (all - prompt), how);
+  check_max_hours(seconds, how + ", " + std::to_string(runs) + " runs", plan.run.max_hours);
+}
+
 // The memory plan of this decode (mla/memory_plan.hpp) from the flags and the input's row count,
 // before the layer or the input rows are built: refuses with one line when it cannot fit.
 MemoryPlan check_decode_memory(const DecodePlan& plan, const AttentionConfig& cfg, int64_t input_rows) {
@@ -141,6 +158,7 @@ MemoryPlan check_decode_memory(const DecodePlan& plan, const AttentionConfig& cf
   req.gemm = plan.run.forward.gemm;
   const MemoryPlan mp = plan_decode_memory(cfg, req, host_memory_budget());
   if (!mp.fits) fail(ErrorKind::Unsupported, mp.refusal);
+  check_decode_time(plan, cfg, req.prompt_len, req.steps);
   return mp;
 }
 
@@ -160,6 +178,7 @@ DecodePlan read_decode_plan(const Args& a) {
   plan.dump_tensors = a.has("dump-tensors");
   r.quiet = a.has("quiet");
   r.dry_run = a.has("dry-run");
+  r.max_hours = read_max_hours(a);
   plan.decode.prompt_len = a.integer("prompt-len", 0);
   plan.decode.budgets = a.int_list("cache-budget", {});
   plan.decode.policies = read_policies(a);

@@ -128,6 +128,7 @@ CommandSpec eval_spec() {
        ""},
       {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
       {"dry-run", "", "print the plan (memory, FLOPs, estimated time, outputs) and exit 0 without computing or writing anything", ""},
+      max_hours_flag(),
   };
   return spec;
 }
@@ -234,12 +235,14 @@ void read_task_plan(const Args& a, EvalPlan& plan) {
 }
 
 // What a --resume must repeat (mla/resume_area.hpp): every flag of --help but those that change
-// no figure (--threads: the sums are fixed-order; --quiet), the resume itself and where it goes;
-// each as given, else its default, else "(not given)".
+// no figure (--threads: the sums are fixed-order; --quiet; --max-hours, a limit), the resume itself
+// and where it goes; each as given, else its default, else "(not given)".
 std::vector<ResumeSetting> resume_settings(const Args& a) {
   std::vector<ResumeSetting> out;
   for (const FlagSpec& f : eval_spec().flags) {
-    if (f.name == "threads" || f.name == "quiet" || f.name == "resume" || f.name == "out" || f.name == "dry-run") continue;
+    if (f.name == "threads" || f.name == "quiet" || f.name == "resume" || f.name == "out" || f.name == "dry-run" ||
+        f.name == "max-hours")
+      continue;
     std::string v = f.value_name.empty() ? (a.has(f.name) ? "yes" : "no")
                                          : a.has(f.name) ? a.str(f.name) : f.default_value.empty() ? "(not given)" : f.default_value;
     out.push_back(ResumeSetting{"--" + f.name, std::move(v)});
@@ -298,6 +301,7 @@ EvalPlan read_eval_plan(const Args& a) {
   plan.dump_tensors = a.has("dump-tensors");
   plan.quiet = a.has("quiet");
   plan.dry_run = a.has("dry-run");
+  plan.max_hours = read_max_hours(a);
   plan.resume = a.has("resume");
   plan.settings = resume_settings(a);
   return plan;
@@ -533,7 +537,8 @@ struct WindowJob {
 
 // The plan eval prints before any work (stdout): every job's FLOPs counted from the config and
 // the time they take, each part at a rate measured now on the model's widths (mla/eval_cost.hpp).
-void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs, int64_t workers) {
+// A plan over --max-hours is refused right after it is printed.
+void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs, int64_t workers, double max_hours) {
   EvalCost total;
   for (const WindowJob& j : jobs) total += eval_cost(cfg, j.opt);
   const int each = std::max(1, resolve_threads(jobs.front().opt.threads) / static_cast<int>(workers));
@@ -541,9 +546,10 @@ void print_cost_plan(const ModelConfig& cfg, const std::vector<WindowJob>& jobs,
   std::string windows;
   if (jobs.size() > 1) windows = ", " + std::to_string(jobs.size()) + " windows";
   if (workers > 1) windows += ", " + std::to_string(workers) + " at a time";
-  std::printf("mla-h2o eval: plan: %s%s\n", eval_cost_line(total, eval_time(total, rates, workers), rates).c_str(),
-              windows.c_str());
+  const EvalTime time = eval_time(total, rates, workers);
+  std::printf("mla-h2o eval: plan: %s%s\n", eval_cost_line(total, time, rates).c_str(), windows.c_str());
   std::fflush(stdout);
+  check_max_hours(time.total(), "the plan above", max_hours);
 }
 
 std::vector<int64_t> all_windows(int64_t W) {
@@ -1047,7 +1053,7 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
     generate_task_jobs(m, t, opt, filler, task, samples, jobs);
     return 0;
   });
-  if (!plan.worker_rank) print_cost_plan(m.cfg, jobs, wp.workers);
+  if (!plan.worker_rank) print_cost_plan(m.cfg, jobs, wp.workers, plan.max_hours);  // (rank 0 refuses for every rank)
   if (out_or_dry == nullptr && !plan.worker_rank) return print_dry_run(plan, wp.memory);
 
   // ---- eval ----
@@ -1108,7 +1114,7 @@ int execute_eval(const EvalPlan& plan, OutputSet* out_or_dry) {
   // ---- eval: the windows, several at once when --threads allows, one progress line for all ----
   std::vector<WindowJob> jobs;
   for (const WindowInput& in : inputs) jobs.push_back(WindowJob{in, opt});
-  if (!plan.worker_rank) print_cost_plan(cfg, jobs, wp.workers);
+  if (!plan.worker_rank) print_cost_plan(cfg, jobs, wp.workers, plan.max_hours);  // (rank 0 refuses for every rank)
   if (out_or_dry == nullptr && !plan.worker_rank) return print_dry_run(plan, mem);
   std::vector<FileDigest> model_files;
   int64_t resumed = 0;

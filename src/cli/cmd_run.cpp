@@ -161,7 +161,8 @@ CommandSpec demo_spec() {
       {"samples", "S", "--model recall: passkey samples per context and depth", "4"},
   };
   for (auto& f : forward_flags("none", "bf16")) {
-    if (f.name == "sinks" || f.name == "recent" || f.name == "budget" || f.name == "latent-norm-eps") continue;
+    if (f.name == "sinks" || f.name == "recent" || f.name == "budget" || f.name == "latent-norm-eps" || f.name == "max-hours")
+      continue;
     spec.flags.push_back(f);
   }
   return spec;

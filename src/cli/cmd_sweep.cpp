@@ -175,6 +175,9 @@ std::vector<int64_t> open_and_check(const RunPlan& plan, const std::string& laye
     latent_eps(plan.latent_eps_arg, cfg, mode);  // a bad value fails here, not at the first layer
     if (plan.input.kind == InputKind::File) info.notes = check_file_inputs(plan.input, layers, plan.forward.precision);
     info.model_files = model_file_digests(ckpt, "sweep", plan.quiet);  // the shards of the listed layers
+    // --max-hours: every listed layer's forward, before the first (the input of the first layer gives S)
+    if (plan.max_hours >= 0)
+      check_forward_time(plan, cfg, open_input(plan.input, layers.front()).seq_len, static_cast<int64_t>(layers.size()));
   }
   if (plan.input.kind == InputKind::Tokens) {
     std::vector<int64_t> above0;

@@ -19,6 +19,7 @@ struct EvalPlan {
   std::vector<double> ratios;  // --compression-ratio, aligned with eval.budgets (K = round((1 - r) P)); empty with --cache-budget
   bool dump_tensors = false, quiet = false;
   bool dry_run = false;  // --dry-run: the plan only (execute_eval stops after it), nothing written
+  double max_hours = -1;  // --max-hours H: refuse a run whose printed plan says more than H hours (-1: no limit)
   // --task (docs/eval.md §7): samples generated from --text's filler; each sample is one window
   // whose P and N come from its layout (mla/tasks.hpp), so --prompt-len and --steps are not given
   bool task_mode = false;

@@ -27,6 +27,7 @@
 #include "progress.hpp"
 #include "src/cpu/attention_stages.hpp"  // forward_flops
 #include "mla/error.hpp"
+#include "mla/eval_cost.hpp"  // measure_gemm_rate
 #include "mla/layer_tensors.hpp"
 #include "mla/model.hpp"
 #include "mla/rope.hpp"
@@ -61,7 +62,53 @@ std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::
       {"allow-tf32", "", "cuda fp32 only: allow TF32 tensor-core GEMMs", ""},
       {"quiet", "", "no progress lines on stderr (shown after MLA_PROGRESS_AFTER seconds, default 1)", ""},
       {"dry-run", "", "print the plan (memory, FLOPs, outputs) and exit 0 without computing or writing anything", ""},
+      max_hours_flag(),
   };
+}
+
+FlagSpec max_hours_flag() {
+  return {"max-hours", "H",
+          "refuse, before any work, a run whose planned time exceeds H hours (the plan's FLOPs at the rate this machine "
+          "measures just before; docs/long-context.md §4.1)",
+          "no limit"};
+}
+
+double read_max_hours(const Args& a) {
+  if (!a.has("max-hours")) return -1;
+  const double h = a.real("max-hours", -1);
+  if (!(h > 0)) fail(ErrorKind::InvalidArgument, "--max-hours " + a.str("max-hours") + ": expected a positive number of hours");
+  return h;
+}
+
+void check_max_hours(double seconds, const std::string& how, double max_hours) {
+  if (max_hours < 0 || !(seconds > max_hours * 3600)) return;
+  char hours[64];
+  std::snprintf(hours, sizeof hours, "%g", max_hours);
+  fail(ErrorKind::Unsupported, "the plan's estimate is about " + format_duration(seconds) + " (" + how +
+                                   "), more than --max-hours " + hours + " (" + format_duration(max_hours * 3600) +
+                                   "); refused before any work");
+}
+
+double planned_seconds(const RunPlan& plan, const AttentionConfig& cfg, double flops, std::string& how) {
+  char text[160];
+  if (plan.backend == BackendKind::Reference) {
+    std::snprintf(text, sizeof text, "%.3g FLOP at the reference backend's %.2g FLOP/s", flops, kReferenceFlopsPerSecond);
+    how = text;
+    return flops / kReferenceFlopsPerSecond;
+  }
+  const double rate = measure_gemm_rate(cfg.hidden_size, plan.forward.precision, cpu_threads(plan.forward.threads));
+  std::snprintf(text, sizeof text, "%.3g FLOP at the %.3g GFLOP/s this machine's fixed-order GEMM measures", flops, rate * 1e-9);
+  how = text;
+  return flops / rate;
+}
+
+void check_forward_time(const RunPlan& plan, const AttentionConfig& cfg, int64_t seq_len, int64_t forwards) {
+  if (plan.max_hours < 0 || seq_len <= 0) return;
+  const double flops =
+      static_cast<double>(forwards) * cpu::forward_flops(cfg, seq_len, plan.forward.mask == Mask::Causal).total();
+  std::string how;
+  const double seconds = planned_seconds(plan, cfg, flops, how);
+  check_max_hours(seconds, how, plan.max_hours);
 }
 
 namespace {
@@ -101,6 +148,7 @@ void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default
   plan.dump_tensors = a.has("dump-tensors");
   plan.quiet = a.has("quiet");
   plan.dry_run = a.has("dry-run");
+  plan.max_hours = read_max_hours(a);
   plan.out_dir = a.str("out", plan.out_dir);
   plan.forward.threads = static_cast<int>(a.integer("threads", 0, 0, 4096));
   plan.forward.allow_tf32 = a.has("allow-tf32");
@@ -219,6 +267,7 @@ LoadedRun load(const RunPlan& plan, const MemoryPlanner& plan_memory) {
   const OpenedInput input = timed(r.stages, "open input", [&] { return open_input(plan.input, plan.layer); });
   // refuses before anything large is allocated
   r.memory = plan_run_memory(plan, plan_memory, r.ckpt, input.seq_len);
+  if (!plan_memory && plan.command != "sweep") check_forward_time(plan, cfg, input.seq_len, 1);
   r.weights = timed(r.stages, "load layer", [&] {
     return std::make_shared<const LayerWeights>(load_checked_layer(r.ckpt, plan.layer, needs_input_layernorm(plan.input)));
   });
@@ -236,6 +285,7 @@ int dry_run(const RunPlan& plan, const MemoryPlanner& plan_memory, const std::st
   const AttentionConfig& cfg = ckpt.config();
   const OpenedInput input = open_input(plan.input, plan.layer);
   const MemoryPlan mp = plan_run_memory(plan, plan_memory, ckpt, input.seq_len);
+  if (!plan_memory && plan.command != "sweep") check_forward_time(plan, cfg, input.seq_len, 1);
   std::printf("mla-h2o %s: dry run: %s, %s tokens%s\n", plan.command.c_str(), plan.checkpoint.c_str(),
               input.seq_len > 0 ? std::to_string(input.seq_len).c_str() : "? (the input is checked when it is read)", what.c_str());
   if (mp.estimate.host_peak_bytes > 0) {

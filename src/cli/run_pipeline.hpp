@@ -39,6 +39,7 @@ struct RunPlan {
   bool dump_tensors = false;
   bool quiet = false;        // --quiet: no progress on stderr
   bool dry_run = false;      // --dry-run: the plan only (dry_run below), nothing computed or written
+  double max_hours = -1;     // --max-hours H: refuse a run planned to take longer (-1: no limit)
   std::string out_dir = "mla-h2o-out";
   std::vector<std::string> notes;
 };
@@ -56,6 +57,21 @@ std::vector<FlagSpec> forward_flags(const std::string& default_mask, const std::
 RunPlan read_run_plan(const Args& a, const std::string& command,
                       const std::vector<std::pair<std::string, std::string>>& required = {});
 void read_forward_flags(const Args& a, RunPlan& plan, const std::string& default_mask, const std::string& default_precision);
+
+// --max-hours H, for every command that plans (run, sweep, decode, eval; docs/long-context.md
+// §4.1): the flag, its value (a positive finite number of hours; -1 when not given), and the
+// refusal: when the plan's estimate `seconds` exceeds H hours, one line naming the estimate, how
+// it was made (`how`) and H, before any work.
+FlagSpec max_hours_flag();
+double read_max_hours(const Args& a);
+void check_max_hours(double seconds, const std::string& how, double max_hours);
+// The estimate of run, sweep and decode: `flops` of the layer's forward at the rate this machine
+// measures now (the reference backend: kReferenceFlopsPerSecond; otherwise measure_gemm_rate's
+// fixed-order GEMM rate on the layer's width and the run's threads); `how` says which.
+double planned_seconds(const RunPlan& plan, const AttentionConfig& cfg, double flops, std::string& how);
+// The same for `forwards` forwards of `seq_len` rows (run: 1; sweep: its layers), checked
+// against plan.max_hours; nothing measured without --max-hours.
+void check_forward_time(const RunPlan& plan, const AttentionConfig& cfg, int64_t seq_len, int64_t forwards);
 
 // --latent-norm-eps: "hf" -> 1e-6, "config" -> rms_norm_eps, else a positive finite number;
 // `mode` receives "hf" | "config" | "value".

@@ -143,7 +143,9 @@ double median3(double a, double b, double c) { return std::max(std::min(a, b), s
 
 // FLOP/s of the fixed-order engine on [rows, H] x [H, H]^T (rows: about 1 GFLOP, at least 64), the
 // median of 3.
-double gemm_rate(int64_t hidden_size, Precision precision, int threads) {
+}  // namespace
+
+double measure_gemm_rate(int64_t hidden_size, Precision precision, int threads) {
   const int64_t H = std::max<int64_t>(hidden_size, 64);
   const int64_t rows = std::clamp<int64_t>(static_cast<int64_t>(5e8 / static_cast<double>(H * H)), 64, 8192);
   const std::vector<float> w = probe_values(H * H, 1, precision), x = probe_values(rows * H, 2, precision);
@@ -157,6 +159,8 @@ double gemm_rate(int64_t hidden_size, Precision precision, int threads) {
   }
   return 2.0 * static_cast<double>(rows) * static_cast<double>(H * H) / median3(s[0], s[1], s[2]);
 }
+
+namespace {
 
 // Where a probe row's keys lie, like eval's: a layer's store holds the prompt's P positions,
 // shared by every run, then each of R runs' N decode positions (at most 128 MiB of them kept); a
@@ -324,7 +328,7 @@ EvalRates measure_eval_rates(const ModelConfig& cfg, const EvalOptions& opt, int
   const AttentionConfig& a = cfg.attention;
   EvalRates r;
   r.threads = cpu::resolve_threads(threads);
-  r.gemm = gemm_rate(a.hidden_size, opt.precision, r.threads);
+  r.gemm = measure_gemm_rate(a.hidden_size, opt.precision, r.threads);
   // the keys of a typical decode row
   const EvalCost c = eval_cost(cfg, opt);
   const double rows = static_cast<double>(c.runs * opt.steps * a.num_hidden_layers);

@@ -1,7 +1,8 @@
 // src/eval/eval_report.cpp — the summaries and outputs of `mla-h2o eval` (mla/eval.hpp,
 // docs/eval.md), each a pure function of the windows' EvalResults, so tests check them on small runs:
 //   summary     per (policy, budget) over the W windows: mean NLL, ΔNLL with its 95 % t-interval from the
-//               paired per-window differences, perplexity ratio, KL mean/median/p99/max, top-1 ± se, passkey
+//               paired per-window differences, perplexity ratio, KL mean/median/p99/max, top-1 ± se, passkey;
+//               and llama-perplexity's statistics pooled over every decoded position (docs/eval.md §3.2)
 //   eval.csv    one row per (window, policy, budget, position)
 //   layers.csv  one row per (window, policy, budget, layer)
 //   windows.csv one row per (window, policy, budget);  leaderboard.csv  per budget, sorted by ΔNLL
@@ -93,6 +94,60 @@ WindowFigures window_figures(const EvalRun& run, const EvalResult& window) {
 // "" for NaN (an empty CSV field), else %.17g
 std::string field(double v) { return std::isnan(v) ? std::string() : format_double(v); }
 
+// llama-perplexity's statistics of one (policy, budget) over every decoded position of every
+// window, each position paired with the same window's full run at that position (docs/eval.md
+// §3.2). Sets positions, mean_kl and kl_*, dp*, same_top and ln_ppl_ratio_se.
+void pooled_statistics(EvalSummary& s, const std::vector<const EvalRun*>& of_window, const std::vector<EvalWindow>& windows) {
+  std::vector<double> nll, nll_full, kl, dp;  // [n]
+  int64_t same = 0;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const std::vector<EvalPosition>& run = of_window[w]->positions;
+    const std::vector<EvalPosition>& full = windows[w].result.full.positions;
+    if (run.size() != full.size()) fail(ErrorKind::InvalidArgument, "summarize: a run and full decoded different positions");
+    for (size_t i = 0; i < run.size(); ++i) {
+      nll.push_back(run[i].nll);
+      nll_full.push_back(full[i].nll);
+      kl.push_back(run[i].kl);
+      dp.push_back(prob_diff(run[i].nll, full[i].nll));
+      same += run[i].top1_agree;
+    }
+  }
+  s.positions = static_cast<int64_t>(kl.size());
+  const MeanSe k = mean_se(kl);
+  s.mean_kl = k.mean;
+  s.kl_se = k.se;
+  s.kl_q = quantiles(kl);
+  s.kl_median = s.kl_q.median;
+  s.kl_p99 = s.kl_q.p99;
+  s.kl_max = s.kl_q.max;
+  s.dp = mean_se(dp);
+  s.dp_rms = root_mean_square(dp);
+  s.dp_q = quantiles(dp);
+  s.same_top = share_se(same, s.positions);
+  s.ln_ppl_ratio_se = ln_ppl_ratio(nll, nll_full).se;
+}
+
+// summary.csv's columns after mean_mass_recall, and report.json's keys of the same name: the
+// statistics of llama-perplexity that the first 19 columns do not already hold, in its order
+// (docs/eval.md §3.2). `se` marks a standard error, NaN by design when positions = 1.
+struct PooledColumn {
+  const char* name;
+  double value;
+  bool se;
+};
+std::vector<PooledColumn> pooled_columns(const EvalSummary& s) {
+  return {{"kl_se", s.kl_se, true},           {"kl_p999", s.kl_q.p999, false},     {"kl_p95", s.kl_q.p95, false},
+          {"kl_p90", s.kl_q.p90, false},      {"kl_p10", s.kl_q.p10, false},       {"kl_p05", s.kl_q.p05, false},
+          {"kl_p01", s.kl_q.p01, false},      {"kl_p001", s.kl_q.p001, false},     {"kl_min", s.kl_q.min, false},
+          {"dp_mean", s.dp.mean, false},      {"dp_se", s.dp.se, true},            {"dp_rms", s.dp_rms, false},
+          {"dp_max", s.dp_q.max, false},      {"dp_p999", s.dp_q.p999, false},     {"dp_p99", s.dp_q.p99, false},
+          {"dp_p95", s.dp_q.p95, false},      {"dp_p90", s.dp_q.p90, false},       {"dp_p75", s.dp_q.p75, false},
+          {"dp_median", s.dp_q.median, false}, {"dp_p25", s.dp_q.p25, false},      {"dp_p10", s.dp_q.p10, false},
+          {"dp_p05", s.dp_q.p05, false},      {"dp_p01", s.dp_q.p01, false},       {"dp_p001", s.dp_q.p001, false},
+          {"dp_min", s.dp_q.min, false},      {"same_top_p", s.same_top.mean, false}, {"same_top_p_se", s.same_top.se, true},
+          {"ln_ppl_ratio_se", s.ln_ppl_ratio_se, true}};
+}
+
 }  // namespace
 
 std::vector<EvalSummary> summarize(const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets) {
@@ -103,7 +158,7 @@ std::vector<EvalSummary> summarize(const std::vector<EvalWindow>& windows, const
     s.policy = col.policy;
     s.budget = col.budget;
     s.windows = static_cast<int64_t>(windows.size());
-    std::vector<double> delta, agree, kl;
+    std::vector<double> delta, agree;
     double nll = 0, correct = 0, cache = 0, recall = 0;
     int64_t key_scored = 0, key_correct = 0;
     for (size_t w = 0; w < windows.size(); ++w) {
@@ -115,7 +170,6 @@ std::vector<EvalSummary> summarize(const std::vector<EvalWindow>& windows, const
       correct += f.top1_accuracy;
       key_scored += f.passkey_scored;
       key_correct += f.passkey_correct;
-      for (const EvalPosition& p : run.positions) kl.push_back(p.kl);
       double c = 0, m = 0;
       for (const EvalLayer& l : run.layers) {
         c += l.mean_cache_len;
@@ -132,12 +186,7 @@ std::vector<EvalSummary> summarize(const std::vector<EvalWindow>& windows, const
     s.delta_nll_high = d.high;
     s.ln_ppl_ratio = s.delta_nll;  // ΔNLL is exactly ln(ppl_run / ppl_full)
     s.ppl_ratio = std::exp(s.delta_nll);
-    double kl_sum = 0;
-    for (double v : kl) kl_sum += v;
-    s.mean_kl = kl_sum / static_cast<double>(kl.size());
-    s.kl_median = quantile_linear(kl, 0.5);
-    s.kl_p99 = quantile_linear(kl, 0.99);
-    s.kl_max = *std::max_element(kl.begin(), kl.end());
+    pooled_statistics(s, col.of_window, windows);
     const MeanInterval a = mean_t_interval(agree);
     s.top1_agreement = a.mean;
     s.top1_agreement_se = a.se;
@@ -173,6 +222,8 @@ void check_summaries_finite(const std::vector<EvalSummary>& sum) {
     };
     for (const auto& [name, v] : always)
       if (!std::isfinite(v)) refuse(name, v);
+    for (const PooledColumn& c : pooled_columns(s))  // a standard error of one position is NaN by design
+      if (std::isinf(c.value) || (std::isnan(c.value) && !(c.se && s.positions < 2))) refuse(c.name, c.value);
     for (const auto& [name, v] : intervals)  // NaN with one window by design (no spread)
       if (std::isinf(v) || (s.windows > 1 && std::isnan(v))) refuse(name, v);
   }
@@ -236,15 +287,21 @@ std::string eval_windows_csv(const std::vector<EvalWindow>& windows, const std::
 std::string eval_summary_csv(const std::vector<EvalSummary>& sum) {
   std::string out =
       "policy,budget,windows,mean_nll,delta_nll,delta_nll_ci_low,delta_nll_ci_high,ln_ppl_ratio,ppl_ratio,mean_kl,"
-      "kl_median,kl_p99,kl_max,top1_agreement,top1_agreement_se,top1_accuracy,passkey_accuracy,mean_cache_len,mean_mass_recall\n";
-  for (const EvalSummary& s : sum)
+      "kl_median,kl_p99,kl_max,top1_agreement,top1_agreement_se,top1_accuracy,passkey_accuracy,mean_cache_len,mean_mass_recall,"
+      "positions";
+  for (const PooledColumn& c : pooled_columns(EvalSummary{})) out += std::string(",") + c.name;
+  out += "\n";
+  for (const EvalSummary& s : sum) {
     out += csv_field(s.policy) + "," + std::to_string(s.budget) + "," + std::to_string(s.windows) + "," +
            format_double(s.mean_nll) + "," + format_double(s.delta_nll) + "," + field(s.delta_nll_low) + "," +
            field(s.delta_nll_high) + "," + format_double(s.ln_ppl_ratio) + "," + format_double(s.ppl_ratio) + "," + format_double(s.mean_kl) + "," +
            format_double(s.kl_median) + "," + format_double(s.kl_p99) + "," + format_double(s.kl_max) + "," +
            format_double(s.top1_agreement) + "," + field(s.top1_agreement_se) + "," + format_double(s.top1_accuracy) +
            "," + (s.passkey_accuracy < 0 ? std::string() : format_double(s.passkey_accuracy)) + "," +
-           format_double(s.mean_cache_len) + "," + format_double(s.mean_mass_recall) + "\n";
+           format_double(s.mean_cache_len) + "," + format_double(s.mean_mass_recall) + "," + std::to_string(s.positions);
+    for (const PooledColumn& c : pooled_columns(s)) out += "," + field(c.value);
+    out += "\n";
+  }
   return out;
 }
 
@@ -296,6 +353,48 @@ std::string eval_leaderboard_csv(const std::vector<EvalWindow>& windows, const s
   return out;
 }
 
+namespace {
+
+// "v ± se" with printf's `fmt` for both, `scale` times each (100: percent); the "± se" left out
+// when se is NaN (one position).
+std::string value_se(const char* fmt, double v, double se, double scale = 1) {
+  char a[64], b[64];
+  std::snprintf(a, sizeof a, fmt, scale * v);
+  if (std::isnan(se)) return a;
+  std::snprintf(b, sizeof b, fmt, scale * se);
+  return std::string(a) + " ± " + (b[0] == '+' ? b + 1 : b);
+}
+
+// `text` padded with spaces to `cols` characters (UTF-8: ± and Δ count one).
+std::string pad(std::string text, size_t cols) {
+  size_t chars = 0;
+  for (unsigned char c : text) chars += (c & 0xC0) != 0x80;
+  if (chars < cols) text.append(cols - chars, ' ');
+  return text;
+}
+
+// The stdout table's second block: llama-perplexity's headline figures per row (docs/eval.md §3.2).
+std::string pooled_statistics_table(const std::vector<EvalSummary>& sum, size_t width) {
+  const auto row = [&](const std::string& policy, const std::string& budget, const std::string& kl, const std::string& top,
+                       const std::string& dp, const std::string& ln) {
+    std::string r = pad(policy, width) + " " + pad("", 6 - std::min<size_t>(6, budget.size())) + budget + "  " +
+                    pad(kl, 22) + "  " + pad(top, 18) + "  " + pad(dp, 18) + "  " + ln;
+    return r + "\n";
+  };
+  std::string out = row("policy", "budget", "KLD mean ± se", "same top p ± se", "Δp mean ± se", "ln PPL ratio ± se");
+  for (const EvalSummary& s : sum)
+    out += row(s.policy, std::to_string(s.budget), value_se("%.3e", s.mean_kl, s.kl_se),
+               value_se("%.3f", s.same_top.mean, s.same_top.se, 100) + " %", value_se("%+.3f", s.dp.mean, s.dp.se, 100) + " %",
+               value_se("%+.5f", s.ln_ppl_ratio, s.ln_ppl_ratio_se));
+  const int64_t n = sum.empty() ? 0 : sum.front().positions;
+  out += "pooled over the " + std::to_string(n) +
+         " decoded positions of the windows as llama-perplexity --kl-divergence pools them, se taking positions as "
+         "independent (narrower than the window intervals above; docs/eval.md §3.2)\n";
+  return out;
+}
+
+}  // namespace
+
 std::string eval_summary_table(const std::vector<EvalSummary>& sum) {
   size_t width = 6;
   for (const EvalSummary& s : sum) width = std::max(width, s.policy.size());
@@ -336,7 +435,7 @@ std::string eval_summary_table(const std::vector<EvalSummary>& sum) {
   if (intervals)
     out += "95% CI: Student-t interval of the mean of the per-window ΔNLL (paired with full in each window); se: "
            "standard error of top-1 agreement over windows (docs/eval.md §3.1)\n";
-  return out;
+  return out + pooled_statistics_table(sum, width);
 }
 
 // budget.svg: ΔNLL against K per policy, with each point's 95 % interval as a whisker (W >= 2).
@@ -459,6 +558,8 @@ static void summary_json(JsonWriter& j, const EvalSummary& s) {
   j.key("passkey_digits").value(s.passkey_digits);
   j.key("mean_cache_len").value(s.mean_cache_len);
   j.key("mean_mass_recall").value(s.mean_mass_recall);
+  j.key("positions").value(s.positions);
+  for (const PooledColumn& c : pooled_columns(s)) maybe(c.name, c.value);
   j.end_object();
 }
 

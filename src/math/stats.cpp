@@ -72,13 +72,88 @@ MeanInterval mean_t_interval(const std::vector<double>& x, double coverage) {
   return m;
 }
 
-double quantile_linear(std::vector<double> x, double q) {
+double quantile_sorted(const std::vector<double>& x, double q) {
   if (x.empty()) return std::numeric_limits<double>::quiet_NaN();
-  std::sort(x.begin(), x.end());
   const double h = static_cast<double>(x.size() - 1) * std::clamp(q, 0.0, 1.0);
   const size_t i = static_cast<size_t>(std::floor(h));
   if (i + 1 >= x.size()) return x.back();
   return x[i] + (h - static_cast<double>(i)) * (x[i + 1] - x[i]);
+}
+
+double quantile_linear(std::vector<double> x, double q) {
+  std::sort(x.begin(), x.end());
+  return quantile_sorted(x, q);
+}
+
+Quantiles quantiles(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  const auto at = [&](double q) { return quantile_sorted(x, q); };
+  // in Quantiles' order: max, p99.9, p99, p95, p90, p75, median, p25, p10, p5, p1, p0.1, min
+  return {at(1.0), at(0.999), at(0.99), at(0.95), at(0.90), at(0.75), at(0.5), at(0.25), at(0.10), at(0.05), at(0.01),
+          at(0.001), at(0.0)};
+}
+
+double variance_of_mean(const std::vector<double>& x, double mean) {
+  const size_t n = x.size();
+  if (n < 2) return std::numeric_limits<double>::quiet_NaN();
+  double ss = 0;
+  for (double v : x) ss += (v - mean) * (v - mean);
+  return ss / (static_cast<double>(n) * static_cast<double>(n - 1));
+}
+
+namespace {
+double mean_of(const std::vector<double>& x) {
+  if (x.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double s = 0;
+  for (double v : x) s += v;
+  return s / static_cast<double>(x.size());
+}
+}  // namespace
+
+MeanSe mean_se(const std::vector<double>& x) {
+  MeanSe m;
+  m.n = static_cast<int64_t>(x.size());
+  m.mean = mean_of(x);
+  m.se = std::sqrt(variance_of_mean(x, m.mean));
+  return m;
+}
+
+double covariance_of_means(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) fail(ErrorKind::InvalidArgument, "covariance_of_means: the samples differ in size");
+  const size_t n = a.size();
+  if (n < 2) return std::numeric_limits<double>::quiet_NaN();
+  const double ma = mean_of(a), mb = mean_of(b);
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += (a[i] - ma) * (b[i] - mb);
+  return s / (static_cast<double>(n) * static_cast<double>(n - 1));
+}
+
+MeanSe ln_ppl_ratio(const std::vector<double>& nll_a, const std::vector<double>& nll_b) {
+  if (nll_a.size() != nll_b.size()) fail(ErrorKind::InvalidArgument, "ln_ppl_ratio: the runs differ in positions");
+  MeanSe r;
+  r.n = static_cast<int64_t>(nll_a.size());
+  const double ma = mean_of(nll_a), mb = mean_of(nll_b);
+  r.mean = ma - mb;
+  const double v = variance_of_mean(nll_a, ma) + variance_of_mean(nll_b, mb) - 2 * covariance_of_means(nll_a, nll_b);
+  r.se = std::isnan(v) ? v : std::sqrt(std::max(0.0, v));
+  return r;
+}
+
+double prob_diff(double nll_a, double nll_b) { return std::exp(-nll_a) - std::exp(-nll_b); }
+
+double root_mean_square(const std::vector<double>& x) {
+  if (x.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double s = 0;
+  for (double v : x) s += v * v;
+  return std::sqrt(s / static_cast<double>(x.size()));
+}
+
+MeanSe share_se(int64_t hits, int64_t n) {
+  MeanSe r;
+  r.n = n;
+  r.mean = n > 0 ? static_cast<double>(hits) / static_cast<double>(n) : std::numeric_limits<double>::quiet_NaN();
+  r.se = n > 1 ? std::sqrt(r.mean * (1 - r.mean) / static_cast<double>(n - 1)) : std::numeric_limits<double>::quiet_NaN();
+  return r;
 }
 
 double cosine_from_sums(double dot, double aa, double bb, bool identical) {

@@ -582,6 +582,41 @@ BOOST_AUTO_TEST_CASE(mean_interval_and_quantiles_by_hand) {
   BOOST_TEST(std::isnan(mla::quantile_linear({}, 0.5)));
 }
 
+// llama-perplexity's pooled statistics (mla/stats.hpp, docs/eval.md §3.2) on values small enough
+// to work by hand.
+BOOST_AUTO_TEST_CASE(pooled_statistics_by_hand) {
+  const double tol = mla::test::tolerance("*", "eval-stats-hand-worked", "double").rtol;
+  // mean 0.3 and se sqrt(0.14 / (4 * 3)) (the t-interval's se above: the same standard error)
+  const mla::MeanSe m = mla::mean_se({0.1, 0.3, 0.2, 0.6});
+  BOOST_TEST((m.n == 4 && std::abs(m.mean - 0.3) <= tol && std::abs(m.se - std::sqrt(0.14 / 12.0)) <= tol));
+  BOOST_TEST(std::isnan(mla::mean_se({0.5}).se));
+  // nll a = 1, 2, 4 against b = 1, 1, 2: var_of_mean 7/9 and 1/9, covariance of the means 5/18,
+  // se^2 = 7/9 + 1/9 - 2 (5/18) = 1/3 = var_of_mean of the differences 0, 1, 2
+  const std::vector<double> a = {1, 2, 4}, b = {1, 1, 2};
+  BOOST_TEST(std::abs(mla::variance_of_mean(a, 7.0 / 3.0) - 7.0 / 9.0) <= tol);
+  BOOST_TEST(std::abs(mla::covariance_of_means(a, b) - 5.0 / 18.0) <= tol);
+  const mla::MeanSe r = mla::ln_ppl_ratio(a, b);
+  BOOST_TEST((r.n == 3 && std::abs(r.mean - 1.0) <= tol && std::abs(r.se - std::sqrt(1.0 / 3.0)) <= tol));
+  const mla::MeanSe same = mla::ln_ppl_ratio(a, a);  // exactly 0 and 0, not a rounding of them
+  BOOST_TEST((same.mean == 0.0 && same.se == 0.0));
+  BOOST_TEST(std::abs(mla::prob_diff(std::log(2.0), std::log(4.0)) - 0.25) <= tol);
+  BOOST_TEST(mla::prob_diff(0.7, 0.7) == 0.0);
+  BOOST_TEST(std::abs(mla::root_mean_square({3, -4}) - std::sqrt(12.5)) <= tol);
+  const mla::MeanSe share = mla::share_se(3, 4);  // 0.75, sqrt(0.75 0.25 / 3) = 0.25
+  BOOST_TEST((share.mean == 0.75 && std::abs(share.se - 0.25) <= tol));
+  BOOST_TEST((mla::share_se(5, 5).mean == 1.0 && mla::share_se(5, 5).se == 0.0 && std::isnan(mla::share_se(1, 1).se)));
+  // type 7 on 0 .. 1000 (given reversed): the q-quantile is 1000 q
+  std::vector<double> x;
+  for (int i = 1000; i >= 0; --i) x.push_back(i);
+  const mla::Quantiles q = mla::quantiles(x);
+  const std::pair<double, double> expect[] = {{q.max, 1000}, {q.p999, 999}, {q.p99, 990}, {q.p95, 950}, {q.p90, 900},
+                                              {q.p75, 750},  {q.median, 500}, {q.p25, 250}, {q.p10, 100}, {q.p05, 50},
+                                              {q.p01, 10},   {q.p001, 1},   {q.min, 0}};
+  for (const auto& [got, want] : expect) BOOST_TEST(std::abs(got - want) <= tol * 1000, got << " vs " << want);
+  // the median of an even count is the mean of the middle two (llama-perplexity's median)
+  BOOST_TEST(mla::quantiles({4, 1, 3, 2}).median == 2.5);
+}
+
 namespace {
 // A hand-made run: positions with the given NLL, KL and top-1 agreement, one layer.
 mla::EvalRun hand_run(const std::string& label, const std::string& preset, int64_t K, const std::vector<double>& nll,
@@ -673,6 +708,21 @@ BOOST_AUTO_TEST_CASE(window_summaries_by_hand) {
   const std::vector<mla::EvalSummary> one = mla::summarize(windows[0].result, {4});
   BOOST_TEST((one[1].windows == 1 && std::isnan(one[1].delta_nll_low) && std::isnan(one[1].top1_agreement_se)));
   BOOST_TEST(contains(mla::eval_summary_csv(one), "\na,4,1,"));
+  // the pooled statistics (docs/eval.md §3.2): finite or refused naming the figure and the cell;
+  // the standard errors of a single position are NaN by design (empty fields) and pass
+  BOOST_TEST((sum[1].positions == 6 && std::abs(sum[1].same_top.mean - 0.5) <= tol));
+  mla::check_summaries_finite(sum);
+  std::vector<mla::EvalSummary> bad = sum;
+  bad[2].dp_q.p001 = INFINITY;
+  BOOST_CHECK_EXCEPTION(mla::check_summaries_finite(bad), mla::Error, [](const mla::Error& e) {
+    return contains(e.what(), "the dp_p001 of b at budget 4 is infinite");
+  });
+  bad = sum;
+  bad[1].ln_ppl_ratio_se = NAN;  // six positions: a NaN se is not by design
+  BOOST_CHECK_THROW(mla::check_summaries_finite(bad), mla::Error);
+  bad[1].positions = 1;
+  mla::check_summaries_finite(bad);
+  BOOST_TEST(contains(mla::eval_summary_csv(bad), ",\nb,4,"));  // the empty ln_ppl_ratio_se ends a's row
 }
 
 namespace {
@@ -696,6 +746,16 @@ std::vector<std::string> csv_row(const std::string& csv, const std::string& pref
 }
 
 size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+// The field named `column` (by the header, the first line) of the first row of `csv` that starts
+// with `prefix` (no quoted fields); fails the test when either is missing.
+std::string csv_field(const std::string& csv, const std::string& prefix, const std::string& column) {
+  const std::vector<std::string> header = csv_row("\n" + csv, "");
+  const std::vector<std::string> row = csv_row(csv, prefix);
+  const auto at = std::find(header.begin(), header.end(), column);
+  BOOST_TEST_REQUIRE((at != header.end() && row.size() == header.size()), column << " of " << prefix << " in\n" << csv);
+  return row[static_cast<size_t>(at - header.begin())];
+}
 
 void expect_error(const std::string& args, const std::string& word, const std::string& checkpoint = fixture()) {
   const std::string out = scratch_dir("eval-err");
@@ -896,6 +956,121 @@ BOOST_AUTO_TEST_CASE(cli_windows_in_parallel_give_the_same_bytes) {
   BOOST_TEST(out[3] == out[1]);
 }
 
+// summary.csv's llama-perplexity statistics (docs/eval.md §3.2) against eval.csv's per-position
+// figures, recomputed here from the CSV with code of the test's own: every decoded position of
+// every window pooled, each paired with full's NLL at the same (window, position). The full cache
+// is exact: KL 0, Δp 0, same_top_p 1, ln ratio 0 and their standard errors 0.
+BOOST_AUTO_TEST_CASE(llama_perplexity_statistics_agree_with_eval_csv) {
+  const std::string model = mla::test::data_dir() + "/../../models/tiny-mla", dir = scratch_dir("eval-pooled");
+  const RunResult r = run_cli("eval --checkpoint '" + model + "' --text '" + model + "/eval/heldout-corpus' --windows 3 "
+                              "--prompt-len 48 --steps 40 --cache-budget 16,32 --policy h2o,knorm --threads 1 --out '" + dir + "/o'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  BOOST_TEST(contains(r.out, "KLD mean ± se"), r.out);
+  BOOST_TEST(contains(r.out, "pooled over the 120 decoded positions"), r.out);
+  // eval.csv: window,policy,budget,position,token,nll,kl,top1_agree,...
+  struct Row {
+    double nll, kl;
+    bool agree;
+  };
+  std::map<std::string, std::vector<Row>> runs;      // "policy,budget" -> rows in file order
+  std::map<std::string, double> full_nll;            // "window,position" -> full's NLL
+  std::map<std::string, std::vector<std::string>> keys;  // "policy,budget" -> "window,position" per row
+  const std::string csv = mla::test::read_text(dir + "/o/eval.csv");
+  for (size_t at = csv.find('\n') + 1, nl; (nl = csv.find('\n', at)) != std::string::npos; at = nl + 1) {
+    std::vector<std::string> f(1);
+    for (size_t i = at; i < nl; ++i) {
+      if (csv[i] == ',') f.emplace_back();
+      else f.back() += csv[i];
+    }
+    BOOST_TEST_REQUIRE(f.size() == 10u);
+    const std::string run = f[1] + "," + f[2], where = f[0] + "," + f[3];
+    runs[run].push_back(Row{std::stod(f[5]), std::stod(f[6]), f[7] == "1"});
+    keys[run].push_back(where);
+    if (f[1] == "full") full_nll[where] = std::stod(f[5]);
+  }
+  BOOST_TEST_REQUIRE(runs.size() == 6u);  // full, h2o, knorm at 2 budgets
+  const mla::test::Tolerance& t = mla::test::tolerance("*", "eval-pooled-stats-vs-csv", "double");
+  const std::string summary = mla::test::read_text(dir + "/o/summary.csv");
+  for (const auto& [run, rows] : runs) {
+    BOOST_TEST_CONTEXT(run) {
+      const double n = static_cast<double>(rows.size());
+      BOOST_TEST_REQUIRE(rows.size() == 120u);  // 3 windows x 40 positions
+      std::vector<double> kl, dp, d;
+      double nll_sum = 0, full_sum = 0, same = 0;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const double f = full_nll.at(keys.at(run)[i]);
+        kl.push_back(rows[i].kl);
+        dp.push_back(std::exp(-rows[i].nll) - std::exp(-f));
+        d.push_back(rows[i].nll - f);
+        nll_sum += rows[i].nll;
+        full_sum += f;
+        same += rows[i].agree;
+      }
+      // mean and standard error as sqrt(sum (x - mean)^2 / (n (n - 1)))
+      const auto mean_and_se = [&](const std::vector<double>& x) {
+        const double mean = std::accumulate(x.begin(), x.end(), 0.0) / n;
+        double ss = 0;
+        for (double v : x) ss += (v - mean) * (v - mean);
+        return std::make_pair(mean, std::sqrt(ss / (n * (n - 1))));
+      };
+      // llama-perplexity's percentile: p = q (n - 1), (1 - frac) x_ip + frac x_(ip+1)
+      const auto percentile = [&](std::vector<double> x, double q) {
+        std::sort(x.begin(), x.end());
+        const double p = q * (n - 1);
+        const size_t ip = static_cast<size_t>(p);
+        const double frac = p - static_cast<double>(ip);
+        return (1 - frac) * x[ip] + frac * x[std::min(ip + 1, x.size() - 1)];
+      };
+      const std::string prefix = run + ",3,";
+      const auto expect = [&](const char* column, double want) {
+        const double got = std::stod(csv_field(summary, prefix, column));
+        BOOST_TEST(std::abs(got - want) <= t.atol + t.rtol * std::abs(want), column << ": " << got << " vs " << want);
+      };
+      const auto [kl_mean, kl_se] = mean_and_se(kl);
+      const auto [dp_mean, dp_se] = mean_and_se(dp);
+      // the covariance term is what pairs the runs: se(ln ratio) = the se of the mean paired difference
+      const auto [d_mean, d_se] = mean_and_se(d);
+      BOOST_TEST(std::abs(d_mean - (nll_sum / n - full_sum / n)) <= t.atol + t.rtol * std::abs(d_mean));
+      double dp2 = 0;
+      for (double v : dp) dp2 += v * v;
+      expect("positions", n);
+      expect("mean_kl", kl_mean);
+      expect("kl_se", kl_se);
+      expect("kl_max", *std::max_element(kl.begin(), kl.end()));
+      expect("kl_min", *std::min_element(kl.begin(), kl.end()));
+      const std::pair<const char*, double> kl_q[] = {{"kl_p999", 0.999}, {"kl_p99", 0.99}, {"kl_p95", 0.95}, {"kl_p90", 0.90},
+                                                     {"kl_median", 0.5}, {"kl_p10", 0.10}, {"kl_p05", 0.05}, {"kl_p01", 0.01},
+                                                     {"kl_p001", 0.001}};
+      for (const auto& [column, q] : kl_q) expect(column, percentile(kl, q));
+      expect("dp_mean", dp_mean);
+      expect("dp_se", dp_se);
+      expect("dp_rms", std::sqrt(dp2 / n));
+      expect("dp_max", *std::max_element(dp.begin(), dp.end()));
+      expect("dp_min", *std::min_element(dp.begin(), dp.end()));
+      const std::pair<const char*, double> dp_q[] = {{"dp_p999", 0.999}, {"dp_p99", 0.99}, {"dp_p95", 0.95}, {"dp_p90", 0.90},
+                                                     {"dp_p75", 0.75},   {"dp_median", 0.5}, {"dp_p25", 0.25}, {"dp_p10", 0.10},
+                                                     {"dp_p05", 0.05},   {"dp_p01", 0.01},  {"dp_p001", 0.001}};
+      for (const auto& [column, q] : dp_q) expect(column, percentile(dp, q));
+      expect("same_top_p", same / n);
+      expect("same_top_p_se", std::sqrt(same / n * (1 - same / n) / (n - 1)));
+      expect("ln_ppl_ratio", d_mean);
+      expect("ln_ppl_ratio_se", d_se);
+      if (run.rfind("full,", 0) == 0) {  // exact: the same numbers, not roundings of them
+        for (const char* column : {"mean_kl", "kl_se", "kl_max", "kl_min", "dp_mean", "dp_se", "dp_rms", "dp_max", "dp_min",
+                                   "same_top_p_se", "ln_ppl_ratio", "ln_ppl_ratio_se"})
+          BOOST_TEST(csv_field(summary, prefix, column) == "0", column);
+        BOOST_TEST(csv_field(summary, prefix, "same_top_p") == "1");
+      } else {
+        BOOST_TEST(kl_mean > 0);  // the policies differ from full: the comparison can fail
+      }
+    }
+  }
+  simdjson::dom::parser parser;  // report.json carries the same keys
+  const simdjson::dom::element j = parser.load(dir + "/o/report.json");
+  BOOST_TEST(double(j["summary"].at(0)["same_top_p"]) == 1.0);
+  BOOST_TEST(int64_t(j["summary"].at(1)["positions"]) == 120);
+}
+
 // --compression-ratio r: K = round((1 - r) P), budgets ascending whatever the order given; the
 // report records the protocol and each ratio with its K.
 BOOST_AUTO_TEST_CASE(cli_compression_ratio_and_protocol) {
@@ -1055,9 +1230,7 @@ BOOST_AUTO_TEST_CASE(cli_passkey_on_the_shipped_model) {
     correct += std::max_element(row, row + V) - row == static_cast<int64_t>(text[static_cast<size_t>(d - 1)]);
   }
   const std::string summary = mla::test::read_text(out + "/summary.csv");
-  const std::vector<std::string> fields = csv_row(summary, "full,24,");
-  BOOST_REQUIRE(fields.size() == 19u);  // ln_ppl_ratio at 7
-  BOOST_TEST(std::stod(fields[16]) == static_cast<double>(correct) / 5.0);  // passkey_accuracy
+  BOOST_TEST(std::stod(csv_field(summary, "full,24,", "passkey_accuracy")) == static_cast<double>(correct) / 5.0);
   // a text that is not a passkey input: the column is empty, the table says n/a only when some row has one
   const std::string plain_out = scratch_dir("eval-plain");
   const RunResult plain = run_cli("eval --checkpoint '" + model + "' --text '" + model + "/eval/heldout.txt' --prompt-len 48 "
@@ -1091,9 +1264,7 @@ BOOST_AUTO_TEST_CASE(shipped_recall_model_matches_its_card) {
                               "--steps 38 --cache-budget 128 --policy h2o --quiet --out '" + dir + "/o'");
   BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const std::string summary = mla::test::read_text(dir + "/o/summary.csv");
-  const std::vector<std::string> fields = csv_row(summary, "full,128,5,");
-  BOOST_REQUIRE(fields.size() == 19u);  // ln_ppl_ratio at 7
-  BOOST_TEST(fields[16] == "1");  // passkey_accuracy of the full cache: 25 of 25 digits
+  BOOST_TEST(csv_field(summary, "full,128,5,", "passkey_accuracy") == "1");  // the full cache: 25 of 25 digits
 }
 
 BOOST_AUTO_TEST_CASE(cli_errors) {

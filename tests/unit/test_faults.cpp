@@ -59,6 +59,7 @@
 #include "mla/error.hpp"
 #include "mla/output_set.hpp"
 #include "mla/safetensors.hpp"
+#include "output_scan.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -1265,6 +1266,81 @@ BOOST_AUTO_TEST_CASE(task_samples_are_planned_before_any_work) {
   BOOST_TEST(!fs::exists(dir + "/o"));
   const RunResult ok = run_bounded(task + "2");
   BOOST_TEST(ok.exit_code == 0, ok.err);
+}
+
+// ---- issue 46: the scan of every output (output_scan.hpp) ----------------------------------------
+
+// The module's last step reads every output of every successful command the suite ran and fails
+// on a nan or inf written as a number. Here the scan itself, so that it can be seen to fail.
+BOOST_AUTO_TEST_CASE(the_output_scan_finds_nan_and_inf_written_as_numbers) {
+  using mla::test::non_finite_tokens;
+  for (const std::string bad : {"inf", "-inf", "x,nan,y", "\"ppl_ratio\": inf}", "y=\"-inf\"", "NaN", "-nan", "Infinity",
+                                "1.5, +INF", "(nan)"})
+    BOOST_TEST(non_finite_tokens(bad).size() == 1u, "not found in '" << bad << "'");
+  for (const std::string fine : {"info", "nanos", "infer", "faults-nan-eval-3/model", "/tmp/ppl-inf-2/o", "knorm", "nan_count 0",
+                                 "snapkv:pool=max", "Information"})
+    BOOST_TEST(non_finite_tokens(fine).empty(), "found in '" << fine << "'");
+  const std::string dir = scratch_dir("faults-scan-selftest");
+  const std::string set = dir + "/set";
+  fs::create_directories(set);
+  write_text(set + "/.mla-h2o-set", "x.csv\n");
+  write_text(set + "/x.csv", "a,b\n1,inf\n");
+  write_text(dir + "/not-a-set.csv", "an input: nan\n");  // inputs the tests write are not outputs
+  // a dump: a finite F32 tensor and a BF16 one whose third element is +Inf (0x7F80)
+  const std::vector<float> finite = {1.0f, -2.5f};
+  const std::vector<uint16_t> bf16 = {0x3F80, 0xC000, 0x7F80, 0x0000};
+  mla::write_safetensors(set + "/t.safetensors",
+                         {{"ok", mla::DType::F32, {2}, std::as_bytes(std::span(finite))},
+                          {"bad", mla::DType::BF16, {4}, std::as_bytes(std::span(bf16))}},
+                         {});
+  std::vector<std::string> found = mla::test::scan_outputs(dir);
+  std::sort(found.begin(), found.end());  // t.safetensors, then x.csv
+  BOOST_TEST_REQUIRE(found.size() == 2u);
+  BOOST_TEST(contains(found[0], "t.safetensors: tensor bad (BF16) holds NaN or Inf (element 2)"), found[0]);
+  BOOST_TEST(contains(found[1], "x.csv: 'inf' at byte 6"), found[1]);
+  fs::remove(set + "/x.csv");  // (the module's own scan reads this scratch area too)
+  fs::remove(set + "/t.safetensors");
+}
+
+// ---- issue 46: --max-hours H for every command that plans ----------------------------------------
+
+// run --seq-len 1048576 (16.3 GB, 4-6 h) was accepted because its memory fit, then ran for hours.
+// Every command that plans refuses, before any work, a run whose estimate exceeds --max-hours:
+// one line naming the estimate and H, --out not created; a limit above the estimate runs.
+BOOST_AUTO_TEST_CASE(max_hours_refuses_a_run_planned_longer_before_any_work) {
+  const std::string dir = scratch_dir("faults-max-hours"), m = "--checkpoint '" + shipped() + "' ";
+  const std::string text = " --text '" + shipped() + "/eval/heldout.txt'";
+  const std::pair<std::string, std::string> commands[] = {
+      {"run", "run " + m + "--seq-len 1048576 --max-hours 0.01"},  // the issue's: ~4-8 h on this machine
+      {"run", "run " + m + "--seq-len 64 --max-hours 1e-9"},
+      {"sweep", "sweep " + m + "--seq-len 64 --max-hours 1e-9"},
+      {"decode", "decode " + m + "--seq-len 64 --prompt-len 40 --cache-budget 16 --policy h2o --max-hours 1e-9"},
+      {"eval", "eval " + m + text + " --prompt-len 16 --steps 8 --cache-budget 8 --policy h2o --max-hours 1e-9"},
+      {"eval", "eval " + m + text + " --task passkey --context 256 --samples 1 --depths 50 --cache-budget 96 --policy h2o "
+               "--max-hours 1e-9"},
+  };
+  int k = 0;
+  for (const auto& [cmd, args] : commands) {
+    const std::string out = dir + "/o" + std::to_string(k++);
+    const RunResult r = run_bounded(args + " --quiet --out '" + out + "'");
+    BOOST_TEST_CONTEXT(args) {
+      expect_error_line(r, cmd, {"the plan's estimate is about ", "more than --max-hours ", "refused before any work"});
+      BOOST_TEST(!fs::exists(out));
+    }
+    BOOST_TEST(contains(run_bounded(cmd + " --help").out, "--max-hours H"), cmd);
+  }
+  // above the estimate: the same runs go ahead
+  for (const std::string& args : {"run " + m + "--seq-len 64", "sweep " + m + "--seq-len 64",
+                                  "decode " + m + "--seq-len 64 --prompt-len 40 --cache-budget 16 --policy h2o",
+                                  "eval " + m + text + " --prompt-len 16 --steps 8 --cache-budget 8 --policy h2o"}) {
+    const RunResult ok = run_bounded(args + " --max-hours 100 --quiet --out '" + dir + "/ok" + std::to_string(k++) + "'");
+    BOOST_TEST(ok.exit_code == 0, args << ": " << ok.err);
+  }
+  // bad values: one line each, before anything is opened
+  for (const char* bad : {"0", "-1", "abc", "inf", "nan"}) {
+    const RunResult r = run_bounded("run " + m + "--seq-len 64 --max-hours " + bad + " --out '" + dir + "/bad'");
+    expect_error_line(r, "run", {"--max-hours"});
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "mla_build_config.h"
+#include "output_scan.hpp"
 
 namespace mla::test {
 namespace {
@@ -61,9 +62,15 @@ std::filesystem::path scratch_base() {
   return std::filesystem::temp_directory_path() / ("mla-h2o-test-" + std::to_string(::getpid()));
 }
 
-// Removes this process's scratch tree when the test module ends (synthesized Kimi layers are
-// ~200 MB each), unless MLA_KEEP_SCRATCH is set for debugging.
+// When the test module ends: first the scan of every output its commands wrote (output_scan.hpp:
+// a nan or inf in an output of a successful run fails the module, one error per finding), then
+// the scratch tree is removed (synthesized Kimi layers are ~200 MB each), unless MLA_KEEP_SCRATCH
+// is set for debugging.
 struct RemoveScratchAtExit {
+  void setup() {}
+  void teardown() {
+    for (const std::string& f : scan_outputs(scratch_base().string())) BOOST_ERROR("non-finite number in an output: " << f);
+  }
   ~RemoveScratchAtExit() {
     if (std::getenv("MLA_KEEP_SCRATCH")) return;
     std::error_code ec;
@@ -107,6 +114,7 @@ RunResult run_cli_after(const std::string& shell_setup, const std::string& args)
   int status = std::system(cmd.c_str());
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  write_text(dir + "/exit", std::to_string(r.exit_code));  // the output scan reads a successful run's stdout and stderr
   r.out = read_text(out);
   r.err = read_text(err);
   return r;

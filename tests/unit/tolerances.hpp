@@ -335,6 +335,13 @@ inline constexpr Tolerance kTolerances[] = {
    "eval's window statistics (means, t-interval, quantiles) vs the same few operations written "
    "out in the test: ~30 double operations on O(1) values, u64 each, plus the t quantile's "
    "1e-13 (row above): < 2e-13 absolute on O(1) values; relative 1e-13 on values ~1"},
+  {"*", "eval-pooled-stats-vs-csv", "double", 1e-13, 1e-11, kNoBound, -1.0,
+   "summary.csv's pooled statistics vs the test's own code over eval.csv's %.17g figures (the same "
+   "doubles): means and centred sums of n = 120 terms of O(1e-6 .. 10), in the same order but "
+   "written differently (the quantile as (1-f)x_i + f x_i+1, the ln-ratio se as the se of the "
+   "paired differences instead of se_a^2 + se_b^2 - 2 cov, which cancels: with the two NLL series "
+   "correlated, se^2 ~ 1e-4 from terms ~1e-2, ~100x amplification of n u64 ~ 1.3e-14 -> 1.3e-12); "
+   "relative 1e-11 and an absolute floor 1e-13 for values near 0 (dp quantiles ~1e-5)"},
   {"token_features", "fp32-vs-double", "fp32", 0.0, 2e-5, kNoBound, -1.0,
    "key / value / output norms from fp32 GEMMs (kv_b_proj, the Gram matrix of o_proj's head block) "
    "vs double loops on the same weights: sums of K <= 128 squared fp32 products, each term "
