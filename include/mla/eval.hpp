@@ -246,6 +246,7 @@ struct TaskSettings {
   TaskKind kind = TaskKind::Passkey;
   QueryPlacement placement = QueryPlacement::Agnostic;
   std::vector<int64_t> contexts;  // --context, ascending
+  std::string context_unit = "bytes";  // what they count: context_unit(the model's tokenizer)
   std::vector<double> depths;     // --depths, percent, ascending
   int64_t samples = 1;            // per (context, depth)
   uint64_t seed = 0;
@@ -263,12 +264,13 @@ std::vector<int64_t> task_budgets(const TaskSettings& t, const std::vector<int64
 // policy), so greedy decoding, which feeds back its argmax, emits the answer exactly when every
 // answer token is predicted top-1 here: `exact` is also greedy generation's exact match.
 struct AnswerScore {
-  std::string predicted;    // the argmax at each answer position (byte_level_token_text, concatenated)
+  std::string predicted;    // the argmax at each answer position (task_token_text, concatenated)
   int64_t correct = 0;      // answer tokens predicted top-1
   int64_t first_miss = -1;  // the first answer token not predicted top-1 (where greedy departs); -1: none
   bool exact = false;       // correct == the answer's length
 };
-AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const ModelConfig& cfg);
+// The answer's ids are sample.ids[answer_first ..], found by byte offsets (mla/tasks.hpp).
+AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const ModelConfig& cfg, const Tokenizer& tok);
 
 // One cell of tasks.csv: a (policy, budget) run's score over the samples of one (context, depth).
 struct TaskCell {
@@ -285,7 +287,7 @@ struct TaskCell {
 // slot: full, then the policies (options order); within each, contexts then depths ascending.
 std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSample>& samples,
                                  const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
-                                 const ModelConfig& cfg);
+                                 const ModelConfig& cfg, const Tokenizer& tok);
 // tasks.csv: task,query_placement,compress,policy,budget,compression_ratio,context,depth,samples,exact,exact_match,
 //            answer_token_accuracy (compression_ratio empty with --cache-budget)
 std::string tasks_csv(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells);
@@ -293,7 +295,7 @@ std::string tasks_csv(const TaskSettings& t, Compression compress, const std::ve
 //                   predicted,first_miss,exact (one row per sample and run)
 std::string task_samples_csv(const TaskSettings& t, const std::vector<TaskSample>& samples,
                              const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
-                             const ModelConfig& cfg);
+                             const ModelConfig& cfg, const Tokenizer& tok);
 // The stdout table: per (policy, budget, context) the exact-match share at each depth and over all.
 std::string tasks_table(const TaskSettings& t, const std::vector<TaskCell>& cells);
 // needle.svg: one heat map per policy (full once, then per budget or ratio), context across, depth

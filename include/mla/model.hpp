@@ -121,6 +121,10 @@ std::vector<int64_t> byte_level_token_ids(const ModelConfig& cfg, std::string_vi
 // ids, a printable ASCII byte as itself, \n \t \r \\ escaped, any other byte as \xNN, an id
 // past the bytes as <id N>.
 std::string byte_level_token_text(const ModelConfig& cfg, int64_t id);
+// A token's bytes (any tokenizer's) as one printable field: \n \t \r \\ escaped, other control
+// bytes and invalid UTF-8 as \xNN, valid UTF-8 kept (at most 256 bytes shown). For one byte it is
+// byte_level_token_text's text of that byte.
+std::string token_bytes_text(std::string_view bytes);
 
 // ---- routing ---------------------------------------------------------------------------------
 

@@ -217,6 +217,9 @@ struct InspectedCheckpoint {
   std::vector<std::pair<std::string, std::string>> config, quantization;
   std::vector<int64_t> layers_present;
   std::optional<uint64_t> layer0_attention_parameters;  // when layer 0 is complete
+  // the checkpoint's tokenizer as JSON literals (format, file, vocab_size, added_tokens,
+  // special_tokens, patterns); empty: none beside the checkpoint (null)
+  std::vector<std::pair<std::string, std::string>> tokenizer;
 };
 std::string inspect_checkpoint_json(const InspectedCheckpoint& c);
 

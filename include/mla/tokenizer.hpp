@@ -58,6 +58,11 @@ class Tokenizer {
 // opt.max_vocab_size is set.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const TokenizerOptions& opt = {});
 
+// The tokenizer of a byte-level model (config.json "byte_level_vocab": true): id = byte, vocabulary
+// 256, no added tokens; format() is kByteLevelFormat.
+inline constexpr const char* kByteLevelFormat = "byte-level (one id per byte)";
+std::unique_ptr<Tokenizer> byte_level_tokenizer();
+
 // The tokenizer file of directory `dir` ("" when it holds neither tokenizer.json nor
 // tiktoken.model).
 std::string find_tokenizer_file(const std::string& dir);

@@ -38,4 +38,16 @@ std::string byte_level_token_text(const ModelConfig& cfg, int64_t id) {
   return std::string("\\x") + hex[id >> 4] + hex[id & 15];
 }
 
+std::string token_bytes_text(std::string_view bytes) {
+  std::string out;
+  for (char c : bytes) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\\') out += "\\\\";
+    else out += c;
+  }
+  return printable_text(out, 256);
+}
+
 }  // namespace mla

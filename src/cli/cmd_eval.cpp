@@ -110,10 +110,12 @@ CommandSpec eval_spec() {
       {"dump-tensors", "", "write tensors.safetensors: the full cache's logits [P+N, V] and hidden_states.L [P+N, H]", ""},
       {"task", "NAME",
        "a retrieval task, RULER-style: passkey, niah-multikey, niah-multivalue or variable-tracking; samples generated from "
-       "--text's filler and --seed, each scored by exact match of its answer (byte-level models; docs/eval.md §7). "
+       "--text's filler and --seed in the checkpoint's tokenizer's ids (one id per byte on a byte-level model), each scored "
+       "by exact match of its answer (docs/eval.md §7). "
        "Replaces --prompt-len and --steps",
        ""},
-      {"context", "L[,L2,...]", "--task: bytes of each sample after the BOS (filler, needles, question, answer)", ""},
+      {"context", "L[,L2,...]", "--task: tokens of each sample after the BOS (filler, needles, question, answer); bytes on a "
+       "byte-level model", ""},
       {"depths", "d1,d2,...", "--task: needle depths in percent of the filler, each in [0, 100]", "10,30,50,70,90"},
       {"samples", "S", "--task: samples per (context, depth)", "5"},
       {"query-placement", "aware|agnostic",
@@ -904,12 +906,14 @@ std::vector<EvalWindow> eval_stage(const LoadedModel& m, const EvalPlan& plan, s
 
 // ---- --task ------------------------------------------------------------------------------
 
-// The window of one --task sample at --context L: its byte ids, and eval's options at the sample's
+// The window of one --task sample at --context L: BOS + its ids, and eval's options at the sample's
 // own P and N; with --compression-ratio, K = round((1 - r) P) at that P (the same P for every
 // sample of a context).
-WindowJob task_job(const LoadedModel& m, const TaskSettings& t, const EvalOptions& opt, const TaskSample& x, int64_t L,
-                   const std::string& task) {
-  WindowJob job{WindowInput{x.source, x.filler_offset, byte_level_token_ids(m.cfg, x.bytes, task)}, opt};
+WindowJob task_job(const LoadedModel& m, const TaskSettings& t, const EvalOptions& opt, const TaskSample& x, int64_t L) {
+  WindowInput in{x.source, x.filler_offset, {}};
+  if (m.cfg.bos_token_id >= 0) in.tokens.push_back(m.cfg.bos_token_id);
+  in.tokens.insert(in.tokens.end(), x.ids.begin(), x.ids.end());
+  WindowJob job{std::move(in), opt};
   job.opt.prompt_len = x.prompt_len;
   job.opt.steps = x.steps;
   if (!t.ratios.empty()) {
@@ -941,14 +945,14 @@ void check_task_job(const LoadedModel& m, const TaskSettings& t, const WindowJob
 // Every --task sample, contexts x depths x samples in that order (mla/tasks.hpp), and its window;
 // each context's first sample is checked before the next is generated.
 void generate_task_jobs(const LoadedModel& m, const TaskSettings& t, const EvalOptions& opt,
-                        const std::vector<FillerSource>& filler, const std::string& task, std::vector<TaskSample>& samples,
+                        const std::vector<TaskFiller>& filler, const Tokenizer& tok, std::vector<TaskSample>& samples,
                         std::vector<WindowJob>& jobs) {
   for (int64_t L : t.contexts)
     for (double d : t.depths)
       for (int64_t s = 0; s < t.samples; ++s) {
         const TaskRequest r{t.kind, L, d, s, t.seed, t.placement, m.cfg.bos_token_id >= 0};
-        samples.push_back(make_task_sample(r, filler));
-        WindowJob job = task_job(m, t, opt, samples.back(), L, task);
+        samples.push_back(make_task_sample(r, filler, tok));
+        WindowJob job = task_job(m, t, opt, samples.back(), L);
         if (s == 0) check_task_job(m, t, job, L);
         jobs.push_back(std::move(job));
       }
@@ -959,17 +963,18 @@ void generate_task_jobs(const LoadedModel& m, const TaskSettings& t, const EvalO
 // the largest context's last sample as the memory plan's window, and every sample of contexts x
 // depths x samples kept (its text, ids and results).
 ModelWindowsPlan check_task_memory(const LoadedModel& m, const TaskSettings& t, const EvalOptions& opt, bool dump,
-                                   const std::vector<FillerSource>& filler, const std::string& task) {
+                                   const std::vector<TaskFiller>& filler, const Tokenizer& tok, const std::string& task) {
   const bool bos = m.cfg.bos_token_id >= 0;
   for (int64_t L : t.contexts) {
-    const TaskSample first = make_task_sample(TaskRequest{t.kind, L, t.depths.front(), 0, t.seed, t.placement, bos}, filler);
-    check_task_job(m, t, task_job(m, t, opt, first, L, task), L);
+    const TaskSample first = make_task_sample(TaskRequest{t.kind, L, t.depths.front(), 0, t.seed, t.placement, bos}, filler, tok);
+    check_task_job(m, t, task_job(m, t, opt, first, L), L);
   }
   const int64_t L = t.contexts.back();
-  const TaskSample last = make_task_sample(TaskRequest{t.kind, L, t.depths.back(), t.samples - 1, t.seed, t.placement, bos}, filler);
-  const WindowJob job = task_job(m, t, opt, last, L, task);
+  const TaskSample last =
+      make_task_sample(TaskRequest{t.kind, L, t.depths.back(), t.samples - 1, t.seed, t.placement, bos}, filler, tok);
+  const WindowJob job = task_job(m, t, opt, last, L);
   const int64_t C = static_cast<int64_t>(t.contexts.size()), D = static_cast<int64_t>(t.depths.size());
-  KeptWindows kept = kept_windows(m.cfg, job.opt, memory_product({C, D, t.samples}), L);
+  KeptWindows kept = kept_windows(m.cfg, job.opt, memory_product({C, D, t.samples}), static_cast<int64_t>(last.text.size()));
   kept.request.tokens = static_cast<int64_t>(job.input.tokens.size());
   kept.asked = "eval " + task + " of " + std::to_string(kept.request.windows) + " samples (" + std::to_string(C) +
                " contexts x " + std::to_string(D) + " depths x --samples " + std::to_string(t.samples) + ", each one window)";
@@ -979,21 +984,20 @@ ModelWindowsPlan check_task_memory(const LoadedModel& m, const TaskSettings& t, 
 }
 
 // The input line of --task's report.json and stdout.
-std::string task_input_description(const EvalPlan& plan, const std::string& task, size_t samples) {
-  const TaskSettings& t = plan.task;
+std::string task_input_description(const EvalPlan& plan, const TaskSettings& t, const std::string& task, size_t samples) {
   return task + ", " + std::to_string(samples) + " samples (" + std::to_string(t.contexts.size()) + " contexts x " +
          std::to_string(t.depths.size()) + " depths x " + std::to_string(t.samples) + ") of filler from --text " + plan.text +
-         ", --seed " + std::to_string(t.seed) + ", question " + query_placement_name(t.placement);
+         ", --seed " + std::to_string(t.seed) + ", question " + query_placement_name(t.placement) +
+         (t.context_unit == "bytes" ? "" : ", contexts in " + t.context_unit + " of the checkpoint's tokenizer");
 }
 
 // tasks.csv, task_samples.csv, eval.csv (each window at its own budgets), needle.svg and, with
 // --dump-tensors, the first sample's tensors.
-void write_task_files(OutputSet& out, const EvalPlan& plan, const LoadedModel& m, const EvalOptions& opt,
-                      const std::vector<TaskSample>& samples, const std::vector<WindowJob>& jobs,
+void write_task_files(OutputSet& out, const EvalPlan& plan, const TaskSettings& t, const LoadedModel& m, const Tokenizer& tok,
+                      const EvalOptions& opt, const std::vector<TaskSample>& samples, const std::vector<WindowJob>& jobs,
                       const std::vector<EvalWindow>& windows, const std::vector<TaskCell>& cells) {
-  const TaskSettings& t = plan.task;
   out.write("tasks.csv", tasks_csv(t, opt.compress, cells));
-  out.write("task_samples.csv", task_samples_csv(t, samples, windows, opt.budgets, m.cfg));
+  out.write("task_samples.csv", task_samples_csv(t, samples, windows, opt.budgets, m.cfg, tok));
   std::vector<std::vector<int64_t>> window_budgets;
   for (const WindowJob& j : jobs) window_budgets.push_back(j.opt.budgets);
   out.write("eval.csv", eval_csv_per_window(windows, window_budgets));
@@ -1011,12 +1015,12 @@ void write_task_files(OutputSet& out, const EvalPlan& plan, const LoadedModel& m
 }
 
 // --task's stdout: the settings line, the caveats, the table of exact match.
-void print_task_table(const EvalPlan& plan, const LoadedModel& m, const std::string& input, const EvalOptions& opt,
-                      const std::vector<EvalWindow>& windows, const std::vector<TaskCell>& cells) {
+void print_task_table(const EvalPlan& plan, const TaskSettings& t, const LoadedModel& m, const std::string& input,
+                      const EvalOptions& opt, const std::vector<EvalWindow>& windows, const std::vector<TaskCell>& cells) {
   std::printf("mla-h2o eval: %s, %s, --compress %s, %s, %s\n", plan.checkpoint.c_str(), input.c_str(),
               compression_name(opt.compress), precision_name(opt.precision), windows.front().result.engine.c_str());
   for (const std::string& c : m.caveats) std::printf("CAVEAT: %s\n", c.c_str());
-  std::fputs(tasks_table(plan.task, cells).c_str(), stdout);
+  std::fputs(tasks_table(t, cells).c_str(), stdout);
   std::printf("exact match: every answer token predicted top-1 under teacher forcing, which is greedy generation's exact "
               "match (docs/eval.md §7)\noutputs: %s\n", plan.out_dir.c_str());
 }
@@ -1036,21 +1040,31 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
   StageSeconds stages;
   // ---- load ----
   const LoadedModel m = load_model(plan, stages);
-  const TaskSettings& t = plan.task;
+  TaskSettings t = plan.task;
   const std::string task = std::string("--task ") + task_name(t.kind);
-  if (!m.cfg.byte_level_vocab)
-    fail(ErrorKind::InvalidArgument, task + " needs a byte-level model (config.json \"byte_level_vocab\": true) and --checkpoint " +
-                                         plan.checkpoint + " is not one: its samples are bytes");
-  const std::vector<FillerSource> filler = timed(stages, "read the filler", [&] { return read_text_sources(plan.text, 0); });
+  // the samples are text in the ids of the checkpoint's tokenizer, or of the bytes on a byte-level model
+  std::unique_ptr<Tokenizer> tok = checkpoint_tokenizer(plan, m.cfg);
+  if (!tok && !m.cfg.byte_level_vocab)
+    fail(ErrorKind::InvalidArgument, task + ": --checkpoint " + plan.checkpoint + "'s directory holds no tokenizer.json or "
+                                     "tiktoken.model and the model is not byte-level (config.json has no \"byte_level_vocab\": "
+                                     "true), so its samples cannot be tokenized");
+  if (!tok) {
+    (void)byte_level_token_ids(m.cfg, "", task);  // the vocabulary holds the 256 bytes
+    tok = byte_level_tokenizer();
+  }
+  t.context_unit = context_unit(*tok);
+  const std::vector<TaskFiller> filler = timed(stages, "read the filler", [&] {
+    return tokenize_filler(read_text_sources(plan.text, 0), *tok, resolve_threads(plan.eval.threads));
+  });
   EvalOptions opt = plan.eval;
   std::string eps_mode;
   opt.latent_norm_eps = latent_eps(plan.latent_eps_arg, m.cfg.attention, eps_mode);
   opt.keep_full_states = plan.dump_tensors;
-  const ModelWindowsPlan wp = check_task_memory(m, t, opt, plan.dump_tensors, filler, task);
+  const ModelWindowsPlan wp = check_task_memory(m, t, opt, plan.dump_tensors, filler, *tok, task);
   std::vector<TaskSample> samples;
   std::vector<WindowJob> jobs;
   timed(stages, "generate the samples", [&] {
-    generate_task_jobs(m, t, opt, filler, task, samples, jobs);
+    generate_task_jobs(m, t, opt, filler, *tok, samples, jobs);
     return 0;
   });
   if (!plan.worker_rank) print_cost_plan(m.cfg, jobs, wp.workers, plan.max_hours);  // (rank 0 refuses for every rank)
@@ -1064,11 +1078,11 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
   OutputSet& out = *out_or_dry;
 
   // ---- outputs ----
-  const std::vector<TaskCell> cells = task_cells(t, samples, windows, opt.budgets, m.cfg);
-  const std::string input = task_input_description(plan, task, samples.size());
+  const std::vector<TaskCell> cells = task_cells(t, samples, windows, opt.budgets, m.cfg, *tok);
+  const std::string input = task_input_description(plan, t, task, samples.size());
   {
     StageTimer timer(stages, "outputs");
-    write_task_files(out, plan, m, opt, samples, jobs, windows, cells);
+    write_task_files(out, plan, t, m, *tok, opt, samples, jobs, windows, cells);
   }
   EvalRunInfo info = run_info(plan, m, input, static_cast<int64_t>(jobs.front().input.tokens.size()), eps_mode, opt,
                               wp.memory, plan.quiet, stages, model_files);
@@ -1078,7 +1092,7 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
   info.files = out.paths_with({"report.json"});
   out.write("report.json", eval_tasks_report_json(info, m.cfg, opt, t, samples, windows, cells));
   out.commit();
-  print_task_table(plan, m, input, opt, windows, cells);
+  print_task_table(plan, t, m, input, opt, windows, cells);
   return 0;
 }
 

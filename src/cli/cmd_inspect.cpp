@@ -179,14 +179,20 @@ std::vector<std::pair<std::string, std::string>> quantization_keys(const PackQua
 // vocabulary against config.json's vocab_size (loading fails when it is larger), special tokens,
 // the pre-token patterns as written and as run. Text for the end of inspect's output, made before
 // anything is printed, so that a bad tokenizer is one error line and no output.
-std::string tokenizer_text(const std::string& path, int64_t vocab_size) {
+// The tokenizer beside checkpoint `path`, bounded by vocab_size; null when there is none.
+std::unique_ptr<Tokenizer> checkpoint_tokenizer(const std::string& path, int64_t vocab_size) {
   std::error_code ec;
   std::string dir = fs::is_directory(path, ec) ? path : fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  if (find_tokenizer_file(dir).empty()) return "\ntokenizer: none (no tokenizer.json or tiktoken.model beside the checkpoint)\n";
+  if (find_tokenizer_file(dir).empty()) return nullptr;
   TokenizerOptions opt;
   opt.max_vocab_size = vocab_size;
-  const auto t = load_tokenizer(dir, opt);
+  return load_tokenizer(dir, opt);
+}
+
+std::string tokenizer_text(const std::string& path, int64_t vocab_size) {
+  const auto t = checkpoint_tokenizer(path, vocab_size);
+  if (!t) return "\ntokenizer: none (no tokenizer.json or tiktoken.model beside the checkpoint)\n";
   size_t special = 0;
   std::string names;
   for (const AddedToken& a : t->added_tokens()) {
@@ -205,6 +211,23 @@ std::string tokenizer_text(const std::string& path, int64_t vocab_size) {
                                             " special (" + names + (special > 4 ? ", ..." : "") + ")");
   for (const std::string& p : t->patterns()) out += row("pattern (as written  ->  as run)", p);
   return out;
+}
+
+// The same for --json: inspect_checkpoint_json's "tokenizer" (empty when there is none).
+std::vector<std::pair<std::string, std::string>> tokenizer_keys(const std::string& path, int64_t vocab_size) {
+  const auto t = checkpoint_tokenizer(path, vocab_size);
+  if (!t) return {};
+  size_t special = 0;
+  std::string specials, patterns;
+  for (const AddedToken& a : t->added_tokens())
+    if (a.special) specials += std::string(special++ ? "," : "") + "{\"content\":" + json_quote(a.content) + ",\"id\":" + std::to_string(a.id) + "}";
+  for (const std::string& p : t->patterns()) patterns += (patterns.empty() ? "" : ",") + json_quote(p);
+  return {{"format", json_quote(t->format())},
+          {"file", json_quote(t->file())},
+          {"vocab_size", std::to_string(t->vocab_size())},
+          {"added_tokens", std::to_string(t->added_tokens().size())},
+          {"special_tokens", "[" + specials + "]"},
+          {"patterns", "[" + patterns + "]"}};
 }
 
 int inspect_checkpoint(const std::string& path, const std::string& config, bool json) {
@@ -256,8 +279,9 @@ int inspect_checkpoint(const std::string& path, const std::string& config, bool 
   const auto quant = quantization_keys(ck.config().quantization, packed);
 
   if (json) {
-    InspectedCheckpoint c{path, ck.prefix(), static_cast<int64_t>(shards.size()), missing, rows, geo, quant, present, {}};
+    InspectedCheckpoint c{path, ck.prefix(), static_cast<int64_t>(shards.size()), missing, rows, geo, quant, present, {}, {}};
     if (layer0_complete) c.layer0_attention_parameters = params0;
+    c.tokenizer = tokenizer_keys(path, ck.config().vocab_size);
     std::fputs(inspect_checkpoint_json(c).c_str(), stdout);
     return 0;
   }

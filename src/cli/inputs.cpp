@@ -219,24 +219,6 @@ std::vector<double> row_norms(const TensorF& x) {
 }
 }  // namespace
 
-namespace {
-
-// The token as one printable field (scores.csv's token_text): the escapes of the byte-level text,
-// other control bytes and invalid UTF-8 as \xNN.
-std::string token_field(const std::string& bytes) {
-  std::string out;
-  for (char c : bytes) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\\') out += "\\\\";
-    else out += c;
-  }
-  return printable_text(out, 256);
-}
-
-}  // namespace
-
 bool text_through_tokenizer(const InputRequest& req, const Checkpoint& ckpt, const ModelConfig& model, HiddenInput& in) {
   std::error_code ec;
   const std::filesystem::path ck(ckpt.path());
@@ -261,7 +243,7 @@ bool text_through_tokenizer(const InputRequest& req, const Checkpoint& ckpt, con
   for (size_t i = 0; i < in.token_ids.size(); ++i) {
     const bool bos = i == 0 && model.bos_token_id >= 0;
     const uint32_t one = static_cast<uint32_t>(in.token_ids[i]);
-    in.token_text.push_back(bos ? "<bos>" : token_field(tok->decode(std::span<const uint32_t>(&one, 1))));
+    in.token_text.push_back(bos ? "<bos>" : token_bytes_text(tok->decode(std::span<const uint32_t>(&one, 1))));
   }
   return true;
 }

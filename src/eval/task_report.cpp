@@ -54,16 +54,16 @@ std::vector<int64_t> task_budgets(const TaskSettings& t, const std::vector<int64
   return out;
 }
 
-AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const ModelConfig& cfg) {
+AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const ModelConfig& cfg, const Tokenizer& tok) {
   AnswerScore s;
-  const int64_t P = sample.prompt_len, a = sample.answer_token(), A = static_cast<int64_t>(sample.answer.size());
+  const int64_t P = sample.prompt_len, a = sample.answer_token(), A = sample.answer_tokens;
   for (int64_t j = 0; j < A; ++j) {
     const int64_t i = a + j - 1 - P;  // the decoded position whose logits predict answer token j
     if (i < 0 || i >= static_cast<int64_t>(run.positions.size()))
       fail(ErrorKind::InvalidArgument, "tasks: answer token " + std::to_string(j) + " of a sample was not among the decoded positions");
     const EvalPosition& p = run.positions[static_cast<size_t>(i)];
-    s.predicted += byte_level_token_text(cfg, p.predicted);
-    const bool right = p.predicted == static_cast<unsigned char>(sample.answer[static_cast<size_t>(j)]);
+    s.predicted += task_token_text(cfg, tok, p.predicted);
+    const bool right = p.predicted == sample.ids[static_cast<size_t>(sample.answer_first + j)];
     s.correct += right;
     if (!right && s.first_miss < 0) s.first_miss = j;
   }
@@ -73,7 +73,7 @@ AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const Mod
 
 std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSample>& samples,
                                  const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
-                                 const ModelConfig& cfg) {
+                                 const ModelConfig& cfg, const Tokenizer& tok) {
   std::vector<TaskCell> cells;
   if (samples.empty()) return cells;
   std::vector<int64_t> contexts;
@@ -103,10 +103,10 @@ std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSa
             if (k++ != j) return;
             c.policy = run.policy.label;
             c.budget = K;
-            const AnswerScore a = score_answer(samples[w], run, cfg);
+            const AnswerScore a = score_answer(samples[w], run, cfg, tok);
             ++c.samples;
             c.exact += a.exact;
-            c.tokens += static_cast<int64_t>(samples[w].answer.size());
+            c.tokens += samples[w].answer_tokens;
             c.correct += a.correct;
           });
         }
@@ -129,7 +129,7 @@ std::string tasks_csv(const TaskSettings& t, Compression compress, const std::ve
 
 std::string task_samples_csv(const TaskSettings& t, const std::vector<TaskSample>& samples,
                              const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
-                             const ModelConfig& cfg) {
+                             const ModelConfig& cfg, const Tokenizer& tok) {
   std::string out =
       "sample,context,depth,index,source,offset,prompt_len,steps,policy,budget,compression_ratio,answer,predicted,first_miss,"
       "exact\n";
@@ -137,7 +137,7 @@ std::string task_samples_csv(const TaskSettings& t, const std::vector<TaskSample
     const TaskSample& s = samples[w];
     const std::vector<int64_t> Ks = task_budgets(t, budgets, s);
     for_each_run(windows[w].result, Ks, [&](const EvalRun& run, int64_t K) {
-      const AnswerScore a = score_answer(s, run, cfg);
+      const AnswerScore a = score_answer(s, run, cfg, tok);
       const size_t slot = static_cast<size_t>(std::find(Ks.begin(), Ks.end(), K) - Ks.begin());
       const std::string ratio = t.ratios.empty() ? std::string() : format_double(t.ratios[slot]);
       out += std::to_string(w) + "," + std::to_string(s.request.context) + "," + depth_text(s.request.depth) + "," +
@@ -260,7 +260,7 @@ std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells
     s += "<rect x=\"" + num(kMargin + 190 + 56 * k) + "\" y=\"41\" width=\"14\" height=\"14\" fill=\"" +
          accuracy_colour(k / 4.0) + "\" stroke=\"#999999\"/><text x=\"" + num(kMargin + 208 + 56 * k) + "\" y=\"52\">" +
          std::to_string(25 * k) + " %</text>\n";
-  s += "<text x=\"" + num(kMargin + 480) + "\" y=\"52\">columns: context (bytes); rows: needle depth (% of the filler)</text>\n";
+  s += "<text x=\"" + num(kMargin + 480) + "\" y=\"52\">columns: context (" + t.context_unit + "); rows: needle depth (% of the filler)</text>\n";
   s += "</g>\n";
   for (const PanelAt& p : panels) {
     const TaskCell& head = cells[p.first];
@@ -312,6 +312,7 @@ std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& c
   j.key("name").value(task_name(t.kind));
   j.key("query_placement").value(query_placement_name(t.placement));
   j.key("contexts").array(t.contexts);
+  j.key("context_unit").value(t.context_unit);
   j.key("depths_percent").array(t.depths);
   j.key("samples_per_cell").value(t.samples);
   j.key("seed").value(static_cast<int64_t>(t.seed));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -144,43 +145,102 @@ int64_t task_fixed_bytes(TaskKind k) {
   return n;
 }
 
-TaskSample make_task_sample(const TaskRequest& r, const std::vector<FillerSource>& filler) {
+std::vector<TaskFiller> tokenize_filler(const std::vector<FillerSource>& files, const Tokenizer& tok, int threads) {
+  std::vector<TaskFiller> out;
+  for (const FillerSource& f : files) {
+    try {
+      out.push_back(TaskFiller{f.name, tok.encode(f.bytes, threads)});
+    } catch (const Error& e) {
+      throw Error(e.kind(), "--text " + f.name + ": " + e.what());
+    }
+  }
+  return out;
+}
+
+std::string task_token_text(const ModelConfig& cfg, const Tokenizer& tok, int64_t id) {
+  if (id == cfg.bos_token_id) return "<bos>";
+  if (id == cfg.eos_token_id) return "<eos>";
+  if (id < 0 || id >= static_cast<int64_t>(tok.vocab_size())) return "<id " + std::to_string(id) + ">";
+  const uint32_t one = static_cast<uint32_t>(id);
+  return token_bytes_text(tok.decode(std::span<const uint32_t>(&one, 1)));
+}
+
+const char* context_unit(const Tokenizer& tok) { return tok.format() == kByteLevelFormat ? "bytes" : "tokens"; }
+
+namespace {
+
+// The byte offset in decode(ids) at which each id starts, and (last) where the text ends: each id
+// decoded on its own.
+std::vector<int64_t> id_offsets(const std::vector<int64_t>& ids, const Tokenizer& tok) {
+  std::vector<int64_t> at(ids.size() + 1, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint32_t one = static_cast<uint32_t>(ids[i]);
+    at[i + 1] = at[i] + static_cast<int64_t>(tok.decode(std::span<const uint32_t>(&one, 1)).size());
+  }
+  return at;
+}
+
+// The index of the id that starts at byte `byte` (`at` from id_offsets); every part of a sample is
+// encoded on its own, so each part starts on an id (an internal error if not).
+int64_t id_at_byte(const std::vector<int64_t>& at, int64_t byte) {
+  const auto it = std::lower_bound(at.begin(), at.end(), byte);
+  if (it == at.end() || *it != byte)
+    fail(ErrorKind::InvalidArgument, "tasks: byte " + std::to_string(byte) + " of a sample does not start a token");
+  return static_cast<int64_t>(it - at.begin());
+}
+
+}  // namespace
+
+TaskSample make_task_sample(const TaskRequest& r, const std::vector<TaskFiller>& filler, const Tokenizer& tok) {
   const std::string task = std::string("--task ") + task_name(r.kind);
+  const std::string unit = context_unit(tok);
   if (!(r.depth >= 0 && r.depth <= 100))
     fail(ErrorKind::InvalidArgument, "--depths: " + std::to_string(r.depth) + " is outside [0, 100] (percent of the filler)");
-  const int64_t fixed = task_fixed_bytes(r.kind), F = r.context - fixed;
+  Rng rng(r.seed, (static_cast<uint64_t>(r.context) << 24) ^ static_cast<uint64_t>(r.index));
+  const double offset_draw = rng.uniform();  // the filler offset's draw comes first (docs/eval.md §7.2)
+  const Parts p = task_parts(r.kind, r.depth, rng);
+  // every part encoded on its own: each starts on a token boundary
+  const auto encode = [&](const std::string& part) { return tok.encode(part); };
+  std::vector<std::vector<uint32_t>> needles;
+  for (const std::string& n : p.needles) needles.push_back(encode(n));
+  const std::vector<uint32_t> question = encode(p.question), answer = encode(p.answer), tail = encode(kTail);
+  int64_t fixed = static_cast<int64_t>(question.size() + answer.size() + tail.size());
+  for (const auto& n : needles) fixed += static_cast<int64_t>(n.size());
+  const int64_t F = r.context - fixed;
   if (F < 1)
     fail(ErrorKind::InvalidArgument, "--context " + std::to_string(r.context) + " is too short for " + task + ": its needles, "
-                                     "question and answer take " + std::to_string(fixed) + " bytes, so a context needs at least " +
-                                     std::to_string(fixed + 1) + " (one filler byte)");
-  // the filler: offset u in [0, total) over every file's start positions that fit F bytes
+                                     "question and answer take " + std::to_string(fixed) + " " + unit + ", so a context needs at least " +
+                                     std::to_string(fixed + 1) + " (one filler " + (unit == "bytes" ? "byte" : "token") + ")");
+  // the filler: offset u in [0, total) over every file's start positions that fit F ids
   int64_t total = 0, longest = 0;
-  for (const FillerSource& s : filler) {
-    total += std::max<int64_t>(0, static_cast<int64_t>(s.bytes.size()) - F + 1);
-    longest = std::max(longest, static_cast<int64_t>(s.bytes.size()));
+  for (const TaskFiller& f : filler) {
+    total += std::max<int64_t>(0, static_cast<int64_t>(f.ids.size()) - F + 1);
+    longest = std::max(longest, static_cast<int64_t>(f.ids.size()));
   }
   if (total == 0)
-    fail(ErrorKind::InvalidArgument, "--text holds no " + std::to_string(F) + " consecutive bytes in one file (its longest has " +
+    fail(ErrorKind::InvalidArgument, "--text holds no " + std::to_string(F) + " consecutive " + unit + " in one file (its longest has " +
                                          std::to_string(longest) + "), the filler of a --context " + std::to_string(r.context) +
                                          " sample of " + task + "; a shorter --context or a longer text would fit");
-  Rng rng(r.seed, (static_cast<uint64_t>(r.context) << 24) ^ static_cast<uint64_t>(r.index));
-  int64_t u = std::min(total - 1, static_cast<int64_t>(rng.uniform() * static_cast<double>(total)));
+  int64_t u = std::min(total - 1, static_cast<int64_t>(offset_draw * static_cast<double>(total)));
   TaskSample out;
   out.request = r;
-  out.filler_bytes = F;
-  std::string_view text;
-  for (const FillerSource& s : filler) {
-    const int64_t here = std::max<int64_t>(0, static_cast<int64_t>(s.bytes.size()) - F + 1);
+  out.filler_tokens = F;
+  std::span<const uint32_t> text;
+  for (const TaskFiller& f : filler) {
+    const int64_t here = std::max<int64_t>(0, static_cast<int64_t>(f.ids.size()) - F + 1);
     if (u < here) {
-      out.source = s.name;
+      out.source = f.name;
       out.filler_offset = u;
-      text = std::string_view(s.bytes).substr(static_cast<size_t>(u), static_cast<size_t>(F));
+      text = std::span<const uint32_t>(f.ids).subspan(static_cast<size_t>(u), static_cast<size_t>(F));
       break;
     }
     u -= here;
   }
-  const Parts p = task_parts(r.kind, r.depth, rng);
-  // insertion points in filler coordinates; equal points keep the needles' order
+  const auto append = [&](std::span<const uint32_t> ids) {
+    out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    out.text += tok.decode(ids);
+  };
+  // insertion points in filler ids; equal points keep the needles' order
   std::vector<size_t> order(p.needles.size());
   std::vector<int64_t> at(p.needles.size());
   for (size_t j = 0; j < order.size(); ++j) {
@@ -190,19 +250,25 @@ TaskSample make_task_sample(const TaskRequest& r, const std::vector<FillerSource
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return at[a] < at[b]; });
   int64_t from = 0;
   for (size_t j : order) {
-    out.bytes.append(text.substr(static_cast<size_t>(from), static_cast<size_t>(at[j] - from)));
+    append(text.subspan(static_cast<size_t>(from), static_cast<size_t>(at[j] - from)));
     from = at[j];
-    out.needle_at.push_back(static_cast<int64_t>(out.bytes.size()));
-    out.bytes += p.needles[j];
+    out.needle_at.push_back(static_cast<int64_t>(out.text.size()));
+    append(needles[j]);
   }
-  out.bytes.append(text.substr(static_cast<size_t>(from)));
-  out.question_at = static_cast<int64_t>(out.bytes.size());
-  out.bytes += p.question;
-  out.answer_at = static_cast<int64_t>(out.bytes.size());
-  out.bytes += p.answer + kTail;
+  append(text.subspan(static_cast<size_t>(from)));
+  out.question_at = static_cast<int64_t>(out.text.size());
+  append(question);
+  out.answer_at = static_cast<int64_t>(out.text.size());
+  append(answer);
+  append(tail);
   out.answer = p.answer;
-  const int64_t shift = r.bos ? 1 : 0, a = out.answer_token(), A = static_cast<int64_t>(out.answer.size());
-  out.prompt_len = r.placement == QueryPlacement::Aware ? a - 1 : out.question_at + shift;
+  // the question's and the answer's ids, found by the byte offsets of each decoded id
+  const std::vector<int64_t> offsets = id_offsets(out.ids, tok);
+  out.question_first = id_at_byte(offsets, out.question_at);
+  out.answer_first = id_at_byte(offsets, out.answer_at);
+  out.answer_tokens = id_at_byte(offsets, out.answer_at + static_cast<int64_t>(out.answer.size())) - out.answer_first;
+  const int64_t shift = r.bos ? 1 : 0, a = out.answer_token(), A = out.answer_tokens;
+  out.prompt_len = r.placement == QueryPlacement::Aware ? a - 1 : out.question_first + shift;
   out.steps = a + A - 1 - out.prompt_len;
   return out;
 }

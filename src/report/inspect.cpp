@@ -72,6 +72,9 @@ std::string inspect_checkpoint_json(const InspectedCheckpoint& c) {
   w.key("layer0_attention_parameters");
   if (c.layer0_attention_parameters) w.value(static_cast<int64_t>(*c.layer0_attention_parameters));
   else w.null();
+  w.key("tokenizer");
+  if (c.tokenizer.empty()) w.null();
+  else literals_json(w, c.tokenizer);
   w.end_object();
   return w.str() + "\n";
 }

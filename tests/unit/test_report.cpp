@@ -257,7 +257,7 @@ BOOST_AUTO_TEST_CASE(inspect_json_by_hand) {
   t.end = 256;
   mla::InspectedCheckpoint c{"/ck", "model.", 3, {"model-00003-of-000003.safetensors"}, {{"model-00001-of-000003.safetensors", t}},
                              {{"rms_norm_eps", "1e-06"}, {"q_lora_rank", "null"}}, {{"ignore", "[\"lm_head\", \"re:.*gate\"]"}},
-                             {0, 1}, 18512};
+                             {0, 1}, 18512, {}};
   simdjson::dom::parser parser;
   const std::string text = mla::inspect_checkpoint_json(c);
   BOOST_TEST(text.back() == '\n');

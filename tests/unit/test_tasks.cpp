@@ -33,6 +33,7 @@
 #include "mla/model.hpp"
 #include "mla/policy.hpp"
 #include "mla/tasks.hpp"
+#include "mla/tokenizer.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -74,6 +75,15 @@ TaskRequest request(TaskKind kind, int64_t context, double depth, int64_t index 
   return r;
 }
 
+// The byte-level model's tokenizer, and a sample of the filler files under it.
+const mla::Tokenizer& bytes_tok() {
+  static const std::unique_ptr<mla::Tokenizer> t = mla::byte_level_tokenizer();
+  return *t;
+}
+TaskSample sample_of(const TaskRequest& r, const std::vector<mla::FillerSource>& filler) {
+  return mla::make_task_sample(r, mla::tokenize_filler(filler, bytes_tok()), bytes_tok());
+}
+
 const TaskKind kAll[] = {TaskKind::Passkey, TaskKind::NiahMultikey, TaskKind::NiahMultivalue, TaskKind::VariableTracking};
 
 bool all_of_class(const std::string& s, char lo, char hi) {
@@ -90,27 +100,27 @@ BOOST_AUTO_TEST_CASE(samples_are_deterministic_from_the_seed) {
   const std::vector<mla::FillerSource> filler = {{"a.txt", letters(3000)}, {"b.txt", letters(5000).substr(7)}};
   for (TaskKind k : kAll) {
     BOOST_TEST_CONTEXT(mla::task_name(k)) {
-      const TaskSample a = mla::make_task_sample(request(k, 1500, 30), filler);
-      const TaskSample b = mla::make_task_sample(request(k, 1500, 30), filler);
-      BOOST_TEST(a.bytes == b.bytes);
-      BOOST_TEST(a.bytes.size() == 1500u);
+      const TaskSample a = sample_of(request(k, 1500, 30), filler);
+      const TaskSample b = sample_of(request(k, 1500, 30), filler);
+      BOOST_TEST(a.text == b.text);
+      BOOST_TEST(a.text.size() == 1500u);
       BOOST_TEST((a.source == b.source && a.filler_offset == b.filler_offset));
       // another seed or another index: another sample (filler offset or key)
-      const TaskSample c = mla::make_task_sample(request(k, 1500, 30, 0, 8), filler);
-      const TaskSample d = mla::make_task_sample(request(k, 1500, 30, 1), filler);
-      BOOST_TEST(c.bytes != a.bytes);
-      BOOST_TEST(d.bytes != a.bytes);
+      const TaskSample c = sample_of(request(k, 1500, 30, 0, 8), filler);
+      const TaskSample d = sample_of(request(k, 1500, 30, 1), filler);
+      BOOST_TEST(c.text != a.text);
+      BOOST_TEST(d.text != a.text);
       // the same sample at another depth: the same filler, keys and names; the needles moved
-      const TaskSample e = mla::make_task_sample(request(k, 1500, 80), filler);
+      const TaskSample e = sample_of(request(k, 1500, 80), filler);
       BOOST_TEST((e.source == a.source && e.filler_offset == a.filler_offset));
       BOOST_TEST(e.answer == a.answer);
       BOOST_TEST(e.needle_at != a.needle_at);
-      BOOST_TEST(e.bytes != a.bytes);
+      BOOST_TEST(e.text != a.text);
       // the filler lies in one file: the bytes outside the needles are that file's
       const std::string& file = a.source == "a.txt" ? filler[0].bytes : filler[1].bytes;
-      BOOST_TEST(a.bytes.substr(0, static_cast<size_t>(a.needle_at.front())) ==
+      BOOST_TEST(a.text.substr(0, static_cast<size_t>(a.needle_at.front())) ==
                  file.substr(static_cast<size_t>(a.filler_offset), static_cast<size_t>(a.needle_at.front())));
-      BOOST_TEST(a.filler_bytes == 1500 - mla::task_fixed_bytes(k));
+      BOOST_TEST(a.filler_tokens == 1500 - mla::task_fixed_bytes(k));
     }
   }
 }
@@ -125,7 +135,7 @@ BOOST_AUTO_TEST_CASE(layouts_by_hand) {
   const int64_t F = 200, L = F + fixed;
   const std::vector<mla::FillerSource> filler = {{"f", letters(F)}};
   for (double depth : {0.0, 33.0, 100.0}) {
-    const TaskSample s = mla::make_task_sample(request(TaskKind::Passkey, L, depth), filler);
+    const TaskSample s = sample_of(request(TaskKind::Passkey, L, depth), filler);
     const std::string key = s.answer;
     BOOST_TEST_REQUIRE(key.size() == 5u);
     BOOST_TEST(all_of_class(key, '0', '9'));
@@ -133,7 +143,7 @@ BOOST_AUTO_TEST_CASE(layouts_by_hand) {
     const std::string expected = letters(F).substr(0, at) + " The pass key is " + key + ". Remember it. " + key +
                                  " is the pass key. " + letters(F).substr(at) + "\nWhat is the pass key? The pass key is " +
                                  key + ".\n";
-    BOOST_TEST(s.bytes == expected);
+    BOOST_TEST(s.text == expected);
     BOOST_TEST(s.filler_offset == 0);
     BOOST_TEST(s.needle_at.at(0) == static_cast<int64_t>(at));
     // eval's split, the BOS at token 0: the answer's first byte is token answer_at + 1
@@ -142,8 +152,8 @@ BOOST_AUTO_TEST_CASE(layouts_by_hand) {
     BOOST_TEST(s.answer_at == answer);
     BOOST_TEST(s.prompt_len == question + 1);          // agnostic: BOS + haystack
     BOOST_TEST(s.steps == answer + 1 + 5 - 1 - (question + 1));
-    const TaskSample aware = mla::make_task_sample(request(TaskKind::Passkey, L, depth, 0, 7, QueryPlacement::Aware), filler);
-    BOOST_TEST(aware.bytes == s.bytes);
+    const TaskSample aware = sample_of(request(TaskKind::Passkey, L, depth, 0, 7, QueryPlacement::Aware), filler);
+    BOOST_TEST(aware.text == s.text);
     BOOST_TEST(aware.prompt_len == answer);           // all of the question but its last byte
     BOOST_TEST(aware.steps == 5);
     // the passkey detector (eval's --text inputs) finds this key where the answer is
@@ -151,7 +161,7 @@ BOOST_AUTO_TEST_CASE(layouts_by_hand) {
     cfg.byte_level_vocab = true;
     cfg.bos_token_id = 256;
     std::vector<int64_t> ids = {256};
-    for (unsigned char c : s.bytes) ids.push_back(c);
+    for (unsigned char c : s.text) ids.push_back(c);
     const mla::Passkey p = mla::find_passkey(ids, cfg);
     BOOST_TEST(p.key == key);
     BOOST_TEST(p.digits.front() == s.answer_token());
@@ -160,72 +170,72 @@ BOOST_AUTO_TEST_CASE(layouts_by_hand) {
   // niah-multikey: 4 needles of 4 distinct names and keys; the question asks the one at the depth
   {
     const int64_t Fm = 400, Lm = Fm + mla::task_fixed_bytes(TaskKind::NiahMultikey);
-    const TaskSample s = mla::make_task_sample(request(TaskKind::NiahMultikey, Lm, 50), {{"f", letters(Fm)}});
+    const TaskSample s = sample_of(request(TaskKind::NiahMultikey, Lm, 50), {{"f", letters(Fm)}});
     BOOST_TEST_REQUIRE(s.needle_at.size() == 4u);
-    const std::string q = s.bytes.substr(static_cast<size_t>(s.question_at), static_cast<size_t>(s.answer_at - s.question_at));
+    const std::string q = s.text.substr(static_cast<size_t>(s.question_at), static_cast<size_t>(s.answer_at - s.question_at));
     BOOST_TEST_REQUIRE(q.rfind("\nWhat is the pass key of ", 0) == 0u);
     const std::string name = q.substr(25, 5);
     BOOST_TEST(all_of_class(name, 'A', 'Z'));
     BOOST_TEST(q == "\nWhat is the pass key of " + name + "? The pass key of " + name + " is ");
     const std::string asked = " The pass key of " + name + " is " + s.answer + ". Remember it. " + s.answer +
                               " is the pass key of " + name + ". ";
-    BOOST_TEST(count_of(s.bytes, asked) == 1u);
-    BOOST_TEST(count_of(s.bytes, " The pass key of ") == 4u + 1u);  // 4 needles, and the question
-    BOOST_TEST(count_of(s.bytes, name) == 2u + 2u);                   // its needle, and the question
+    BOOST_TEST(count_of(s.text, asked) == 1u);
+    BOOST_TEST(count_of(s.text, " The pass key of ") == 4u + 1u);  // 4 needles, and the question
+    BOOST_TEST(count_of(s.text, name) == 2u + 2u);                   // its needle, and the question
     // the asked needle starts at filler offset floor(0.5 F) plus the needles before it
-    const size_t asked_at = s.bytes.find(asked);
+    const size_t asked_at = s.text.find(asked);
     int64_t before = 0;
     for (int64_t n : s.needle_at)
       if (n < static_cast<int64_t>(asked_at)) before += 1;
     const int64_t needle_len = static_cast<int64_t>(asked.size());  // every needle has this length
     BOOST_TEST(static_cast<int64_t>(asked_at) == Fm / 2 + before * needle_len);
-    BOOST_TEST(s.bytes.substr(static_cast<size_t>(s.answer_at)) == s.answer + ".\n");
+    BOOST_TEST(s.text.substr(static_cast<size_t>(s.answer_at)) == s.answer + ".\n");
   }
 
   // niah-multivalue: one name, 4 keys at depths d + j (100 - d) / 4; the answer lists them in text order
   {
     const int64_t Fv = 400, Lv = Fv + mla::task_fixed_bytes(TaskKind::NiahMultivalue);
-    const TaskSample s = mla::make_task_sample(request(TaskKind::NiahMultivalue, Lv, 20), {{"f", letters(Fv)}});
+    const TaskSample s = sample_of(request(TaskKind::NiahMultivalue, Lv, 20), {{"f", letters(Fv)}});
     BOOST_TEST_REQUIRE(s.needle_at.size() == 4u);
-    const size_t name_at = s.bytes.find(" One of the pass keys of ") + 25;
-    const std::string name = s.bytes.substr(name_at, 5);
+    const size_t name_at = s.text.find(" One of the pass keys of ") + 25;
+    const std::string name = s.text.substr(name_at, 5);
     std::string answer;
     for (size_t j = 0; j < 4; ++j) {
       const std::string head = " One of the pass keys of " + name + " is ";
       const size_t n = static_cast<size_t>(s.needle_at[j]);
-      BOOST_TEST_REQUIRE(s.bytes.compare(n, head.size(), head) == 0);
-      const std::string key = s.bytes.substr(n + head.size(), 5);
-      BOOST_TEST(s.bytes.substr(n, head.size() + 5 + 15) == head + key + ". Remember it. ");
+      BOOST_TEST_REQUIRE(s.text.compare(n, head.size(), head) == 0);
+      const std::string key = s.text.substr(n + head.size(), 5);
+      BOOST_TEST(s.text.substr(n, head.size() + 5 + 15) == head + key + ". Remember it. ");
       answer += (j ? ", " : "") + key;
       const int64_t filler_at = static_cast<int64_t>(std::floor((20.0 + static_cast<double>(j) * 20.0) / 100.0 * Fv));  // 80, 160, 240, 320
       BOOST_TEST(s.needle_at[j] == filler_at + static_cast<int64_t>(j * head.size() + j * 20));
     }
     BOOST_TEST(s.answer == answer);
-    BOOST_TEST(s.bytes.substr(static_cast<size_t>(s.question_at)) ==
+    BOOST_TEST(s.text.substr(static_cast<size_t>(s.question_at)) ==
                "\nWhat are the pass keys of " + name + "? The pass keys of " + name + " are " + answer + ".\n");
   }
 
   // variable-tracking: VAR A = key, VAR B = A, VAR C = B, VAR D = C; the answer is the chain
   {
     const int64_t Ft = 300, Lt = Ft + mla::task_fixed_bytes(TaskKind::VariableTracking);
-    const TaskSample s = mla::make_task_sample(request(TaskKind::VariableTracking, Lt, 0), {{"f", letters(Ft)}});
+    const TaskSample s = sample_of(request(TaskKind::VariableTracking, Lt, 0), {{"f", letters(Ft)}});
     BOOST_TEST_REQUIRE(s.needle_at.size() == 4u);
     BOOST_TEST(s.needle_at[0] == 0);
     std::vector<std::string> names;
     std::string key;
     for (size_t j = 0; j < 4; ++j) {
       const size_t n = static_cast<size_t>(s.needle_at[j]);
-      BOOST_TEST_REQUIRE(s.bytes.compare(n, 5, " VAR ") == 0);
-      names.push_back(s.bytes.substr(n + 5, 5));
-      const std::string value = s.bytes.substr(n + 13, 5);
+      BOOST_TEST_REQUIRE(s.text.compare(n, 5, " VAR ") == 0);
+      names.push_back(s.text.substr(n + 5, 5));
+      const std::string value = s.text.substr(n + 13, 5);
       if (j == 0) key = value;
       else BOOST_TEST(value == names[j - 1]);
-      BOOST_TEST(s.bytes.substr(n, 20) == " VAR " + names[j] + " = " + value + ". ");
+      BOOST_TEST(s.text.substr(n, 20) == " VAR " + names[j] + " = " + value + ". ");
     }
     BOOST_TEST(all_of_class(key, '0', '9'));
     BOOST_TEST(std::set<std::string>(names.begin(), names.end()).size() == 4u);
     BOOST_TEST(s.answer == names[0] + " " + names[1] + " " + names[2] + " " + names[3]);
-    BOOST_TEST(s.bytes.substr(static_cast<size_t>(s.question_at)) ==
+    BOOST_TEST(s.text.substr(static_cast<size_t>(s.question_at)) ==
                "\nWhich variables are assigned the value " + key + "? They are " + s.answer + ".\n");
   }
 }
@@ -234,7 +244,7 @@ BOOST_AUTO_TEST_CASE(bad_requests_are_one_error) {
   const std::vector<mla::FillerSource> filler = {{"f", letters(100)}};
   const auto message = [&](const TaskRequest& r) {
     try {
-      (void)mla::make_task_sample(r, filler);
+      (void)sample_of(r, filler);
     } catch (const mla::Error& e) {
       return std::string(e.what());
     }
@@ -259,7 +269,7 @@ BOOST_AUTO_TEST_CASE(answers_cells_and_figure_by_hand) {
   // two samples at depth 10, one at depth 90; full right everywhere, "h2o" wrong at digit 2 of sample 0
   for (double d : {10.0, 90.0})
     for (int64_t i = 0; i < (d == 10.0 ? 2 : 1); ++i) {
-      samples.push_back(mla::make_task_sample(request(TaskKind::Passkey, L, d, i), {{"f", letters(F + 10)}}));
+      samples.push_back(sample_of(request(TaskKind::Passkey, L, d, i), {{"f", letters(F + 10)}}));
       const TaskSample& s = samples.back();
       mla::EvalResult r;
       const auto run = [&](const std::string& policy, bool wrong) {
@@ -280,9 +290,9 @@ BOOST_AUTO_TEST_CASE(answers_cells_and_figure_by_hand) {
       r.runs.push_back(run("h2o", samples.size() == 1));
       windows.push_back(mla::EvalWindow{s.source, s.filler_offset, r});
     }
-  const mla::AnswerScore ok = mla::score_answer(samples[0], windows[0].result.full, cfg);
+  const mla::AnswerScore ok = mla::score_answer(samples[0], windows[0].result.full, cfg, bytes_tok());
   BOOST_TEST((ok.exact && ok.correct == 5 && ok.first_miss == -1 && ok.predicted == samples[0].answer));
-  const mla::AnswerScore miss = mla::score_answer(samples[0], windows[0].result.runs[0], cfg);
+  const mla::AnswerScore miss = mla::score_answer(samples[0], windows[0].result.runs[0], cfg, bytes_tok());
   BOOST_TEST((!miss.exact && miss.correct == 4 && miss.first_miss == 2));
   BOOST_TEST(miss.predicted.substr(0, 2) == samples[0].answer.substr(0, 2));
   BOOST_TEST(miss.predicted[2] != samples[0].answer[2]);
@@ -291,7 +301,7 @@ BOOST_AUTO_TEST_CASE(answers_cells_and_figure_by_hand) {
   t.contexts = {L};
   t.depths = {10, 90};
   t.samples = 2;
-  const std::vector<mla::TaskCell> cells = mla::task_cells(t, samples, windows, {8}, cfg);
+  const std::vector<mla::TaskCell> cells = mla::task_cells(t, samples, windows, {8}, cfg, bytes_tok());
   BOOST_TEST_REQUIRE(cells.size() == 4u);
   BOOST_TEST((cells[0].policy == "full" && cells[0].depth == 10.0 && cells[0].samples == 2 && cells[0].exact == 2));
   BOOST_TEST((cells[2].policy == "h2o" && cells[2].depth == 10.0 && cells[2].exact == 1 && cells[2].correct == 9 &&
@@ -299,7 +309,7 @@ BOOST_AUTO_TEST_CASE(answers_cells_and_figure_by_hand) {
   BOOST_TEST((cells[3].policy == "h2o" && cells[3].depth == 90.0 && cells[3].exact == 1));
   const std::string csv = mla::tasks_csv(t, mla::Compression::Decode, cells);
   BOOST_TEST(contains(csv, "\npasskey,agnostic,decode,h2o,8,," + std::to_string(L) + ",10,2,1,0.5,0.90000000000000002\n"), csv);
-  const std::string per_sample = mla::task_samples_csv(t, samples, windows, {8}, cfg);
+  const std::string per_sample = mla::task_samples_csv(t, samples, windows, {8}, cfg, bytes_tok());
   BOOST_TEST(count_of(per_sample, "\n") == 1u + 3u * 2u);
   BOOST_TEST(contains(per_sample, ",h2o,8,," + samples[0].answer + "," + miss.predicted + ",2,0\n"), per_sample);
   // needle.svg: a panel for full and one for h2o; the half-right cell is yellow, the wrong-free green
@@ -479,8 +489,8 @@ BOOST_AUTO_TEST_CASE(cli_errors) {
   expect_task_error(text + "--task passkey --context 106 --cache-budget 64", "--context 106 is too short for --task passkey: its "
                                                                              "needles, question and answer take 106 bytes");
   expect_task_error(text + "--task variable-tracking --context 161 --cache-budget 64", "too short for --task variable-tracking");
-  // a model that is not byte-level
-  expect_task_error(ok, "needs a byte-level model", fixture());
+  // a model with neither a tokenizer nor a byte-level vocabulary
+  expect_task_error(ok, "holds no tokenizer.json or tiktoken.model and the model is not byte-level", fixture());
   // bad --depths, --samples 0, an unknown task
   expect_task_error(ok + "--depths 10,abc", "--depths: 'abc' is not a number");
   expect_task_error(ok + "--depths 10,", "--depths: '' is not a number");

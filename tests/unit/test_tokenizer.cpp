@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "mla/error.hpp"
+#include "mla/eval.hpp"
+#include "mla/tasks.hpp"
 #include "mla/tokenizer.hpp"
 #include "src/tokenizer/regex.hpp"
 #include "test_util.hpp"
@@ -444,6 +446,132 @@ BOOST_AUTO_TEST_CASE(run_decode_sweep_text_equal_tokens) {
       BOOST_CHECK_MESSAGE(x == y, name + ": " + f + " differs between --text and --tokens");
     }
   }
+}
+
+// ---- --task on a tokenizer model (docs/eval.md §7) -------------------------------------------
+
+std::string heldout_text() { return mla::test::read_text(mla::test::data_dir() + "/../../models/tiny-mla-recall/eval/heldout.txt"); }
+
+std::vector<int64_t> as_ids(const std::vector<uint32_t>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
+
+// Under DeepSeek-V3's tokenizer a sample is exactly L of its ids; they decode to the sample's text;
+// the question's and the answer's ids are what the tokenizer gives each on its own, where the
+// byte offsets put them; the filler before the first needle is a run of the file's own ids; eval's
+// P and N follow from the ids. A context too short names the tokens the parts take.
+BOOST_AUTO_TEST_CASE(task_samples_in_tokens) {
+  const auto tok = load("deepseek-v3");
+  const std::string text = heldout_text();
+  const std::vector<mla::TaskFiller> filler = mla::tokenize_filler({{"heldout.txt", text}}, *tok);
+  const std::vector<int64_t> file_ids = as_ids(filler.at(0).ids);
+  BOOST_REQUIRE_LT(file_ids.size(), text.size() / 2);  // merges ran: far fewer ids than bytes
+  BOOST_CHECK_EQUAL(std::string(mla::context_unit(*tok)), "tokens");
+  for (mla::TaskKind kind : {mla::TaskKind::Passkey, mla::TaskKind::NiahMultikey, mla::TaskKind::NiahMultivalue,
+                             mla::TaskKind::VariableTracking})
+    for (mla::QueryPlacement q : {mla::QueryPlacement::Agnostic, mla::QueryPlacement::Aware}) {
+      BOOST_TEST_CONTEXT(mla::task_name(kind) << " " << mla::query_placement_name(q)) {
+        const mla::TaskRequest r{kind, 300, 40, 1, 5, q, true};
+        const mla::TaskSample s = mla::make_task_sample(r, filler, *tok);
+        BOOST_TEST(s.ids.size() == 300u);
+        BOOST_TEST(tok->decode(std::vector<uint32_t>(s.ids.begin(), s.ids.end())) == s.text);
+        BOOST_TEST(s.text.substr(static_cast<size_t>(s.answer_at), s.answer.size()) == s.answer);
+        BOOST_TEST(s.text.substr(static_cast<size_t>(s.answer_at) + s.answer.size()) == ".\n");
+        const std::vector<int64_t> answer = as_ids(tok->encode(s.answer));
+        BOOST_TEST_REQUIRE(s.answer_tokens == static_cast<int64_t>(answer.size()));
+        BOOST_TEST(std::vector<int64_t>(s.ids.begin() + s.answer_first, s.ids.begin() + s.answer_first + s.answer_tokens) == answer);
+        const std::string question = s.text.substr(static_cast<size_t>(s.question_at), static_cast<size_t>(s.answer_at - s.question_at));
+        BOOST_TEST(std::vector<int64_t>(s.ids.begin() + s.question_first, s.ids.begin() + s.answer_first) == as_ids(tok->encode(question)));
+        BOOST_TEST(s.answer_first + s.answer_tokens + static_cast<int64_t>(tok->encode(".\n").size()) == 300);
+        // the filler up to the first needle: k ids of the file from the sample's offset
+        size_t k = 0, bytes = 0;
+        while (bytes < static_cast<size_t>(s.needle_at.front()))
+          bytes += tok->decode(std::vector<uint32_t>{static_cast<uint32_t>(s.ids[k++])}).size();
+        BOOST_TEST(bytes == static_cast<size_t>(s.needle_at.front()));
+        BOOST_TEST(std::equal(s.ids.begin(), s.ids.begin() + static_cast<int64_t>(k), file_ids.begin() + s.filler_offset));
+        const int64_t a = s.answer_first + 1;  // the BOS is token 0
+        if (q == mla::QueryPlacement::Aware) {
+          BOOST_TEST((s.prompt_len == a - 1 && s.steps == s.answer_tokens));
+        } else {
+          BOOST_TEST((s.prompt_len == s.question_first + 1 && s.steps == a + s.answer_tokens - 1 - s.prompt_len));
+        }
+      }
+    }
+  try {
+    (void)mla::make_task_sample(mla::TaskRequest{mla::TaskKind::Passkey, 20, 50, 0, 0, mla::QueryPlacement::Agnostic, true}, filler, *tok);
+    BOOST_ERROR("a 20-token passkey sample was made");
+  } catch (const mla::Error& e) {
+    BOOST_CHECK_MESSAGE(std::string(e.what()).find("is too short for --task passkey: its needles, question and answer take ") !=
+                                std::string::npos &&
+                            std::string(e.what()).find(" tokens, so a context needs at least") != std::string::npos,
+                        e.what());
+  }
+}
+
+// A synthetic whole model (tiny geometry, DeepSeek-V3's vocab_size 129280 and bos_token_id 0) with
+// DeepSeek-V3's tokenizer.json beside it.
+std::string deepseek_v3_tokenizer_model() {
+  static std::string dir;
+  if (!dir.empty()) return dir;
+  const std::string d = mla::test::scratch_dir("tokenizer-task-model") + "/ckpt";
+  const auto s = mla::test::run_cli("synth --preset tiny --experts 4 --vocab 129280 --out '" + d + "'");
+  BOOST_REQUIRE_MESSAGE(s.exit_code == 0, s.err);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(tokenizer_dir("deepseek-v3") + "/" + f, d + "/" + f, fs::copy_options::overwrite_existing);
+  // DeepSeek-V3's config.json names its BOS, <｜begin▁of▁sentence｜> = 0; synth's config has none
+  std::string config = mla::test::read_text(d + "/config.json");
+  const size_t text_config = config.find("\"text_config\": {");
+  BOOST_REQUIRE(config.find("bos_token_id") == std::string::npos && text_config != std::string::npos);
+  mla::test::write_text(d + "/config.json", config.insert(text_config + 16, "\"bos_token_id\": 0, "));
+  return dir = d;
+}
+
+// eval --task passkey on that model: the samples are --context tokens of its tokenizer, every
+// output is written, each sample's P and N are those of the tokenizer's ids of the question and the
+// key; inspect --json names the tokenizer.
+BOOST_AUTO_TEST_CASE(task_passkey_on_a_tokenizer_model) {
+  const std::string model = deepseek_v3_tokenizer_model();
+  const std::string text = write_scratch("task/heldout.txt", heldout_text());
+  const std::string out = mla::test::scratch_dir("tokenizer-task") + "/o";
+  const auto r = mla::test::run_cli("eval --checkpoint '" + model + "' --text '" + text + "' --task passkey --context 200 "
+                                    "--depths 0,100 --samples 2 --cache-budget 32 --policy streaming --quiet --threads 2 --out '" +
+                                    out + "'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  BOOST_CHECK_MESSAGE(r.out.find("contexts in tokens of the checkpoint's tokenizer") != std::string::npos, r.out);
+  const std::string csv = mla::test::read_text(out + "/tasks.csv");
+  BOOST_CHECK(csv.rfind("task,query_placement,compress,policy,budget,compression_ratio,context,depth,samples,exact,", 0) == 0);
+  BOOST_CHECK_EQUAL(std::count(csv.begin(), csv.end(), '\n'), 1 + 2 * 2);  // (full, streaming) x 2 depths
+  BOOST_CHECK_MESSAGE(csv.find("\npasskey,agnostic,decode,streaming,32,,200,100,2,") != std::string::npos, csv);
+  const auto tok = load("deepseek-v3");
+  const int64_t q = static_cast<int64_t>(tok->encode("\nWhat is the pass key? The pass key is ").size());
+  const int64_t tail = static_cast<int64_t>(tok->encode(".\n").size());
+  simdjson::dom::parser parser;
+  simdjson::dom::element j = parser.load(out + "/report.json");
+  BOOST_CHECK_EQUAL(std::string(j["task"]["context_unit"].get_string().value()), "tokens");
+  int64_t samples = 0, decoded = 0;
+  for (simdjson::dom::element s : j["samples"].get_array()) {
+    const std::string key(s["answer"].get_string().value());
+    BOOST_REQUIRE_EQUAL(key.size(), 5u);
+    const int64_t A = static_cast<int64_t>(tok->encode(key).size());
+    const int64_t P = s["prompt_len"].get_int64().value(), N = s["steps"].get_int64().value();
+    BOOST_CHECK_EQUAL(P, 1 + 200 - q - A - tail);  // BOS + the haystack
+    BOOST_CHECK_EQUAL(N, q + A - 1);
+    BOOST_CHECK_EQUAL(s["answer_position"].get_int64().value(), P + q);
+    ++samples;
+    decoded += N;
+  }
+  BOOST_CHECK_EQUAL(samples, 4);
+  const std::string per = mla::test::read_text(out + "/task_samples.csv");
+  BOOST_CHECK_EQUAL(std::count(per.begin(), per.end(), '\n'), 1 + 4 * 2);
+  const std::string ecsv = mla::test::read_text(out + "/eval.csv");
+  BOOST_CHECK_EQUAL(std::count(ecsv.begin(), ecsv.end(), '\n'), 1 + 2 * decoded);  // every decoded position, full and streaming
+  const auto i = mla::test::run_cli("inspect '" + model + "' --json");
+  BOOST_REQUIRE_MESSAGE(i.exit_code == 0, i.err);
+  simdjson::dom::element ij = parser.parse(i.out);
+  BOOST_CHECK_EQUAL(ij["tokenizer"]["vocab_size"].get_int64().value(), 128815);
+  BOOST_CHECK(std::string(ij["tokenizer"]["format"].get_string().value()).find("tokenizer.json") != std::string::npos);
+  BOOST_CHECK(ij["tokenizer"]["special_tokens"].get_array().size() > 0u);
+  const auto none = mla::test::run_cli("inspect '" + mla::test::data_dir() + "/golden/whole-model/model' --json");
+  BOOST_REQUIRE_MESSAGE(none.exit_code == 0, none.err);
+  BOOST_CHECK(parser.parse(none.out)["tokenizer"].is_null());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
