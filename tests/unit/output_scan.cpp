@@ -158,8 +158,19 @@ std::vector<std::string> scan_outputs(const std::string& root) {
     if (!it->is_directory(ec)) continue;
     const fs::path dir = it->path();
     if (fs::is_regular_file(dir / ".mla-h2o-set", ec)) {
-      for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec))
-        if (e.is_regular_file(ec) && !e.is_symlink(ec)) scan_file(e.path(), out);
+      // the files the set's manifest lists ("file SIZE FINGERPRINT NAME"): what mla-h2o wrote, not
+      // what a test put beside it (a tokenizer.json copied into a synth checkpoint names "Ġnan")
+      const std::string manifest = read_all(dir / ".mla-h2o-set");
+      for (size_t at = 0; at < manifest.size();) {
+        const size_t end = std::min(manifest.find('\n', at), manifest.size());
+        const std::string line = manifest.substr(at, end - at);
+        at = end + 1;
+        if (line.rfind("file ", 0) != 0) continue;
+        const size_t sp1 = line.find(' ', 5), sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
+        if (sp2 == std::string::npos) continue;
+        const fs::path f = dir / line.substr(sp2 + 1);
+        if (fs::is_regular_file(f, ec) && !fs::is_symlink(f, ec)) scan_file(f, out);
+      }
     } else if (fs::is_regular_file(dir / "exit", ec) && read_all(dir / "exit") == "0") {
       for (const char* f : {"stdout", "stderr"})
         if (fs::is_regular_file(dir / f, ec)) scan_file(dir / f, out);
