@@ -243,7 +243,8 @@ std::string eval_leaderboard_svg(const std::vector<EvalSummary>& s, const std::v
 
 // ---- retrieval tasks (eval --task; docs/eval.md §7; the samples: mla/tasks.hpp) -------------
 struct TaskSettings {
-  TaskKind kind = TaskKind::Passkey;
+  TaskKind kind = TaskKind::Passkey;  // the task (the first of kinds)
+  std::vector<TaskKind> kinds;        // the tasks run (--task ruler: RULER's 11); empty = {kind}
   QueryPlacement placement = QueryPlacement::Agnostic;
   std::vector<int64_t> contexts;  // --context, ascending
   std::string context_unit = "bytes";  // what they count: context_unit(the model's tokenizer)
@@ -252,6 +253,8 @@ struct TaskSettings {
   uint64_t seed = 0;
   std::vector<double> ratios;     // --compression-ratio, descending (K ascending); empty with --cache-budget
 };
+
+std::vector<TaskKind> task_kinds(const TaskSettings& t);  // t.kinds, or {t.kind}
 
 // kvpress's budget for a compression ratio r: K = round((1 - r) P), the share r of the prompt evicted.
 int64_t ratio_budget(double r, int64_t prompt_len);
@@ -268,12 +271,14 @@ struct AnswerScore {
   int64_t correct = 0;      // answer tokens predicted top-1
   int64_t first_miss = -1;  // the first answer token not predicted top-1 (where greedy departs); -1: none
   bool exact = false;       // correct == the answer's length
+  int64_t refs = 0, found = 0;  // reference strings, and those whose every id is predicted top-1
 };
 // The answer's ids are sample.ids[answer_first ..], found by byte offsets (mla/tasks.hpp).
 AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const ModelConfig& cfg, const Tokenizer& tok);
 
 // One cell of tasks.csv: a (policy, budget) run's score over the samples of one (context, depth).
 struct TaskCell {
+  TaskKind kind = TaskKind::Passkey;
   std::string policy;
   int64_t budget = 0;                  // K at this context
   size_t slot = 0;                     // the budget's (or ratio's) index in run order
@@ -282,7 +287,15 @@ struct TaskCell {
   double depth = 0;
   int64_t samples = 0, exact = 0;      // samples, and those answered exactly
   int64_t tokens = 0, correct = 0;     // answer tokens, and those predicted top-1
+  int64_t refs = 0, found = 0;         // reference strings, and those found
+  double match_sum = 0;                // the sum over samples of found / refs
+  int64_t tasks = 0;                   // ruler_averages: the tasks averaged
 };
+// RULER's string_match_all of a cell: 100 x the mean over its samples of found / refs.
+double string_match_all(const TaskCell& c);
+// Per (policy, budget, context), RULER's average over the tasks: match_sum = the sum of their
+// string_match_all over `tasks` tasks, samples / refs / found summed.
+std::vector<TaskCell> ruler_averages(const std::vector<TaskCell>& cells);
 // windows[i] is the evaluation of samples[i] at task_budgets(t, budgets, samples[i]). Per budget
 // slot: full, then the policies (options order); within each, contexts then depths ascending.
 std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSample>& samples,
@@ -290,14 +303,20 @@ std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSa
                                  const ModelConfig& cfg, const Tokenizer& tok);
 // tasks.csv: task,query_placement,compress,policy,budget,compression_ratio,context,depth,samples,exact,exact_match,
 //            answer_token_accuracy (compression_ratio empty with --cache-budget)
+//            RULER's tasks: task,query_placement,compress,policy,budget,compression_ratio,context,samples,references,
+//            found,string_match_all,exact_match,answer_token_accuracy, then with several tasks a row "ruler" per
+//            (policy, budget, context): RULER's average (the mean of the tasks' string_match_all)
 std::string tasks_csv(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells);
+std::string ruler_tasks_csv(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells);
 // task_samples.csv: sample,context,depth,index,source,offset,prompt_len,steps,policy,budget,compression_ratio,answer,
-//                   predicted,first_miss,exact (one row per sample and run)
+//                   predicted,first_miss,exact (one row per sample and run); RULER's tasks: task, first, and
+//                   references,found last
 std::string task_samples_csv(const TaskSettings& t, const std::vector<TaskSample>& samples,
                              const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
                              const ModelConfig& cfg, const Tokenizer& tok);
 // The stdout table: per (policy, budget, context) the exact-match share at each depth and over all.
 std::string tasks_table(const TaskSettings& t, const std::vector<TaskCell>& cells);
+std::string ruler_table(const TaskSettings& t, const std::vector<TaskCell>& cells);
 // needle.svg: one heat map per policy (full once, then per budget or ratio), context across, depth
 // down, each cell coloured by its exact-match share (red 0, yellow 0.5, green 1) and labelled in percent.
 std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells, const std::string& title);

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,22 @@
 
 namespace mla {
 
-enum class TaskKind { Passkey, NiahMultikey, NiahMultivalue, VariableTracking };
-const char* task_name(TaskKind k);  // "passkey" | "niah-multikey" | "niah-multivalue" | "variable-tracking"
-std::vector<std::string> task_names();
-TaskKind parse_task(const std::string& name);  // Error(InvalidArgument) listing the names
+// This project's four tasks, then RULER's 11 synthetic tasks under RULER's names (docs/eval.md §7.7).
+enum class TaskKind {
+  Passkey, NiahMultikey, NiahMultivalue, VariableTracking,
+  NiahSingle1, NiahSingle2, NiahSingle3, NiahMultikey1, NiahMultikey2, NiahMultikey3, RulerNiahMultivalue, NiahMultiquery,
+  Vt, Cwe, Fwe
+};
+// "passkey" | "niah-multikey" | "niah-multivalue" | "variable-tracking" | "niah_single_1" ... "fwe"
+const char* task_name(TaskKind k);
+std::vector<std::string> task_names();  // every name --task takes, "ruler" included
+// The tasks of a --task name: one, or RULER's 11 for "ruler". Error(InvalidArgument), one line:
+// an unknown name (the names listed), qa_1 / qa_2 (SQuAD and HotpotQA are not here).
+std::vector<TaskKind> parse_tasks(const std::string& name);
+bool is_ruler_task(TaskKind k);
+std::vector<TaskKind> ruler_task_kinds();  // RULER's 11, in synthetic.yaml's order
+// Whether a RULER task draws words (its keys, cwe's list) from ruler_words.
+bool ruler_task_needs_words(TaskKind k);
 
 // Is the question inside the prompt the policy compresses (kvpress's query-aware), or after it?
 enum class QueryPlacement { Aware, Agnostic };
@@ -42,6 +55,13 @@ const char* query_placement_name(QueryPlacement q);  // "aware" | "agnostic"
 // The same for every sample of a task (names and keys have fixed lengths); on a byte-level model
 // it is also the ids they take.
 int64_t task_fixed_bytes(TaskKind k);
+
+// One reference string of a sample (RULER's "outputs"): its text and its ids in the sample,
+// ids[first .. first + tokens) (the ids whose decoded bytes overlap it).
+struct TaskReference {
+  std::string text;
+  int64_t first = 0, tokens = 0;
+};
 
 // One file the filler is cut from.
 struct FillerSource {
@@ -57,6 +77,9 @@ struct TaskFiller {
 };
 // Each file encoded by `tok` (`threads` as Tokenizer::encode); an encoding error names the file.
 std::vector<TaskFiller> tokenize_filler(const std::vector<FillerSource>& files, const Tokenizer& tok, int threads = 1);
+// The byte offset in decode(ids) at which each id starts, then where the text ends ([ids + 1]):
+// each id decoded on its own.
+std::vector<int64_t> id_offsets(const std::vector<int64_t>& ids, const Tokenizer& tok);
 // Token `id` as printable text (task_samples.csv): "<bos>" / "<eos>" for the config's ids, "<id N>"
 // past tok's vocabulary, else token_bytes_text of its bytes (on a byte-level model:
 // byte_level_token_text).
@@ -89,6 +112,9 @@ struct TaskSample {
   // are the ids whose decoded bytes lie in [answer_at, answer_at + |answer|); question_first the id
   // whose bytes start at question_at.
   int64_t answer_first = 0, answer_tokens = 0, question_first = 0;
+  // the strings scored (string_match_all): this project's tasks: the answer; RULER's: each value,
+  // variable or word asked for, in the order of the teacher-forced continuation
+  std::vector<TaskReference> refs;
   int64_t prompt_len = 0;      // eval's P for this sample
   int64_t steps = 0;           // eval's N
   int64_t answer_token() const { return answer_first + (request.bos ? 1 : 0); }  // token index of the answer's first id
@@ -97,7 +123,22 @@ struct TaskSample {
 // The sample, or Error(InvalidArgument) with one line: a context too short for the task's needles
 // and question (no filler id left), a depth outside [0, 100], no filler file holding F ids.
 // `filler` holds tok's ids of each file (tokenize_filler).
-TaskSample make_task_sample(const TaskRequest& r, const std::vector<TaskFiller>& filler, const Tokenizer& tok);
+// F consecutive ids of one filler file at the draw u in [0, 1): offset floor(u n) over the n places
+// in the files (name order) where F ids fit; sets out.source, filler_offset, filler_tokens. No
+// such place is one error line naming `task`, `unit` and the context.
+std::span<const uint32_t> take_filler(const std::vector<TaskFiller>& filler, int64_t F, double u, const std::string& task,
+                                      const std::string& unit, int64_t context, TaskSample& out);
+// RULER's tasks: `words` from ruler_words (those that draw words need 20 or more).
+TaskSample make_task_sample(const TaskRequest& r, const std::vector<TaskFiller>& filler, const Tokenizer& tok,
+                            const std::vector<std::string>& words = {});
+
+// RULER's word draws (its wonderwords lists are not here, nor /usr/share/dict): the lowercase words
+// of 3-10 letters A-z-bounded in the files' text that occur at least kRulerWordMinCount times, sorted.
+inline constexpr int64_t kRulerWordMinCount = 20;
+std::vector<std::string> ruler_words(const std::vector<FillerSource>& files);
+// A RULER task's sample (make_task_sample calls it for those kinds).
+TaskSample make_ruler_sample(const TaskRequest& r, const std::vector<TaskFiller>& filler, const std::vector<std::string>& words,
+                             const Tokenizer& tok);
 
 // A passkey input (models/tiny-mla/eval/passkey-*.txt and the passkey task's samples) ends with
 // the line "What is the pass key? The pass key is NNNNN." (then a newline): the key's digits are

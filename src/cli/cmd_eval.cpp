@@ -73,7 +73,8 @@ CommandSpec eval_spec() {
   spec.usage =
       "mla-h2o eval --checkpoint DIR (--tokens IDS|FILE | --text FILE|DIR) --prompt-len P --steps N --cache-budget K[,K2,...] "
       "[--windows W] [--compress decode|prefill] [options]\n"
-      "       mla-h2o eval --checkpoint DIR --text FILE|DIR --task passkey|niah-multikey|niah-multivalue|variable-tracking "
+      "       mla-h2o eval --checkpoint DIR --text FILE|DIR --task passkey|niah-multikey|niah-multivalue|variable-tracking|"
+      "niah_single_1|...|fwe|ruler "
       "--context L[,L2,...] (--cache-budget K[,K2,...] | --compression-ratio r[,r2,...]) [--depths 10,30,50,70,90] [--samples S] "
       "[--query-placement aware|agnostic] "
       "[--seed N] [options]";
@@ -109,7 +110,9 @@ CommandSpec eval_spec() {
       {"out", "DIR", "output directory (created)", "./mla-h2o-eval"},
       {"dump-tensors", "", "write tensors.safetensors: the full cache's logits [P+N, V] and hidden_states.L [P+N, H]", ""},
       {"task", "NAME",
-       "a retrieval task, RULER-style: passkey, niah-multikey, niah-multivalue or variable-tracking; samples generated from "
+       "a retrieval task: this project's passkey, niah-multikey, niah-multivalue or variable-tracking, or RULER's "
+       "niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe (ruler: all 11, scored by "
+       "string_match_all with RULER's average); samples generated from "
        "--text's filler and --seed in the checkpoint's tokenizer's ids (one id per byte on a byte-level model), each scored "
        "by exact match of its answer (docs/eval.md §7). "
        "Replaces --prompt-len and --steps",
@@ -208,7 +211,8 @@ std::vector<double> parse_depths(const std::string& text) {
 // The --task flags (docs/eval.md §7); every eval flag that a task's layout replaces is refused.
 void read_task_plan(const Args& a, EvalPlan& plan) {
   plan.task_mode = true;
-  plan.task.kind = parse_task(a.str("task"));
+  plan.task.kinds = parse_tasks(a.str("task"));
+  plan.task.kind = plan.task.kinds.front();
   const std::string task = "--task " + a.str("task");
   for (const char* flag : {"prompt-len", "steps", "windows"})
     if (a.has(flag))
@@ -228,7 +232,10 @@ void read_task_plan(const Args& a, EvalPlan& plan) {
   std::sort(plan.task.contexts.begin(), plan.task.contexts.end());
   if (std::adjacent_find(plan.task.contexts.begin(), plan.task.contexts.end()) != plan.task.contexts.end())
     fail(ErrorKind::InvalidArgument, "--context gives a length twice");
-  plan.task.depths = parse_depths(a.str("depths", "10,30,50,70,90"));
+  if (is_ruler_task(plan.task.kind) && a.has("depths"))
+    fail(ErrorKind::InvalidArgument, task + " places its needles as RULER does (random depths, random lines): leave --depths out "
+                                            "(docs/eval.md §7.7)");
+  plan.task.depths = is_ruler_task(plan.task.kind) ? std::vector<double>{0} : parse_depths(a.str("depths", "10,30,50,70,90"));
   plan.task.samples = a.integer("samples", 5, 1, int64_t{1} << 20);
   plan.task.placement = a.choice("query-placement", {"aware", "agnostic"}, "agnostic") == "aware" ? QueryPlacement::Aware
                                                                                                   : QueryPlacement::Agnostic;
@@ -945,13 +952,14 @@ void check_task_job(const LoadedModel& m, const TaskSettings& t, const WindowJob
 // Every --task sample, contexts x depths x samples in that order (mla/tasks.hpp), and its window;
 // each context's first sample is checked before the next is generated.
 void generate_task_jobs(const LoadedModel& m, const TaskSettings& t, const EvalOptions& opt,
-                        const std::vector<TaskFiller>& filler, const Tokenizer& tok, std::vector<TaskSample>& samples,
-                        std::vector<WindowJob>& jobs) {
+                        const std::vector<TaskFiller>& filler, const std::vector<std::string>& words, const Tokenizer& tok,
+                        std::vector<TaskSample>& samples, std::vector<WindowJob>& jobs) {
+  for (TaskKind kind : task_kinds(t))
   for (int64_t L : t.contexts)
     for (double d : t.depths)
       for (int64_t s = 0; s < t.samples; ++s) {
-        const TaskRequest r{t.kind, L, d, s, t.seed, t.placement, m.cfg.bos_token_id >= 0};
-        samples.push_back(make_task_sample(r, filler, tok));
+        const TaskRequest r{kind, L, d, s, t.seed, t.placement, m.cfg.bos_token_id >= 0};
+        samples.push_back(make_task_sample(r, filler, tok, words));
         WindowJob job = task_job(m, t, opt, samples.back(), L);
         if (s == 0) check_task_job(m, t, job, L);
         jobs.push_back(std::move(job));
@@ -963,17 +971,20 @@ void generate_task_jobs(const LoadedModel& m, const TaskSettings& t, const EvalO
 // the largest context's last sample as the memory plan's window, and every sample of contexts x
 // depths x samples kept (its text, ids and results).
 ModelWindowsPlan check_task_memory(const LoadedModel& m, const TaskSettings& t, const EvalOptions& opt, bool dump,
-                                   const std::vector<TaskFiller>& filler, const Tokenizer& tok, const std::string& task) {
+                                   const std::vector<TaskFiller>& filler, const std::vector<std::string>& words, const Tokenizer& tok,
+                                   const std::string& task) {
   const bool bos = m.cfg.bos_token_id >= 0;
-  for (int64_t L : t.contexts) {
-    const TaskSample first = make_task_sample(TaskRequest{t.kind, L, t.depths.front(), 0, t.seed, t.placement, bos}, filler, tok);
-    check_task_job(m, t, task_job(m, t, opt, first, L), L);
-  }
+  for (TaskKind kind : task_kinds(t))
+    for (int64_t L : t.contexts) {
+      const TaskSample first = make_task_sample(TaskRequest{kind, L, t.depths.front(), 0, t.seed, t.placement, bos}, filler, tok, words);
+      check_task_job(m, t, task_job(m, t, opt, first, L), L);
+    }
   const int64_t L = t.contexts.back();
-  const TaskSample last =
-      make_task_sample(TaskRequest{t.kind, L, t.depths.back(), t.samples - 1, t.seed, t.placement, bos}, filler, tok);
+  const TaskSample last = make_task_sample(
+      TaskRequest{task_kinds(t).back(), L, t.depths.back(), t.samples - 1, t.seed, t.placement, bos}, filler, tok, words);
   const WindowJob job = task_job(m, t, opt, last, L);
-  const int64_t C = static_cast<int64_t>(t.contexts.size()), D = static_cast<int64_t>(t.depths.size());
+  const int64_t C = static_cast<int64_t>(t.contexts.size()) * static_cast<int64_t>(task_kinds(t).size()),
+                D = static_cast<int64_t>(t.depths.size());
   KeptWindows kept = kept_windows(m.cfg, job.opt, memory_product({C, D, t.samples}), static_cast<int64_t>(last.text.size()));
   kept.request.tokens = static_cast<int64_t>(job.input.tokens.size());
   kept.asked = "eval " + task + " of " + std::to_string(kept.request.windows) + " samples (" + std::to_string(C) +
@@ -985,8 +996,11 @@ ModelWindowsPlan check_task_memory(const LoadedModel& m, const TaskSettings& t, 
 
 // The input line of --task's report.json and stdout.
 std::string task_input_description(const EvalPlan& plan, const TaskSettings& t, const std::string& task, size_t samples) {
-  return task + ", " + std::to_string(samples) + " samples (" + std::to_string(t.contexts.size()) + " contexts x " +
-         std::to_string(t.depths.size()) + " depths x " + std::to_string(t.samples) + ") of filler from --text " + plan.text +
+  const std::string cells = is_ruler_task(t.kind) ? std::to_string(task_kinds(t).size()) + " tasks x " +
+                                                         std::to_string(t.contexts.size()) + " contexts"
+                                                   : std::to_string(t.contexts.size()) + " contexts x " +
+                                                         std::to_string(t.depths.size()) + " depths";
+  return task + ", " + std::to_string(samples) + " samples (" + cells + " x " + std::to_string(t.samples) + ") of filler from --text " + plan.text +
          ", --seed " + std::to_string(t.seed) + ", question " + query_placement_name(t.placement) +
          (t.context_unit == "bytes" ? "" : ", contexts in " + t.context_unit + " of the checkpoint's tokenizer");
 }
@@ -1001,7 +1015,8 @@ void write_task_files(OutputSet& out, const EvalPlan& plan, const TaskSettings& 
   std::vector<std::vector<int64_t>> window_budgets;
   for (const WindowJob& j : jobs) window_budgets.push_back(j.opt.budgets);
   out.write("eval.csv", eval_csv_per_window(windows, window_budgets));
-  out.write("needle.svg", needle_svg(t, cells,
+  if (!is_ruler_task(t.kind))
+    out.write("needle.svg", needle_svg(t, cells,
                                      m.tag + task_name(t.kind) + ": exact match by context and needle depth (query " +
                                          query_placement_name(t.placement) + ", --compress " + compression_name(opt.compress) +
                                          ", " + precision_name(opt.precision) + ", " + std::to_string(t.samples) +
@@ -1021,8 +1036,12 @@ void print_task_table(const EvalPlan& plan, const TaskSettings& t, const LoadedM
               compression_name(opt.compress), precision_name(opt.precision), windows.front().result.engine.c_str());
   for (const std::string& c : m.caveats) std::printf("CAVEAT: %s\n", c.c_str());
   std::fputs(tasks_table(t, cells).c_str(), stdout);
-  std::printf("exact match: every answer token predicted top-1 under teacher forcing, which is greedy generation's exact "
-              "match (docs/eval.md §7)\noutputs: %s\n", plan.out_dir.c_str());
+  if (is_ruler_task(t.kind))
+    std::printf("string_match_all: the share of each sample's reference strings whose every token is predicted top-1 under "
+                "teacher forcing, x 100 (docs/eval.md §7.7)\noutputs: %s\n", plan.out_dir.c_str());
+  else
+    std::printf("exact match: every answer token predicted top-1 under teacher forcing, which is greedy generation's exact "
+                "match (docs/eval.md §7)\noutputs: %s\n", plan.out_dir.c_str());
 }
 
 // --dry-run ends here: the plan above was printed, this says the memory and where the outputs
@@ -1041,7 +1060,7 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
   // ---- load ----
   const LoadedModel m = load_model(plan, stages);
   TaskSettings t = plan.task;
-  const std::string task = std::string("--task ") + task_name(t.kind);
+  const std::string task = std::string("--task ") + (task_kinds(t).size() > 1 ? "ruler" : task_name(t.kind));
   // the samples are text in the ids of the checkpoint's tokenizer, or of the bytes on a byte-level model
   std::unique_ptr<Tokenizer> tok = checkpoint_tokenizer(plan, m.cfg);
   if (!tok && !m.cfg.byte_level_vocab)
@@ -1053,18 +1072,21 @@ int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
     tok = byte_level_tokenizer();
   }
   t.context_unit = context_unit(*tok);
+  std::vector<std::string> words;  // RULER's word draws, from the filler's text
   const std::vector<TaskFiller> filler = timed(stages, "read the filler", [&] {
-    return tokenize_filler(read_text_sources(plan.text, 0), *tok, resolve_threads(plan.eval.threads));
+    const std::vector<FillerSource> files = read_text_sources(plan.text, 0);
+    if (is_ruler_task(t.kind)) words = ruler_words(files);
+    return tokenize_filler(files, *tok, resolve_threads(plan.eval.threads));
   });
   EvalOptions opt = plan.eval;
   std::string eps_mode;
   opt.latent_norm_eps = latent_eps(plan.latent_eps_arg, m.cfg.attention, eps_mode);
   opt.keep_full_states = plan.dump_tensors;
-  const ModelWindowsPlan wp = check_task_memory(m, t, opt, plan.dump_tensors, filler, *tok, task);
+  const ModelWindowsPlan wp = check_task_memory(m, t, opt, plan.dump_tensors, filler, words, *tok, task);
   std::vector<TaskSample> samples;
   std::vector<WindowJob> jobs;
   timed(stages, "generate the samples", [&] {
-    generate_task_jobs(m, t, opt, filler, *tok, samples, jobs);
+    generate_task_jobs(m, t, opt, filler, words, *tok, samples, jobs);
     return 0;
   });
   if (!plan.worker_rank) print_cost_plan(m.cfg, jobs, wp.workers, plan.max_hours);  // (rank 0 refuses for every rank)

@@ -45,6 +45,8 @@ std::string run_name(const TaskCell& c) {
 
 }  // namespace
 
+std::vector<TaskKind> task_kinds(const TaskSettings& t) { return t.kinds.empty() ? std::vector<TaskKind>{t.kind} : t.kinds; }
+
 int64_t ratio_budget(double r, int64_t prompt_len) { return std::llround((1.0 - r) * static_cast<double>(prompt_len)); }
 
 std::vector<int64_t> task_budgets(const TaskSettings& t, const std::vector<int64_t>& budgets, const TaskSample& s) {
@@ -68,6 +70,16 @@ AnswerScore score_answer(const TaskSample& sample, const EvalRun& run, const Mod
     if (!right && s.first_miss < 0) s.first_miss = j;
   }
   s.exact = s.correct == A;
+  // string_match_all: a reference is found when every one of its ids is predicted top-1
+  for (const TaskReference& r : sample.refs) {
+    bool found = true;
+    for (int64_t i = r.first; i < r.first + r.tokens; ++i) {
+      const EvalPosition& p = run.positions[static_cast<size_t>(i + (sample.request.bos ? 1 : 0) - 1 - P)];
+      found = found && p.predicted == sample.ids[static_cast<size_t>(i)];
+    }
+    ++s.refs;
+    s.found += found;
+  }
   return s;
 }
 
@@ -89,15 +101,17 @@ std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSa
   const size_t per_slot = 1 + windows.front().result.runs.size() / std::max<size_t>(1, task_budgets(t, budgets, samples.front()).size());
   for_each_run(windows.front().result, task_budgets(t, budgets, samples.front()), [&](const EvalRun&, int64_t) { ++runs; });
   for (size_t j = 0; j < runs; ++j)
+    for (TaskKind kind : task_kinds(t))
     for (int64_t L : contexts)
       for (double d : depths) {
         TaskCell c;
+        c.kind = kind;
         c.context = L;
         c.depth = d;
         c.slot = j / per_slot;
         c.ratio = t.ratios.empty() ? NAN : t.ratios[c.slot];
         for (size_t w = 0; w < samples.size(); ++w) {
-          if (samples[w].request.context != L || samples[w].request.depth != d) continue;
+          if (samples[w].request.kind != kind || samples[w].request.context != L || samples[w].request.depth != d) continue;
           size_t k = 0;
           for_each_run(windows[w].result, task_budgets(t, budgets, samples[w]), [&](const EvalRun& run, int64_t K) {
             if (k++ != j) return;
@@ -108,6 +122,9 @@ std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSa
             c.exact += a.exact;
             c.tokens += samples[w].answer_tokens;
             c.correct += a.correct;
+            c.refs += a.refs;
+            c.found += a.found;
+            c.match_sum += static_cast<double>(a.found) / static_cast<double>(std::max<int64_t>(1, a.refs));
           });
         }
         cells.push_back(c);
@@ -115,7 +132,52 @@ std::vector<TaskCell> task_cells(const TaskSettings& t, const std::vector<TaskSa
   return cells;
 }
 
+double string_match_all(const TaskCell& c) { return c.samples > 0 ? 100.0 * c.match_sum / static_cast<double>(c.samples) : NAN; }
+
+std::vector<TaskCell> ruler_averages(const std::vector<TaskCell>& cells) {
+  std::vector<TaskCell> out;
+  for (const TaskCell& c : cells) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const TaskCell& a) {
+      return a.policy == c.policy && a.slot == c.slot && a.context == c.context;
+    });
+    if (it == out.end()) {
+      out.push_back(TaskCell{});
+      it = out.end() - 1;
+      it->policy = c.policy;
+      it->budget = c.budget;
+      it->slot = c.slot;
+      it->ratio = c.ratio;
+      it->context = c.context;
+    }
+    it->samples += c.samples;
+    it->refs += c.refs;
+    it->found += c.found;
+    it->match_sum += string_match_all(c);  // the sum of the tasks' scores
+    ++it->tasks;
+  }
+  return out;
+}
+
+std::string ruler_tasks_csv(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells) {
+  std::string out =
+      "task,query_placement,compress,policy,budget,compression_ratio,context,samples,references,found,string_match_all,"
+      "exact_match,answer_token_accuracy\n";
+  const auto head = [&](const std::string& task, const TaskCell& c) {
+    return task + "," + query_placement_name(t.placement) + "," + compression_name(compress) + "," + csv_field(c.policy) + "," +
+           std::to_string(c.budget) + "," + ratio_field(c.ratio) + "," + std::to_string(c.context) + "," +
+           std::to_string(c.samples) + "," + std::to_string(c.refs) + "," + std::to_string(c.found) + ",";
+  };
+  for (const TaskCell& c : cells)
+    out += head(task_name(c.kind), c) + format_double(string_match_all(c)) + "," + share(c.exact, c.samples) + "," +
+           share(c.correct, c.tokens) + "\n";
+  if (task_kinds(t).size() > 1)
+    for (const TaskCell& a : ruler_averages(cells))  // RULER's average: the mean of the tasks' scores
+      out += head("ruler", a) + format_double(a.match_sum / static_cast<double>(a.tasks)) + ",,\n";
+  return out;
+}
+
 std::string tasks_csv(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells) {
+  if (is_ruler_task(t.kind)) return ruler_tasks_csv(t, compress, cells);
   std::string out =
       "task,query_placement,compress,policy,budget,compression_ratio,context,depth,samples,exact,exact_match,"
       "answer_token_accuracy\n";
@@ -130,9 +192,11 @@ std::string tasks_csv(const TaskSettings& t, Compression compress, const std::ve
 std::string task_samples_csv(const TaskSettings& t, const std::vector<TaskSample>& samples,
                              const std::vector<EvalWindow>& windows, const std::vector<int64_t>& budgets,
                              const ModelConfig& cfg, const Tokenizer& tok) {
-  std::string out =
-      "sample,context,depth,index,source,offset,prompt_len,steps,policy,budget,compression_ratio,answer,predicted,first_miss,"
-      "exact\n";
+  // RULER's tasks: the task first, and each sample's references found (string_match_all) last
+  const bool ruler = is_ruler_task(t.kind);
+  std::string out = std::string(ruler ? "task," : "") +
+                    "sample,context,depth,index,source,offset,prompt_len,steps,policy,budget,compression_ratio,answer,predicted,"
+                    "first_miss,exact" + (ruler ? ",references,found\n" : "\n");
   for (size_t w = 0; w < samples.size(); ++w) {
     const TaskSample& s = samples[w];
     const std::vector<int64_t> Ks = task_budgets(t, budgets, s);
@@ -140,17 +204,53 @@ std::string task_samples_csv(const TaskSettings& t, const std::vector<TaskSample
       const AnswerScore a = score_answer(s, run, cfg, tok);
       const size_t slot = static_cast<size_t>(std::find(Ks.begin(), Ks.end(), K) - Ks.begin());
       const std::string ratio = t.ratios.empty() ? std::string() : format_double(t.ratios[slot]);
+      if (ruler) out += std::string(task_name(s.request.kind)) + ",";
       out += std::to_string(w) + "," + std::to_string(s.request.context) + "," + depth_text(s.request.depth) + "," +
              std::to_string(s.request.index) + "," + csv_field(s.source) + "," + std::to_string(s.filler_offset) + "," +
              std::to_string(s.prompt_len) + "," + std::to_string(s.steps) + "," + csv_field(run.policy.label) + "," +
              std::to_string(K) + "," + ratio + "," + csv_field(s.answer) + "," + csv_field(a.predicted) + "," +
-             (a.first_miss < 0 ? std::string() : std::to_string(a.first_miss)) + "," + (a.exact ? "1" : "0") + "\n";
+             (a.first_miss < 0 ? std::string() : std::to_string(a.first_miss)) + "," + (a.exact ? "1" : "0") +
+             (ruler ? "," + std::to_string(a.refs) + "," + std::to_string(a.found) : std::string()) + "\n";
     });
   }
   return out;
 }
 
+// RULER's stdout table: per (policy, budget, context) each task's string_match_all and their mean.
+std::string ruler_table(const TaskSettings& t, const std::vector<TaskCell>& cells) {
+  size_t width = 6;
+  for (const TaskCell& c : cells) width = std::max(width, c.policy.size());
+  const std::vector<TaskKind> kinds = task_kinds(t);
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-*s %6s %7s", static_cast<int>(width), "policy", "budget", "context");
+  out += line;
+  for (TaskKind k : kinds) {
+    std::snprintf(line, sizeof line, " %15s", task_name(k));
+    out += line;
+  }
+  out += kinds.size() > 1 ? "    ruler  (string_match_all x 100, " : "  (string_match_all x 100, ";
+  out += std::to_string(t.samples) + (t.samples == 1 ? " sample" : " samples") + " per task)\n";
+  for (const TaskCell& a : ruler_averages(cells)) {
+    std::snprintf(line, sizeof line, "%-*s %6lld %7lld", static_cast<int>(width), a.policy.c_str(), static_cast<long long>(a.budget),
+                  static_cast<long long>(a.context));
+    out += line;
+    for (const TaskCell& c : cells)
+      if (c.policy == a.policy && c.slot == a.slot && c.context == a.context) {
+        std::snprintf(line, sizeof line, " %15.2f", string_match_all(c));
+        out += line;
+      }
+    if (kinds.size() > 1) {
+      std::snprintf(line, sizeof line, " %8.2f", a.match_sum / static_cast<double>(a.tasks));
+      out += line;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 std::string tasks_table(const TaskSettings& t, const std::vector<TaskCell>& cells) {
+  if (is_ruler_task(t.kind)) return ruler_table(t, cells);
   size_t width = 6;
   for (const TaskCell& c : cells) width = std::max(width, c.policy.size());
   std::string out;
@@ -309,14 +409,17 @@ std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& c
   write_provenance(j, &info.model_files);
   eval::write_run_keys(j, info, cfg, opt, windows.front().result.engine);
   j.key("task").begin_object();
-  j.key("name").value(task_name(t.kind));
+  j.key("name").value(task_kinds(t).size() > 1 ? "ruler" : task_name(t.kind));
   j.key("query_placement").value(query_placement_name(t.placement));
   j.key("contexts").array(t.contexts);
   j.key("context_unit").value(t.context_unit);
   j.key("depths_percent").array(t.depths);
   j.key("samples_per_cell").value(t.samples);
   j.key("seed").value(static_cast<int64_t>(t.seed));
-  j.key("scoring").value("exact match: every answer token top-1 under teacher forcing (equal to greedy generation's exact match)");
+  j.key("scoring").value(is_ruler_task(t.kind)
+                             ? "string_match_all: the share of the reference strings found x 100, a reference found when every "
+                               "one of its tokens is top-1 under teacher forcing"
+                             : "exact match: every answer token top-1 under teacher forcing (equal to greedy generation's exact match)");
   j.end_object();
   j.key("compress").value(compression_name(opt.compress));
   // every K that ran (with ratios: each context's), and the ratios with their K per context
@@ -348,6 +451,7 @@ std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& c
   j.key("samples").begin_array();
   for (const TaskSample& s : samples)
     j.begin_object()
+        .key("task").value(task_name(s.request.kind))
         .key("context").value(s.request.context)
         .key("depth").value(s.request.depth)
         .key("index").value(s.request.index)
@@ -364,13 +468,16 @@ std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& c
     j.begin_object().key("policy").value(c.policy).key("budget").value(c.budget).key("compression_ratio");
     if (std::isnan(c.ratio)) j.null();
     else j.value(c.ratio);
-    j.key("context").value(c.context)
+    j.key("task").value(task_name(c.kind)).key("context").value(c.context)
         .key("depth").value(c.depth)
         .key("samples").value(c.samples)
         .key("exact").value(c.exact)
         .key("answer_tokens").value(c.tokens)
         .key("answer_tokens_correct").value(c.correct)
-        .end_object();
+        .key("references").value(c.refs)
+        .key("references_found").value(c.found);
+    if (is_ruler_task(c.kind)) j.key("string_match_all").value(string_match_all(c));
+    j.end_object();
   }
   j.end_array();
   eval::write_tail_keys(j, info, windows);

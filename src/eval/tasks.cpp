@@ -109,6 +109,7 @@ Parts task_parts(TaskKind kind, double depth, Rng& rng) {
       p.question = variable_question(k);
       break;
     }
+    default: fail(ErrorKind::InvalidArgument, std::string("tasks: ") + task_name(kind) + " is one of RULER's tasks (ruler_tasks.cpp)");
   }
   return p;
 }
@@ -121,18 +122,40 @@ const char* task_name(TaskKind k) {
     case TaskKind::NiahMultikey: return "niah-multikey";
     case TaskKind::NiahMultivalue: return "niah-multivalue";
     case TaskKind::VariableTracking: return "variable-tracking";
+    case TaskKind::NiahSingle1: return "niah_single_1";
+    case TaskKind::NiahSingle2: return "niah_single_2";
+    case TaskKind::NiahSingle3: return "niah_single_3";
+    case TaskKind::NiahMultikey1: return "niah_multikey_1";
+    case TaskKind::NiahMultikey2: return "niah_multikey_2";
+    case TaskKind::NiahMultikey3: return "niah_multikey_3";
+    case TaskKind::RulerNiahMultivalue: return "niah_multivalue";
+    case TaskKind::NiahMultiquery: return "niah_multiquery";
+    case TaskKind::Vt: return "vt";
+    case TaskKind::Cwe: return "cwe";
+    case TaskKind::Fwe: return "fwe";
   }
   return "?";
 }
 
 std::vector<std::string> task_names() {
-  return {"passkey", "niah-multikey", "niah-multivalue", "variable-tracking"};
+  std::vector<std::string> names = {"passkey", "niah-multikey", "niah-multivalue", "variable-tracking"};
+  for (TaskKind k : ruler_task_kinds()) names.push_back(task_name(k));
+  names.push_back("ruler");
+  return names;
 }
 
-TaskKind parse_task(const std::string& name) {
+std::vector<TaskKind> parse_tasks(const std::string& name) {
+  if (name == "ruler") return ruler_task_kinds();
   for (TaskKind k : {TaskKind::Passkey, TaskKind::NiahMultikey, TaskKind::NiahMultivalue, TaskKind::VariableTracking})
-    if (name == task_name(k)) return k;
-  fail(ErrorKind::InvalidArgument, "--task: unknown task '" + name + "' (passkey, niah-multikey, niah-multivalue, variable-tracking)");
+    if (name == task_name(k)) return {k};
+  for (TaskKind k : ruler_task_kinds())
+    if (name == task_name(k)) return {k};
+  if (name == "qa_1" || name == "qa_2")
+    fail(ErrorKind::InvalidArgument, "--task " + name + ": RULER's QA tasks need " + (name == "qa_1" ? "SQuAD" : "HotpotQA") +
+                                         ", which is not here (its 11 synthetic tasks are: --task ruler)");
+  std::string all;
+  for (const std::string& n : task_names()) all += (all.empty() ? "" : ", ") + n;
+  fail(ErrorKind::InvalidArgument, "--task: unknown task '" + name + "' (" + all + ")");
 }
 
 const char* query_placement_name(QueryPlacement q) { return q == QueryPlacement::Aware ? "aware" : "agnostic"; }
@@ -169,8 +192,8 @@ const char* context_unit(const Tokenizer& tok) { return tok.format() == kByteLev
 
 namespace {
 
-// The byte offset in decode(ids) at which each id starts, and (last) where the text ends: each id
-// decoded on its own.
+}  // namespace
+
 std::vector<int64_t> id_offsets(const std::vector<int64_t>& ids, const Tokenizer& tok) {
   std::vector<int64_t> at(ids.size() + 1, 0);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -179,6 +202,8 @@ std::vector<int64_t> id_offsets(const std::vector<int64_t>& ids, const Tokenizer
   }
   return at;
 }
+
+namespace {
 
 // The index of the id that starts at byte `byte` (`at` from id_offsets); every part of a sample is
 // encoded on its own, so each part starts on an id (an internal error if not).
@@ -191,7 +216,35 @@ int64_t id_at_byte(const std::vector<int64_t>& at, int64_t byte) {
 
 }  // namespace
 
-TaskSample make_task_sample(const TaskRequest& r, const std::vector<TaskFiller>& filler, const Tokenizer& tok) {
+std::span<const uint32_t> take_filler(const std::vector<TaskFiller>& filler, int64_t F, double u, const std::string& task,
+                                      const std::string& unit, int64_t context, TaskSample& out) {
+  // offset floor(u n) over the n start positions in every file that fit F ids
+  int64_t total = 0, longest = 0;
+  for (const TaskFiller& f : filler) {
+    total += std::max<int64_t>(0, static_cast<int64_t>(f.ids.size()) - F + 1);
+    longest = std::max(longest, static_cast<int64_t>(f.ids.size()));
+  }
+  if (total == 0)
+    fail(ErrorKind::InvalidArgument, "--text holds no " + std::to_string(F) + " consecutive " + unit + " in one file (its longest has " +
+                                         std::to_string(longest) + "), the filler of a --context " + std::to_string(context) +
+                                         " sample of " + task + "; a shorter --context or a longer text would fit");
+  int64_t at = std::min(total - 1, static_cast<int64_t>(u * static_cast<double>(total)));
+  out.filler_tokens = F;
+  for (const TaskFiller& f : filler) {
+    const int64_t here = std::max<int64_t>(0, static_cast<int64_t>(f.ids.size()) - F + 1);
+    if (at < here) {
+      out.source = f.name;
+      out.filler_offset = at;
+      return std::span<const uint32_t>(f.ids).subspan(static_cast<size_t>(at), static_cast<size_t>(F));
+    }
+    at -= here;
+  }
+  return {};
+}
+
+TaskSample make_task_sample(const TaskRequest& r, const std::vector<TaskFiller>& filler, const Tokenizer& tok,
+                            const std::vector<std::string>& words) {
+  if (is_ruler_task(r.kind)) return make_ruler_sample(r, filler, words, tok);
   const std::string task = std::string("--task ") + task_name(r.kind);
   const std::string unit = context_unit(tok);
   if (!(r.depth >= 0 && r.depth <= 100))
@@ -211,31 +264,9 @@ TaskSample make_task_sample(const TaskRequest& r, const std::vector<TaskFiller>&
     fail(ErrorKind::InvalidArgument, "--context " + std::to_string(r.context) + " is too short for " + task + ": its needles, "
                                      "question and answer take " + std::to_string(fixed) + " " + unit + ", so a context needs at least " +
                                      std::to_string(fixed + 1) + " (one filler " + (unit == "bytes" ? "byte" : "token") + ")");
-  // the filler: offset u in [0, total) over every file's start positions that fit F ids
-  int64_t total = 0, longest = 0;
-  for (const TaskFiller& f : filler) {
-    total += std::max<int64_t>(0, static_cast<int64_t>(f.ids.size()) - F + 1);
-    longest = std::max(longest, static_cast<int64_t>(f.ids.size()));
-  }
-  if (total == 0)
-    fail(ErrorKind::InvalidArgument, "--text holds no " + std::to_string(F) + " consecutive " + unit + " in one file (its longest has " +
-                                         std::to_string(longest) + "), the filler of a --context " + std::to_string(r.context) +
-                                         " sample of " + task + "; a shorter --context or a longer text would fit");
-  int64_t u = std::min(total - 1, static_cast<int64_t>(offset_draw * static_cast<double>(total)));
   TaskSample out;
   out.request = r;
-  out.filler_tokens = F;
-  std::span<const uint32_t> text;
-  for (const TaskFiller& f : filler) {
-    const int64_t here = std::max<int64_t>(0, static_cast<int64_t>(f.ids.size()) - F + 1);
-    if (u < here) {
-      out.source = f.name;
-      out.filler_offset = u;
-      text = std::span<const uint32_t>(f.ids).subspan(static_cast<size_t>(u), static_cast<size_t>(F));
-      break;
-    }
-    u -= here;
-  }
+  const std::span<const uint32_t> text = take_filler(filler, F, offset_draw, task, unit, r.context, out);
   const auto append = [&](std::span<const uint32_t> ids) {
     out.ids.insert(out.ids.end(), ids.begin(), ids.end());
     out.text += tok.decode(ids);
@@ -267,6 +298,7 @@ TaskSample make_task_sample(const TaskRequest& r, const std::vector<TaskFiller>&
   out.question_first = id_at_byte(offsets, out.question_at);
   out.answer_first = id_at_byte(offsets, out.answer_at);
   out.answer_tokens = id_at_byte(offsets, out.answer_at + static_cast<int64_t>(out.answer.size())) - out.answer_first;
+  out.refs = {TaskReference{out.answer, out.answer_first, out.answer_tokens}};
   const int64_t shift = r.bos ? 1 : 0, a = out.answer_token(), A = out.answer_tokens;
   out.prompt_len = r.placement == QueryPlacement::Aware ? a - 1 : out.question_first + shift;
   out.steps = a + A - 1 - out.prompt_len;

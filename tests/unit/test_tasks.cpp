@@ -519,4 +519,232 @@ BOOST_AUTO_TEST_CASE(cli_errors) {
   expect_task_error(text + "--task passkey --context 400 --cache-budget 64 --policy h2o --sinks 30 --recent 40", "never evicts");
 }
 
+// ---- RULER's tasks (docs/eval.md §7.7) ------------------------------------------------------
+
+namespace {
+
+std::string replace_word(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  return s;
+}
+std::vector<std::string> recall_words() {
+  static const std::vector<std::string> w =
+      mla::ruler_words({{"heldout.txt", mla::test::read_text(recall_model() + "/eval/heldout.txt")}});
+  return w;
+}
+TaskSample ruler_sample(TaskKind k, int64_t L, int64_t index = 0) {
+  static const std::vector<mla::TaskFiller> filler =
+      mla::tokenize_filler({{"heldout.txt", mla::test::read_text(recall_model() + "/eval/heldout.txt")}}, bytes_tok());
+  return mla::make_task_sample(request(k, L, 0, index), filler, bytes_tok(), recall_words());
+}
+// the bytes of reference r in the sample: its ids (one a byte here)
+std::string ref_bytes(const TaskSample& s, const mla::TaskReference& r) {
+  std::string out;
+  for (int64_t i = r.first; i < r.first + r.tokens; ++i) out.push_back(static_cast<char>(s.ids[static_cast<size_t>(i)]));
+  return out;
+}
+
+}  // namespace
+
+// Every RULER task's sample: at most --context ids, RULER's template strings (spelled here from
+// RULER's constants.py, with its singular rewrite for one value), its needles in the context, and
+// each reference at its ids in the teacher-forced continuation.
+BOOST_AUTO_TEST_CASE(ruler_layouts) {
+  BOOST_TEST_REQUIRE(recall_words().size() >= 20u);
+  const std::vector<std::string> words = recall_words();
+  BOOST_TEST(std::is_sorted(words.begin(), words.end()));
+  const std::string single_head = "A special magic number is hidden within the following text. Make sure to memorize it. I will quiz "
+                                  "you about the number afterwards.\n";
+  const std::string multi_head = "Some special magic numbers are hidden within the following text. Make sure to memorize it. I will "
+                                 "quiz you about the numbers afterwards.\n";
+  for (TaskKind k : mla::ruler_task_kinds()) {
+    BOOST_TEST_CONTEXT(mla::task_name(k)) {
+      const TaskSample s = ruler_sample(k, 2048);
+      BOOST_TEST(s.ids.size() <= 2048u);
+      BOOST_TEST(s.ids.size() >= 1900u, s.ids.size());  // the haystack fills the context
+      BOOST_TEST_REQUIRE(!s.refs.empty());
+      for (const mla::TaskReference& r : s.refs) BOOST_TEST(ref_bytes(s, r) == r.text);
+      const std::string context = s.text.substr(0, static_cast<size_t>(s.question_at));
+      // the question through the answer prefix, and the continuation's lead (" " but for vt) before the first reference
+      const std::string question = s.text.substr(static_cast<size_t>(s.question_at), static_cast<size_t>(s.answer_at - s.question_at) -
+                                                                                        (k == TaskKind::Vt ? 0 : 1));
+      BOOST_TEST(s.text.substr(static_cast<size_t>(s.question_at + static_cast<int64_t>(question.size())), 1) == (k == TaskKind::Vt ? s.refs[0].text.substr(0, 1) : " "));
+      if (k == TaskKind::Vt) {
+        BOOST_TEST_REQUIRE(s.refs.size() == 5u);
+        const size_t eq = question.find("assigned the value ") + 19;
+        const std::string value = question.substr(eq, 5);
+        BOOST_TEST(all_of_class(value, '0', '9'));
+        BOOST_TEST(contains(context, "VAR " + s.refs[0].text + " = " + value + "\n"));
+        for (size_t j = 1; j < 5; ++j) BOOST_TEST(contains(context, "VAR " + s.refs[j].text + " = VAR " + s.refs[j - 1].text + " \n"));
+        BOOST_TEST(question == "\nQuestion: Find all variables that are assigned the value " + value + " in the text above. Answer: "
+                               "According to the chain(s) of variable assignment in the text above, 5 variables are assigned the "
+                               "value " + value + ", they are: ");
+        BOOST_TEST(count_of(context, "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n") == 2u);
+        BOOST_TEST(s.text.substr(static_cast<size_t>(s.answer_at)) == s.refs[0].text + " " + s.refs[1].text + " " + s.refs[2].text +
+                                                                       " " + s.refs[3].text + " " + s.refs[4].text + "\n");
+      } else if (k == TaskKind::Cwe) {
+        BOOST_TEST_REQUIRE(s.refs.size() == 10u);
+        BOOST_TEST(context.rfind("Below is a numbered list of words. In these words, some appear more often than others. Memorize "
+                                 "the ones that appear most often.\n", 0) == 0u);
+        BOOST_TEST(question == "\nQuestion: What are the 10 most common words in the above list? Answer: The top 10 words that "
+                               "appear most often in the list are:");
+        const std::string list = context.substr(context.rfind("most often.\n") + 12);  // the asked list, after the example
+        for (const mla::TaskReference& r : s.refs) BOOST_TEST(count_of(list, ". " + r.text + " ") + count_of(list, ". " + r.text + "\n") >= 5u, r.text);
+      } else if (k == TaskKind::Fwe) {
+        BOOST_TEST_REQUIRE(s.refs.size() == 3u);
+        BOOST_TEST(context.rfind("Read the following coded text and track the frequency of each coded word. Find the three most "
+                                 "frequently appeared coded words. ", 0) == 0u);
+        BOOST_TEST(question == "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are the three most "
+                               "frequently appeared words in the above coded text? Answer: According to the coded text above, the "
+                               "three most frequently appeared words are:");
+        const auto n = [&](const std::string& w) { return count_of(" " + context + " ", " " + w + " "); };
+        BOOST_TEST((n("...") > n(s.refs[0].text) && n(s.refs[0].text) > n(s.refs[1].text) && n(s.refs[1].text) > n(s.refs[2].text)));
+        BOOST_TEST(n(s.refs[2].text) > 0u);
+      } else {
+        const bool one = k == TaskKind::NiahSingle1 || k == TaskKind::NiahSingle2 || k == TaskKind::NiahSingle3 ||
+                         k == TaskKind::NiahMultikey1 || k == TaskKind::NiahMultikey2 || k == TaskKind::NiahMultikey3;
+        const std::string tv = k == TaskKind::NiahSingle3 || k == TaskKind::NiahMultikey3 ? "uuid" : "number";
+        BOOST_TEST(context.rfind(one ? replace_word(single_head, "number", tv) : multi_head, 0) == 0u);
+        const size_t refs = k == TaskKind::RulerNiahMultivalue || k == TaskKind::NiahMultiquery ? 4u : 1u;
+        BOOST_TEST(s.refs.size() == refs);
+        // each value in its needle sentence, the question asking for its key(s)
+        for (const mla::TaskReference& r : s.refs) {
+          const size_t at = context.find(" is: " + r.text + ".");
+          BOOST_TEST_REQUIRE(at != std::string::npos);
+          const size_t head = context.rfind("One of the special magic " + tv + "s for ", at);
+          BOOST_TEST_REQUIRE(head != std::string::npos);
+          const std::string key = context.substr(head + 31 + tv.size(), at - head - 31 - tv.size());
+          BOOST_TEST(contains(question, key));
+          if (tv == "number") BOOST_TEST((r.text.size() == 7u && all_of_class(r.text, '0', '9')));
+          else BOOST_TEST((r.text.size() == 36u && r.text[14] == '4' && r.text[8] == '-'));
+        }
+        if (one)
+          BOOST_TEST(contains(question, "\nWhat is the special magic " + tv + " for "), question);
+        else
+          BOOST_TEST(contains(question, "\nWhat are all the special magic numbers for "), question);
+        BOOST_TEST(contains(question, one ? " mentioned in the provided text? The special magic " + tv + " for "
+                                          : " mentioned in the provided text? The special magic numbers for "));
+        BOOST_TEST(question.ends_with(one ? " mentioned in the provided text is" : " mentioned in the provided text are"));
+        if (k == TaskKind::NiahMultiquery) BOOST_TEST(contains(question, ", and "));
+        const size_t needles = count_of(context, "One of the special magic ");
+        if (k == TaskKind::NiahMultikey2 || k == TaskKind::NiahMultikey3) BOOST_TEST(needles > 5u);  // the needle haystack
+        else BOOST_TEST(needles == (k == TaskKind::NiahMultikey1 || refs == 4u ? 4u : 1u));
+        if (k == TaskKind::NiahSingle1) BOOST_TEST(count_of(context, "The grass is green. The sky is blue. The sun is yellow. Here we go. "
+                                                                     "There and back again.\n") > 5u);
+        std::string cont = " ";
+        for (size_t i = 0; i < s.refs.size(); ++i) cont += (i ? ", " : "") + s.refs[i].text;
+        BOOST_TEST(s.text.substr(static_cast<size_t>(s.answer_at) - 1) == cont + ".\n");
+      }
+    }
+  }
+  // needles that do not fit the context: one error line naming what they take
+  try {
+    (void)ruler_sample(TaskKind::Vt, 300);
+    BOOST_ERROR("a 300-byte vt sample was made");
+  } catch (const mla::Error& e) {
+    BOOST_TEST(contains(e.what(), "--context 300 is too short for --task vt: RULER's template, needles, question and answer take "),
+               e.what());
+  }
+}
+
+// string_match_all by hand: a niah_multivalue sample's 4 values, one of whose digits the run
+// misses (3 of 4 found: 75), and a miss in a separator only (4 of 4); the cell and RULER's
+// average over two tasks in tasks.csv.
+BOOST_AUTO_TEST_CASE(ruler_string_match_all_by_hand) {
+  mla::ModelConfig cfg;
+  cfg.byte_level_vocab = true;
+  cfg.bos_token_id = 256;
+  std::vector<TaskSample> samples = {ruler_sample(TaskKind::RulerNiahMultivalue, 900), ruler_sample(TaskKind::NiahSingle1, 900)};
+  std::vector<mla::EvalWindow> windows;
+  for (size_t w = 0; w < samples.size(); ++w) {
+    const TaskSample& s = samples[w];
+    const auto run = [&](const std::string& policy, int64_t wrong_id) {
+      mla::EvalRun run;
+      run.policy = mla::policy_preset(policy);
+      run.budget = 8;
+      for (int64_t x = s.prompt_len; x < s.prompt_len + s.steps; ++x) {
+        mla::EvalPosition p;
+        const int64_t id = x + 1 - 1;  // the sample id this position predicts (token x + 1, BOS first)
+        p.predicted = id >= 0 && id < static_cast<int64_t>(s.ids.size()) ? s.ids[static_cast<size_t>(id)] : 0;
+        if (id == wrong_id) p.predicted = (p.predicted + 1) % 256;
+        run.positions.push_back(p);
+      }
+      return run;
+    };
+    mla::EvalResult r;
+    r.full = run("full", -1);
+    // h2o: sample 0 misses the 3rd digit of its 2nd value; sample 1 the "." after its value, which
+    // no decoded position predicts (the scored span ends with the last reference)
+    r.runs.push_back(run("h2o", w == 0 ? s.refs[1].first + 2 : s.refs[0].first + s.refs[0].tokens));
+    windows.push_back(mla::EvalWindow{"", 0, r});
+  }
+  const mla::AnswerScore a = mla::score_answer(samples[0], windows[0].result.runs[0], cfg, bytes_tok());
+  BOOST_TEST((a.refs == 4 && a.found == 3 && !a.exact));
+  const mla::AnswerScore b = mla::score_answer(samples[1], windows[1].result.runs[0], cfg, bytes_tok());
+  BOOST_TEST((b.refs == 1 && b.found == 1));
+  mla::TaskSettings t;
+  t.kind = TaskKind::RulerNiahMultivalue;
+  t.kinds = {TaskKind::RulerNiahMultivalue, TaskKind::NiahSingle1};
+  t.contexts = {900};
+  t.depths = {0};
+  t.samples = 1;
+  const std::vector<mla::TaskCell> cells = mla::task_cells(t, samples, windows, {8}, cfg, bytes_tok());
+  BOOST_TEST_REQUIRE(cells.size() == 4u);  // (full, h2o) x 2 tasks
+  BOOST_TEST(mla::string_match_all(cells[2]) == 75.0);
+  BOOST_TEST(mla::string_match_all(cells[3]) == 100.0);
+  const std::string csv = mla::tasks_csv(t, mla::Compression::Decode, cells);
+  BOOST_TEST(csv.rfind("task,query_placement,compress,policy,budget,compression_ratio,context,samples,references,found,"
+                       "string_match_all,exact_match,answer_token_accuracy\n", 0) == 0u);
+  BOOST_TEST(contains(csv, "\nniah_multivalue,agnostic,decode,h2o,8,,900,1,4,3,75,0,"), csv);
+  BOOST_TEST(contains(csv, "\nniah_single_1,agnostic,decode,h2o,8,,900,1,1,1,100,1,1\n"), csv);
+  BOOST_TEST(contains(csv, "\nruler,agnostic,decode,h2o,8,,900,2,5,4,87.5,,\n"), csv);           // (75 + 100) / 2
+  BOOST_TEST(contains(csv, "\nruler,agnostic,decode,full,8,,900,2,5,5,100,,\n"), csv);
+}
+
+// --task ruler on the recall model: every task's row and RULER's average per run in tasks.csv
+// (the average recomputed here from the rows), one sample per task; bad input is one line.
+BOOST_AUTO_TEST_CASE(cli_ruler_all_tasks) {
+  const std::string out = scratch_dir("tasks-ruler") + "/o";
+  const RunResult r = run_cli("eval --checkpoint '" + recall_model() + "' --text '" + recall_model() +
+                              "/eval/heldout.txt' --task ruler --context 2048 --samples 1 --cache-budget 128 --policy "
+                              "streaming:sinks=4 --quiet --threads 2 --out '" + out + "'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string csv = mla::test::read_text(out + "/tasks.csv");
+  BOOST_TEST(count_of(csv, "\n") == 1u + 2u * 11u + 2u);  // (full, streaming) x 11 tasks, then 2 averages
+  for (const char* run : {"full", "streaming:sinks=4"}) {
+    double sum = 0;
+    for (TaskKind k : mla::ruler_task_kinds()) {
+      const std::string head = std::string("\n") + mla::task_name(k) + ",agnostic,decode," + run + ",128,,2048,1,";
+      const size_t at = csv.find(head);
+      BOOST_TEST_REQUIRE(at != std::string::npos, head);
+      std::vector<std::string> f;
+      std::string line = csv.substr(at + 1, csv.find('\n', at + 1) - at - 1), x;
+      for (char c : line + ",") {
+        if (c == ',') { f.push_back(x); x.clear(); } else { x += c; }
+      }
+      sum += std::stod(f.at(10));
+    }
+    const size_t at = csv.find(std::string("\nruler,agnostic,decode,") + run + ",128,,2048,11,");
+    BOOST_TEST_REQUIRE(at != std::string::npos, csv);
+    std::string line = csv.substr(at + 1, csv.find('\n', at + 1) - at - 1);
+    for (int i = 0; i < 10; ++i) line = line.substr(line.find(',') + 1);
+    BOOST_TEST(std::abs(std::stod(line.substr(0, line.find(','))) - sum / 11) < 1e-9, line);
+  }
+  BOOST_TEST(!std::filesystem::exists(out + "/needle.svg"));
+  const std::string per = mla::test::read_text(out + "/task_samples.csv");
+  BOOST_TEST(per.rfind("task,sample,", 0) == 0u);
+  BOOST_TEST(count_of(per, "\n") == 1u + 11u * 2u);
+  const size_t cwe = per.find("\ncwe,9,2048,");
+  BOOST_TEST_REQUIRE(cwe != std::string::npos);
+  const std::string row = per.substr(cwe + 1, per.find('\n', cwe + 1) - cwe - 1);
+  BOOST_TEST(row.substr(0, row.rfind(',')).ends_with(",10"), row);  // cwe's 10 references, then those found
+  BOOST_TEST(contains(r.out, "ruler  (string_match_all x 100"), r.out);
+  const std::string text = "--text '" + recall_model() + "/eval/heldout.txt' ";
+  expect_task_error(text + "--task qa_1 --context 1024 --cache-budget 64", "RULER's QA tasks need SQuAD, which is not here");
+  expect_task_error(text + "--task qa_2 --context 1024 --cache-budget 64", "HotpotQA");
+  expect_task_error(text + "--task niah_single_2 --context 1024 --depths 50 --cache-budget 64", "leave --depths out");
+  expect_task_error(text + "--task niah_multikey_3 --context 150 --cache-budget 64", "--context 150 is too short for --task niah_multikey_3");
+  expect_task_error(text + "--task ruler --context 1024 --cache-budget 64 --policy streaming", "--context 1024 is too short for --task niah_multikey_3");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

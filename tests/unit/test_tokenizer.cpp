@@ -495,6 +495,31 @@ BOOST_AUTO_TEST_CASE(task_samples_in_tokens) {
         }
       }
     }
+  // RULER's tasks: at most L ids that decode to the text; each reference's ids are the fewest whose
+  // bytes cover it (the first starts at or before it, the last ends at or after it, dropping either
+  // would not)
+  const std::vector<std::string> words = mla::ruler_words({{"heldout.txt", text}});
+  for (mla::TaskKind kind : mla::ruler_task_kinds()) {
+    BOOST_TEST_CONTEXT(mla::task_name(kind)) {
+      const mla::TaskSample s =
+          mla::make_task_sample(mla::TaskRequest{kind, 1024, 0, 0, 3, mla::QueryPlacement::Agnostic, true}, filler, *tok, words);
+      BOOST_TEST(s.ids.size() <= 1024u);
+      if (kind != mla::TaskKind::Cwe) BOOST_TEST(s.ids.size() >= 900u, s.ids.size());  // cwe: as many words as --text gives
+      BOOST_TEST(tok->decode(std::vector<uint32_t>(s.ids.begin(), s.ids.end())) == s.text);
+      const std::vector<int64_t> at = mla::id_offsets(s.ids, *tok);
+      size_t from = static_cast<size_t>(s.question_at);
+      for (const mla::TaskReference& r : s.refs) {
+        const size_t b = s.text.find(r.text, std::max<size_t>(from, static_cast<size_t>(at[static_cast<size_t>(r.first)])));
+        BOOST_TEST_REQUIRE(b != std::string::npos);
+        const size_t e = b + r.text.size();
+        BOOST_TEST(at[static_cast<size_t>(r.first)] <= static_cast<int64_t>(b));
+        BOOST_TEST(at[static_cast<size_t>(r.first) + 1] > static_cast<int64_t>(b));
+        BOOST_TEST(at[static_cast<size_t>(r.first + r.tokens)] >= static_cast<int64_t>(e));
+        BOOST_TEST(at[static_cast<size_t>(r.first + r.tokens) - 1] < static_cast<int64_t>(e));
+        from = e;
+      }
+    }
+  }
   try {
     (void)mla::make_task_sample(mla::TaskRequest{mla::TaskKind::Passkey, 20, 50, 0, 0, mla::QueryPlacement::Agnostic, true}, filler, *tok);
     BOOST_ERROR("a 20-token passkey sample was made");
