@@ -358,6 +358,7 @@ namespace {
 // "v ± se" with printf's `fmt` for both, `scale` times each (100: percent); the "± se" left out
 // when se is NaN (one position).
 std::string value_se(const char* fmt, double v, double se, double scale = 1) {
+  if (fmt == nullptr) fmt = "%g";  // (never; GCC's -O1 with UBSan otherwise sees a null format path)
   char a[64], b[64];
   std::snprintf(a, sizeof a, fmt, scale * v);
   if (std::isnan(se)) return a;

@@ -1283,7 +1283,8 @@ BOOST_AUTO_TEST_CASE(the_output_scan_finds_nan_and_inf_written_as_numbers) {
   const std::string dir = scratch_dir("faults-scan-selftest");
   const std::string set = dir + "/set";
   fs::create_directories(set);
-  write_text(set + "/.mla-h2o-set", "x.csv\n");
+  // the manifest as OutputSet writes it: the scan reads the files it lists (fingerprints unchecked)
+  write_text(set + "/.mla-h2o-set", "mla-h2o output set\nfile 10 0000000000000000 x.csv\nfile 0 0000000000000000 t.safetensors\n");
   write_text(set + "/x.csv", "a,b\n1,inf\n");
   write_text(dir + "/not-a-set.csv", "an input: nan\n");  // inputs the tests write are not outputs
   // a dump: a finite F32 tensor and a BF16 one whose third element is +Inf (0x7F80)
