@@ -71,6 +71,9 @@ class Checkpoint {
   // The files this checkpoint has read so far: config.json, the index (when sharded) and every
   // shard opened (a header read or a tensor loaded), in that order, shards sorted by path.
   std::vector<std::string> files_read() const;
+  // files_read() and every shard not opened yet, in the same order: what a run that will read
+  // the whole model depends on (eval's resume settings hash them, docs/scale-out.md §2).
+  std::vector<std::string> files_of_the_model() const;
   // All tensors of all shards, in shard then offset order.
   std::vector<TensorLocation> list_tensors() const;
   // Layers below num_hidden_layers whose attention tensors are all named by the index (or the

@@ -194,6 +194,17 @@ std::vector<std::string> Checkpoint::files_read() const {
   files.insert(files.end(), impl_->shards_read.begin(), impl_->shards_read.end());  // std::set: sorted
   return files;
 }
+std::vector<std::string> Checkpoint::files_of_the_model() const {
+  std::vector<std::string> files{config_path_};
+  if (!impl_->index_path.empty()) files.push_back(impl_->index_path);
+  std::set<std::string> shards(shard_paths_.begin(), shard_paths_.end());
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    shards.insert(impl_->shards_read.begin(), impl_->shards_read.end());
+  }
+  files.insert(files.end(), shards.begin(), shards.end());
+  return files;
+}
 Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
 Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
 Checkpoint::~Checkpoint() = default;

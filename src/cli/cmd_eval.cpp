@@ -876,14 +876,15 @@ EvalRunInfo run_info(const EvalPlan& plan, const LoadedModel& m, const std::stri
 }
 
 // The staging area of eval's finished windows (mla/resume_area.hpp), opened after every check and
-// before any window: the settings, each model file's sha256 among them (hashed here, once, into
-// `model_files`). None for demo --model (a part of its set) or a dry run.
+// before any window: the settings, the sha256 of each model file among them, every shard of the
+// checkpoint's included (hashed here, once, into `model_files`: a shard no window has opened yet
+// is still one the run will read). None for demo --model (a part of its set) or a dry run.
 std::optional<ResumeArea> open_resume_area(const EvalPlan& plan, const LoadedModel& m, OutputSet* out, StageSeconds& stages,
                                            std::vector<FileDigest>& model_files) {
   if (!plan.keep_windows && !plan.worker_rank) return std::nullopt;
   // (every rank hashes them: the ranks' agreement on the input includes them)
   model_files = timed(stages, "sha256 of the model files", [&] {
-    return model_file_digests(m.ckpt, "eval", plan.quiet || plan.worker_rank);
+    return model_file_digests(m.ckpt, "eval", plan.quiet || plan.worker_rank, /*every_shard=*/true);
   });
   if (plan.worker_rank) return std::nullopt;  // rank 0 holds the staging area
   std::vector<ResumeSetting> settings = plan.settings;

@@ -346,10 +346,12 @@ bool model_sha256_enabled() {
   return mode != "0";
 }
 
-std::vector<FileDigest> model_file_digests(const Checkpoint& ckpt, const std::string& command, bool quiet) {
+std::vector<FileDigest> model_file_digests(const Checkpoint& ckpt, const std::string& command, bool quiet,
+                                           bool every_shard) {
+  const std::vector<std::string> files = every_shard ? ckpt.files_of_the_model() : ckpt.files_read();
   if (!model_sha256_enabled()) {  // sizes only: "sha256" is written as "not computed (MLA_MODEL_SHA256=0)"
     std::vector<FileDigest> d;
-    for (const std::string& path : ckpt.files_read()) {
+    for (const std::string& path : files) {
       std::error_code ec;
       const auto size = std::filesystem::file_size(path, ec);
       d.push_back({path, ec ? -1 : static_cast<int64_t>(size), "not computed (MLA_MODEL_SHA256=0)"});
@@ -357,7 +359,7 @@ std::vector<FileDigest> model_file_digests(const Checkpoint& ckpt, const std::st
     return d;
   }
   ProgressLine progress(command, quiet);
-  std::vector<FileDigest> d = file_digests(ckpt.files_read(), [&](int64_t done, int64_t total) {
+  std::vector<FileDigest> d = file_digests(files, [&](int64_t done, int64_t total) {
     progress.update("sha256 of the model files, bytes", done, total);
   });
   progress.finish();

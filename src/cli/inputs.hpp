@@ -152,9 +152,12 @@ void input_rms_norm(TensorF& x, const TensorF& weight, double eps, Precision pre
 // --policy-seed applied to every policy that has the setting (overriding the presets).
 std::vector<PolicySettings> read_policies(const Args& a);
 
-// The SHA-256 of every file the checkpoint has read (Checkpoint::files_read), for report.json;
-// a progress line (bytes) on stderr when it takes long, unless quiet.
-std::vector<FileDigest> model_file_digests(const Checkpoint& ckpt, const std::string& command, bool quiet);
+// The SHA-256 of every file the checkpoint has read (Checkpoint::files_read), or with every_shard
+// of every file of the model (files_of_the_model: eval's resume settings, which a changed shard
+// that no window has read yet must also fail), for report.json; a progress line (bytes) on
+// stderr when it takes long, unless quiet.
+std::vector<FileDigest> model_file_digests(const Checkpoint& ckpt, const std::string& command, bool quiet,
+                                           bool every_shard = false);
 // MLA_MODEL_SHA256: unset, "" or 1 = hash, 0 = sizes only; anything else Error(InvalidArgument).
 // main() checks it before any command starts.
 bool model_sha256_enabled();

@@ -7,6 +7,7 @@
 //   - SIGKILL at arbitrary moments: --out is always as it was, or holds a staging area that
 //     --resume accepts and finishes byte-identically;
 //   - the refusals, each one line, the finished windows kept: other settings (the setting named),
+//     a changed model shard (also one no window had opened),
 //     another producer, a corrupt record (the file named), --resume without a staging area, a
 //     staging area without --resume;
 //   - mpirun -n 2 (when this build has MPI and mpirun is installed): every output byte-identical to
@@ -183,6 +184,39 @@ BOOST_AUTO_TEST_CASE(a_resume_that_differs_is_refused_in_one_line_and_the_window
   BOOST_CHECK(one_line(r));
   BOOST_CHECK(r.err.find("holds no staging area") != std::string::npos);
   BOOST_CHECK(fs::exists(out + "/summary.csv"));  // the finished set untouched by the refusal
+}
+
+// The resume settings hash every shard of the checkpoint, also one no window has opened when the
+// run is killed: a shard changed between the crash and --resume is refused, named.
+BOOST_AUTO_TEST_CASE(a_changed_shard_is_refused_even_one_not_read_yet) {
+  const std::string dir = scratch_dir("resume-shards");
+  const std::string ckpt = dir + "/ckpt", out = dir + "/o";
+  auto r = run_cli("synth --preset tiny --out '" + ckpt + "' --seed 5 --layers 0,1 --shards 3 --experts 4");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  std::string ids;  // 200 ids below the vocabulary's 97 (a synth model has no tokenizer)
+  for (int i = 0; i < 200; ++i) ids += (i ? "," : "") + std::to_string(i * 37 % 97);
+  const std::string args = "eval --checkpoint '" + ckpt + "' --tokens " + ids +
+                           " --windows 3 --prompt-len 32 --steps 8 --cache-budget 16 --policy h2o --quiet --out '" + out + "'";
+  BOOST_CHECK_EQUAL(run_cli_after("MLA_TEST_KILL_AFTER_WINDOWS=1", args + " --threads 1").exit_code, 128 + SIGKILL);
+  BOOST_REQUIRE_EQUAL(records(out), 1);
+  // the shard holding layer 1 (the index names it): one bit of its last tensor's data flipped
+  const std::string index = read_text(ckpt + "/model.safetensors.index.json");
+  const std::string key = "model.layers.1.self_attn.kv_a_proj_with_mqa.weight\": \"";
+  const size_t at = index.find(key);
+  BOOST_REQUIRE(at != std::string::npos);
+  const size_t from = at + key.size();
+  const std::string shard = index.substr(from, index.find('"', from) - from);
+  std::string bytes = read_text(ckpt + "/" + shard);
+  bytes[bytes.size() - 3] ^= 1;
+  mla::test::write_text(ckpt + "/" + shard, bytes);
+  r = run_cli(args + " --resume");
+  BOOST_CHECK_NE(r.exit_code, 0);
+  BOOST_CHECK_MESSAGE(r.err.find(shard) != std::string::npos && r.err.find('\n') == r.err.size() - 1, r.err);
+  BOOST_CHECK_EQUAL(records(out), 1);  // the finished window kept
+  bytes[bytes.size() - 3] ^= 1;  // restored, the run finishes
+  mla::test::write_text(ckpt + "/" + shard, bytes);
+  r = run_cli(args + " --resume");
+  BOOST_CHECK_MESSAGE(r.exit_code == 0, r.err);
 }
 
 // ---- MPI ------------------------------------------------------------------------------------
