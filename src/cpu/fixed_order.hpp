@@ -28,21 +28,31 @@
 
 namespace mla::cpu {
 
-// The instruction set the fixed-order kernels run on this CPU: "avx512f", "avx2+fma" or "scalar
-// std::fma" (the results are the same on each; only the speed differs).
+// The instruction set the fixed-order fp32 kernels run on this CPU: "avx512f", "avx2+fma" or
+// "scalar std::fma" (the results are the same on each; only the speed differs).
 const char* fixed_order_isa();
 // Whether the AVX2+FMA paths may run (true on AVX-512 machines too).
 bool fixed_order_avx2();
-// Runs the kernels on `name` ("avx512f", "avx2+fma", "scalar") from now on, for tests and
-// benchmarks that compare the paths; false (nothing changed) when this CPU lacks it.
+// Runs the kernels on `name` ("avx512bf16": the bf16 pair chains on vdpbf16ps, "avx512f",
+// "avx2+fma", "scalar") from now on, for tests and benchmarks that compare the paths; false
+// (nothing changed) when this CPU lacks it. A FixedOrderLinear keeps the path it was made on.
 bool set_fixed_order_isa(const std::string& name);
 
+// The kernel of the bf16 pair chains here: "vdpbf16ps" (AVX512-BF16), else the fp32 path that
+// computes the same bits ("avx512f, FTZ+DAZ", "avx2+fma, FTZ+DAZ", "scalar std::fma, flushed").
+const char* fixed_order_pair_kernel();
+// What eval and the forward report as their engine: "fixed-order fp32 FMA chains (avx512f)" in
+// fp32, "fixed-order bf16 pair chains (vdpbf16ps)" in bf16.
+std::string fixed_order_engine_name(Precision precision);
+
 // The engine of the whole-model forward (src/model/). Its kind() reports Gemm::Auto (it is not
-// one of --gemm's choices); name() is "fixed-order fp32 FMA chains".
+// one of --gemm's choices).
 std::unique_ptr<GemmEngine> make_fixed_order_engine();
 
-// y[s, o] = dot(x[s, :], W[o, :]) (+ b[o] in fp32), bf16: rounded once. The core of the engine's
-// PreparedLinear, exposed for kernels that keep their own packed weights.
+// y[s, o] = dot(x[s, :], W[o, :]) (+ b[o] in fp32), bf16: rounded once. fp32: dot is the fma
+// chain above; bf16: the pair chain (fixed_order.cpp, docs/cpu-gemm.md §11) of x and W rounded
+// to bf16. The core of the engine's PreparedLinear, exposed for kernels that keep their own
+// packed weights.
 class FixedOrderLinear final : public PreparedLinear {
  public:
   // w: [out, in] row-major fp32 values (rounded to bf16 values first in bf16); bias [out] or null.
@@ -57,9 +67,22 @@ class FixedOrderLinear final : public PreparedLinear {
   int64_t in_features() const { return in_; }
 
  private:
+  void pack_panels(const float* w, int threads);
+  void pack_pairs(const float* w, int threads);
+  template <bool Pairs>
+  void chains(const float* x, int64_t ld_x, int64_t r0, int64_t r1, int64_t p0, int64_t p1, float* acc, int64_t ld) const;
+  void fma_chains(const float* x, int64_t ld_x, int64_t r0, int64_t r1, int64_t p0, int64_t p1, float* acc, int64_t ld) const;
+  void pair_chains_emulated(const float* x, int64_t ld_x, int64_t r0, int64_t r1, int64_t p0, int64_t p1, float* acc,
+                            int64_t ld) const;
+  void pair_chains_native(const float* x, int64_t ld_x, int64_t r0, int64_t r1, int64_t p0, int64_t p1, float* acc,
+                          int64_t ld) const;
+
   int64_t out_, in_, panels_;
   Precision precision_;
+  bool pairs_ = false;         // bf16: the pair chain
+  bool native_pairs_ = false;  // ... on vdpbf16ps (packed_pairs_), else on the fp32 kernels (packed_)
   std::unique_ptr<float[]> packed_;  // [panels][in][16], zero past `out` (written once, by the packing workers)
+  std::unique_ptr<uint16_t[]> packed_pairs_;  // [panels][ceil(in/2)][16][2] bf16 bits, zero past `out` and `in`
   std::vector<float> bias_;    // [out] or empty
 };
 

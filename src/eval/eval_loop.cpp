@@ -444,7 +444,7 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
   check_eval_options(opt, T, L_count);
   const int threads = cpu::resolve_threads(opt.threads);
   EvalResult result;
-  result.engine = std::string("fixed-order fp32 FMA chains (") + cpu::fixed_order_isa() + ")";
+  result.engine = cpu::fixed_order_engine_name(opt.precision);
   result.passkey = find_passkey(tokens, cfg);
 
   std::vector<RunState> runs = make_runs(opt);

@@ -30,7 +30,7 @@ ModelForwardResult model_forward(const Checkpoint& ckpt, const ModelConfig& cfg,
   if (token_ids.empty()) fail(ErrorKind::InvalidArgument, "forward: no token ids");
   const int64_t L_count = cfg.attention.num_hidden_layers;
   ModelForwardResult out;
-  out.engine = std::string("fixed-order fp32 FMA chains (") + cpu::fixed_order_isa() + ")";
+  out.engine = cpu::fixed_order_engine_name(opt.precision);
   decoder::LayerSettings settings;
   settings.precision = opt.precision;
   settings.threads = opt.threads;

@@ -359,7 +359,7 @@ bool same_bits(const float* a, const float* b, int64_t count) {
 // The ISA paths this CPU can run.
 std::vector<std::string> isa_paths() {
   std::vector<std::string> paths;
-  for (const char* name : {"avx512f", "avx2+fma", "scalar"})
+  for (const char* name : {"avx512bf16", "avx512f", "avx2+fma", "scalar"})
     if (mla::cpu::set_fixed_order_isa(name)) paths.emplace_back(name);
   mla::cpu::set_fixed_order_isa(paths.front());  // back to the best
   return paths;
@@ -371,16 +371,42 @@ BOOST_AUTO_TEST_CASE(fixed_order_linear_rows_do_not_depend_on_the_batch) {
   // out not a multiple of the 16-wide panels; in = 600: the chains cut into the kernel's blocks of
   // 256 in-features and a partial third; 37 rows: row tiles of 8 (AVX-512), 6 (AVX2) or 4 (scalar)
   // with a remainder
-  const int64_t rows = 37, in = 600, out = 75;
-  for (bool bf16 : {false, true}) {
-    const std::vector<float> x = random_values(rows * in, 1, bf16), w = random_values(out * in, 2, bf16),
-                             b = random_values(out, 3, bf16);
-    // the definition: y[s, o] = fma chain over k in order from +0, + b, rounded once in bf16
+  // bf16: in = 601 too (an odd last element alone), and values down to the subnormals (x * w
+  // near 1e-39: the pair chain's flushes), and x not bf16-valued (the chain rounds it)
+  const int64_t rows = 37, out = 75;
+  struct Case {
+    bool bf16;
+    int64_t in;
+    bool tiny;
+  };
+  for (const Case c : {Case{false, 600, false}, Case{true, 600, false}, Case{true, 601, true}}) {
+    const bool bf16 = c.bf16, tiny = c.tiny;
+    const int64_t in = c.in;
+    std::vector<float> x = random_values(rows * in, 1, bf16 && !tiny), w = random_values(out * in, 2, bf16);
+    const std::vector<float> b = random_values(out, 3, bf16);
+    if (tiny) {
+      for (size_t i = 0; i < x.size(); i += 3) x[i] *= 1e-20f;
+      for (size_t i = 0; i < w.size(); i += 5) w[i] = mla::round_to_bf16(w[i] * 1e-19f);
+      x[7] = 3e-39f;  // a subnormal operand
+    }
+    // the definitions: fp32: y[s, o] = fma chain over k in order from +0, + b; bf16: the pair
+    // chain (src/cpu/fixed_order.cpp) of x and w rounded to bf16, subnormals read and written as
+    // zero, + b, rounded once
+    const auto flush = [](float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; };
+    const auto operand = [&](float v) { return flush(mla::round_to_bf16(v)); };
     std::vector<float> expected(static_cast<size_t>(rows * out));
     for (int64_t s = 0; s < rows; ++s)
       for (int64_t o = 0; o < out; ++o) {
         float acc = 0.0f;
-        for (int64_t k = 0; k < in; ++k) acc = std::fma(x[s * in + k], w[o * in + k], acc);
+        if (!bf16) {
+          for (int64_t k = 0; k < in; ++k) acc = std::fma(x[s * in + k], w[o * in + k], acc);
+        } else {
+          const auto step = [&](int64_t k) { acc = flush(std::fma(operand(x[s * in + k]), operand(w[o * in + k]), acc)); };
+          for (int64_t k = 0; k < in; k += 2) {
+            if (k + 1 < in) step(k + 1);
+            step(k);
+          }
+        }
         acc = acc + b[o];
         expected[s * out + o] = bf16 ? mla::round_to_bf16(acc) : acc;
       }
@@ -389,7 +415,8 @@ BOOST_AUTO_TEST_CASE(fixed_order_linear_rows_do_not_depend_on_the_batch) {
       const mla::cpu::FixedOrderLinear lin(w.data(), out, in, b.data(), bf16 ? mla::Precision::BF16 : mla::Precision::FP32);
       std::vector<float> all(expected.size()), one(static_cast<size_t>(out)), part(static_cast<size_t>(13 * out));
       lin.run_rows(x.data(), rows, in, all.data(), out, 2);
-      BOOST_TEST(same_bits(all.data(), expected.data(), rows * out), isa << " bf16=" << bf16 << ": batch != definition");
+      BOOST_TEST(same_bits(all.data(), expected.data(), rows * out),
+                 isa << " bf16=" << bf16 << " in=" << in << " " << lin.kernel() << ": batch != definition");
       for (int64_t s = 0; s < rows; ++s) {
         lin.run_rows(x.data() + s * in, 1, in, one.data(), out, 1);
         BOOST_TEST(same_bits(one.data(), expected.data() + s * out, out), isa << " row " << s << " alone");
