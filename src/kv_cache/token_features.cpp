@@ -1,5 +1,5 @@
 // src/kv_cache/token_features.cpp — the per-token quantities some policies read (knorm, keydiff,
-// expected-attention, value-aware; mla/policy.hpp TokenFeatures, docs/decode.md §2), computed
+// expected-attention, value-aware, cur, leverage, lagkv; mla/policy.hpp TokenFeatures, docs/decode.md §2), computed
 // once per layer from the latent cache and the layer's kv_b_proj and o_proj, and the
 // pre-RoPE query statistics expected-attention needs. The rows are processed in blocks so no
 // [T, n*(d_n+d_v)] tensor is held.
