@@ -66,12 +66,16 @@ struct PolicySettings {
   int64_t future = 512;        // expected-attention: future positions whose RoPE is averaged
   bool vnorm = true;           // expected-attention: score times ||v_h,t||
   int64_t beta = 20;           // pyramidkv: the pyramid's steepness
-  uint64_t seed = 0;           // random
+  uint64_t seed = 0;           // random; leverage: its Gaussian sketch's seed
+  int64_t sketch = 48;         // leverage: the Gaussian sketch's width (0: exact leverage)
+  std::string cur = "kv_product";  // cur: key | value | kv_avg | kv_product
+  int64_t local = 16;          // cur: the local normalisation's window (0: none)
+  int64_t lag = 128;           // lagkv: the partition (lag) size
 };
 
 // The presets, in the order `--policy all` runs them (src/policies/registry.def):
 //   full, h2o, h2o-normalized, tova, streaming, snapkv, snapkv-maxpool, pyramidkv, knorm,
-//   expected-attention, scissorhands, value-aware, keydiff, random, oracle
+//   expected-attention, scissorhands, value-aware, keydiff, leverage, cur, lagkv, random, oracle
 const std::vector<std::string>& policy_preset_names();
 // Error(InvalidArgument) naming the unknown policy and listing the presets.
 PolicySettings policy_preset(std::string_view name);
@@ -85,6 +89,9 @@ inline constexpr int64_t kPolicySettingMax = 999'999'999'999'999'999;
 // expected-attention's `future`: its mean RoPE rotation costs O(future) (about 3 s at 10^7 on a
 // 2-core Xeon), and 10^7 positions lie far beyond any model's context.
 inline constexpr int64_t kPolicyFutureMax = 10'000'000;
+// leverage's `sketch`: the sketched rows have rank <= r_kv + d_r (576 on DeepSeek-V3), so a wider
+// sketch adds nothing; the features cost O(T (r_kv + d_r) k + P k^2 + k^3) per layer.
+inline constexpr int64_t kPolicySketchMax = 1024;
 // The domain of a setting, one row per form of its value (docs/decode.md §2.2's settings table):
 // `form` is "N" (an integer in [lo, hi]), "N%" (a share of the budget, N in [lo, hi]),
 // "avgN|maxN|none" (N odd in [lo, hi]) or a choice "a|b|c" (lo and hi unused). Every value is
@@ -163,18 +170,28 @@ int64_t pyramid_budget(int64_t layer, int64_t num_layers, int64_t budget, int64_
 //   output_norm[h, t]         ||W_O^h W_UV^h c_t||               value-aware
 //   expected_attention[h, t]  kvpress's expected attention of head h on token t
 //   key_diff[h, t]            -cos(k_h,t, a_h), a_h = mean_{t<P} k_h,t/||k_h,t||   keydiff
+//   leverage[t]               [T] (one per latent row, no head): the z-scored leverage of the
+//                             pre-RoPE latent row [c_t | k_pe_t] among the prompt's rows   leverage
+//   lagkv[h, t]               LagKV's rank of t in its lag partition (scored against the next one)  lagkv
 struct TokenFeatures {
   int64_t heads = 0, tokens = 0;  // n, T
-  std::vector<double> key_norm, value_norm, output_norm, expected_attention, key_diff;
+  std::vector<double> key_norm, value_norm, output_norm, expected_attention, key_diff, leverage, lagkv;
 };
 struct FeatureNeeds {
-  bool key_norm = false, value_norm = false, output_norm = false, expected_attention = false, key_diff = false;
+  bool key_norm = false, value_norm = false, output_norm = false, expected_attention = false, key_diff = false,
+       leverage = false, lagkv = false;
   int64_t expected_sinks = 0;    // expected-attention: prompt rows [0, sinks) left out of the query statistics
   int64_t expected_future = 0;   // expected-attention: future positions averaged
-  bool any() const { return key_norm || value_norm || output_norm || expected_attention || key_diff; }
-  // how many of the [n, T] arrays above are read (0..5): what a memory plan holds for them
+  int64_t leverage_sinks = 0;    // leverage: prompt rows [0, sinks) left out of its statistics
+  int64_t leverage_sketch = 0;   // leverage: the sketch's width (0: exact)
+  uint64_t leverage_seed = 0;    // leverage: the sketch's seed
+  int64_t lagkv_sinks = 0;       // lagkv: the partitions start after the sinks
+  int64_t lagkv_lag = 0;         // lagkv: the partition size
+  bool any() const { return key_norm || value_norm || output_norm || expected_attention || key_diff || leverage || lagkv; }
+  // how many of the [n, T] arrays above are read (0..7; leverage's [T] counted as one): what a memory
+  // plan holds for them
   int64_t arrays() const {
-    return int64_t{key_norm} + value_norm + output_norm + expected_attention + key_diff;
+    return int64_t{key_norm} + value_norm + output_norm + expected_attention + key_diff + leverage + lagkv;
   }
 };
 // What the policies of a run need (several expected-attention settings must agree on sinks

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mla/decode.hpp"
+#include "mla/error.hpp"
 #include "mla/report.hpp"
 #include "mla/rope.hpp"
 #include "src/report/svg_util.hpp"
@@ -112,6 +113,11 @@ void policy_settings_json(JsonWriter& j, const PolicySettings& p, const std::vec
     else if (k == "vnorm") j.value(p.vnorm);
     else if (k == "beta") j.value(p.beta);
     else if (k == "seed") j.value(static_cast<int64_t>(p.seed));
+    else if (k == "sketch") j.value(p.sketch);
+    else if (k == "cur") j.value(p.cur);
+    else if (k == "local") j.value(p.local);
+    else if (k == "lag") j.value(p.lag);
+    else fail(ErrorKind::InvalidArgument, "policy settings json: no value for setting '" + k + "'");
   }
   const std::vector<std::string> keys = policy_setting_keys(p);
   if (std::find(keys.begin(), keys.end(), "recent") != keys.end()) {  // kinds with a recent window setting

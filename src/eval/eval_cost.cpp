@@ -239,8 +239,9 @@ void policy_trial(const ModelConfig& cfg, const EvalOptions& opt, int threads, E
   features.heads = n;
   features.tokens = P + N;
   for (std::vector<double>* v : {&features.key_norm, &features.value_norm, &features.output_norm,
-                                 &features.expected_attention, &features.key_diff})
+                                 &features.expected_attention, &features.key_diff, &features.lagkv})
     v->assign(idx(n * (P + N)), 1.0);
+  features.leverage.assign(idx(P + N), 1.0);  // one per latent row
   PolicyContext ctx{n, P, P + N, &features, opt.compress == Compression::Decode};
   std::vector<std::unique_ptr<CacheManager>> managers;
   std::vector<double> head_mass(idx(n * P));

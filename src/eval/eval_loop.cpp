@@ -111,8 +111,9 @@ TokenFeatures placeholder_features(int64_t heads, int64_t positions) {
   TokenFeatures f;
   f.heads = heads;
   f.tokens = positions;
-  for (std::vector<double>* v : {&f.key_norm, &f.value_norm, &f.output_norm, &f.expected_attention, &f.key_diff})
+  for (std::vector<double>* v : {&f.key_norm, &f.value_norm, &f.output_norm, &f.expected_attention, &f.key_diff, &f.lagkv})
     v->assign(idx(heads * positions), 0.0);
+  f.leverage.assign(idx(positions), 0.0);  // one per latent row
   return f;
 }
 

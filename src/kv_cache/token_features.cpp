@@ -1,5 +1,5 @@
 // src/kv_cache/token_features.cpp — the per-token quantities some policies read (knorm, keydiff,
-// expected-attention, value-aware; mla/policy.hpp TokenFeatures, docs/decode.md §2), computed
+// expected-attention, value-aware, cur, leverage, lagkv; mla/policy.hpp TokenFeatures, docs/decode.md §2), computed
 // once per layer from the latent cache and the layer's kv_b_proj and o_proj, and the
 // pre-RoPE query statistics expected-attention needs. The rows are processed in blocks so no
 // [T, n*(d_n+d_v)] tensor is held.
@@ -21,11 +21,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
+#include <numeric>
 #include <string>
 
 #include "mla/decode.hpp"
 #include "mla/error.hpp"
+#include "mla/random.hpp"
 #include "mla/rope.hpp"
 #include "src/cpu/cpu_kernels.hpp"
 #include "src/cpu/fixed_order.hpp"
@@ -282,6 +285,190 @@ void keydiff_anchor(const Widths& d, const FixedOrderLinear& kv_b, const TensorD
   }
 }
 
+// ---- leverage (kvpress LeverageScorePress) on the latent rows ------------------------------------
+// x_t [d = r_kv + d_r] = [c_t | k_pe_t un-rotated] (the pre-RoPE latent row); mu = mean over the rows
+// [first, P); Phi [d, k] = N(0, 1) / sqrt(k) from Rng(seed, kLeverageStream), filled row by row (k = 0:
+// Phi = I, k = d); y_t = (x_t - mu) Phi; G = sum_{s in [first, P)} y_s^T y_s [k, k];
+// L L^T = G + j I (j = 1e-2, then 1e-1, 1, 10, 100 while the factorisation fails, kvpress's jitter);
+// l_t = y_t^T (G + j I)^{-1} y_t = ||L^{-1} y_t||^2 >= 0; leverage[t] = (l_t - mean) / max(std, 1e-6),
+// mean and the unbiased std over [first, P). Every sum in index order; rows are independent.
+constexpr uint64_t kLeverageStream = 7101;
+
+// x [T, d]: every row's pre-RoPE latent row in double
+MatrixD prerope_latent_rows(const AttentionConfig& cfg, const TensorD& cache, int64_t T) {
+  const int64_t r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim, d = r_kv + d_r, half = d_r / 2;
+  const RopeTables t = rope_tables(cfg, position_ids(0, T));
+  MatrixD X(T, d);
+  for (int64_t s = 0; s < T; ++s) {
+    const double* row = cache.ptr() + s * d;
+    for (int64_t c = 0; c < r_kv; ++c) X(s, c) = row[c];
+    for (int64_t i = 0; i < half; ++i) {  // undo y_a = c x_a - s x_b, y_b = s x_a + c x_b
+      const double c = t.cos[idx(s * d_r + i)], sn = t.sin[idx(s * d_r + i)], r = c * c + sn * sn;
+      const auto [a, b] = cfg.rope_pair(i);
+      const double y0 = row[r_kv + a], y1 = row[r_kv + b];
+      X(s, r_kv + a) = (c * y0 + sn * y1) / r;
+      X(s, r_kv + b) = (c * y1 - sn * y0) / r;
+    }
+  }
+  return X;
+}
+
+// Lower Cholesky factor of A [k, k] (row-major, symmetric) in place; false when not positive definite.
+bool cholesky_in_place(std::vector<double>& A, int64_t k) {
+  for (int64_t j = 0; j < k; ++j) {
+    double diag = A[idx(j * k + j)];
+    for (int64_t p = 0; p < j; ++p) diag -= A[idx(j * k + p)] * A[idx(j * k + p)];
+    if (!(diag > 0)) return false;
+    const double l = std::sqrt(diag);
+    A[idx(j * k + j)] = l;
+    for (int64_t i = j + 1; i < k; ++i) {
+      double v = A[idx(i * k + j)];
+      for (int64_t p = 0; p < j; ++p) v -= A[idx(i * k + p)] * A[idx(j * k + p)];
+      A[idx(i * k + j)] = v / l;
+    }
+  }
+  return true;
+}
+
+std::vector<double> leverage_scores(const AttentionConfig& cfg, const TensorD& cache, int64_t T, int64_t P,
+                                    const FeatureNeeds& needs, int threads) {
+  const int64_t first = std::min(needs.leverage_sinks, P - 1), rows = P - first;
+  MatrixD X = prerope_latent_rows(cfg, cache, T);
+  const int64_t d = X.cols(), k = needs.leverage_sketch > 0 ? needs.leverage_sketch : d;
+  std::vector<double> mu(idx(d), 0.0);
+  for (int64_t s = first; s < P; ++s)
+    for (int64_t i = 0; i < d; ++i) mu[idx(i)] += X(s, i);
+  for (int64_t i = 0; i < d; ++i) mu[idx(i)] /= static_cast<double>(rows);
+  std::vector<double> phi;  // [d, k]
+  if (needs.leverage_sketch > 0) {
+    Rng rng(needs.leverage_seed, kLeverageStream);
+    phi.resize(idx(d * k));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(k));
+    for (double& v : phi) v = rng.normal() * scale;
+  }
+  MatrixD Y(T, k);  // y_t = (x_t - mu) Phi
+  cpu::parallel_for(T, threads, [&](int64_t t, int) {
+    if (phi.empty()) {
+      for (int64_t i = 0; i < d; ++i) Y(t, i) = X(t, i) - mu[idx(i)];
+      return;
+    }
+    for (int64_t j = 0; j < k; ++j) Y(t, j) = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+      const double x = X(t, i) - mu[idx(i)];
+      const double* row = phi.data() + i * k;
+      for (int64_t j = 0; j < k; ++j) Y(t, j) += x * row[j];
+    }
+  });
+  std::vector<double> G(idx(k * k), 0.0);  // the upper triangle, rows in order, then mirrored
+  for (int64_t s = first; s < P; ++s)
+    for (int64_t i = 0; i < k; ++i) {
+      const double yi = Y(s, i);
+      for (int64_t j = i; j < k; ++j) G[idx(i * k + j)] += yi * Y(s, j);
+    }
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = 0; j < i; ++j) G[idx(i * k + j)] = G[idx(j * k + i)];
+  std::vector<double> L;
+  bool ok = false;
+  for (double jitter = 1e-2; !ok && jitter <= 1e2 * 1.0001; jitter *= 10) {
+    L = G;
+    for (int64_t i = 0; i < k; ++i) L[idx(i * k + i)] += jitter;
+    ok = cholesky_in_place(L, k);
+  }
+  if (!ok) fail(ErrorKind::InvalidArgument, "token features: leverage's Gram matrix is not positive definite with jitter 100");
+  std::vector<double> l(idx(T));
+  cpu::parallel_for(T, threads, [&](int64_t t, int) {  // z = L^{-1} y_t (forward substitution), l = z.z
+    std::vector<double> z(idx(k));
+    double sum = 0.0;
+    for (int64_t i = 0; i < k; ++i) {
+      double v = Y(t, i);
+      for (int64_t p = 0; p < i; ++p) v -= L[idx(i * k + p)] * z[idx(p)];
+      z[idx(i)] = v / L[idx(i * k + i)];
+      sum += z[idx(i)] * z[idx(i)];
+    }
+    l[idx(t)] = std::max(0.0, sum);
+  });
+  double mean = 0.0, var = 0.0;
+  for (int64_t s = first; s < P; ++s) mean += l[idx(s)];
+  mean /= static_cast<double>(rows);
+  for (int64_t s = first; s < P; ++s) var += (l[idx(s)] - mean) * (l[idx(s)] - mean);
+  const double sd = std::max(rows > 1 ? std::sqrt(var / static_cast<double>(rows - 1)) : 0.0, 1e-6);
+  for (double& v : l) v = (v - mean) / sd;
+  return l;
+}
+
+// ---- lagkv (kvpress LagKVPress) ---------------------------------------------------------------
+// Partitions of `lag` rows from the sinks on: partition c = [sinks + c lag, sinks + (c+1) lag). A
+// partition c whose next one lies within T is scored against it, per head h and token t in c:
+//   u_i = (x_i - min_i) / (max_i - min_i) over dims i (min, max over the next partition's tokens; a dim
+//         with max = min gives u_i = 0), s_x(t) = the unbiased std of u over the dims, for the key
+//         k_h,t = [k_nope | k_pe roped] (the cache's key, as kvpress) and the value v_h,t;
+//   p_x(t) = softmax over the partition's tokens of s_x;  s(t) = (p_k(t) + p_v(t)) / 2;
+//   lagkv[h, t] = (the rank of s(t) among its partition's tokens, ascending, ties by position) / lag.
+// Other tokens get 1. lagkv[h, t] depends only on the rows of t's partition and the next one.
+std::vector<double> lagkv_scores(const Widths& d, const FixedOrderLinear& kv_b, const TensorD& cache, int64_t T,
+                                 const FeatureNeeds& needs, int threads) {
+  const int64_t lag = needs.lagkv_lag, sinks = std::min(needs.lagkv_sinks, T);
+  const int64_t parts = (T - sinks) / lag;  // complete partitions
+  std::vector<double> out(idx(d.n * T), 1.0);
+  if (parts < 2) return out;
+  const int64_t width = d.d_qk + d.d_v;  // key dims, then value dims
+  std::vector<double> lo(idx(parts * d.n * width), std::numeric_limits<double>::infinity()),
+      hi(idx(parts * d.n * width), -std::numeric_limits<double>::infinity());
+  std::vector<double> sd(idx(d.n * T * 2), 0.0);  // [n, T, key|value] the stds
+  const int64_t end = sinks + parts * lag;
+  ExpandedRows block;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t b0 = sinks; b0 < end; b0 += kBlockRows) {
+      block.expand(d, kv_b, cache, b0, std::min(kBlockRows, end - b0), threads);
+      cpu::parallel_for(d.n, threads, [&](int64_t h, int) {
+        std::vector<float> keys, values;
+        block.head_keys(d, h, keys);
+        block.head_values(d, h, values);
+        std::vector<double> x(idx(width));
+        for (int64_t s = 0; s < block.rows; ++s) {
+          const int64_t t = b0 + s, c = (t - sinks) / lag;
+          for (int64_t i = 0; i < d.d_qk; ++i) x[idx(i)] = keys[idx(s * d.d_qk + i)];
+          for (int64_t i = 0; i < d.d_v; ++i) x[idx(d.d_qk + i)] = values[idx(s * d.d_v + i)];
+          if (pass == 0) {
+            double* l = lo.data() + (c * d.n + h) * width;
+            double* u = hi.data() + (c * d.n + h) * width;
+            for (int64_t i = 0; i < width; ++i) l[i] = std::min(l[i], x[idx(i)]), u[i] = std::max(u[i], x[idx(i)]);
+            continue;
+          }
+          if (c + 1 >= parts) continue;
+          const double* l = lo.data() + ((c + 1) * d.n + h) * width;
+          const double* u = hi.data() + ((c + 1) * d.n + h) * width;
+          for (int64_t i = 0; i < width; ++i) x[idx(i)] = u[i] > l[i] ? (x[idx(i)] - l[i]) / (u[i] - l[i]) : 0.0;
+          for (int part = 0; part < 2; ++part) {  // key dims [0, d_qk), value dims [d_qk, width)
+            const int64_t i0 = part ? d.d_qk : 0, count = part ? d.d_v : d.d_qk;
+            double mean = 0.0, var = 0.0;
+            for (int64_t i = 0; i < count; ++i) mean += x[idx(i0 + i)];
+            mean /= static_cast<double>(count);
+            for (int64_t i = 0; i < count; ++i) var += (x[idx(i0 + i)] - mean) * (x[idx(i0 + i)] - mean);
+            sd[idx((h * T + t) * 2 + part)] = count > 1 ? std::sqrt(var / static_cast<double>(count - 1)) : 0.0;
+          }
+        }
+      });
+    }
+  for (int64_t h = 0; h < d.n; ++h)
+    for (int64_t c = 0; c + 1 < parts; ++c) {
+      const int64_t t0 = sinks + c * lag;
+      std::vector<double> score(idx(lag), 0.0);
+      for (int part = 0; part < 2; ++part) {  // softmax over the partition, half of it into score
+        double top = -std::numeric_limits<double>::infinity(), sum = 0.0;
+        for (int64_t j = 0; j < lag; ++j) top = std::max(top, sd[idx((h * T + t0 + j) * 2 + part)]);
+        for (int64_t j = 0; j < lag; ++j) sum += std::exp(sd[idx((h * T + t0 + j) * 2 + part)] - top);
+        for (int64_t j = 0; j < lag; ++j) score[idx(j)] += std::exp(sd[idx((h * T + t0 + j) * 2 + part)] - top) / sum / 2;
+      }
+      std::vector<int64_t> order(idx(lag));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return score[idx(a)] < score[idx(b)]; });
+      for (int64_t r = 0; r < lag; ++r)
+        out[idx(h * T + t0 + order[idx(r)])] = static_cast<double>(r) / static_cast<double>(lag);
+    }
+  return out;
+}
+
 // What the per-head pass reads besides the block.
 struct FeatureTools {
   const FeatureNeeds& needs;
@@ -371,12 +558,15 @@ TokenFeatures compute_token_features(const AttentionConfig& cfg, const LayerWeig
   }
   if (needs.key_diff) keydiff_anchor(d, kv_b, latent_cache, P, threads, tools.anchor, tools.anchor_norm);
   ExpandedRows block;
-  for (int64_t b0 = 0; b0 < T; b0 += kBlockRows) {
+  const bool per_head_pass = needs.key_norm || needs.value_norm || needs.output_norm || needs.expected_attention || needs.key_diff;
+  for (int64_t b0 = 0; per_head_pass && b0 < T; b0 += kBlockRows) {
     block.expand(d, kv_b, latent_cache, b0, std::min(kBlockRows, T - b0), threads);
     cpu::parallel_for(d.n, threads, [&](int64_t h, int) { head_block_features(d, block, b0, h, T, tools, f, z); });
   }
   if (needs.expected_attention)
     f.expected_attention = expected_attention_softmax(z, d.n, T, P, std::min(needs.expected_sinks, P - 1));
+  if (needs.leverage) f.leverage = leverage_scores(cfg, latent_cache, T, P, needs, threads);
+  if (needs.lagkv) f.lagkv = lagkv_scores(d, kv_b, latent_cache, T, needs, threads);
   return f;
 }
 

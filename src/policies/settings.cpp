@@ -25,6 +25,10 @@ const std::vector<PolicySettingDomain> kDomains = {
     {"vnorm", "0|1"},
     {"beta", "N", 1, kPolicySettingMax},
     {"seed", "N", 0, kPolicySettingMax},
+    {"sketch", "N", 0, kPolicySketchMax},
+    {"cur", "key|value|kv_avg|kv_product"},
+    {"local", "N", 0, kPolicySettingMax},
+    {"lag", "N", 1, kPolicySettingMax},
 };
 
 const PolicySettingDomain& domain(std::string_view key, std::string_view form) {
@@ -116,6 +120,15 @@ void apply_policy_setting(PolicySettings& s, std::string_view key, std::string_v
     s.beta = parse_int(k, "N", v, v);
   } else if (k == "seed") {
     s.seed = static_cast<uint64_t>(parse_int(k, "N", v, v));
+  } else if (k == "sketch") {
+    s.sketch = parse_int(k, "N", v, v);
+  } else if (k == "cur") {
+    check_choice(k, v);
+    s.cur = v;
+  } else if (k == "local") {
+    s.local = parse_int(k, "N", v, v);
+  } else if (k == "lag") {
+    s.lag = parse_int(k, "N", v, v);
   }
   s.label += (s.label == s.preset ? ":" : ",") + k + "=" + v;
 }

@@ -17,6 +17,7 @@
 // Shape legend: T = P + N rows, n heads, H hidden, r_kv kv_lora_rank, d_r qk_rope_head_dim.
 #include <simdjson.h>
 
+#include <Eigen/Dense>
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -35,6 +36,7 @@
 #include "mla/attention.hpp"
 #include "mla/decode.hpp"
 #include "mla/random.hpp"
+#include "mla/rope.hpp"
 #include "src/cpu/cpu_kernels.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"
@@ -295,7 +297,8 @@ const char* kSmallPolicies =
     "full,h2o:sinks=2,recent=4,h2o-normalized:sinks=2,recent=4,tova:sinks=2,recent=4,streaming:sinks=2,"
     "snapkv:window=8,snapkv-maxpool:window=8,pyramidkv:window=8,knorm:sinks=2,recent=4,"
     "expected-attention:sinks=2,recent=4,scissorhands:sinks=2,recent=4,window=8,value-aware:sinks=2,recent=4,"
-    "keydiff:sinks=2,recent=4,random:sinks=2,recent=4,oracle";
+    "keydiff:sinks=2,recent=4,leverage:sinks=2,recent=4,cur:sinks=2,recent=4,lagkv:sinks=2,recent=4,lag=8,"
+    "random:sinks=2,recent=4,oracle";
 
 }  // namespace
 
@@ -586,6 +589,116 @@ BOOST_AUTO_TEST_CASE(token_features_by_definition) {
   BOOST_TEST(c.ok, c.message);
 }
 
+// leverage and lagkv against their definitions (docs/decode.md §2.2), in double loops and Eigen's
+// inverse: leverage = the z-scored y_t^T (Y^T Y + 0.01 I)^{-1} y_t of the centred pre-RoPE latent
+// rows (k_pe un-rotated), exact (sketch=0) and sketched (Phi from Rng(seed, 7101), N(0,1)/sqrt(k),
+// row by row), statistics over the prompt rows [sinks, P); lagkv = each partition's ranks of
+// (softmax std of the key, normalised by the next partition's min/max per dim, + the value's) / 2,
+// from the reference's key_states and value_states (ranks compared exactly), 1 elsewhere.
+BOOST_AUTO_TEST_CASE(token_features_leverage_and_lagkv_by_definition) {
+  const int64_t P = 9, T = 12, sinks = 2;
+  Layer l = tiny_layer(T, "odd", 4);
+  const AttentionConfig& cfg = l.cfg;
+  const int64_t n = cfg.num_attention_heads, d_qk = cfg.qk_head_dim(), d_v = cfg.v_head_dim;
+  const int64_t r_kv = cfg.kv_lora_rank, d_r = cfg.qk_rope_head_dim, d = r_kv + d_r;
+  auto ref = make_reference_backend();
+  ForwardOptions f;
+  f.keep_states = true;
+  f.keep_latent_cache = true;
+  ref->prepare(cfg, l.w, f);
+  const ForwardResult r = ref->forward(l.hidden, f);
+  const auto& tol = tolerance("token_features", "fp32-vs-double", "fp32");
+  // the pre-RoPE rows: k_pe turned back by its position's rotation (a 2 x 2 solve per pair)
+  const RopeTables rt = rope_tables(cfg, position_ids(0, T));
+  Eigen::MatrixXd X(T, d);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < d; ++c) X(t, c) = r.latent_cache.ptr()[t * d + c];
+    for (int64_t i = 0; i < d_r / 2; ++i) {
+      const auto [a, b] = cfg.rope_pair(i);
+      Eigen::Matrix2d rot;
+      const double cs = rt.cos[static_cast<size_t>(t * d_r + i)], sn = rt.sin[static_cast<size_t>(t * d_r + i)];
+      rot << cs, -sn, sn, cs;
+      const Eigen::Vector2d x = rot.inverse() * Eigen::Vector2d(X(t, r_kv + a), X(t, r_kv + b));
+      X(t, r_kv + a) = x(0);
+      X(t, r_kv + b) = x(1);
+    }
+  }
+  const Eigen::RowVectorXd mu = X.middleRows(sinks, P - sinks).colwise().mean();
+  for (int64_t sketch : {int64_t{0}, int64_t{5}}) {
+    Eigen::MatrixXd Phi = Eigen::MatrixXd::Identity(d, d);
+    if (sketch > 0) {
+      Rng rng(3, 7101);
+      Phi.resize(d, sketch);
+      for (int64_t i = 0; i < d; ++i)
+        for (int64_t j = 0; j < sketch; ++j) Phi(i, j) = rng.normal() / std::sqrt(static_cast<double>(sketch));
+    }
+    const Eigen::MatrixXd Y = (X.rowwise() - mu) * Phi;
+    const Eigen::MatrixXd Yp = Y.middleRows(sinks, P - sinks);
+    const Eigen::MatrixXd Ginv =
+        (Yp.transpose() * Yp + 0.01 * Eigen::MatrixXd::Identity(Y.cols(), Y.cols())).inverse();
+    std::vector<double> lev(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) lev[static_cast<size_t>(t)] = Y.row(t) * Ginv * Y.row(t).transpose();
+    double mean = 0, var = 0;
+    for (int64_t t = sinks; t < P; ++t) mean += lev[static_cast<size_t>(t)] / static_cast<double>(P - sinks);
+    for (int64_t t = sinks; t < P; ++t) var += std::pow(lev[static_cast<size_t>(t)] - mean, 2) / static_cast<double>(P - sinks - 1);
+    FeatureNeeds needs;
+    needs.leverage = true;
+    needs.leverage_sinks = sinks;
+    needs.leverage_sketch = sketch;
+    needs.leverage_seed = 3;
+    const TokenFeatures tf = compute_token_features(cfg, l.w, r.latent_cache, P, needs, QueryStatistics{});
+    BOOST_REQUIRE(tf.leverage.size() == static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+      const double want = (lev[static_cast<size_t>(t)] - mean) / std::sqrt(var);
+      BOOST_TEST(std::abs(tf.leverage[static_cast<size_t>(t)] - want) <= tol.rtol * std::max(1.0, std::abs(want)),
+                 "sketch " << sketch << " token " << t << ": " << tf.leverage[static_cast<size_t>(t)] << " vs " << want);
+    }
+  }
+  // lagkv: sinks 1, lag 3: partitions [1, 4), [4, 7), [7, 10); the first two are ranked
+  FeatureNeeds lag;
+  lag.lagkv = true;
+  lag.lagkv_sinks = 1;
+  lag.lagkv_lag = 3;
+  const TokenFeatures lf = compute_token_features(cfg, l.w, r.latent_cache, P, lag, QueryStatistics{});
+  BOOST_REQUIRE(lf.lagkv.size() == static_cast<size_t>(n * T));
+  for (int64_t h = 0; h < n; ++h) {
+    std::vector<double> want(static_cast<size_t>(T), 1.0);
+    for (int64_t c = 0; c < 2; ++c) {
+      const int64_t t0 = 1 + 3 * c;
+      std::vector<double> s(3, 0.0);
+      for (int kind = 0; kind < 2; ++kind) {
+        const int64_t w = kind ? d_v : d_qk;
+        const auto x = [&](int64_t t, int64_t i) {
+          return kind ? r.value_states.ptr()[(h * T + t) * d_v + i] : r.key_states.ptr()[(h * T + t) * d_qk + i];
+        };
+        std::vector<double> sd(3);
+        for (int64_t j = 0; j < 3; ++j) {
+          std::vector<double> u(static_cast<size_t>(w));
+          for (int64_t i = 0; i < w; ++i) {
+            double lo = x(t0 + 3, i), hi = x(t0 + 3, i);
+            for (int64_t k = 1; k < 3; ++k) lo = std::min(lo, x(t0 + 3 + k, i)), hi = std::max(hi, x(t0 + 3 + k, i));
+            u[static_cast<size_t>(i)] = (x(t0 + j, i) - lo) / (hi - lo);
+          }
+          const double m = std::accumulate(u.begin(), u.end(), 0.0) / static_cast<double>(w);
+          double v = 0;
+          for (double e : u) v += (e - m) * (e - m);
+          sd[static_cast<size_t>(j)] = std::sqrt(v / static_cast<double>(w - 1));
+        }
+        double z = 0;
+        for (double e : sd) z += std::exp(e);
+        for (int64_t j = 0; j < 3; ++j) s[static_cast<size_t>(j)] += std::exp(sd[static_cast<size_t>(j)]) / z / 2;
+      }
+      for (int64_t j = 0; j < 3; ++j) {
+        int64_t rank = 0;
+        for (int64_t k = 0; k < 3; ++k) rank += s[static_cast<size_t>(k)] < s[static_cast<size_t>(j)];
+        want[static_cast<size_t>(t0 + j)] = static_cast<double>(rank) / 3.0;
+      }
+    }
+    for (int64_t t = 0; t < T; ++t)
+      BOOST_TEST(lf.lagkv[static_cast<size_t>(h * T + t)] == want[static_cast<size_t>(t)], "head " << h << " token " << t);
+  }
+}
+
 // Every token feature is the same bits whatever the thread count (OpenBLAS's and the features'
 // own) and whatever rows are computed beside the token: at this width (kv_b_proj [768, 256] over
 // 300 rows, two blocks of the expansion) OpenBLAS threads its sgemm, and with the features on it
@@ -620,6 +733,26 @@ BOOST_AUTO_TEST_CASE(token_features_do_not_depend_on_threads_or_the_batch) {
   TensorD fewer("latent_cache", {cut, in.latent_cache.dim(1)});
   std::copy_n(in.latent_cache.data.begin(), fewer.data.size(), fewer.data.begin());
   const TokenFeatures part = features(fewer, 2);
+  // leverage ([T]: the prompt's statistics) and lagkv (a partition's ranks: its rows and the next
+  // partition's) likewise; leverage also with fewer rows
+  FeatureNeeds more;
+  more.leverage = more.lagkv = true;
+  more.leverage_sinks = 2;
+  more.leverage_sketch = 48;
+  more.lagkv_sinks = 4;
+  more.lagkv_lag = 16;
+  const auto more_features = [&](const TensorD& cache, int threads) {
+    const cpu::BlasThreads blas(threads);
+    return compute_token_features(l.cfg, l.w, cache, P, more, in.query_statistics, threads);
+  };
+  const TokenFeatures more_one = more_features(in.latent_cache, 1);
+  for (int threads : {2, 3}) {
+    const TokenFeatures f = more_features(in.latent_cache, threads);
+    BOOST_TEST(same(f.leverage, more_one.leverage), "leverage at " << threads << " threads");
+    BOOST_TEST(same(f.lagkv, more_one.lagkv), "lagkv at " << threads << " threads");
+  }
+  const TokenFeatures more_part = more_features(fewer, 2);
+  BOOST_TEST(std::memcmp(more_part.leverage.data(), more_one.leverage.data(), static_cast<size_t>(cut) * sizeof(double)) == 0);
   const int64_t n = l.cfg.num_attention_heads;
   for (size_t k = 0; k < kinds.size(); ++k) {
     BOOST_REQUIRE((part.*kinds[k]).size() == static_cast<size_t>(n * cut));

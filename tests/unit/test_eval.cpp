@@ -97,7 +97,8 @@ EvalOptions options(const std::string& policies, std::vector<int64_t> budgets, P
 const std::string kPolicies =
     "full,h2o:sinks=1,recent=2,h2o-normalized:sinks=1,recent=2,tova:sinks=1,recent=2,streaming:sinks=1,"
     "snapkv:window=4,snapkv-maxpool:window=4,pyramidkv:window=4,beta=2,knorm:sinks=1,recent=2,"
-    "expected-attention:sinks=1,recent=2,future=8,scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,keydiff:sinks=1,recent=2,random,oracle";
+    "expected-attention:sinks=1,recent=2,future=8,scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,keydiff:sinks=1,recent=2,"
+    "leverage:sinks=1,recent=2,cur:sinks=1,recent=2,local=4,lagkv:sinks=1,recent=2,lag=4,random,oracle";
 
 }  // namespace
 
@@ -324,6 +325,11 @@ std::vector<float> token_by_token(const Model& m, const std::vector<int64_t>& id
                                     std::pair{&l.features.key_diff, &f.key_diff}})
               for (int64_t hd = 0; hd < n && !src->empty(); ++hd)
                 (*dst)[static_cast<size_t>(hd * (kP + kN) + x)] = (*src)[static_cast<size_t>(hd * (kP + kN) + x)];
+            if (!f.leverage.empty()) l.features.leverage[static_cast<size_t>(x)] = f.leverage[static_cast<size_t>(x)];
+            // lagkv's rank of t is read once t's next partition has arrived: what the rows so far give
+            for (int64_t hd = 0; hd < n && !f.lagkv.empty(); ++hd)
+              for (int64_t t = 0; t <= x; ++t)
+                l.features.lagkv[static_cast<size_t>(hd * (kP + kN) + t)] = f.lagkv[static_cast<size_t>(hd * (kP + kN) + t)];
           }
           std::span<const int64_t> cache;
           std::vector<double> oracle;

@@ -300,6 +300,11 @@ BOOST_AUTO_TEST_CASE(decode_plan_counts_every_feature_array) {
       {"value-aware", 1},         // output_norm
       {"expected-attention", 2},  // value_norm (vnorm) + expected_attention
       {"expected-attention:vnorm=0", 1},
+      {"leverage", 1},            // leverage ([T], counted as one array)
+      {"cur", 2},                 // key_norm + value_norm
+      {"cur:cur=key", 1},         // key_norm
+      {"lagkv", 1},               // lagkv
+      {"knorm,cur", 2},           // key_norm shared
       {"knorm,keydiff", 2},
       {"knorm,keydiff,value-aware,expected-attention", 5}};
   for (const auto& [policies, arrays] : by_hand) BOOST_TEST(request_of(policies).features == arrays, policies);

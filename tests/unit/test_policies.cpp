@@ -197,6 +197,75 @@ BOOST_AUTO_TEST_CASE(six_tokens_keydiff) {
               policy_preset("keydiff").heads == HeadAggregation::Mean));  // kvpress's KeyDiffPress
 }
 
+// leverage (sinks 1, recent 1): score = the latent row's z-scored leverage, one per token (no
+// heads), given: .3, -1.2, .8, -.1, .5, -.4 (the feature itself is checked against its definition
+// in suite decode). Prefill {1, 2}: 1 (-1.2) goes. Step 4 {2, 3}: 3 (-.1 < .8) goes. Step 5 {2, 4}:
+// 4 (.5 < .8) goes: the outlier 2 stays throughout.
+BOOST_AUTO_TEST_CASE(six_tokens_leverage) {
+  TokenFeatures f;
+  f.heads = 1;
+  f.tokens = 6;
+  f.leverage = {.3, -1.2, .8, -.1, .5, -.4};
+  check(drive(with("leverage:sinks=1,recent=1"), 3, {kW}, kMass, &f), {0, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {3}, {4});
+  const PolicySettings d = policy_preset("leverage");  // kvpress's LeverageScorePress
+  BOOST_TEST((d.sinks == 0 && d.recent == 1 && d.sketch == 48));
+  BOOST_CHECK_THROW(feature_needs(parse_policy_list("leverage,leverage:sketch=8")), Error);  // one set of scores
+}
+
+// cur (sinks 1, recent 1, local 2): k2 = ||k||^2 = 1, 4, 1, 9, 1, 4; v2 = ||v||^2 = 4, 1, 1, 1, 4, 1.
+// The prompt's blocks [0, 2), [2, 4): k2 sums 5, 10, v2 sums 5, 2 -> k2' = .2, .8, .1, .9,
+// v2' = .8, .2, .5, .5; kv_product r = .16, .16, .05, .45 (over Z = .82, one head: the order stays).
+// Prefill {1, 2}: 2 goes. Step 4: a new block [4, 5): k2' = v2' = 1, r = 1; {1, 3}: 1 (.16 < .45)
+// goes. Step 5: block [4, 6): k2 sum 5, v2 sum 5, k2' = .8, v2' = .2, r = .16 (token 4 keeps its
+// r = 1: its block had only itself when it arrived); {3, 4}: 3 (.45 < 1) goes.
+// cur=kv_avg, local=0: r = (k2 + v2) / 2 = 2.5, 2.5, 1, 5, 2.5, 2.5: prefill 2 goes; step 4 {1, 3}:
+// 1; step 5 {3, 4}: 4.
+BOOST_AUTO_TEST_CASE(six_tokens_cur) {
+  TokenFeatures f;
+  f.heads = 1;
+  f.tokens = 6;
+  f.key_norm = {1, 2, 1, 3, 1, 2};
+  f.value_norm = {2, 1, 1, 1, 2, 1};
+  check(drive(with("cur:sinks=1,recent=1,local=2"), 3, {kW}, kMass, &f), {0, 1, 3}, {0, 1, 3, 4}, {0, 3, 4, 5}, {1}, {3});
+  check(drive(with("cur:sinks=1,recent=1,cur=kv_avg,local=0"), 3, {kW}, kMass, &f), {0, 1, 3}, {0, 1, 3, 4},
+        {0, 3, 4, 5}, {1}, {4});
+  const PolicySettings d = policy_preset("cur");  // kvpress's CURPress
+  BOOST_TEST((d.sinks == 4 && d.recent == 1 && d.cur == "kv_product" && d.local == 16 && d.heads == HeadAggregation::Mean));
+}
+
+// cur's per-head normaliser: two heads, cur=key, local=0, heads=mean. Head 0's k2 = 1, 4, 1, 9, 1, 4
+// (Z0 = 15), head 1's k2 = 16, 1, 4, 1, 1, 1 (Z1 = 22): the means of k2/Z = (1/15 + 16/22)/2 = .397,
+// (4/15 + 1/22)/2 = .156, (1/15 + 4/22)/2 = .124, (9/15 + 1/22)/2 = .323, (1/15 + 1/22)/2 = .056,
+// (4/15 + 1/22)/2 = .156. Prefill {1, 2}: 2 (.124) goes. Step 4 {1, 3}: 1 (.156 < .323). Step 5 {3, 4}:
+// 4 (.056). Unnormalised means (8.5, 2.5, 2.5, 5, 1, 2.5) would tie 1 and 2 at the prefill and evict 1.
+BOOST_AUTO_TEST_CASE(six_tokens_cur_two_heads) {
+  TokenFeatures f;
+  f.heads = 2;
+  f.tokens = 6;
+  f.key_norm = {1, 2, 1, 3, 1, 2, 4, 1, 2, 1, 1, 1};
+  f.value_norm.assign(12, 1.0);
+  check(drive(with("cur:sinks=1,recent=1,cur=key,local=0"), 3, {kW, kW}, kMass, &f), {0, 1, 3}, {0, 1, 3, 4},
+        {0, 3, 4, 5}, {1}, {4});
+}
+
+// lagkv (sinks 0, recent 1, lag 2): partitions [0, 2), [2, 4), [4, 6); the ranks given: .5, 0 | 0, .5 |
+// 0, .5 (the feature itself is checked against its definition in suite decode). Partition c counts
+// once 2 (c + 2) <= x + 1, else its tokens score 1. Prefill (x = 3): c = 0 counts: 0: .5, 1: 0, 2: 1;
+// 1 goes. Step 4: still c = 0 only: {0, 2, 3} = .5, 1, 1: 0 goes. Step 5: c <= 1: {2, 3, 4} = 0, .5, 1:
+// 2 goes. (Read at once, token 2's 0 would have gone at step 4.)
+BOOST_AUTO_TEST_CASE(six_tokens_lagkv) {
+  TokenFeatures f;
+  f.heads = 1;
+  f.tokens = 6;
+  f.lagkv = {.5, 0, 0, .5, 0, .5};
+  check(drive(with("lagkv:sinks=0,recent=1,lag=2"), 3, {kW}, kMass, &f), {0, 2, 3}, {0, 2, 3, 4}, {2, 3, 4, 5}, {0}, {2});
+  const PolicySettings d = policy_preset("lagkv");  // kvpress's LagKVPress
+  BOOST_TEST((d.sinks == 4 && d.recent == 1 && d.lag == 128 && d.heads == HeadAggregation::Mean));
+  // lag 3: the prompt (4 < 2 lag) ranks nothing, every token 1, the oldest goes (kvpress's ramp) at the
+  // prefill (0) and step 4 (1); at step 5 partition [0, 3) counts: {2, 3, 4} = 0, 1, 1: 2 goes
+  check(drive(with("lagkv:sinks=0,recent=1,lag=3"), 3, {kW}, kMass, &f), {1, 2, 3}, {1, 2, 3, 4}, {2, 3, 4, 5}, {1}, {2});
+}
+
 // expected-attention (sinks 1, recent 1): score = expected attention x ||v||:
 // .5 x 1, .1 x 4, .2 x 1, .2 x 1, .3 x 2, .4 x 1 = .5, .4, .2, .2, .6, .4.
 // Prefill {1, 2}: 2 goes. Step 4 {1, 3}: 3 goes. Step 5 {1, 4}: 1 (.4 < .6) goes.
@@ -303,6 +372,8 @@ BOOST_AUTO_TEST_CASE(every_policy_holds_its_budget) {
   f.expected_attention = {.5, .1, .2, .2, .3, .4};
   f.value_norm = f.output_norm = {1, 2, 1, 1, 4, 1};
   f.key_diff = {-.9, .2, -.1, .5, 0, -.3};
+  f.leverage = {.3, -1.2, .8, -.1, .5, -.4};
+  f.lagkv = {.5, 0, 0, .5, 0, .5};
   for (const std::string& name : policy_preset_names()) {
     if (name == "full") continue;
     PolicySettings s = policy_preset(name);
@@ -367,7 +438,7 @@ BOOST_AUTO_TEST_CASE(policy_list_syntax) {
 BOOST_AUTO_TEST_CASE(registry_is_the_one_list) {
   const std::vector<std::string> documented = {
       "full",  "h2o",  "h2o-normalized",     "tova",         "streaming",   "snapkv",  "snapkv-maxpool", "pyramidkv",
-      "knorm", "expected-attention", "scissorhands", "value-aware", "keydiff", "random",         "oracle"};
+      "knorm", "expected-attention", "scissorhands", "value-aware", "keydiff", "leverage", "cur", "lagkv", "random", "oracle"};
   BOOST_TEST(policy_preset_names() == documented, boost::test_tools::per_element());
   const std::string root = test::data_dir() + "/../..";
   // the first run of lines of a file that start with `open`, each up to `close`: registry.def's
@@ -394,8 +465,9 @@ BOOST_AUTO_TEST_CASE(registry_is_the_one_list) {
   features.heads = 1;
   features.tokens = 160;
   for (std::vector<double>* v : {&features.key_norm, &features.value_norm, &features.output_norm,
-                                 &features.expected_attention, &features.key_diff})
+                                 &features.expected_attention, &features.key_diff, &features.lagkv})
     v->assign(160, 1.0);
+  features.leverage.assign(160, 1.0);
   for (const std::string& name : documented) {
     BOOST_TEST_CONTEXT(name) {
       const PolicySettings s = policy_preset(name);

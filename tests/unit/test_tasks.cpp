@@ -338,7 +338,8 @@ BOOST_AUTO_TEST_CASE(teacher_forcing_is_causal) {
     o.policies = mla::parse_policy_list(  // every preset, with windows and sinks that fit P = 16, K = 6
         "h2o:sinks=1,recent=2,h2o-normalized:sinks=1,recent=2,tova:sinks=1,recent=2,streaming:sinks=1,snapkv:window=4,"
         "snapkv-maxpool:window=4,pyramidkv:window=4,beta=2,knorm:sinks=1,recent=2,expected-attention:sinks=1,recent=2,future=8,"
-        "scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,keydiff:sinks=1,recent=2,random,oracle");
+        "scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,keydiff:sinks=1,recent=2,leverage:sinks=1,recent=2,"
+        "cur:sinks=1,recent=2,local=4,lagkv:sinks=1,recent=2,lag=4,random,oracle");
     o.precision = mla::Precision::FP32;
     o.compress = c;
     o.threads = 1;
@@ -347,8 +348,8 @@ BOOST_AUTO_TEST_CASE(teacher_forcing_is_causal) {
     std::vector<int64_t> changed = ids;
     changed[16 + 5] = (changed[16 + 5] + 50) % 97;
     const mla::EvalResult b = mla::run_eval(ckpt, cfg, changed, o);
-    BOOST_TEST_REQUIRE(a.runs.size() == 14u);
-    BOOST_TEST_REQUIRE(b.runs.size() == 14u);
+    BOOST_TEST_REQUIRE(a.runs.size() == 17u);
+    BOOST_TEST_REQUIRE(b.runs.size() == 17u);
     const int64_t V = cfg.attention.vocab_size;
     for (size_t k = 0; k < a.runs.size(); ++k) {
       BOOST_TEST_CONTEXT(a.runs[k].policy.label << " " << mla::compression_name(c)) {
