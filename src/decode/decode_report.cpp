@@ -112,6 +112,10 @@ void policy_settings_json(JsonWriter& j, const PolicySettings& p, const std::vec
     else if (k == "vnorm") j.value(p.vnorm);
     else if (k == "beta") j.value(p.beta);
     else if (k == "seed") j.value(static_cast<int64_t>(p.seed));
+    else if (k == "press") policy_settings_json(j, p.inner.at(0), budgets);  // the inner press, as a policy
+    else if (k == "chunk") j.value(p.chunk);
+    else if (k == "first") j.value(std::to_string(p.first_percent) + "%");
+    else if (k == "alpha") j.value(std::to_string(p.alpha_percent) + "%");
   }
   const std::vector<std::string> keys = policy_setting_keys(p);
   if (std::find(keys.begin(), keys.end(), "recent") != keys.end()) {  // kinds with a recent window setting

@@ -97,7 +97,8 @@ EvalOptions options(const std::string& policies, std::vector<int64_t> budgets, P
 const std::string kPolicies =
     "full,h2o:sinks=1,recent=2,h2o-normalized:sinks=1,recent=2,tova:sinks=1,recent=2,streaming:sinks=1,"
     "snapkv:window=4,snapkv-maxpool:window=4,pyramidkv:window=4,beta=2,knorm:sinks=1,recent=2,"
-    "expected-attention:sinks=1,recent=2,future=8,scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,keydiff:sinks=1,recent=2,random,oracle";
+    "expected-attention:sinks=1,recent=2,future=8,scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,keydiff:sinks=1,recent=2,"
+    "chunkkv:press=h2o,press.sinks=1,press.recent=2,chunk=3,criticalkv:press.window=4,adakv:press.window=4,alpha=50%,random,oracle";
 
 }  // namespace
 
