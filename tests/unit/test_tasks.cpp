@@ -348,8 +348,8 @@ BOOST_AUTO_TEST_CASE(teacher_forcing_is_causal) {
     std::vector<int64_t> changed = ids;
     changed[16 + 5] = (changed[16 + 5] + 50) % 97;
     const mla::EvalResult b = mla::run_eval(ckpt, cfg, changed, o);
-    BOOST_TEST_REQUIRE(a.runs.size() == 14u);
-    BOOST_TEST_REQUIRE(b.runs.size() == 14u);
+    BOOST_TEST_REQUIRE(a.runs.size() == 17u);
+    BOOST_TEST_REQUIRE(b.runs.size() == 17u);
     const int64_t V = cfg.attention.vocab_size;
     for (size_t k = 0; k < a.runs.size(); ++k) {
       BOOST_TEST_CONTEXT(a.runs[k].policy.label << " " << mla::compression_name(c)) {
