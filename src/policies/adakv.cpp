@@ -12,7 +12,7 @@
 //              choices, its size held to the budget):
 //   key(t)     = 1 if t is in some safe_h, else 0
 //   key2(t)    = max over the heads h with t in safe_h (key 1) or over every head (key 0) of s[h, t]
-//   the tie rule on (key, key2, position): the lowest go.
+//   the lowest (key, key2, the inner press's tie order) go.
 //   Settings: press=snapkv (kvpress's evaluation registry: adakv_snapkv), alpha=20%
 //   (alpha_safeguard 0.20); the inner press's protected set, observation window and features.
 #include <algorithm>

@@ -6,7 +6,7 @@
 //   key(t)    = sum over the held evictable u with chunk(u) = chunk(t) of s(u), divided by
 //               |chunk(t) ∩ [0, x]|                (kvpress: the mean score of the chunk)
 //   s(u)      = the inner press's score (heads aggregated as the inner press does)
-//   the tie rule on (key, s, position): the lowest chunks go whole, the boundary chunk keeps its
+//   the lowest (key, the inner press's tie order) go first: the lowest chunks go whole, the boundary chunk keeps its
 //   best tokens (kvpress keeps floor(chunks x (1 - ratio)) whole chunks, which may miss K; here
 //   exactly K are kept). While decoding a drained chunk's sum falls, so its rest goes next.
 //   Settings: press=snapkv (kvpress's evaluation registry), chunk=20 (chunk_length); the inner
@@ -37,16 +37,44 @@ std::span<const int64_t> Wrapper::begin_step(int64_t x, std::span<const double> 
 }
 
 std::vector<int64_t> Wrapper::evict(int64_t count, const std::vector<double>& primary, const std::vector<double>& secondary) {
+  if (count <= 0) return {};
+  const std::vector<double> order = inner_order(primary, secondary);
   std::vector<double> key, key2;
-  rank(count, primary, secondary, key, key2);
-  const std::vector<int64_t> gone = CacheManager::evict(count, key, key2);  // ascending
+  rank(count, primary, order, key, key2);
+  std::vector<size_t> cand = evictable_entries();
+  if (static_cast<int64_t>(cand.size()) < count)
+    bad("cache manager: " + settings_.label + " must evict " + std::to_string(count) + " tokens at position " +
+        std::to_string(x_) + " but only " + std::to_string(cand.size()) + " are evictable");
+  // (key, key2, order) ascending: a total order (order is a permutation), so one set however found
+  std::sort(cand.begin(), cand.end(), [&](size_t a, size_t b) {
+    if (key[a] != key[b]) return key[a] < key[b];
+    if (key2[a] != key2[b]) return key2[a] < key2[b];
+    return order[a] < order[b];
+  });
+  cand.resize(idx(count));
+  std::sort(cand.begin(), cand.end());
+  std::vector<int64_t> gone;  // ascending
+  for (size_t j : cand) gone.push_back(cache_[j]);
+  for (size_t k = cand.size(); k-- > 0;) cache_.erase(cache_.begin() + static_cast<std::ptrdiff_t>(cand[k]));
   // the inner press evicts the same tokens by its own evict: they score 0, every other 1
   std::vector<double> mark(inner_->cache_.size(), 1.0);
   for (size_t j = 0; j < mark.size(); ++j)
     if (std::binary_search(gone.begin(), gone.end(), inner_->cache_[j])) mark[j] = 0.0;
-  inner_->evict(static_cast<int64_t>(gone.size()), mark, {});
+  inner_->evict(count, mark, {});
   if (inner_->cache_ != cache_) bad("cache manager: " + settings_.label + "'s inner press holds other tokens than it");
   return gone;
+}
+
+std::vector<double> Wrapper::inner_order(const std::vector<double>& primary, const std::vector<double>& secondary) const {
+  std::vector<size_t> held = evictable_entries();
+  std::sort(held.begin(), held.end(), [&](size_t a, size_t b) {  // CacheManager::evict's tie rule
+    if (primary[a] != primary[b]) return primary[a] < primary[b];
+    if (!secondary.empty() && secondary[a] != secondary[b]) return secondary[a] < secondary[b];
+    return a < b;
+  });
+  std::vector<double> order(cache_.size(), 0.0);
+  for (size_t r = 0; r < held.size(); ++r) order[held[r]] = static_cast<double>(r);
+  return order;
 }
 
 std::vector<size_t> Wrapper::evictable_entries() const {
@@ -78,11 +106,11 @@ class ChunkKVCache final : public Wrapper {
   ChunkKVCache(PolicySettings s, int64_t K, const PolicyContext& c) : Wrapper(std::move(s), K, c) {}
 
  protected:
-  void rank(int64_t, const std::vector<double>& primary, const std::vector<double>&, std::vector<double>& key,
+  void rank(int64_t, const std::vector<double>& primary, const std::vector<double>& order, std::vector<double>& key,
             std::vector<double>& key2) const override {
     const int64_t L = settings_.chunk;
     key.assign(cache_.size(), 0.0);
-    key2 = primary;
+    key2 = order;  // within a chunk, the inner press's order
     const std::vector<size_t> held = evictable_entries();  // ascending: a chunk's entries are consecutive
     for (size_t a = 0; a < held.size();) {
       const int64_t c = cache_[held[a]] / L;

@@ -4,7 +4,8 @@
 //
 //   k         = the evictable tokens kept (held evictable - count)
 //   stage 1   the floor(k * first) best evictable tokens by the inner press's tie order are kept
-//   stage 2   key(t) = (s(t) + epsilon) * mean_h ||W_O^h W_UV^h c_t||  for the rest; lowest goes
+//   stage 2   key(t) = (s(t) + epsilon) * mean_h ||W_O^h W_UV^h c_t||  for the rest; the lowest
+//             goes (ties: the inner press's tie order)
 //   s(t)      = the inner press's score (heads aggregated as it does). On MLA every head reads the
 //               one latent row, as one KV head (MQA) in kvpress, whose CriticalKV multiplies the
 //               group mean score by the group mean of ||W_O v||_1; here the mean over all heads of
@@ -12,9 +13,7 @@
 //   Settings: press=snapkv (kvpress's evaluation registry: critical_snapkv), first=50%
 //   (first_stage_ratio 0.5), epsilon 1e-4 (fixed, kvpress's default). Signed scores (knorm,
 //   keydiff, scissorhands) are multiplied as kvpress multiplies them.
-#include <algorithm>
 #include <limits>
-#include <numeric>
 
 #include "src/policies/policy_entry.hpp"
 
@@ -31,23 +30,17 @@ class CriticalKVCache final : public Wrapper {
   }
 
  protected:
-  void rank(int64_t count, const std::vector<double>& primary, const std::vector<double>& secondary,
+  void rank(int64_t count, const std::vector<double>& primary, const std::vector<double>& order,
             std::vector<double>& key, std::vector<double>& key2) const override {
-    std::vector<size_t> held = evictable_entries();
+    const std::vector<size_t> held = evictable_entries();
     const int64_t kept = static_cast<int64_t>(held.size()) - count;
-    const int64_t first = kept * settings_.first_percent / 100;  // stage 1's tokens
-    // the inner press's tie order, worst first: (score, secondary, position)
-    std::sort(held.begin(), held.end(), [&](size_t a, size_t b) {
-      if (primary[a] != primary[b]) return primary[a] < primary[b];
-      if (!secondary.empty() && secondary[a] != secondary[b]) return secondary[a] < secondary[b];
-      return a < b;
-    });
+    const int64_t first = kept * settings_.first_percent / 100;  // stage 1's tokens: the last `first` of the order
+    const double stage1 = static_cast<double>(static_cast<int64_t>(held.size()) - first);
     key.assign(cache_.size(), 0.0);
-    key2 = primary;
+    key2 = order;
     const int64_t n = ctx_.heads, T = ctx_.positions;
-    for (size_t r = 0; r < held.size(); ++r) {
-      const size_t j = held[r];
-      if (static_cast<int64_t>(held.size() - r) <= first) {
+    for (size_t j : held) {
+      if (order[j] >= stage1) {
         key[j] = std::numeric_limits<double>::infinity();
         continue;
       }

@@ -158,10 +158,15 @@ class Wrapper : public CacheManager {
   void observe(std::span<const double> probs) override { inner_->observe(probs); }
   void after_prefill() override { inner_->after_prefill(); }
   std::vector<int64_t> evict(int64_t count, const std::vector<double>& primary, const std::vector<double>& secondary) final;
-  // The wrapper's rule: from the inner press's scores of the cache [m], the scores (key, key2) by
-  // which the tie rule evicts `count` of the evictable entries.
-  virtual void rank(int64_t count, const std::vector<double>& primary, const std::vector<double>& secondary,
+  // The wrapper's rule: from the inner press's scores of the cache [m] and `order` (inner_order),
+  // the scores (key, key2) by which `count` of the evictable entries go: the lowest
+  // (key, key2, order) first (the inner press's own tie order last, so that its secondary score
+  // and the older-first rule still decide what the wrapper leaves tied).
+  virtual void rank(int64_t count, const std::vector<double>& primary, const std::vector<double>& order,
                     std::vector<double>& key, std::vector<double>& key2) const = 0;
+  // Each evictable entry's place in the inner press's tie order (score, secondary, position), 0 the
+  // first to go; 0 for the others. [m]
+  std::vector<double> inner_order(const std::vector<double>& primary, const std::vector<double>& secondary) const;
   void inner_head_scores(std::vector<double>& per_head) const { inner_->head_scores(per_head); }  // [n, m]
   std::vector<size_t> evictable_entries() const;  // indices into cache_, ascending
 

@@ -349,6 +349,25 @@ BOOST_AUTO_TEST_CASE(adakv_union_of_head_choices) {
   BOOST_TEST((d.alpha_percent == 20 && d.inner.size() == 1 && d.inner[0].preset == "snapkv"));
 }
 
+// A wrapper at its neutral setting is its inner press, step by step (its manager evicts what the
+// wrapper chose, and the inner press's tie order decides what the wrapper leaves tied): chunks of
+// one token, stage 1 for every kept token, no safeguard on one head (the best head is the head).
+// The inner press: snapkv (window 2, max-pool 3), worked by hand in six_tokens_snapkv_maxpool —
+// its prefill cut is a pooled tie (.75, .75) that only its secondary score breaks.
+BOOST_AUTO_TEST_CASE(wrappers_at_their_neutral_settings_are_the_inner_press) {
+  for (const char* s : {"chunkkv:press=snapkv,press.window=2,press.pool=max3,chunk=1",
+                        "criticalkv:press=snapkv,press.window=2,press.pool=max3,first=100%",
+                        "adakv:press=snapkv,press.window=2,press.pool=max3,alpha=0%"}) {
+    BOOST_TEST_CONTEXT(s) {
+      TokenFeatures f;  // criticalkv reads the output norms; stage 1 keeps every kept token whatever they are
+      f.heads = 1;
+      f.tokens = 6;
+      f.output_norm = {9, 1, 9, 1, 9, 1};
+      check(drive(with(s), 3, {kW}, kMass, &f), {0, 2, 3}, {0, 2, 3, 4}, {0, 3, 4, 5}, {2}, {0});
+    }
+  }
+}
+
 // The wrappers' syntax (docs/decode.md §2.1): press=NAME names the one inner press, a scorer
 // (the `press` row's choices); press.KEY=VALUE is the inner press's own setting, after press=.
 // Everything else is one error line naming what was given.
