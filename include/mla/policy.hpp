@@ -40,6 +40,10 @@
 
 namespace mla {
 
+namespace policies {
+class Wrapper;  // src/policies/policy_entry.hpp: drives its inner press's manager
+}
+
 // How per-head scores become one score per token (the latent is shared by all heads, so a
 // token is kept or evicted for every head at once): sum over heads (H2O, TOVA as MLA engines
 // share one decision), max (a token one head needs is kept), mean (kvpress's group mean).
@@ -71,11 +75,19 @@ struct PolicySettings {
   std::string cur = "kv_product";  // cur: key | value | kv_avg | kv_product
   int64_t local = 16;          // cur: the local normalisation's window (0: none)
   int64_t lag = 128;           // lagkv: the partition (lag) size
+  // chunkkv, criticalkv, adakv (the wrappers): the one inner press whose scores they re-rank
+  // (`press=NAME`, its own settings `press.KEY=VALUE`). The protected set is the inner press's:
+  // sinks, recent, recent_percent and window above mirror it.
+  std::vector<PolicySettings> inner;
+  int64_t chunk = 20;          // chunkkv: chunk length
+  int64_t first_percent = 50;  // criticalkv: first_stage_ratio, as a share of the kept tokens
+  int64_t alpha_percent = 20;  // adakv: alpha_safeguard, as a share of the kept tokens
 };
 
 // The presets, in the order `--policy all` runs them (src/policies/registry.def):
 //   full, h2o, h2o-normalized, tova, streaming, snapkv, snapkv-maxpool, pyramidkv, knorm,
-//   expected-attention, scissorhands, value-aware, keydiff, leverage, cur, lagkv, random, oracle
+//   expected-attention, scissorhands, value-aware, keydiff, leverage, cur, lagkv, chunkkv, criticalkv, adakv,
+//   random, oracle
 const std::vector<std::string>& policy_preset_names();
 // Error(InvalidArgument) naming the unknown policy and listing the presets.
 PolicySettings policy_preset(std::string_view name);
@@ -119,6 +131,7 @@ void check_budgets_and_policies(const std::vector<int64_t>& budgets, const std::
 int64_t recent_tokens(const PolicySettings& s, int64_t budget);
 int64_t protected_tokens(const PolicySettings& s, int64_t budget);
 bool policy_window_is_recent(const PolicySettings& s);  // snapkv, pyramidkv: the window is the recent set
+                                                        // (a wrapper: its inner press's answer)
 bool policy_protects_nothing(const PolicySettings& s);  // full, oracle
 // full: nothing is evicted. It is the reference every run is measured against, computed once
 // whatever the budgets, and not a run of its own.
@@ -254,6 +267,9 @@ class CacheManager {
   virtual void after_prefill() {}
   // Evicts `count` of the evictable entries (the tie rule); random overrides it.
   virtual std::vector<int64_t> evict(int64_t count, const std::vector<double>& primary, const std::vector<double>& secondary);
+  // The per-head scores [n, m] whose heads() is the primary score, at the state scores() or
+  // prefill_scores() last scored (adakv reads them; Error(InvalidArgument) where a policy has none).
+  virtual void head_scores(std::vector<double>& per_head) const;
   bool evictable(int64_t position) const;  // not a sink, not in the recent window of x_
   // per-position values [n, T] -> [n, m] at the cache's positions
   std::vector<double> at_cache(const std::vector<double>& per_position) const;
@@ -269,6 +285,7 @@ class CacheManager {
 
  private:
   bool needs_full_attention_ = false;
+  friend class policies::Wrapper;  // a wrapper's inner manager is driven by the wrapper
 };
 
 // Error(InvalidArgument) when the budget cannot hold what the policy protects.

@@ -68,9 +68,11 @@ CommandSpec decode_spec() {
       {"cache-budget", "K[,K2,...]", "cache budgets, strictly increasing; each policy needs K > what it never evicts (required)", ""},
       {"policy", "a,b:key=v,...",
        "presets (each paper's settings, docs/decode.md §2): full, h2o, h2o-normalized, tova, streaming, snapkv, "
-       "snapkv-maxpool, pyramidkv, knorm, expected-attention, scissorhands, value-aware, keydiff, leverage, cur, lagkv, random, oracle, or all; "
+       "snapkv-maxpool, pyramidkv, knorm, expected-attention, scissorhands, value-aware, keydiff, leverage, cur, lagkv, chunkkv, "
+       "criticalkv, adakv, random, oracle, or all; "
        "name:key=value,key=value changes a setting (sinks, recent=N|N%, heads=sum|max|mean, window, pool=avgN|maxN|none, "
-       "future, vnorm=0|1, beta, seed, sketch, cur=key|value|kv_avg|kv_product, local, lag); full is always computed", "all"},
+       "future, vnorm=0|1, beta, seed, sketch, cur=key|value|kv_avg|kv_product, local, lag; the wrappers chunkkv, criticalkv, "
+       "adakv: press=NAME, press.KEY=VALUE, chunk, first=N%, alpha=N%); full is always computed", "all"},
       {"sinks", "N", "first N positions never evicted, for every policy that has sinks (overrides the presets)", ""},
       {"recent", "N", "the N newest positions never evicted, for every policy that has a recent window (overrides the presets)", ""},
       {"policy-seed", "N", "seed of the random policy", "0"},

@@ -97,7 +97,8 @@ CommandSpec eval_spec() {
        "cache is cut to K once and every decoded position joins it (docs/eval.md §2.1)", "decode"},
       {"policy", "a,b:key=v,...",
        "as decode: presets with each paper's settings (full, h2o, h2o-normalized, tova, streaming, snapkv, snapkv-maxpool, "
-       "pyramidkv, knorm, expected-attention, scissorhands, value-aware, keydiff, leverage, cur, lagkv, random, oracle) or all; name:key=value changes a "
+       "pyramidkv, knorm, expected-attention, scissorhands, value-aware, keydiff, leverage, cur, lagkv, chunkkv, criticalkv, adakv, "
+       "random, oracle) or all; name:key=value changes a "
        "setting; full is always computed",
        "all"},
       {"sinks", "N", "first N positions never evicted, for every policy that has sinks (overrides the presets)", ""},

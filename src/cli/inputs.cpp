@@ -331,8 +331,13 @@ std::vector<PolicySettings> read_policies(const Args& a) {
     const std::vector<std::string> keys = policy_setting_keys(s);
     for (const std::string key : {"sinks", "recent", "seed"}) {
       const std::string flag = key == "seed" ? "policy-seed" : key;
-      if (a.has(flag) && std::find(keys.begin(), keys.end(), key) != keys.end())
-        apply_policy_setting(s, key, std::to_string(a.integer(flag, 0, key == "recent" ? 1 : 0, kPolicySettingMax)));
+      if (!a.has(flag)) continue;
+      const std::string value = std::to_string(a.integer(flag, 0, key == "recent" ? 1 : 0, kPolicySettingMax));
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) apply_policy_setting(s, key, value);
+      else if (!s.inner.empty()) {  // a wrapper: its inner press's setting (press.KEY)
+        const std::vector<std::string> inner = policy_setting_keys(s.inner.front());
+        if (std::find(inner.begin(), inner.end(), key) != inner.end()) apply_policy_setting(s, "press." + key, value);
+      }
     }
   }
   return out;

@@ -117,6 +117,10 @@ void policy_settings_json(JsonWriter& j, const PolicySettings& p, const std::vec
     else if (k == "cur") j.value(p.cur);
     else if (k == "local") j.value(p.local);
     else if (k == "lag") j.value(p.lag);
+    else if (k == "press") policy_settings_json(j, p.inner.at(0), budgets);  // the inner press, as a policy
+    else if (k == "chunk") j.value(p.chunk);
+    else if (k == "first") j.value(std::to_string(p.first_percent) + "%");
+    else if (k == "alpha") j.value(std::to_string(p.alpha_percent) + "%");
     else fail(ErrorKind::InvalidArgument, "policy settings json: no value for setting '" + k + "'");
   }
   const std::vector<std::string> keys = policy_setting_keys(p);

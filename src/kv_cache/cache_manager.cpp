@@ -44,6 +44,10 @@ void CacheManager::read_prompt(std::span<const double> head_mass,
   prefill(head_mass);
 }
 
+void CacheManager::head_scores(std::vector<double>&) const {
+  bad("cache manager: " + settings_.preset + " has no per-head scores");
+}
+
 bool CacheManager::evictable(int64_t t) const { return t >= settings_.sinks && t <= x_ - protect_recent_; }
 
 std::vector<double> CacheManager::at_cache(const std::vector<double>& per_position) const {

@@ -32,6 +32,7 @@ PolicyEntry expected_attention_entry() {
   e.name = "expected-attention";
   e.settings = base_settings(4, 1, HeadAggregation::Mean);
   e.keys = {"sinks", "recent", "heads", "future", "vnorm"};
+  e.scorer = true;
   e.make = make_manager<ExpectedAttentionCache>;
   // several settings in one run share one set of query statistics: the same sinks and future
   e.needs = [](const PolicySettings& s, FeatureNeeds& f) {

@@ -8,6 +8,8 @@
 //
 // Also the accumulated-attention family that h2o-normalized and value-aware derive from
 // (AccumulatedAttention, policy_entry.hpp).
+#include <algorithm>
+
 #include "src/policies/policy_entry.hpp"
 
 namespace mla::policies {
@@ -38,6 +40,17 @@ void AccumulatedAttention::score(std::vector<double>& primary) const {
   normalise(primary);
 }
 
+void AccumulatedAttention::head_scores(std::vector<double>& per_head) const {
+  const size_t m = cache_.size();
+  per_head = at_cache(mass_);
+  std::vector<double> row(m);
+  for (int64_t h = 0; h < ctx_.heads; ++h) {
+    std::copy_n(per_head.begin() + static_cast<std::ptrdiff_t>(idx(h) * m), m, row.begin());
+    normalise(row);
+    std::copy(row.begin(), row.end(), per_head.begin() + static_cast<std::ptrdiff_t>(idx(h) * m));
+  }
+}
+
 namespace {
 
 class H2OCache final : public AccumulatedAttention {
@@ -53,6 +66,7 @@ PolicyEntry h2o_entry() {
   e.settings = base_settings(0, 1, HeadAggregation::Sum);
   e.settings.recent_percent = 50;  // heavy_ratio = recent_ratio: half of the cache is the recent window
   e.keys = {"sinks", "recent", "heads"};
+  e.scorer = true;
   e.make = make_manager<H2OCache>;
   return e;
 }

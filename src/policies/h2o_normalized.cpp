@@ -26,6 +26,7 @@ PolicyEntry h2o_normalized_entry() {
   e.name = "h2o-normalized";
   e.settings = base_settings(0, 1, HeadAggregation::Mean);
   e.keys = {"sinks", "recent", "heads"};
+  e.scorer = true;
   e.make = make_manager<H2ONormalizedCache>;
   return e;
 }

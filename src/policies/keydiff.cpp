@@ -29,6 +29,7 @@ PolicyEntry keydiff_entry() {
   e.name = "keydiff";
   e.settings = base_settings(0, 1, HeadAggregation::Mean);
   e.keys = {"sinks", "recent", "heads"};
+  e.scorer = true;
   e.make = make_manager<KeyDiffCache>;
   e.needs = [](const PolicySettings&, FeatureNeeds& f) { f.key_diff = true; };
   return e;

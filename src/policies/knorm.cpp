@@ -18,12 +18,17 @@ void StaticScore::require(std::initializer_list<std::vector<double> TokenFeature
 }
 
 // per head [n, m] at the cache's positions, then aggregated over heads
-void StaticScore::score(std::vector<double>& primary) const {
+void StaticScore::head_scores(std::vector<double>& heads) const {
   const size_t m = cache_.size();
-  std::vector<double> heads(idx(ctx_.heads) * m);
+  heads.resize(idx(ctx_.heads) * m);
   for (int64_t h = 0; h < ctx_.heads; ++h)
     for (size_t j = 0; j < m; ++j) heads[idx(h) * m + j] = per_head(idx(h * ctx_.positions + cache_[j]));
-  primary = aggregate(heads, static_cast<int64_t>(m));
+}
+
+void StaticScore::score(std::vector<double>& primary) const {
+  std::vector<double> heads;
+  head_scores(heads);
+  primary = aggregate(heads, static_cast<int64_t>(cache_.size()));
 }
 
 namespace {
@@ -45,6 +50,7 @@ PolicyEntry knorm_entry() {
   e.name = "knorm";
   e.settings = base_settings(0, 1, HeadAggregation::Mean);
   e.keys = {"sinks", "recent", "heads"};
+  e.scorer = true;
   e.make = make_manager<KnormCache>;
   e.needs = [](const PolicySettings&, FeatureNeeds& f) { f.key_norm = true; };
   return e;

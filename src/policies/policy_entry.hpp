@@ -42,6 +42,9 @@ struct PolicyEntry {
   bool protects_nothing = false;    // full, oracle: no sinks or recent window
   bool full_cache = false;          // full: evicts nothing; the reference, computed once (not a run)
   bool needs_full_attention = false;  // oracle: begin_step reads the query's attention over every token
+  // it evicts the lowest of scores() and has head_scores(): a wrapper's inner press may be it (the
+  // choices of settings.cpp's `press` row are these presets)
+  bool scorer = false;
   void (*needs)(const PolicySettings&, FeatureNeeds&) = nullptr;  // the token features it reads
   // its budget at `layer` of `num_layers` when the mean over layers is K (null: K at every layer;
   // set: the budget is checked per layer, policy_budget_depends_on_layer)
@@ -62,6 +65,7 @@ class AccumulatedAttention : public CacheManager {
   void scores(std::vector<double>& primary, std::vector<double>&) override;
   virtual double weight(int64_t h, int64_t t) const { (void)h; (void)t; return 1.0; }
   virtual void normalise(std::vector<double>& primary) const { (void)primary; }
+  void head_scores(std::vector<double>& per_head) const override;  // mass per head, each head normalised
 
  private:
   void score(std::vector<double>& primary) const;
@@ -114,6 +118,10 @@ class SnapKVCache : public WindowAttention {
  protected:
   double value(const Query& e, int64_t i) const override { return e.p(i); }
   void score(std::vector<double>& primary, std::vector<double>& secondary) const override;
+  void head_scores(std::vector<double>& per_head) const override;  // [n, m] pool(sum), or sum unpooled
+
+ private:
+  std::vector<double> pooled() const;  // [n, m] pool(sum[h, .]) at the cache, 0 in the window
 };
 
 // ---- static per-token scores (knorm.cpp): knorm, keydiff, expected-attention ---------------------
@@ -125,11 +133,50 @@ class StaticScore : public CacheManager {
   void prefill_scores(std::span<const double>, std::vector<double>& primary, std::vector<double>&) override { score(primary); }
   void scores(std::vector<double>& primary, std::vector<double>&) override { score(primary); }
   virtual double per_head(size_t at) const = 0;  // at = h * T + position
+  void head_scores(std::vector<double>& per_head) const override;  // [n, m]
   // Error(InvalidArgument) unless every feature holds n * T values: "<preset> needs <what> of T tokens"
   void require(std::initializer_list<std::vector<double> TokenFeatures::*> features, const std::string& what) const;
 
  private:
   void score(std::vector<double>& primary) const;
 };
+
+// ---- wrappers (chunkkv.cpp): chunkkv, criticalkv, adakv --------------------------------------
+// A wrapper re-ranks its inner press's scores. It holds the inner press's own manager (made by the
+// registry at the same budget and context) and keeps it holding what the wrapper holds: the inner
+// manager sees every prompt query and step, scores the cache, and evicts what the wrapper chose.
+// The evictable set is the inner press's (the wrapper's settings mirror its sinks and recent).
+class Wrapper : public CacheManager {
+ public:
+  void observe_prompt_query(int64_t q, std::span<const double> probs) override { inner_->observe_prompt_query(q, probs); }
+  std::span<const int64_t> begin_step(int64_t x, std::span<const double> full_probs) override;
+
+ protected:
+  Wrapper(PolicySettings s, int64_t K, const PolicyContext& c);
+  void prefill_scores(std::span<const double> head_mass, std::vector<double>& primary, std::vector<double>& secondary) override;
+  void scores(std::vector<double>& primary, std::vector<double>& secondary) override { inner_->scores(primary, secondary); }
+  void observe(std::span<const double> probs) override { inner_->observe(probs); }
+  void after_prefill() override { inner_->after_prefill(); }
+  std::vector<int64_t> evict(int64_t count, const std::vector<double>& primary, const std::vector<double>& secondary) final;
+  // The wrapper's rule: from the inner press's scores of the cache [m] and `order` (inner_order),
+  // the scores (key, key2) by which `count` of the evictable entries go: the lowest
+  // (key, key2, order) first (the inner press's own tie order last, so that its secondary score
+  // and the older-first rule still decide what the wrapper leaves tied).
+  virtual void rank(int64_t count, const std::vector<double>& primary, const std::vector<double>& order,
+                    std::vector<double>& key, std::vector<double>& key2) const = 0;
+  // Each evictable entry's place in the inner press's tie order (score, secondary, position), 0 the
+  // first to go; 0 for the others. [m]
+  std::vector<double> inner_order(const std::vector<double>& primary, const std::vector<double>& secondary) const;
+  void inner_head_scores(std::vector<double>& per_head) const { inner_->head_scores(per_head); }  // [n, m]
+  std::vector<size_t> evictable_entries() const;  // indices into cache_, ascending
+
+ private:
+  std::unique_ptr<CacheManager> inner_;
+};
+// The entry every wrapper starts from: `name` wrapping `press` (kvpress's evaluation registry's
+// inner press), settings {"press", own...}; observation window, feature needs and protected set
+// its inner press's.
+PolicyEntry wrapper_entry(const char* name, std::initializer_list<const char*> own);
+void mirror_inner_press(PolicySettings& s);  // s's sinks, recent, recent_percent, window := its inner press's
 
 }  // namespace mla::policies

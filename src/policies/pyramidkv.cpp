@@ -34,7 +34,8 @@ namespace policies {
 PolicyEntry pyramidkv_entry() {
   PolicyEntry e = snapkv_entry();
   e.name = "pyramidkv";
-  e.keys.push_back("beta");  // snapkv's settings, and the pyramid's steepness
+  e.keys.push_back("beta");
+  e.scorer = false;  // its budget is set per layer: no wrapper's inner press  // snapkv's settings, and the pyramid's steepness
   // the pyramid's smallest budget may equal the window it protects (min = 2K - (P - w) = w): a
   // cache that holds only what it never evicts has no choice left, so it gets one token more
   e.layer_budget = [](const PolicySettings& s, int64_t K, int64_t layer, int64_t num_layers, int64_t P) {

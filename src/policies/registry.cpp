@@ -83,7 +83,9 @@ PolicySettings policy_preset(std::string_view name) {
 
 std::vector<std::string> policy_setting_keys(const PolicySettings& s) { return entry_of(s).keys; }
 
-bool policy_window_is_recent(const PolicySettings& s) { return entry_of(s).window_is_recent; }
+bool policy_window_is_recent(const PolicySettings& s) {
+  return s.inner.empty() ? entry_of(s).window_is_recent : policy_window_is_recent(s.inner.front());
+}
 
 bool policy_protects_nothing(const PolicySettings& s) { return entry_of(s).protects_nothing; }
 

@@ -22,6 +22,10 @@ class ScissorhandsCache final : public WindowAttention {
     primary = aggregate(at_cache(sum_), static_cast<int64_t>(cache_.size()));
     for (double& v : primary) v = -v;
   }
+  void head_scores(std::vector<double>& per_head) const override {
+    per_head = at_cache(sum_);
+    for (double& v : per_head) v = -v;
+  }
 };
 
 }  // namespace
@@ -34,6 +38,7 @@ PolicyEntry scissorhands_entry() {
   e.keys = {"sinks", "recent", "window", "heads"};
   e.observation_window = window_observation;
   e.has_window = true;
+  e.scorer = true;
   e.make = make_manager<ScissorhandsCache>;
   return e;
 }

@@ -29,6 +29,11 @@ const std::vector<PolicySettingDomain> kDomains = {
     {"cur", "key|value|kv_avg|kv_product"},
     {"local", "N", 0, kPolicySettingMax},
     {"lag", "N", 1, kPolicySettingMax},
+    // a wrapper's inner press: the presets whose entry is a scorer (policy_entry.hpp; a test checks the list)
+    {"press", "h2o|h2o-normalized|tova|streaming|snapkv|snapkv-maxpool|knorm|expected-attention|scissorhands|value-aware|keydiff"},
+    {"chunk", "N", 1, kPolicySettingMax},
+    {"first", "N%", 0, 100},
+    {"alpha", "N%", 0, 100},
 };
 
 const PolicySettingDomain& domain(std::string_view key, std::string_view form) {
@@ -73,7 +78,35 @@ const char* head_aggregation_name(HeadAggregation a) {
   return a == HeadAggregation::Sum ? "sum" : a == HeadAggregation::Max ? "max" : "mean";
 }
 
+namespace policies {
+
+void mirror_inner_press(PolicySettings& s) {
+  const PolicySettings& in = s.inner.at(0);
+  s.sinks = in.sinks;
+  s.recent = in.recent;
+  s.recent_percent = in.recent_percent;
+  s.window = in.window;
+}
+
+}  // namespace policies
+
+namespace {
+
+// `N%` (shown as given) within key's domain of that form; "N" alone is refused
+int64_t parse_percent(const std::string& key, const std::string& v) {
+  const bool pct = !v.empty() && v.back() == '%';
+  return parse_int(key, "N%", pct ? std::string_view(v).substr(0, v.size() - 1) : std::string_view("not a share"), v);
+}
+
+}  // namespace
+
 void apply_policy_setting(PolicySettings& s, std::string_view key, std::string_view value) {
+  if (!s.inner.empty() && key.substr(0, 6) == "press.") {  // the inner press's own setting, checked by it
+    apply_policy_setting(s.inner[0], key.substr(6), value);
+    policies::mirror_inner_press(s);
+    s.label += (s.label == s.preset ? ":" : ",") + std::string(key) + "=" + std::string(value);
+    return;
+  }
   const std::vector<std::string> keys = policy_setting_keys(s);
   if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
     std::string list;
@@ -129,6 +162,19 @@ void apply_policy_setting(PolicySettings& s, std::string_view key, std::string_v
     s.local = parse_int(k, "N", v, v);
   } else if (k == "lag") {
     s.lag = parse_int(k, "N", v, v);
+  } else if (k == "press") {
+    if (s.label.find(":press.") != std::string::npos || s.label.find(",press.") != std::string::npos)
+      bad("--policy: press=" + v + " comes after settings of " + s.preset + "'s inner press (" + s.label +
+          "): name the press first");
+    check_choice(k, v);
+    s.inner = {policy_preset(v)};
+    policies::mirror_inner_press(s);
+  } else if (k == "chunk") {
+    s.chunk = parse_int(k, "N", v, v);
+  } else if (k == "first") {
+    s.first_percent = parse_percent(k, v);
+  } else if (k == "alpha") {
+    s.alpha_percent = parse_percent(k, v);
   }
   s.label += (s.label == s.preset ? ":" : ",") + k + "=" + v;
 }

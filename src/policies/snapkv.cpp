@@ -87,15 +87,24 @@ void WindowAttention::add(const Query& e, double sign) {
 }
 
 void SnapKVCache::score(std::vector<double>& primary, std::vector<double>& secondary) const {
-  const int64_t n = ctx_.heads, T = ctx_.positions, m = static_cast<int64_t>(cache_.size());
+  const int64_t m = static_cast<int64_t>(cache_.size());
   secondary = aggregate(at_cache(sum_), m);
   if (settings_.pool == Pooling::None || settings_.pool_width == 1) {
     primary = secondary;
     secondary.clear();
     return;
   }
+  primary = aggregate(pooled(), m);
+}
+
+void SnapKVCache::head_scores(std::vector<double>& per_head) const {
+  per_head = settings_.pool == Pooling::None || settings_.pool_width == 1 ? at_cache(sum_) : pooled();
+}
+
+std::vector<double> SnapKVCache::pooled() const {
+  const int64_t n = ctx_.heads, T = ctx_.positions, m = static_cast<int64_t>(cache_.size());
   const int64_t half = settings_.pool_width / 2, last = x_ - settings_.window;  // pooled range [0, last]
-  std::vector<double> pooled(idx(n * m), 0.0);
+  std::vector<double> out(idx(n * m), 0.0);
   for (int64_t h = 0; h < n; ++h)
     for (int64_t j = 0; j < m; ++j) {
       const int64_t t = cache_[idx(j)];
@@ -107,9 +116,9 @@ void SnapKVCache::score(std::vector<double>& primary, std::vector<double>& secon
         acc = settings_.pool == Pooling::Max ? std::max(acc, v) : acc + v;
       }
       // avg: the padding counts as zeros, as torch's avg_pool1d (count_include_pad) in SnapKV and kvpress
-      pooled[idx(h * m + j)] = settings_.pool == Pooling::Max ? acc : acc / static_cast<double>(settings_.pool_width);
+      out[idx(h * m + j)] = settings_.pool == Pooling::Max ? acc : acc / static_cast<double>(settings_.pool_width);
     }
-  primary = aggregate(pooled, m);
+  return out;
 }
 
 PolicyEntry snapkv_entry() {
@@ -123,6 +132,7 @@ PolicyEntry snapkv_entry() {
   e.observation_window = window_observation;
   e.has_window = true;
   e.window_is_recent = true;
+  e.scorer = true;
   e.make = make_manager<SnapKVCache>;
   return e;
 }

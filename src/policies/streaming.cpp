@@ -16,6 +16,12 @@ class StreamingCache final : public CacheManager {
     by_position(primary);
   }
   void scores(std::vector<double>& primary, std::vector<double>&) override { by_position(primary); }
+  void head_scores(std::vector<double>& per_head) const override {  // every head's score is the position
+    std::vector<double> one;
+    by_position(one);
+    per_head.clear();
+    for (int64_t h = 0; h < ctx_.heads; ++h) per_head.insert(per_head.end(), one.begin(), one.end());
+  }
 
  private:
   void by_position(std::vector<double>& primary) const {
@@ -31,6 +37,7 @@ PolicyEntry streaming_entry() {
   e.name = "streaming";
   e.settings = base_settings(4, 1, HeadAggregation::Sum);
   e.keys = {"sinks"};
+  e.scorer = true;
   e.make = make_manager<StreamingCache>;
   return e;
 }

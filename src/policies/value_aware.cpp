@@ -33,6 +33,7 @@ PolicyEntry value_aware_entry() {
   e.settings = base_settings(0, 1, HeadAggregation::Sum);
   e.settings.recent_percent = 50;
   e.keys = {"sinks", "recent", "heads"};
+  e.scorer = true;
   e.make = make_manager<ValueAwareCache>;
   e.needs = [](const PolicySettings&, FeatureNeeds& f) { f.output_norm = true; };
   return e;

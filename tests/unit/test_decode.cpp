@@ -298,7 +298,8 @@ const char* kSmallPolicies =
     "snapkv:window=8,snapkv-maxpool:window=8,pyramidkv:window=8,knorm:sinks=2,recent=4,"
     "expected-attention:sinks=2,recent=4,scissorhands:sinks=2,recent=4,window=8,value-aware:sinks=2,recent=4,"
     "keydiff:sinks=2,recent=4,leverage:sinks=2,recent=4,cur:sinks=2,recent=4,lagkv:sinks=2,recent=4,lag=8,"
-    "random:sinks=2,recent=4,oracle";
+    "chunkkv:press=h2o,press.sinks=2,press.recent=4,chunk=3,criticalkv:press.window=8,"
+    "adakv:press.window=8,alpha=50%,random:sinks=2,recent=4,oracle";
 
 }  // namespace
 
@@ -1022,6 +1023,17 @@ BOOST_AUTO_TEST_CASE(cli_errors) {
   expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy snapkv", "never evicts");  // window 64
   expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy h2o:window=3", "not a setting of h2o");
   expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy h2o,lru", "unknown policy 'lru'");
+  // the wrappers: one inner press, a scorer, named before its own settings
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy chunkkv:press=adakv", "press=adakv is not one of:");
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy chunkkv:press=chunkkv", "press=chunkkv is not one of:");
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy adakv:press=oracle", "press=oracle is not one of:");
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy criticalkv:press=", "press= is not one of:");
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy adakv:press=h2o,press=tova", "'press' given twice");
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy chunkkv:press.sinks=1,press=h2o", "name the press first");
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy chunkkv:press=h2o,press.window=3", "not a setting of h2o");
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy chunkkv:chunk=0", "chunk=0 is not an integer in [1, ");
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy adakv:alpha=0.2", "alpha=0.2 is not of the form N%");
+  expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy criticalkv", "never evicts");  // snapkv's window 64
   expect_error("--seq-len 20 --prompt-len 10 --cache-budget 50,40", "strictly increasing");
   expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --steps 0", "nothing to measure");
   expect_error("--seq-len 20 --prompt-len 10 --cache-budget 40 --policy h2o --steps 11", "but the input has 20");

@@ -98,7 +98,8 @@ const std::string kPolicies =
     "full,h2o:sinks=1,recent=2,h2o-normalized:sinks=1,recent=2,tova:sinks=1,recent=2,streaming:sinks=1,"
     "snapkv:window=4,snapkv-maxpool:window=4,pyramidkv:window=4,beta=2,knorm:sinks=1,recent=2,"
     "expected-attention:sinks=1,recent=2,future=8,scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,keydiff:sinks=1,recent=2,"
-    "leverage:sinks=1,recent=2,cur:sinks=1,recent=2,local=4,lagkv:sinks=1,recent=2,lag=4,random,oracle";
+    "leverage:sinks=1,recent=2,cur:sinks=1,recent=2,local=4,lagkv:sinks=1,recent=2,lag=4,"
+    "chunkkv:press=h2o,press.sinks=1,press.recent=2,chunk=3,criticalkv:press.window=4,adakv:press.window=4,alpha=50%,random,oracle";
 
 }  // namespace
 

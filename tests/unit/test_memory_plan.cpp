@@ -306,7 +306,13 @@ BOOST_AUTO_TEST_CASE(decode_plan_counts_every_feature_array) {
       {"lagkv", 1},               // lagkv
       {"knorm,cur", 2},           // key_norm shared
       {"knorm,keydiff", 2},
-      {"knorm,keydiff,value-aware,expected-attention", 5}};
+      {"knorm,keydiff,value-aware,expected-attention", 5},
+      {"chunkkv", 0}, {"adakv", 0},     // their inner press's: snapkv reads none
+      {"chunkkv:press=knorm", 1},       // knorm's key_norm
+      {"criticalkv", 1},                // output_norm
+      {"criticalkv:press=knorm", 2},    // output_norm + key_norm
+      {"criticalkv,value-aware", 1},    // one output_norm for both
+      {"adakv:press=expected-attention", 2}};
   for (const auto& [policies, arrays] : by_hand) BOOST_TEST(request_of(policies).features == arrays, policies);
   const mla::DecodeMemoryRequest keydiff = request_of("keydiff");
   BOOST_TEST(keydiff.steps == 128);

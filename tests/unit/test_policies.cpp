@@ -338,6 +338,169 @@ BOOST_AUTO_TEST_CASE(six_tokens_oracle) {
   BOOST_TEST(t.attended1 == (Positions{1, 3, 4, 5}), boost::test_tools::per_element());
 }
 
+// The prefill cut of `P` = |head_mass| / n prompt tokens at budget K, for inner presses that read
+// only the prefill mass (h2o: no prompt query), one decode position after it.
+Positions prefill_cut(const PolicySettings& s, int64_t K, int64_t n, const std::vector<double>& head_mass,
+                      const TokenFeatures* f = nullptr) {
+  const int64_t P = static_cast<int64_t>(head_mass.size()) / n;
+  std::unique_ptr<CacheManager> m = make_cache_manager(s, K, PolicyContext{n, P, P + 1, f});
+  BOOST_TEST(m->observation_window() == 0);
+  m->read_prompt(head_mass, [](int64_t) -> std::span<const double> { return {}; });
+  return Positions(m->cache().begin(), m->cache().end());
+}
+
+// chunkkv wrapping h2o (sinks 0, recent 1), chunks of 3, P = 8, K = 4. Prefill mass
+// 1, 1, 1, 5, 0, 0, 1.8, 9; position 7 is protected, 0..6 evictable, 4 of them go. Chunks
+// {0,1,2}: (1+1+1)/3 = 1, {3,4,5}: 5/3, {6,7}: 1.8 over its 2 positions = .9 (7 is not
+// evictable: its score is left out, its position counted, kvpress's mean of a short last chunk).
+// Lowest first: chunk {6,7} (6 goes), then {0,1,2} (all three) -> kept {3, 4, 5, 7}: the whole
+// chunk of the heavy hitter 3. h2o alone keeps 3, 6, 7 and the newest 1-mass token 2: {2, 3, 6, 7}.
+// At K >= T nothing goes. Whole chunks: chunk=1 is h2o itself.
+BOOST_AUTO_TEST_CASE(chunkkv_keeps_whole_chunks) {
+  const std::vector<double> mass = {1, 1, 1, 5, 0, 0, 1.8, 9};
+  BOOST_TEST(prefill_cut(with("chunkkv:press=h2o,press.recent=1,chunk=3"), 4, 1, mass) == (Positions{3, 4, 5, 7}),
+             boost::test_tools::per_element());
+  BOOST_TEST(prefill_cut(with("h2o:recent=1"), 4, 1, mass) == (Positions{2, 3, 6, 7}), boost::test_tools::per_element());
+  BOOST_TEST(prefill_cut(with("chunkkv:press=h2o,press.recent=1,chunk=1"), 4, 1, mass) == (Positions{2, 3, 6, 7}),
+             boost::test_tools::per_element());
+  BOOST_TEST(prefill_cut(with("chunkkv:press=h2o,press.recent=1,chunk=3"), 9, 1, mass) == (Positions{0, 1, 2, 3, 4, 5, 6, 7}),
+             boost::test_tools::per_element());
+  const PolicySettings d = policy_preset("chunkkv");  // kvpress: ChunkKVPress(press=SnapKVPress(), chunk_length=20)
+  BOOST_TEST((d.chunk == 20 && d.inner.size() == 1 && d.inner[0].preset == "snapkv" && d.window == 64));
+}
+
+// criticalkv wrapping h2o (sinks 0, recent 1), P = 6, K = 4: 0..4 evictable, 2 go, k = 3 kept,
+// stage 1 keeps floor(3 x 50 %) = 1: the best by h2o, token 0 (mass 4). Prefill mass 4, 3, 2,
+// 1, .5, 1; output norms (two heads, their mean) .1, 1, 1, 10, 1, 1. Stage 2: (mass + 1e-4) x
+// norm: 1: 3.0001, 2: 2.0001, 3: 10.001, 4: .5001 -> 4 and 2 go: kept {0, 1, 3, 5}. h2o alone
+// keeps {0, 1, 2, 5}; without stage 1 (first=0%) token 0 scores .40001 and goes with 4:
+// {1, 2, 3, 5}.
+BOOST_AUTO_TEST_CASE(criticalkv_two_stages) {
+  TokenFeatures f;
+  f.heads = 2;
+  f.tokens = 7;
+  f.output_norm = {.1, 1.5, 0, 19, 1, 1, 1, /* head 1 */ .1, .5, 2, 1, 1, 1, 1};  // mean .1, 1, 1, 10, 1, 1, 1
+  const std::vector<double> mass = {2, 1.5, 1, .5, .25, .5, /* head 1 */ 2, 1.5, 1, .5, .25, .5};  // h2o sums: 4, 3, 2, 1, .5, 1
+  BOOST_TEST(prefill_cut(with("criticalkv:press=h2o,press.recent=1"), 4, 2, mass, &f) == (Positions{0, 1, 3, 5}),
+             boost::test_tools::per_element());
+  BOOST_TEST(prefill_cut(with("h2o:recent=1"), 4, 2, mass, &f) == (Positions{0, 1, 2, 5}), boost::test_tools::per_element());
+  BOOST_TEST(prefill_cut(with("criticalkv:press=h2o,press.recent=1,first=0%"), 4, 2, mass, &f) == (Positions{1, 2, 3, 5}),
+             boost::test_tools::per_element());
+  BOOST_TEST(prefill_cut(with("criticalkv:press=h2o,press.recent=1"), 7, 2, mass, &f) == (Positions{0, 1, 2, 3, 4, 5}),
+             boost::test_tools::per_element());
+  const PolicySettings d = policy_preset("criticalkv");  // kvpress: CriticalKVPress(SnapKVPress()), first_stage_ratio .5
+  BOOST_TEST((d.first_percent == 50 && d.inner.size() == 1 && d.inner[0].preset == "snapkv"));
+  BOOST_TEST(feature_needs({d}).output_norm);
+}
+
+// adakv wrapping h2o (sinks 0, recent 1), two heads, P = 6, K = 4: 0..4 evictable, 2 go, k = 3.
+// (a) Head masses h0: 5, 4, 3, 0, 0, 1 and h1: 0, 0, 0, 1, 2, 1. alpha 0: each token by its best
+// head: 5, 4, 3, 1, 2 -> 3 and 4 go: {0, 1, 2, 5}. alpha 50 %: each head's floor(1.5) = 1 best is
+// safe: h0's 0, h1's 4; the rest by their best head: 1: 4, 2: 3, 3: 1 -> 3 and 2 go: {0, 1, 4, 5}
+// (head 1 keeps its token). The default alpha 20 % gives floor(.6) = 0 safe: as alpha 0.
+// (b) h1: 0, 0, 2.5, 3.5, 2, 1 (h0 as before): best head 5, 4, 3, 3.5, 2 -> 4 and 2 go:
+// {0, 1, 3, 5}; h2o's sum over heads (5, 4, 5.5, 3.5, 2) keeps 2 instead: {0, 1, 2, 5}.
+BOOST_AUTO_TEST_CASE(adakv_union_of_head_choices) {
+  const std::vector<double> a = {5, 4, 3, 0, 0, 1, /* head 1 */ 0, 0, 0, 1, 2, 1};
+  BOOST_TEST(prefill_cut(with("adakv:press=h2o,press.recent=1,alpha=0%"), 4, 2, a) == (Positions{0, 1, 2, 5}),
+             boost::test_tools::per_element());
+  BOOST_TEST(prefill_cut(with("adakv:press=h2o,press.recent=1,alpha=50%"), 4, 2, a) == (Positions{0, 1, 4, 5}),
+             boost::test_tools::per_element());
+  BOOST_TEST(prefill_cut(with("adakv:press=h2o,press.recent=1"), 4, 2, a) == (Positions{0, 1, 2, 5}),
+             boost::test_tools::per_element());
+  const std::vector<double> b = {5, 4, 3, 0, 0, 1, /* head 1 */ 0, 0, 2.5, 3.5, 2, 1};
+  BOOST_TEST(prefill_cut(with("adakv:press=h2o,press.recent=1,alpha=0%"), 4, 2, b) == (Positions{0, 1, 3, 5}),
+             boost::test_tools::per_element());
+  BOOST_TEST(prefill_cut(with("h2o:recent=1"), 4, 2, b) == (Positions{0, 1, 2, 5}), boost::test_tools::per_element());
+  BOOST_TEST(prefill_cut(with("adakv:press=h2o,press.recent=1"), 6, 2, b) == (Positions{0, 1, 2, 3, 4, 5}),
+             boost::test_tools::per_element());
+  const PolicySettings d = policy_preset("adakv");  // kvpress: AdaKVPress(SnapKVPress()), alpha_safeguard .20
+  BOOST_TEST((d.alpha_percent == 20 && d.inner.size() == 1 && d.inner[0].preset == "snapkv"));
+}
+
+// A wrapper at its neutral setting is its inner press, step by step (its manager evicts what the
+// wrapper chose, and the inner press's tie order decides what the wrapper leaves tied): chunks of
+// one token, stage 1 for every kept token, no safeguard on one head (the best head is the head).
+// The inner press: snapkv (window 2, max-pool 3), worked by hand in six_tokens_snapkv_maxpool —
+// its prefill cut is a pooled tie (.75, .75) that only its secondary score breaks.
+BOOST_AUTO_TEST_CASE(wrappers_at_their_neutral_settings_are_the_inner_press) {
+  for (const char* s : {"chunkkv:press=snapkv,press.window=2,press.pool=max3,chunk=1",
+                        "criticalkv:press=snapkv,press.window=2,press.pool=max3,first=100%",
+                        "adakv:press=snapkv,press.window=2,press.pool=max3,alpha=0%"}) {
+    BOOST_TEST_CONTEXT(s) {
+      TokenFeatures f;  // criticalkv reads the output norms; stage 1 keeps every kept token whatever they are
+      f.heads = 1;
+      f.tokens = 6;
+      f.output_norm = {9, 1, 9, 1, 9, 1};
+      check(drive(with(s), 3, {kW}, kMass, &f), {0, 2, 3}, {0, 2, 3, 4}, {0, 3, 4, 5}, {2}, {0});
+    }
+  }
+}
+
+// The wrappers' syntax (docs/decode.md §2.1): press=NAME names the one inner press, a scorer
+// (the `press` row's choices); press.KEY=VALUE is the inner press's own setting, after press=.
+// Everything else is one error line naming what was given.
+BOOST_AUTO_TEST_CASE(wrapper_settings) {
+  const PolicySettings s = with("chunkkv:press=knorm,press.sinks=2,press.recent=3,chunk=5");
+  BOOST_TEST(s.label == "chunkkv:press=knorm,press.sinks=2,press.recent=3,chunk=5");
+  BOOST_TEST((s.inner.at(0).preset == "knorm" && s.inner[0].sinks == 2 && s.inner[0].recent == 3));
+  BOOST_TEST((s.sinks == 2 && s.recent == 3 && protected_tokens(s, 10) == 5));  // the inner press's protected set
+  const PolicySettings w = with("adakv:press.window=8");                      // the default inner press's setting
+  BOOST_TEST((w.inner.at(0).window == 8 && policy_window_is_recent(w) && protected_tokens(w, 10) == 8));
+  BOOST_TEST(policy_observation_window(w) == 8);
+  BOOST_TEST(parse_policy_list("chunkkv,chunkkv:press=tova,criticalkv,adakv").size() == 4u);
+  // the `press` choices are exactly the presets a wrapper can drive: each makes a manager and cuts
+  std::string choices;
+  for (const PolicySettingDomain& d : policy_setting_domains())
+    if (std::string(d.key) == "press") choices = std::string("|") + d.form + "|";
+  BOOST_TEST(!choices.empty());
+  TokenFeatures f;
+  f.heads = 1;
+  f.tokens = 160;
+  for (std::vector<double>* v : {&f.key_norm, &f.value_norm, &f.output_norm, &f.expected_attention, &f.key_diff}) v->assign(160, 1.0);
+  for (const std::string& name : policy_preset_names()) {
+    BOOST_TEST_CONTEXT(name) {
+      const bool listed = choices.find("|" + name + "|") != std::string::npos;
+      const bool wrapper = name == "chunkkv" || name == "criticalkv" || name == "adakv";
+      BOOST_TEST(listed == !(wrapper || name == "full" || name == "oracle" || name == "random" || name == "pyramidkv"));
+      for (const char* outer : {"chunkkv", "criticalkv", "adakv"}) {
+        std::string what;
+        try {
+          const PolicySettings p = with(std::string(outer) + ":press=" + name);
+          std::unique_ptr<CacheManager> m = make_cache_manager(p, 100, PolicyContext{1, 128, 160, &f});
+          std::vector<std::vector<double>> rows;
+          rows.reserve(128);
+          m->read_prompt(std::vector<double>(128, 1.0), [&](int64_t q) -> std::span<const double> {
+            rows.emplace_back(static_cast<size_t>(q + 1), 1.0 / static_cast<double>(q + 1));
+            return rows.back();
+          });
+          BOOST_TEST(m->cache().size() == 100u);
+        } catch (const Error& e) {
+          what = e.what();
+        }
+        BOOST_TEST(what.empty() == listed, outer << ":press=" << name << ": " << what);
+        if (!listed) BOOST_TEST((what.find("press=" + name) != std::string::npos && what.find('\n') == std::string::npos), what);
+      }
+    }
+  }
+  for (const char* bad : {"chunkkv:press=", "chunkkv:press=lru", "chunkkv:press=snapkv,press=knorm",
+                          "adakv:press=knorm,press=knorm", "chunkkv:press.window=8,press=knorm", "chunkkv:press.chunk=3",
+                          "chunkkv:press.window=0", "chunkkv:press=knorm,press.window=8", "chunkkv:chunk=0",
+                          "adakv:alpha=20", "adakv:alpha=101%", "criticalkv:first=0.5", "criticalkv:chunk=3",
+                          "chunkkv:press.sinks=1,press.sinks=2", "h2o:press=knorm", "h2o:press.sinks=1"}) {
+    BOOST_TEST_CONTEXT(bad) {
+      std::string what;
+      try {
+        parse_policy_list(bad);
+      } catch (const Error& e) {
+        what = e.what();
+      }
+      BOOST_TEST(!what.empty(), "accepted");
+      BOOST_TEST(what.find('\n') == std::string::npos, what);
+    }
+  }
+}
+
 // The prefill cut and decode follow one tie rule: on equal scores the older token goes.
 // Prefill mass 2, .5, .5, .6 (sinks 1, recent 1): 1 and 2 tie -> 1 goes, 2 stays (the old
 // prefill cut, h2o_select, kept the older one instead).
@@ -381,6 +544,13 @@ BOOST_AUTO_TEST_CASE(every_policy_holds_its_budget) {
     for (const char* key : {"sinks", "recent"})
       if (std::find(keys.begin(), keys.end(), key) != keys.end()) apply_policy_setting(s, key, key[0] == 's' ? "0" : "1");
     if (std::find(keys.begin(), keys.end(), "window") != keys.end()) apply_policy_setting(s, "window", "2");
+    if (!s.inner.empty()) {  // a wrapper: its inner press's settings
+      const std::vector<std::string> inner = policy_setting_keys(s.inner[0]);
+      for (const char* key : {"sinks", "recent"})
+        if (std::find(inner.begin(), inner.end(), key) != inner.end())
+          apply_policy_setting(s, std::string("press.") + key, key[0] == 's' ? "0" : "1");
+      if (std::find(inner.begin(), inner.end(), "window") != inner.end()) apply_policy_setting(s, "press.window", "2");
+    }
     BOOST_TEST_CONTEXT(s.label) {
       const Trace t = drive(s, 3, {kW}, kMass, &f);
       BOOST_TEST(t.prefill_kept.size() <= 3u);
@@ -438,7 +608,8 @@ BOOST_AUTO_TEST_CASE(policy_list_syntax) {
 BOOST_AUTO_TEST_CASE(registry_is_the_one_list) {
   const std::vector<std::string> documented = {
       "full",  "h2o",  "h2o-normalized",     "tova",         "streaming",   "snapkv",  "snapkv-maxpool", "pyramidkv",
-      "knorm", "expected-attention", "scissorhands", "value-aware", "keydiff", "leverage", "cur", "lagkv", "random", "oracle"};
+      "knorm", "expected-attention", "scissorhands", "value-aware", "keydiff", "leverage", "cur", "lagkv", "chunkkv",
+      "criticalkv", "adakv", "random", "oracle"};
   BOOST_TEST(policy_preset_names() == documented, boost::test_tools::per_element());
   const std::string root = test::data_dir() + "/../..";
   // the first run of lines of a file that start with `open`, each up to `close`: registry.def's
