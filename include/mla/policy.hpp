@@ -71,7 +71,7 @@ struct PolicySettings {
 
 // The presets, in the order `--policy all` runs them (src/policies/registry.def):
 //   full, h2o, h2o-normalized, tova, streaming, snapkv, snapkv-maxpool, pyramidkv, knorm,
-//   expected-attention, scissorhands, value-aware, keydiff, random, oracle
+//   expected-attention, scissorhands, value-aware, keydiff, random, kvzip, oracle
 const std::vector<std::string>& policy_preset_names();
 // Error(InvalidArgument) naming the unknown policy and listing the presets.
 PolicySettings policy_preset(std::string_view name);
@@ -163,20 +163,61 @@ int64_t pyramid_budget(int64_t layer, int64_t num_layers, int64_t budget, int64_
 //   output_norm[h, t]         ||W_O^h W_UV^h c_t||               value-aware
 //   expected_attention[h, t]  kvpress's expected attention of head h on token t
 //   key_diff[h, t]            -cos(k_h,t, a_h), a_h = mean_{t<P} k_h,t/||k_h,t||   keydiff
+//   reconstruction[h, t]      max over KVzip's repeat rows of their attention on t < P (0 at
+//                             t >= P): add_reconstruction_row; the caller runs the repeat    kvzip
 struct TokenFeatures {
   int64_t heads = 0, tokens = 0;  // n, T
-  std::vector<double> key_norm, value_norm, output_norm, expected_attention, key_diff;
+  std::vector<double> key_norm, value_norm, output_norm, expected_attention, key_diff, reconstruction;
 };
 struct FeatureNeeds {
   bool key_norm = false, value_norm = false, output_norm = false, expected_attention = false, key_diff = false;
+  bool reconstruction = false;   // kvzip: the caller runs the context's repeat (reconstruction_chunks)
   int64_t expected_sinks = 0;    // expected-attention: prompt rows [0, sinks) left out of the query statistics
   int64_t expected_future = 0;   // expected-attention: future positions averaged
-  bool any() const { return key_norm || value_norm || output_norm || expected_attention || key_diff; }
-  // how many of the [n, T] arrays above are read (0..5): what a memory plan holds for them
+  bool any() const { return key_norm || value_norm || output_norm || expected_attention || key_diff || reconstruction; }
+  // how many of the [n, T] arrays above are read (0..6): what a memory plan holds for them
   int64_t arrays() const {
-    return int64_t{key_norm} + value_norm + output_norm + expected_attention + key_diff;
+    return int64_t{key_norm} + value_norm + output_norm + expected_attention + key_diff + reconstruction;
   }
 };
+
+// ---- KVzip's context reconstruction (src/policies/kvzip.cpp) ---------------------------------
+// After the context [0, P), the model is asked to repeat it, chunk by chunk (kvpress's
+// KVzipPress.prepare: chunks of 2048 tokens). The repeat of a chunk runs at positions P, P+1, ...
+// over the whole context (the model's own attention), and kvzip's score of a context token is the
+// largest attention any repeat row gives it, in a softmax over the sinks, the chunk and the
+// repeat's own rows up to that row (kvpress's score_kvzip). The repeat's text (kvpress's prompts,
+// tokenized by the caller):
+inline constexpr const char* kReconstructionFirst = "\n\nRepeat the previous context exactly.";
+inline constexpr const char* kReconstructionLater = "\n\nRepeat the part of the previous context exactly, starting with";
+inline constexpr const char* kReconstructionSuffix = "\n";  // kvpress's suffix on a model without a chat template
+inline constexpr int64_t kReconstructionChunk = 2048;       // context tokens per chunk
+inline constexpr int64_t kReconstructionPostfix = 8;        // a later chunk's prompt ends with the previous chunk's last 8 tokens
+inline constexpr int64_t kReconstructionSinks = 4;          // a later chunk's softmax also reads positions [0, 4)
+// The repeat's text in the model's ids (empty: the repeat is the context's rows alone, as decode
+// runs it on one layer's hidden states, which hold no row of that text).
+struct ReconstructionText {
+  std::vector<int64_t> first, later, suffix;  // kReconstructionFirst, kReconstructionLater, kReconstructionSuffix
+};
+// Its length's bound before the text is tokenized (memory and cost plans): one id per byte.
+ReconstructionText reconstruction_text_bound();
+struct ReconstructionChunk {
+  int64_t begin = 0, end = 0;   // the context positions it scores
+  int64_t sinks = 0;            // its softmax also reads positions [0, sinks)
+  // its rows in order, at positions P, P+1, ...: >= 0 a copy of context row/token t, < 0 the text
+  // token id -(v + 1): prompt text [+ the previous chunk's last 8 tokens], suffix text, the chunk
+  std::vector<int64_t> rows;
+};
+std::vector<ReconstructionChunk> reconstruction_chunks(int64_t prompt_len, const ReconstructionText& text,
+                                                       int64_t chunk = kReconstructionChunk);
+int64_t reconstruction_rows(const std::vector<ReconstructionChunk>& chunks);  // the largest chunk's row count
+int64_t reconstruction_total_rows(const std::vector<ReconstructionChunk>& chunks);  // every chunk's rows
+// The keys repeat row i of chunk c scores over: [0, sinks) u [begin, end) u [P, P + i], ascending.
+std::vector<int64_t> reconstruction_keys(const ReconstructionChunk& c, int64_t prompt_len, int64_t i);
+// Adds one repeat row's attention probs [n, |keys|] over keys (reconstruction_keys) to
+// f.reconstruction [n, T] (sized, zero, on first use): the max per head at the chunk's positions.
+void add_reconstruction_row(TokenFeatures& f, const ReconstructionChunk& c, std::span<const int64_t> keys,
+                            std::span<const double> probs);
 // What the policies of a run need (several expected-attention settings must agree on sinks
 // and future: Error(InvalidArgument) otherwise); add_feature_needs adds one policy's.
 FeatureNeeds feature_needs(const std::vector<PolicySettings>& policies);

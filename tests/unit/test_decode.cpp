@@ -275,8 +275,26 @@ DecodeResult decode_with(const Layer& l, const DecodeInputs& in, DecodeOptions o
   ks.rows = o.steps;
   o.keep_outputs = true;
   auto k = reference ? make_reference_decode_kernel(l.cfg, l.w, in, ks) : make_cpu_decode_kernel(l.cfg, l.w, in, ks);
-  const TokenFeatures f = compute_token_features(l.cfg, l.w, in.latent_cache, o.prompt_len, feature_needs(o.policies),
-                                                 in.query_statistics);
+  TokenFeatures f = compute_token_features(l.cfg, l.w, in.latent_cache, o.prompt_len, feature_needs(o.policies),
+                                           in.query_statistics);
+  if (feature_needs(o.policies).reconstruction) {  // kvzip: the context's repeat on this layer, as decode runs it
+    ForwardOptions fo;
+    fo.precision = p;
+    std::unique_ptr<Backend> rb = reference ? make_reference_backend() : make_cpu_backend();
+    rb->prepare(l.cfg, l.w, fo);
+    add_decode_reconstruction(
+        l.hidden, o.prompt_len, o.prompt_len + o.steps, l.cfg.num_attention_heads,
+        [&](const TensorF& rows, const DecodeInputsRequest& req) {
+          return reference ? compute_decode_inputs(*rb, l.cfg, rows, req, fo) : compute_cpu_decode_inputs(l.cfg, l.w, rows, req, fo);
+        },
+        [&](const DecodeInputs& ri, int64_t R) {
+          DecodeKernelSpec rs = ks;
+          rs.slots = 1;
+          rs.rows = R;
+          return reference ? make_reference_decode_kernel(l.cfg, l.w, ri, rs) : make_cpu_decode_kernel(l.cfg, l.w, ri, rs);
+        },
+        f);
+  }
   DecodeContext c;
   c.head_mass = in.head_mass;
   c.features = &f;
@@ -295,7 +313,7 @@ const char* kSmallPolicies =
     "full,h2o:sinks=2,recent=4,h2o-normalized:sinks=2,recent=4,tova:sinks=2,recent=4,streaming:sinks=2,"
     "snapkv:window=8,snapkv-maxpool:window=8,pyramidkv:window=8,knorm:sinks=2,recent=4,"
     "expected-attention:sinks=2,recent=4,scissorhands:sinks=2,recent=4,window=8,value-aware:sinks=2,recent=4,"
-    "keydiff:sinks=2,recent=4,random:sinks=2,recent=4,oracle";
+    "keydiff:sinks=2,recent=4,random:sinks=2,recent=4,kvzip:sinks=2,recent=4,oracle";
 
 }  // namespace
 
