@@ -251,7 +251,7 @@ void policy_trial(const ModelConfig& cfg, const EvalOptions& opt, int threads, E
   features.heads = n;
   features.tokens = P + N;
   for (std::vector<double>* v : {&features.key_norm, &features.value_norm, &features.output_norm,
-                                 &features.expected_attention, &features.key_diff})
+                                 &features.expected_attention, &features.key_diff, &features.reconstruction})
     v->assign(idx(n * (P + N)), 1.0);
   PolicyContext ctx{n, P, P + N, &features, opt.compress == Compression::Decode};
   std::vector<std::unique_ptr<CacheManager>> managers;
