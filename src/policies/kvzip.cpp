@@ -16,9 +16,9 @@
 // The repeat's keys and rows are dropped afterwards; the lowest scores go at the prefill cut.
 // Decoded tokens have no reconstruction score: under the decode protocol (--compress decode) the
 // context's scores stay those of the prefill and a decoded token ranks above every context token
-// (per head 2, above any probability: evicted last, the older first). The caller runs the repeat and fills TokenFeatures::reconstruction
-// (decode: the context's own rows at its layer, no text rows; eval: the whole repeat through every
-// layer, docs/decode.md §2.2).
+// (per head 2, above any probability: evicted last, the older first). The caller runs the repeat
+// and fills TokenFeatures::reconstruction (decode: the context's own rows at its layer, no text
+// rows; eval: the whole repeat through every layer; docs/decode.md §2.2).
 // Settings: no sinks, recent 1 (kvpress's n_sink = 4 only marks a chat template's prefix, which
 // these prompts do not have), heads=max. kvpress's default layerwise=False spreads one budget over
 // the layers by the scores; here every layer holds K (its layerwise=True). kvzip+ normalization off
