@@ -436,6 +436,71 @@ BOOST_AUTO_TEST_CASE(kvzip_repeat_is_the_causal_forward_of_context_and_repeat) {
   }
 }
 
+// kvzip's chunked repeat (P = 16 in chunks of 4, later chunks' prompt 7 + the previous chunk's
+// last 4 tokens; suffix 6): each chunk's stream gives the rows of the causal forward of
+// [context; that chunk's repeat] bit for bit at every layer, and row i's scores, a softmax over
+// [0, min(4, b)) u [b, e) u [P, P + i] only, equal that forward's causal attention renormalized
+// over those keys (fp32; the row of tolerances.hpp says why they differ in rounding only).
+BOOST_AUTO_TEST_CASE(kvzip_chunked_repeat_scores) {
+  const Model m;
+  const mla::AttentionConfig& a = m.cfg.attention;
+  const int64_t P = kP, n = a.num_attention_heads;
+  const std::vector<int64_t> ids = fixture_tokens();
+  const std::vector<mla::ReconstructionChunk> chunks =
+      mla::reconstruction_chunks(P, mla::ReconstructionText{{3, 4, 5}, {7}, {6}}, 4);
+  BOOST_REQUIRE(chunks.size() == 4u);
+  const Precision precision = Precision::FP32;
+  mla::decoder::LayerSettings settings;
+  settings.precision = precision;
+  settings.threads = 2;
+  const std::vector<int64_t> context(ids.begin(), ids.begin() + P);
+  MatrixRM h_prompt = mla::decoder::embed(m.ckpt, context, precision);
+  std::vector<MatrixRM> h_repeat, h_sequence;
+  for (const mla::ReconstructionChunk& c : chunks) {
+    std::vector<int64_t> repeat, sequence = context;
+    for (int64_t r : c.rows) repeat.push_back(r >= 0 ? ids[static_cast<size_t>(r)] : -(r + 1));
+    sequence.insert(sequence.end(), repeat.begin(), repeat.end());
+    h_repeat.push_back(mla::decoder::embed(m.ckpt, repeat, precision));
+    h_sequence.push_back(mla::decoder::embed(m.ckpt, sequence, precision));
+  }
+  const mla::test::Tolerance& tol = mla::test::tolerance("reconstruction", "subset-softmax-vs-renormalized", "fp32");
+  for (int64_t L = 0; L < a.num_hidden_layers; ++L) {
+    BOOST_TEST_CONTEXT("layer " << L) {
+      const mla::DecoderLayerWeights w = mla::load_decoder_layer(m.ckpt, m.cfg, L, true);
+      mla::decoder::PreparedLayer layer(m.cfg, w, settings);
+      mla::eval::PromptLayer prompt = mla::eval::prefill_layer(layer, h_prompt, 0, {});
+      prompt.reconstruction.heads = n;
+      prompt.reconstruction.tokens = P;
+      std::vector<double> expected(static_cast<size_t>(n * P), 0.0);
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        const mla::ReconstructionChunk& c = chunks[k];
+        const int64_t R = static_cast<int64_t>(c.rows.size());
+        mla::eval::reconstruction_layer(layer, prompt, c, h_repeat[k]);
+        const mla::eval::PromptLayer whole = mla::eval::prefill_layer(layer, h_sequence[k], R, {});
+        for (int64_t i = 0; i < R; ++i) {
+          const int64_t q = P + i;
+          const std::vector<double> p = mla::eval::prompt_query_probs(layer, whole, q);  // [n, q+1]
+          const std::vector<int64_t> keys = mla::reconstruction_keys(c, P, i);
+          for (int64_t h = 0; h < n; ++h) {
+            double z = 0;
+            for (int64_t t : keys) z += p[static_cast<size_t>(h * (q + 1) + t)];
+            for (int64_t t = c.begin; t < c.end; ++t) {
+              double& e = expected[static_cast<size_t>(h * P + t)];
+              e = std::max(e, p[static_cast<size_t>(h * (q + 1) + t)] / z);
+            }
+          }
+        }
+        BOOST_TEST(std::memcmp(h_repeat[k].data(), h_sequence[k].data() + P * h_sequence[k].cols(),
+                               sizeof(float) * h_repeat[k].size()) == 0, "chunk " << k);
+      }
+      const auto r = mla::test::compare("reconstruction", {n, P}, expected, prompt.reconstruction.reconstruction, tol);
+      BOOST_TEST(r.ok, r.message);
+      // every context token is scored, by its own chunk's rows
+      BOOST_TEST(*std::min_element(expected.begin(), expected.end()) > 0);
+    }
+  }
+}
+
 // Issue 28 item 6: every preset's logits (window settings included) are the same bits alone, in
 // the batch of every preset at two or three budgets, and beside one other policy with another
 // observation window, in bf16 and fp32, under both protocols (--compress decode and prefill),
