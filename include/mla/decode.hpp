@@ -182,6 +182,18 @@ std::unique_ptr<DecodeKernel> make_cpu_decode_kernel(const AttentionConfig& cfg,
 std::unique_ptr<DecodeKernel> make_reference_decode_kernel(const AttentionConfig& cfg, const LayerWeights& w,
                                                            const DecodeInputs& in, const DecodeKernelSpec& spec);
 
+// kvzip's context reconstruction on one layer (mla/policy.hpp reconstruction_chunks,
+// docs/decode.md §2.2): for each chunk, the inputs of [context rows; the repeat's rows] by
+// `inputs_of` (a causal prefill of the P context rows, the repeat's rows at positions P, P+1, ...,
+// query window 1) and a kernel over them by `kernel_of` (rows: the repeat's); each repeat row i
+// attends reconstruction_keys(c, P, i) and add_reconstruction_row takes its max into
+// f.reconstruction [n, T] (f.heads, f.tokens set here). One layer's hidden [>= P, H] holds no row
+// of the repeat's text, so the repeat is the context's own rows (the text rows left out).
+using ReconstructionInputs = std::function<DecodeInputs(const TensorF& rows, const DecodeInputsRequest& req)>;
+using ReconstructionKernel = std::function<std::unique_ptr<DecodeKernel>(const DecodeInputs& in, int64_t rows)>;
+void add_decode_reconstruction(const TensorF& hidden, int64_t prompt_len, int64_t positions, int64_t heads,
+                               const ReconstructionInputs& inputs_of, const ReconstructionKernel& kernel_of, TokenFeatures& f);
+
 // ---- the step loop ------------------------------------------------------------------------
 
 struct DecodeStep {

@@ -68,6 +68,9 @@ struct EvalOptions {
   // expected-attention's mean RoPE rotation over the future positions (mean_rope_rotation(cfg, P,
   // future)), when the caller computed it once for many windows; empty: run_eval computes it once
   std::vector<double> future_rotation;
+  // kvzip's repeat text (mla/policy.hpp ReconstructionText) in the model's ids: the caller's
+  // tokenizer's (cmd_eval.cpp); empty: the repeat is the context's tokens alone
+  ReconstructionText reconstruction_text;
 };
 
 // Error(InvalidArgument) with one line for every bad option: P < 1, N < 1, P + N + 1 > T, no

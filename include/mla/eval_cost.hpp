@@ -40,7 +40,7 @@ struct EvalCost {
   double attention = 0;  // every layer's scores and weighted values
   double head = 0;       // lm_head of every run's decode rows
   int64_t runs = 0;      // R + 1 (the full run included)
-  int64_t rows_per_layer = 0;  // P + (R + 1) N
+  int64_t rows_per_layer = 0;  // P + (R + 1) N, + kvzip's repeat rows
   double total() const { return linear + attention + head; }
   // for the time (summed over the layers): (query row, key) pairs attended
   double prompt_keys = 0;  // the prompt rows' (rows side by side)

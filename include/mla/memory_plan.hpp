@@ -200,7 +200,7 @@ struct DecodeMemoryRequest {
   int64_t query_window = 32;  // prompt rows whose queries are held besides the N steps (prompt_query_window)
   int64_t budgets = 1;        // how many cache budgets
   int64_t policies = 1;       // policies other than full
-  int64_t features = 0;       // per-token feature arrays the policies read (FeatureNeeds::arrays: 0..5)
+  int64_t features = 0;       // per-token feature arrays the policies read (FeatureNeeds::arrays: 0..6)
   bool naive = false;         // --attention naive: per-head k/v of every token
   Precision precision = Precision::FP32;
   bool dump_tensors = false;
@@ -208,6 +208,7 @@ struct DecodeMemoryRequest {
   int threads = 1;
   Gemm gemm = Gemm::Auto;        // cpu: --gemm (how the prefill's weights are kept)
   bool query_statistics = false; // expected-attention: the prompt's roped queries are kept
+  int64_t reconstruction_rows = 0;  // kvzip: the rows of its largest repeat chunk (0: no kvzip)
 };
 MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMemoryRequest& req);
 // What decode's options ask (memory_plan.cpp): P, N (opt.steps, or input_rows - P when 0), the
@@ -230,6 +231,7 @@ struct ModelMemoryRequest {
   bool keep_hidden_states = false;
   int64_t streams = 1;            // eval: residual streams carried layer to layer (1 + runs)
   int64_t stream_rows = 0;        // eval: rows of each extra stream (N decode steps)
+  int64_t extra_rows = 0;         // eval: kvzip's repeat of the context, a stream carried layer to layer
   int threads = 1;
 };
 // The phases of a streamed forward: the largest layer's weights (as read and as prepared), the

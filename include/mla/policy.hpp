@@ -87,7 +87,7 @@ struct PolicySettings {
 // The presets, in the order `--policy all` runs them (src/policies/registry.def):
 //   full, h2o, h2o-normalized, tova, streaming, snapkv, snapkv-maxpool, pyramidkv, knorm,
 //   expected-attention, scissorhands, value-aware, keydiff, leverage, cur, lagkv, chunkkv, criticalkv, adakv,
-//   random, oracle
+//   random, kvzip, oracle
 const std::vector<std::string>& policy_preset_names();
 // Error(InvalidArgument) naming the unknown policy and listing the presets.
 PolicySettings policy_preset(std::string_view name);
@@ -186,13 +186,16 @@ int64_t pyramid_budget(int64_t layer, int64_t num_layers, int64_t budget, int64_
 //   leverage[t]               [T] (one per latent row, no head): the z-scored leverage of the
 //                             pre-RoPE latent row [c_t | k_pe_t] among the prompt's rows   leverage
 //   lagkv[h, t]               LagKV's rank of t in its lag partition (scored against the next one)  lagkv
+//   reconstruction[h, t]      max over KVzip's repeat rows of their attention on t < P (0 at
+//                             t >= P): add_reconstruction_row; the caller runs the repeat    kvzip
 struct TokenFeatures {
   int64_t heads = 0, tokens = 0;  // n, T
-  std::vector<double> key_norm, value_norm, output_norm, expected_attention, key_diff, leverage, lagkv;
+  std::vector<double> key_norm, value_norm, output_norm, expected_attention, key_diff, leverage, lagkv, reconstruction;
 };
 struct FeatureNeeds {
   bool key_norm = false, value_norm = false, output_norm = false, expected_attention = false, key_diff = false,
        leverage = false, lagkv = false;
+  bool reconstruction = false;   // kvzip: the caller runs the context's repeat (reconstruction_chunks)
   int64_t expected_sinks = 0;    // expected-attention: prompt rows [0, sinks) left out of the query statistics
   int64_t expected_future = 0;   // expected-attention: future positions averaged
   int64_t leverage_sinks = 0;    // leverage: prompt rows [0, sinks) left out of its statistics
@@ -200,13 +203,53 @@ struct FeatureNeeds {
   uint64_t leverage_seed = 0;    // leverage: the sketch's seed
   int64_t lagkv_sinks = 0;       // lagkv: the partitions start after the sinks
   int64_t lagkv_lag = 0;         // lagkv: the partition size
-  bool any() const { return key_norm || value_norm || output_norm || expected_attention || key_diff || leverage || lagkv; }
-  // how many of the [n, T] arrays above are read (0..7; leverage's [T] counted as one): what a memory
+  bool any() const {
+    return key_norm || value_norm || output_norm || expected_attention || key_diff || leverage || lagkv || reconstruction;
+  }
+  // how many of the [n, T] arrays above are read (0..8; leverage's [T] counted as one): what a memory
   // plan holds for them
   int64_t arrays() const {
-    return int64_t{key_norm} + value_norm + output_norm + expected_attention + key_diff + leverage + lagkv;
+    return int64_t{key_norm} + value_norm + output_norm + expected_attention + key_diff + leverage + lagkv + reconstruction;
   }
 };
+
+// ---- KVzip's context reconstruction (src/policies/kvzip.cpp) ---------------------------------
+// After the context [0, P), the model is asked to repeat it, chunk by chunk (kvpress's
+// KVzipPress.prepare: chunks of 2048 tokens). The repeat of a chunk runs at positions P, P+1, ...
+// over the whole context (the model's own attention), and kvzip's score of a context token is the
+// largest attention any repeat row gives it, in a softmax over the sinks, the chunk and the
+// repeat's own rows up to that row (kvpress's score_kvzip). The repeat's text (kvpress's prompts,
+// tokenized by the caller):
+inline constexpr const char* kReconstructionFirst = "\n\nRepeat the previous context exactly.";
+inline constexpr const char* kReconstructionLater = "\n\nRepeat the part of the previous context exactly, starting with";
+inline constexpr const char* kReconstructionSuffix = "\n";  // kvpress's suffix on a model without a chat template
+inline constexpr int64_t kReconstructionChunk = 2048;       // context tokens per chunk
+inline constexpr int64_t kReconstructionPostfix = 8;        // a later chunk's prompt ends with the previous chunk's last 8 tokens
+inline constexpr int64_t kReconstructionSinks = 4;          // a later chunk's softmax also reads positions [0, 4)
+// The repeat's text in the model's ids (empty: the repeat is the context's rows alone, as decode
+// runs it on one layer's hidden states, which hold no row of that text).
+struct ReconstructionText {
+  std::vector<int64_t> first, later, suffix;  // kReconstructionFirst, kReconstructionLater, kReconstructionSuffix
+};
+// Its length's bound before the text is tokenized (memory and cost plans): one id per byte.
+ReconstructionText reconstruction_text_bound();
+struct ReconstructionChunk {
+  int64_t begin = 0, end = 0;   // the context positions it scores
+  int64_t sinks = 0;            // its softmax also reads positions [0, sinks)
+  // its rows in order, at positions P, P+1, ...: >= 0 a copy of context row/token t, < 0 the text
+  // token id -(v + 1): prompt text [+ the previous chunk's last 8 tokens], suffix text, the chunk
+  std::vector<int64_t> rows;
+};
+std::vector<ReconstructionChunk> reconstruction_chunks(int64_t prompt_len, const ReconstructionText& text,
+                                                       int64_t chunk = kReconstructionChunk);
+int64_t reconstruction_rows(const std::vector<ReconstructionChunk>& chunks);  // the largest chunk's row count
+int64_t reconstruction_total_rows(const std::vector<ReconstructionChunk>& chunks);  // every chunk's rows
+// The keys repeat row i of chunk c scores over: [0, sinks) u [begin, end) u [P, P + i], ascending.
+std::vector<int64_t> reconstruction_keys(const ReconstructionChunk& c, int64_t prompt_len, int64_t i);
+// Adds one repeat row's attention probs [n, |keys|] over keys (reconstruction_keys) to
+// f.reconstruction [n, T] (sized, zero, on first use): the max per head at the chunk's positions.
+void add_reconstruction_row(TokenFeatures& f, const ReconstructionChunk& c, std::span<const int64_t> keys,
+                            std::span<const double> probs);
 // What the policies of a run need (several expected-attention settings must agree on sinks
 // and future: Error(InvalidArgument) otherwise); add_feature_needs adds one policy's.
 FeatureNeeds feature_needs(const std::vector<PolicySettings>& policies);

@@ -297,6 +297,7 @@ DecodeMemoryRequest decode_memory_request(const DecodeOptions& opt, int64_t inpu
   const FeatureNeeds needs = feature_needs(opt.policies);
   req.features = needs.arrays();
   req.query_statistics = needs.expected_attention;
+  if (needs.reconstruction) req.reconstruction_rows = reconstruction_rows(reconstruction_chunks(opt.prompt_len, {}));
   return req;
 }
 
@@ -336,6 +337,11 @@ ModelMemoryRequest eval_memory_request(const EvalOptions& opt, bool dump_tensors
   req.precision = opt.precision;
   req.streams = 1 + static_cast<int64_t>(policy_runs(opt.budgets, opt.policies).size());  // full + every run
   req.stream_rows = opt.steps;
+  if (feature_needs(opt.policies).reconstruction) {  // kvzip's repeat (its text's bound when not tokenized yet)
+    const ReconstructionText& t = opt.reconstruction_text;
+    const bool none = t.first.empty() && t.later.empty() && t.suffix.empty();
+    req.extra_rows = reconstruction_total_rows(reconstruction_chunks(opt.prompt_len, none ? reconstruction_text_bound() : t));
+  }
   req.keep_hidden_states = dump_tensors;
   req.threads = resolve_threads(opt.threads);
   return req;

@@ -12,7 +12,8 @@
 //   prefill   the backend's inputs: projections of all T rows, the causal prefill's attention
 //             mass per head, the latent cache, the held queries (compute_cpu_decode_inputs, or
 //             two forwards of the reference backend)
-//   features  the per-token quantities knorm, expected-attention and value-aware read
+//   features  the per-token quantities knorm, expected-attention and value-aware read; kvzip's
+//             context reconstruction (one more prefill and kernel per chunk of the context)
 //   decode    the kernel, then run_decode over N steps, every policy and budget
 //   outputs   decode.csv, summary.csv, decode.svg, budget.svg (>= 2 budgets),
 //             decode_tensors.safetensors (--dump-tensors), report.json, all in one output set
@@ -69,7 +70,7 @@ CommandSpec decode_spec() {
       {"policy", "a,b:key=v,...",
        "presets (each paper's settings, docs/decode.md §2): full, h2o, h2o-normalized, tova, streaming, snapkv, "
        "snapkv-maxpool, pyramidkv, knorm, expected-attention, scissorhands, value-aware, keydiff, leverage, cur, lagkv, chunkkv, "
-       "criticalkv, adakv, random, oracle, or all; "
+       "criticalkv, adakv, random, kvzip, oracle, or all; "
        "name:key=value,key=value changes a setting (sinks, recent=N|N%, heads=sum|max|mean, window, pool=avgN|maxN|none, "
        "future, vnorm=0|1, beta, seed, sketch, cur=key|value|kv_avg|kv_product, local, lag; the wrappers chunkkv, criticalkv, "
        "adakv: press=NAME, press.KEY=VALUE, chunk, first=N%, alpha=N%); full is always computed", "all"},
@@ -246,6 +247,38 @@ TokenFeatures token_features(const LoadedRun& in, const DecodeInputs& inputs, co
   });
 }
 
+// kvzip's context reconstruction on this layer (add_decode_reconstruction) by this run's backend
+// and kernel.
+void reconstruction_scores(const DecodePlan& plan, const LoadedRun& in, const TensorF& hidden, const DecodeOptions& opt,
+                           const ForwardOptions& fopt, TokenFeatures& f, StageSeconds& stages) {
+  const AttentionConfig& cfg = in.ckpt.config();
+  ForwardOptions ropt = fopt;
+  ropt.progress = nullptr;
+  const bool reference = plan.run.backend == BackendKind::Reference;
+  std::unique_ptr<Backend> backend;
+  if (reference) {
+    backend = make_reference_backend();
+    backend->prepare_shared(cfg, in.weights, ropt);
+  }
+  StageTimer t(stages, "kvzip: context reconstruction");
+  add_decode_reconstruction(
+      hidden, opt.prompt_len, opt.prompt_len + opt.steps, cfg.num_attention_heads,
+      [&](const TensorF& rows, const DecodeInputsRequest& req) {
+        return reference ? compute_decode_inputs(*backend, cfg, rows, req, ropt)
+                         : compute_cpu_decode_inputs(cfg, *in.weights, rows, req, ropt);
+      },
+      [&](const DecodeInputs& ri, int64_t R) {
+        DecodeKernelSpec ks;
+        ks.attention = plan.attention;
+        ks.precision = ropt.precision;
+        ks.slots = 1;
+        ks.rows = R;
+        ks.threads = ropt.threads;
+        return reference ? make_reference_decode_kernel(cfg, *in.weights, ri, ks) : make_cpu_decode_kernel(cfg, *in.weights, ri, ks);
+      },
+      f);
+}
+
 // ||h|| of each decode row [N]: the residual stream's norm when the source gives it, else the
 // norm of the row given (which stands for it).
 std::vector<double> residual_norms(const LoadedRun& in, const TensorF& hidden, int64_t P, int64_t N) {
@@ -362,7 +395,8 @@ int execute_decode(const DecodePlan& plan, OutputSet& out) {
   fopt.mask = Mask::Causal;
   fopt.progress = progress.callback();
   const DecodeInputs inputs = prefill(plan, in, hidden, opt, fopt, stages);
-  const TokenFeatures features = token_features(in, inputs, opt, progress, stages);
+  TokenFeatures features = token_features(in, inputs, opt, progress, stages);
+  if (feature_needs(opt.policies).reconstruction) reconstruction_scores(plan, in, hidden, opt, fopt, features, stages);
   progress.finish();
 
   // decode: the kernel, then every step of every policy and budget

@@ -98,7 +98,7 @@ CommandSpec eval_spec() {
       {"policy", "a,b:key=v,...",
        "as decode: presets with each paper's settings (full, h2o, h2o-normalized, tova, streaming, snapkv, snapkv-maxpool, "
        "pyramidkv, knorm, expected-attention, scissorhands, value-aware, keydiff, leverage, cur, lagkv, chunkkv, criticalkv, adakv, "
-       "random, oracle) or all; name:key=value changes a "
+       "random, kvzip, oracle) or all; name:key=value changes a "
        "setting; full is always computed",
        "all"},
       {"sinks", "N", "first N positions never evicted, for every policy that has sinks (overrides the presets)", ""},
@@ -371,6 +371,24 @@ std::unique_ptr<Tokenizer> checkpoint_tokenizer(const EvalPlan& plan, const Mode
   TokenizerOptions opt;
   opt.max_vocab_size = cfg.attention.vocab_size;
   return load_tokenizer(dir.empty() ? "." : dir, opt);
+}
+
+// kvzip's repeat text (mla/policy.hpp kReconstructionFirst, ...) in the model's ids: the
+// checkpoint's tokenizer (each text encoded alone, no special tokens, as kvpress), else the bytes on
+// a byte-level model; else none (the repeat is the context's tokens alone).
+ReconstructionText reconstruction_text(const EvalPlan& plan, const ModelConfig& cfg) {
+  ReconstructionText text;
+  const std::unique_ptr<Tokenizer> tok = checkpoint_tokenizer(plan, cfg);
+  if (!tok && !cfg.byte_level_vocab) return text;
+  const auto ids = [&](const char* s) {
+    if (!tok) return byte_level_token_ids(cfg, s, "kvzip's repeat prompt");
+    const std::vector<uint32_t> u = tok->encode(s);
+    return std::vector<int64_t>(u.begin(), u.end());
+  };
+  text.first = ids(kReconstructionFirst);
+  text.later = ids(kReconstructionLater);
+  text.suffix = ids(kReconstructionSuffix);
+  return text;
 }
 
 std::vector<WindowInput> cut_windows(const EvalPlan& plan, const ModelConfig& cfg) {
@@ -764,6 +782,10 @@ std::vector<EvalWindow> run_windows(const LoadedModel& m, const EvalPlan& plan, 
       }
       return 0;
     });
+  }
+  if (feature_needs(jobs.front().opt.policies).reconstruction) {
+    const ReconstructionText text = timed(stages, "kvzip: the repeat's text", [&] { return reconstruction_text(plan, m.cfg); });
+    for (WindowJob& j : jobs) j.opt.reconstruction_text = text;
   }
   timed(stages, "eval", [&] {
     const int threads = resolve_threads(jobs.front().opt.threads);

@@ -93,4 +93,34 @@ DecodeInputs compute_decode_inputs(Backend& backend, const AttentionConfig& cfg,
   return in;
 }
 
+void add_decode_reconstruction(const TensorF& hidden, int64_t P, int64_t positions, int64_t heads,
+                               const ReconstructionInputs& inputs_of, const ReconstructionKernel& kernel_of, TokenFeatures& f) {
+  const int64_t H = hidden.dim(1);
+  f.heads = heads;
+  f.tokens = positions;
+  f.reconstruction.assign(static_cast<size_t>(heads * positions), 0.0);
+  for (const ReconstructionChunk& c : reconstruction_chunks(P, ReconstructionText{})) {
+    const int64_t R = static_cast<int64_t>(c.rows.size());
+    TensorF rows(hidden.name, {P + R, H});  // [P + R, H]: the context, then the repeat's rows
+    std::copy(hidden.ptr(), hidden.ptr() + P * H, rows.ptr());
+    for (int64_t i = 0; i < R; ++i) {
+      const int64_t t = c.rows[static_cast<size_t>(i)];  // a context row (no text rows here)
+      std::copy(hidden.ptr() + t * H, hidden.ptr() + (t + 1) * H, rows.ptr() + (P + i) * H);
+    }
+    DecodeInputsRequest req;
+    req.prompt_len = P;
+    req.query_window = 1;
+    const DecodeInputs in = inputs_of(rows, req);
+    const std::unique_ptr<DecodeKernel> kernel = kernel_of(in, R);
+    std::vector<double> probs;
+    for (int64_t i = 0; i < R; ++i) {
+      const std::vector<int64_t> keys = reconstruction_keys(c, P, i);
+      kernel->begin_query(P + i);
+      kernel->attend(keys, probs, -1, 0);
+      kernel->end_query();
+      add_reconstruction_row(f, c, keys, probs);
+    }
+  }
+}
+
 }  // namespace mla

@@ -84,6 +84,21 @@ MemoryEstimate estimate_decode_memory(const AttentionConfig& cfg, const DecodeMe
   const std::vector<MemoryPart> inputs = {{"latent_cache [T,r_kv+d_r] f64", mul({T, d.r_kv + d.d_r, kF64})},
                                           {"query_states [n,Q,d_qk] f64", mul({d.n, Q, d.d_qk, kF64})},
                                           {"token features [features,n,T] f64", mul({r.features, d.n, T, kF64})}};
+  // kvzip: each repeat chunk (R rows) after the context, one at a time (cmd_decode.cpp
+  // reconstruction_scores): its rows [P+R,H], the inputs of a prefill of them (latent cache, the
+  // repeat's queries) and a kernel's copies, beside the main inputs
+  if (const int64_t R = r.reconstruction_rows; R > 0) {
+    const int64_t TR = P + R;
+    std::vector<MemoryPart> rec = joined(held, inputs);
+    rec.push_back({"kvzip: [context; repeat] rows [P+R,H] f32", mul({TR, d.H, kF32})});
+    rec.push_back({"kvzip: latent_cache [P+R,r_kv+d_r] f64, twice (inputs, kernel)", mul({2, TR, d.r_kv + d.d_r, kF64})});
+    rec.push_back({"kvzip: query_states [n,R+1,d_qk] f64, twice", mul({2, d.n, R + 1, d.d_qk, kF64})});
+    rec.push_back({"kvzip: prefill of the P context rows (as the prefill's attention)", mul({d.n, P, P, f64 ? 3 * kF64 : 0})});
+    rec.push_back({"kvzip: kernel weights, logits", mul({d.n * (d.d_n + d.d_v) * d.r_kv + d.H * d.n * d.d_v + d.n * TR, e})});
+    if (!r.naive) rec.push_back({"kvzip: absorbed q~ | q_pe [R+1,n*(r_kv+d_r)]", mul({R + 1, d.n, d.r_kv + d.d_r, e})});
+    else rec.push_back({"kvzip: naive kv [P+R,n*(d_n+d_v)]", mul({TR, d.n, d.d_n + d.d_v, e})});
+    phases.push_back({"kvzip: context reconstruction", rec});
+  }
   // the steps: the kernel's copies and buffers, then the traces run_decode keeps
   std::vector<MemoryPart> kernel = {
       {"kernel weights kv_b_proj + o_proj", mul({d.n * (d.d_n + d.d_v) * d.r_kv + d.H * d.n * d.d_v, e})},

@@ -95,6 +95,18 @@ EvalCost eval_cost(const ModelConfig& cfg, const EvalOptions& opt) {
   EvalCost c;
   c.runs = 1 + policies * static_cast<int64_t>(opt.budgets.size());
   c.rows_per_layer = opt.prompt_len + c.runs * opt.steps;
+  double repeat_keys = 0;  // kvzip: its repeat's rows (the text's bound when not tokenized yet) and their keys
+  if (feature_needs(opt.policies).reconstruction) {
+    const ReconstructionText& t = opt.reconstruction_text;
+    const bool none = t.first.empty() && t.later.empty() && t.suffix.empty();
+    for (const ReconstructionChunk& ch : reconstruction_chunks(opt.prompt_len, none ? reconstruction_text_bound() : t)) {
+      const double R = static_cast<double>(ch.rows.size());
+      c.rows_per_layer += static_cast<int64_t>(ch.rows.size());
+      repeat_keys += R * P + R * (R + 1) / 2;  // the model's attention over the context and itself
+      if (ch.sinks > 0 || ch.begin > 0 || ch.end < opt.prompt_len)  // its scores' own softmax
+        repeat_keys += R * static_cast<double>(ch.sinks + ch.end - ch.begin) + R * (R + 1) / 2;
+    }
+  }
   // keys attended by one layer's rows: the prompt rows, the full run, the policies
   EvalCost layer;
   layer.prompt_keys = P * (P + 1) / 2;
@@ -103,7 +115,7 @@ EvalCost eval_cost(const ModelConfig& cfg, const EvalOptions& opt) {
   const double L = static_cast<double>(a.num_hidden_layers);
   for (int64_t l = 0; l < a.num_hidden_layers; ++l) {
     c.linear += static_cast<double>(c.rows_per_layer) * layer_linear_flops(cfg, cfg.is_moe_layer(l));
-    c.attention += (layer.prompt_keys + layer.full_keys + policy_keys) * attention_flops_per_key(a);
+    c.attention += (layer.prompt_keys + layer.full_keys + policy_keys + repeat_keys) * attention_flops_per_key(a);
     if (cfg.is_moe_layer(l) && a.quantization.present)
       c.int4_weights += static_cast<double>(cfg.n_routed_experts) * 3.0 * static_cast<double>(a.hidden_size) *
                         static_cast<double>(cfg.moe_intermediate_size);
@@ -239,7 +251,7 @@ void policy_trial(const ModelConfig& cfg, const EvalOptions& opt, int threads, E
   features.heads = n;
   features.tokens = P + N;
   for (std::vector<double>* v : {&features.key_norm, &features.value_norm, &features.output_norm,
-                                 &features.expected_attention, &features.key_diff, &features.lagkv})
+                                 &features.expected_attention, &features.key_diff, &features.lagkv, &features.reconstruction})
     v->assign(idx(n * (P + N)), 1.0);
   features.leverage.assign(idx(P + N), 1.0);  // one per latent row
   PolicyContext ctx{n, P, P + N, &features, opt.compress == Compression::Decode};

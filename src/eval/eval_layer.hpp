@@ -29,6 +29,7 @@ struct PromptLayer {
   int64_t window = 0;
   MatrixRM latent;                 // [P, r_kv + d_r] the latent cache rows (when features are needed)
   QueryStatistics statistics;      // of the pre-RoPE prompt queries (expected-attention), else empty
+  TokenFeatures reconstruction;    // kvzip: heads, tokens and reconstruction [n, T] (reconstruction_layer)
 };
 
 // The causal forward of the prompt at `layer` (h_prompt [P, H] in place): decoder::layer_forward
@@ -38,6 +39,15 @@ struct PromptLayer {
 // `stages` (may be null): where the layer's time went, "prompt: ..." (decoder::LayerPlugs::stages).
 PromptLayer prefill_layer(decoder::PreparedLayer& layer, MatrixRM& h_prompt, int64_t window, const FeatureNeeds& needs,
                           StageSeconds* stages = nullptr);
+
+// kvzip's repeat of context chunk c at `layer` (mla/policy.hpp reconstruction_chunks), after the
+// prompt's prefill_layer: its rows h_repeat [R, H] (in place) through decoder::layer_forward at
+// positions P .. P+R-1, row i attending the prompt's keys [0, P) and the repeat's own [P, P+i]
+// (the model's attention over the whole context: the rows of the next layer); and row i's
+// attention over reconstruction_keys(c, P, i) (the same softmax when c is the whole context)
+// into prompt.reconstruction (add_reconstruction_row). The repeat's keys are dropped after.
+void reconstruction_layer(decoder::PreparedLayer& layer, PromptLayer& prompt, const ReconstructionChunk& c,
+                          MatrixRM& h_repeat, StageSeconds* stages = nullptr);
 
 // The per-token features of one run at one layer (mla/policy.hpp TokenFeatures): from the
 // prompt's latent rows and the run's own decode rows `latent` [N, r_kv + d_r]; the same bits for

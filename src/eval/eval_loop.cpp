@@ -4,7 +4,8 @@
 //
 // For each layer L (its tensors read, prepared, used, freed; the sweep rule), two passes through
 // the one layer composition (decoder::layer_forward):
-//   1. the prompt rows [0, P): the causal forward, shared by every run (prefill_layer)
+//   1. the prompt rows [0, P): the causal forward, shared by every run (prefill_layer); with kvzip,
+//      then its repeat of the context (each chunk's own rows, reconstruction_layer): its scores
 //   2. the decode rows [P, T) of every run stacked, R x N rows through the layer together (the
 //      projections and o_proj by chunks of 4096 rows, the MLP/MoE as one product each, the MoE
 //      grouping the rows of every run by expert), with the keys and attention plugged in:
@@ -111,7 +112,8 @@ TokenFeatures placeholder_features(int64_t heads, int64_t positions) {
   TokenFeatures f;
   f.heads = heads;
   f.tokens = positions;
-  for (std::vector<double>* v : {&f.key_norm, &f.value_norm, &f.output_norm, &f.expected_attention, &f.key_diff, &f.lagkv})
+  for (std::vector<double>* v : {&f.key_norm, &f.value_norm, &f.output_norm, &f.expected_attention, &f.key_diff, &f.lagkv,
+                                 &f.reconstruction})
     v->assign(idx(heads * positions), 0.0);
   f.leverage.assign(idx(positions), 0.0);  // one per latent row
   return f;
@@ -460,6 +462,17 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     for (const RunState& r : runs) rows.h.middleRows(r.row0, N) = h_decode;
   }
   const FeatureNeeds needs = feature_needs(opt.policies);
+  // kvzip: the context's repeat, chunk by chunk, its own residual stream through every layer
+  std::vector<ReconstructionChunk> chunks;
+  std::vector<MatrixRM> h_repeat;  // [chunks] of [R_c, H]
+  if (needs.reconstruction) {
+    chunks = reconstruction_chunks(P, opt.reconstruction_text);
+    for (const ReconstructionChunk& c : chunks) {
+      std::vector<int64_t> ids;
+      for (int64_t r : c.rows) ids.push_back(r >= 0 ? tokens[idx(r)] : -(r + 1));
+      h_repeat.push_back(decoder::embed(ckpt, ids, opt.precision));
+    }
+  }
   // expected-attention's future rotation depends on neither the layer nor the run: once
   std::vector<double> future_rotation = opt.future_rotation;
   if (needs.expected_attention && future_rotation.empty())
@@ -494,6 +507,15 @@ EvalResult run_eval(const Checkpoint& ckpt, const ModelConfig& cfg, const std::v
     eval::PromptLayer prompt = eval::prefill_layer(*layer, h_prompt, window, needs, &result.profile);
     if (needs.expected_attention) prompt.statistics.future_rotation = future_rotation;
     check_finite(h_prompt, "layer " + std::to_string(L) + " output (the prompt's hidden states)", 0);
+    if (needs.reconstruction) {  // 1b. kvzip's repeat over this layer's prompt keys -> its scores
+      prompt.reconstruction.heads = a.num_attention_heads;
+      prompt.reconstruction.tokens = P + N;
+      prompt.reconstruction.reconstruction.assign(idx(a.num_attention_heads * (P + N)), 0.0);
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        eval::reconstruction_layer(*layer, prompt, chunks[c], h_repeat[c], &result.profile);
+        check_finite(h_repeat[c], "layer " + std::to_string(L) + " output (kvzip's repeat of the context)", P);
+      }
+    }
     // 2, 3: the decode rows of every run through the layer
     const LayerPass lp{*layer, prompt, attention, opt, L, L_count, threads, result.profile};
     decode_layer(lp, runs, rows);

@@ -536,7 +536,9 @@ TokenFeatures compute_token_features(const AttentionConfig& cfg, const LayerWeig
   TokenFeatures f;
   f.heads = d.n;
   f.tokens = latent_cache.empty() ? 0 : latent_cache.dim(0);
-  if (!needs.any()) return f;
+  FeatureNeeds own = needs;
+  own.reconstruction = false;  // kvzip's: its caller runs the context's repeat (mla/policy.hpp)
+  if (!own.any()) return f;
   const int64_t T = f.tokens;
   check_feature_inputs(d, w, latent_cache, T, P, needs, stats);
   threads = cpu::resolve_threads(threads);

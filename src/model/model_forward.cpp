@@ -91,7 +91,7 @@ MemoryEstimate estimate_model_memory(const ModelConfig& cfg, const ModelMemoryRe
   const int64_t per_row = (4 * H + n * d_qk + n * w + (a.kv_lora_rank + a.qk_rope_head_dim) + n * d_v + 3 * width +
                            cfg.num_experts_per_tok * H) * f +
                           n * (d_qk + d_v) * (req.precision == Precision::BF16 ? 2 : f);
-  const int64_t rows = T + std::max<int64_t>(0, req.streams - 1) * req.stream_rows;
+  const int64_t rows = T + std::max<int64_t>(0, req.streams - 1) * req.stream_rows + req.extra_rows;
   MemoryPhase layer{"layer", {}};
   layer.parts.push_back({"layer weights as read (fp32)", layer_params * f});
   layer.parts.push_back({"layer weights prepared (fp32, packed)", layer_params * f});
@@ -101,7 +101,7 @@ MemoryEstimate estimate_model_memory(const ModelConfig& cfg, const ModelMemoryRe
     layer.parts.push_back({"hidden_states of every layer", (a.num_hidden_layers + 1) * T * H * f});
   MemoryPhase head{"head", {}};
   head.parts.push_back({"lm_head (read and prepared)", 2 * V * H * f});
-  head.parts.push_back({"logits", rows * V * f});
+  head.parts.push_back({"logits", (rows - req.extra_rows) * V * f});
   head.parts.push_back({"residual streams", rows * H * f});
   (void)req.threads;
   // the process itself: fixed here (the layer commands measure theirs, process_allowance_bytes)

@@ -394,7 +394,7 @@ BOOST_AUTO_TEST_CASE(demo_model_runs_layer0_and_eval_on_the_shipped_model) {
   BOOST_TEST(contains(csv, ",True,sink,\"<bos>\"\n"));
   BOOST_TEST(std::count(csv.begin(), csv.end(), '\n') == 257);
   const std::string summary = read_text(dir + "/out/eval-summary.csv");
-  BOOST_TEST(std::count(summary.begin(), summary.end(), '\n') == 1 + 18 * 3);  // header + every preset x 3 budgets
+  BOOST_TEST(std::count(summary.begin(), summary.end(), '\n') == 1 + 22 * 3);  // header + every preset x 3 budgets
   for (const char* policy : {"h2o,128", "tova,256", "snapkv,384", "streaming,128"})
     BOOST_TEST(contains(summary, std::string("\n") + policy + ","), policy);
   expect_failure("demo --model '" + dir + "/no-model' --out '" + dir + "/o'", "demo", {"no-model", "heldout.txt"});

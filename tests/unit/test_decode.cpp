@@ -277,8 +277,26 @@ DecodeResult decode_with(const Layer& l, const DecodeInputs& in, DecodeOptions o
   ks.rows = o.steps;
   o.keep_outputs = true;
   auto k = reference ? make_reference_decode_kernel(l.cfg, l.w, in, ks) : make_cpu_decode_kernel(l.cfg, l.w, in, ks);
-  const TokenFeatures f = compute_token_features(l.cfg, l.w, in.latent_cache, o.prompt_len, feature_needs(o.policies),
-                                                 in.query_statistics);
+  TokenFeatures f = compute_token_features(l.cfg, l.w, in.latent_cache, o.prompt_len, feature_needs(o.policies),
+                                           in.query_statistics);
+  if (feature_needs(o.policies).reconstruction) {  // kvzip: the context's repeat on this layer, as decode runs it
+    ForwardOptions fo;
+    fo.precision = p;
+    std::unique_ptr<Backend> rb = reference ? make_reference_backend() : make_cpu_backend();
+    rb->prepare(l.cfg, l.w, fo);
+    add_decode_reconstruction(
+        l.hidden, o.prompt_len, o.prompt_len + o.steps, l.cfg.num_attention_heads,
+        [&](const TensorF& rows, const DecodeInputsRequest& req) {
+          return reference ? compute_decode_inputs(*rb, l.cfg, rows, req, fo) : compute_cpu_decode_inputs(l.cfg, l.w, rows, req, fo);
+        },
+        [&](const DecodeInputs& ri, int64_t R) {
+          DecodeKernelSpec rs = ks;
+          rs.slots = 1;
+          rs.rows = R;
+          return reference ? make_reference_decode_kernel(l.cfg, l.w, ri, rs) : make_cpu_decode_kernel(l.cfg, l.w, ri, rs);
+        },
+        f);
+  }
   DecodeContext c;
   c.head_mass = in.head_mass;
   c.features = &f;
@@ -299,7 +317,7 @@ const char* kSmallPolicies =
     "expected-attention:sinks=2,recent=4,scissorhands:sinks=2,recent=4,window=8,value-aware:sinks=2,recent=4,"
     "keydiff:sinks=2,recent=4,leverage:sinks=2,recent=4,cur:sinks=2,recent=4,lagkv:sinks=2,recent=4,lag=8,"
     "chunkkv:press=h2o,press.sinks=2,press.recent=4,chunk=3,criticalkv:press.window=8,"
-    "adakv:press.window=8,alpha=50%,random:sinks=2,recent=4,oracle";
+    "adakv:press.window=8,alpha=50%,random:sinks=2,recent=4,kvzip:sinks=2,recent=4,oracle";
 
 }  // namespace
 
@@ -506,6 +524,49 @@ BOOST_AUTO_TEST_CASE(cpu_stage_inputs_equal_backend_forwards) {
                             tolerance("query_states", "cpu-vs-reference", prec));
     BOOST_TEST(c4.ok, "statistics mean: " << c4.message);
   }
+}
+
+// kvzip on one layer (add_decode_reconstruction): the context's rows re-run at positions P .. 2P-1
+// (P = 12: one chunk, its softmax the causal one); a token's score per head is the max over those
+// rows of their attention on it. Against one reference forward of the 2P rows [context; context]
+// (attn_weights [n, 2P, 2P], double), for the cpu stages and the absorbed kernel in fp32.
+BOOST_AUTO_TEST_CASE(kvzip_scores_are_the_repeat_rows_attention) {
+  const int64_t P = 12, N = 4, T = P + N;
+  const Layer l = tiny_layer(T);
+  const int64_t n = l.cfg.num_attention_heads, H = l.cfg.hidden_size;
+  ForwardOptions fo;
+  fo.precision = Precision::FP32;
+  TokenFeatures f;
+  add_decode_reconstruction(
+      l.hidden, P, T, n,
+      [&](const TensorF& rows, const DecodeInputsRequest& req) { return compute_cpu_decode_inputs(l.cfg, l.w, rows, req, fo); },
+      [&](const DecodeInputs& in, int64_t R) {
+        DecodeKernelSpec ks;
+        ks.rows = R;
+        return make_cpu_decode_kernel(l.cfg, l.w, in, ks);
+      },
+      f);
+  BOOST_REQUIRE(f.reconstruction.size() == static_cast<size_t>(n * T));
+  TensorF twice("hidden", {2 * P, H});
+  for (int64_t c = 0; c < 2; ++c) std::copy(l.hidden.ptr(), l.hidden.ptr() + P * H, twice.ptr() + c * P * H);
+  auto ref = make_reference_backend();
+  ForwardOptions ro = fo;
+  ro.mask = Mask::Causal;
+  ro.keep_attn_weights = true;
+  ref->prepare(l.cfg, l.w, ro);
+  const ForwardResult whole = ref->forward(twice, ro);
+  std::vector<double> expected(static_cast<size_t>(n * T), 0.0);
+  for (int64_t h = 0; h < n; ++h)
+    for (int64_t q = P; q < 2 * P; ++q)
+      for (int64_t t = 0; t < P; ++t) {
+        double& e = expected[static_cast<size_t>(h * T + t)];
+        e = std::max(e, whole.attn_weights.data[static_cast<size_t>((h * 2 * P + q) * 2 * P + t)]);
+      }
+  const auto c = compare("attn_weights", expected, f.reconstruction, tolerance("attn_weights", "cpu-vs-reference", "fp32"));
+  BOOST_TEST(c.ok, c.message);
+  for (int64_t h = 0; h < n; ++h)  // decoded positions carry no score; the context's differ
+    for (int64_t t = P; t < T; ++t) BOOST_TEST(f.reconstruction[static_cast<size_t>(h * T + t)] == 0.0);
+  BOOST_TEST(*std::max_element(expected.begin(), expected.end()) > 2 * *std::min_element(expected.begin(), expected.begin() + P));
 }
 
 // The token features against their definitions: key_norm = ||key_states[h, t]||, value_norm =

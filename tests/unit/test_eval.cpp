@@ -99,7 +99,7 @@ const std::string kPolicies =
     "snapkv:window=4,snapkv-maxpool:window=4,pyramidkv:window=4,beta=2,knorm:sinks=1,recent=2,"
     "expected-attention:sinks=1,recent=2,future=8,scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,keydiff:sinks=1,recent=2,"
     "leverage:sinks=1,recent=2,cur:sinks=1,recent=2,local=4,lagkv:sinks=1,recent=2,lag=4,"
-    "chunkkv:press=h2o,press.sinks=1,press.recent=2,chunk=3,criticalkv:press.window=4,adakv:press.window=4,alpha=50%,random,oracle";
+    "chunkkv:press=h2o,press.sinks=1,press.recent=2,chunk=3,criticalkv:press.window=4,adakv:press.window=4,alpha=50%,random,kvzip,oracle";
 
 }  // namespace
 
@@ -268,6 +268,14 @@ std::vector<float> token_by_token(const Model& m, const std::vector<int64_t>& id
   };
   std::vector<Layer> layers(static_cast<size_t>(L_count));
   MatrixRM h_prompt = mla::decoder::embed(m.ckpt, std::vector<int64_t>(ids.begin(), ids.begin() + kP), precision);
+  // kvzip: the context's repeat (no text: run_eval's default), its own stream through the layers
+  const std::vector<mla::ReconstructionChunk> chunks = mla::reconstruction_chunks(kP, {});
+  std::vector<MatrixRM> h_repeat;
+  for (const mla::ReconstructionChunk& c : chunks) {
+    std::vector<int64_t> rep;
+    for (int64_t r : c.rows) rep.push_back(ids[static_cast<size_t>(r)]);
+    h_repeat.push_back(mla::decoder::embed(m.ckpt, rep, precision));
+  }
   for (int64_t L = 0; L < L_count; ++L) {
     Layer& l = layers[static_cast<size_t>(L)];
     mla::DecoderLayerWeights w = mla::load_decoder_layer(m.ckpt, cfg, L, true);
@@ -288,6 +296,12 @@ std::vector<float> token_by_token(const Model& m, const std::vector<int64_t>& id
     // features: the prompt's, and zeros for the decode rows until each token arrives
     const int64_t window = mla::policy_observation_window(policy);
     l.prompt = mla::eval::prefill_layer(*l.prepared, h_prompt, window, needs);
+    if (needs.reconstruction) {
+      l.prompt.reconstruction.heads = n;
+      l.prompt.reconstruction.tokens = kP + kN;
+      l.prompt.reconstruction.reconstruction.assign(static_cast<size_t>(n * (kP + kN)), 0.0);
+      for (size_t c = 0; c < chunks.size(); ++c) mla::eval::reconstruction_layer(*l.prepared, l.prompt, chunks[c], h_repeat[c]);
+    }
     l.features = mla::eval::run_features(a, l.attention, l.prompt, l.latent, needs, 1);
     ctx.features = &l.features;
     l.manager = mla::make_cache_manager(policy, K, ctx);
@@ -372,6 +386,125 @@ BOOST_AUTO_TEST_CASE(layer_by_layer_equals_token_by_token) {
       BOOST_TEST_CONTEXT(mla::precision_name(precision) << " " << run.policy.label) {
         BOOST_TEST(same_bits(run.logits.data, token_by_token(m, ids, run.policy, K, precision)));
       }
+  }
+}
+
+// kvzip's repeat at every layer (eval_layer.hpp reconstruction_layer: its own stream over the
+// prompt's keys, layer after layer) is the causal forward of [context; repeat] as one sequence:
+// the same bits for the repeat's rows at every layer, and its scores are, bit for bit, the max
+// over the repeat's rows of that forward's attention (prompt_query_probs) on each context token,
+// per head. Text ids 3 4 5 | 6 stand for the prompt and suffix; one chunk (P = 16 < 2048).
+BOOST_AUTO_TEST_CASE(kvzip_repeat_is_the_causal_forward_of_context_and_repeat) {
+  const Model m;
+  const mla::AttentionConfig& a = m.cfg.attention;
+  const int64_t P = kP, n = a.num_attention_heads;
+  const std::vector<int64_t> ids = fixture_tokens();
+  const std::vector<mla::ReconstructionChunk> chunks = mla::reconstruction_chunks(P, mla::ReconstructionText{{3, 4, 5}, {}, {6}});
+  BOOST_REQUIRE(chunks.size() == 1u);
+  const mla::ReconstructionChunk& c = chunks[0];
+  const int64_t R = static_cast<int64_t>(c.rows.size());
+  BOOST_REQUIRE(R == P + 4);
+  std::vector<int64_t> context(ids.begin(), ids.begin() + P), repeat, sequence = context;
+  for (int64_t r : c.rows) repeat.push_back(r >= 0 ? ids[static_cast<size_t>(r)] : -(r + 1));
+  sequence.insert(sequence.end(), repeat.begin(), repeat.end());
+  for (Precision precision : {Precision::BF16, Precision::FP32}) {
+    mla::decoder::LayerSettings settings;
+    settings.precision = precision;
+    settings.threads = 2;
+    MatrixRM h_prompt = mla::decoder::embed(m.ckpt, context, precision), h_repeat = mla::decoder::embed(m.ckpt, repeat, precision),
+             h_sequence = mla::decoder::embed(m.ckpt, sequence, precision);
+    for (int64_t L = 0; L < a.num_hidden_layers; ++L) {
+      BOOST_TEST_CONTEXT(mla::precision_name(precision) << " layer " << L) {
+        const mla::DecoderLayerWeights w = mla::load_decoder_layer(m.ckpt, m.cfg, L, true);
+        mla::decoder::PreparedLayer layer(m.cfg, w, settings);
+        mla::eval::PromptLayer prompt = mla::eval::prefill_layer(layer, h_prompt, 0, {});
+        prompt.reconstruction.heads = n;
+        prompt.reconstruction.tokens = P;
+        mla::eval::reconstruction_layer(layer, prompt, c, h_repeat);
+        // the one sequence: its last R rows' causal attention over [0, q]
+        const mla::eval::PromptLayer whole = mla::eval::prefill_layer(layer, h_sequence, R, {});
+        std::vector<double> expected(static_cast<size_t>(n * P), 0.0);
+        for (int64_t q = P; q < P + R; ++q) {
+          const std::vector<double> p = mla::eval::prompt_query_probs(layer, whole, q);  // [n, q+1]
+          for (int64_t h = 0; h < n; ++h)
+            for (int64_t t = 0; t < P; ++t) {
+              double& e = expected[static_cast<size_t>(h * P + t)];
+              e = std::max(e, p[static_cast<size_t>(h * (q + 1) + t)]);
+            }
+        }
+        BOOST_TEST(prompt.reconstruction.reconstruction == expected, boost::test_tools::per_element());
+        BOOST_TEST(std::memcmp(h_repeat.data(), h_sequence.data() + P * h_sequence.cols(), sizeof(float) * h_repeat.size()) == 0);
+        BOOST_TEST(std::memcmp(h_prompt.data(), h_sequence.data(), sizeof(float) * h_prompt.size()) == 0);
+        // the scores can fail: they are probabilities that differ between tokens
+        const auto [lo, hi] = std::minmax_element(expected.begin(), expected.end());
+        BOOST_TEST((*lo > 0 && *hi < 1 && *lo < *hi));
+      }
+    }
+  }
+}
+
+// kvzip's chunked repeat (P = 16 in chunks of 4, later chunks' prompt 7 + the previous chunk's
+// last 4 tokens; suffix 6): each chunk's stream gives the rows of the causal forward of
+// [context; that chunk's repeat] bit for bit at every layer, and row i's scores, a softmax over
+// [0, min(4, b)) u [b, e) u [P, P + i] only, equal that forward's causal attention renormalized
+// over those keys (fp32; the row of tolerances.hpp says why they differ in rounding only).
+BOOST_AUTO_TEST_CASE(kvzip_chunked_repeat_scores) {
+  const Model m;
+  const mla::AttentionConfig& a = m.cfg.attention;
+  const int64_t P = kP, n = a.num_attention_heads;
+  const std::vector<int64_t> ids = fixture_tokens();
+  const std::vector<mla::ReconstructionChunk> chunks =
+      mla::reconstruction_chunks(P, mla::ReconstructionText{{3, 4, 5}, {7}, {6}}, 4);
+  BOOST_REQUIRE(chunks.size() == 4u);
+  const Precision precision = Precision::FP32;
+  mla::decoder::LayerSettings settings;
+  settings.precision = precision;
+  settings.threads = 2;
+  const std::vector<int64_t> context(ids.begin(), ids.begin() + P);
+  MatrixRM h_prompt = mla::decoder::embed(m.ckpt, context, precision);
+  std::vector<MatrixRM> h_repeat, h_sequence;
+  for (const mla::ReconstructionChunk& c : chunks) {
+    std::vector<int64_t> repeat, sequence = context;
+    for (int64_t r : c.rows) repeat.push_back(r >= 0 ? ids[static_cast<size_t>(r)] : -(r + 1));
+    sequence.insert(sequence.end(), repeat.begin(), repeat.end());
+    h_repeat.push_back(mla::decoder::embed(m.ckpt, repeat, precision));
+    h_sequence.push_back(mla::decoder::embed(m.ckpt, sequence, precision));
+  }
+  const mla::test::Tolerance& tol = mla::test::tolerance("reconstruction", "subset-softmax-vs-renormalized", "fp32");
+  for (int64_t L = 0; L < a.num_hidden_layers; ++L) {
+    BOOST_TEST_CONTEXT("layer " << L) {
+      const mla::DecoderLayerWeights w = mla::load_decoder_layer(m.ckpt, m.cfg, L, true);
+      mla::decoder::PreparedLayer layer(m.cfg, w, settings);
+      mla::eval::PromptLayer prompt = mla::eval::prefill_layer(layer, h_prompt, 0, {});
+      prompt.reconstruction.heads = n;
+      prompt.reconstruction.tokens = P;
+      std::vector<double> expected(static_cast<size_t>(n * P), 0.0);
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        const mla::ReconstructionChunk& c = chunks[k];
+        const int64_t R = static_cast<int64_t>(c.rows.size());
+        mla::eval::reconstruction_layer(layer, prompt, c, h_repeat[k]);
+        const mla::eval::PromptLayer whole = mla::eval::prefill_layer(layer, h_sequence[k], R, {});
+        for (int64_t i = 0; i < R; ++i) {
+          const int64_t q = P + i;
+          const std::vector<double> p = mla::eval::prompt_query_probs(layer, whole, q);  // [n, q+1]
+          const std::vector<int64_t> keys = mla::reconstruction_keys(c, P, i);
+          for (int64_t h = 0; h < n; ++h) {
+            double z = 0;
+            for (int64_t t : keys) z += p[static_cast<size_t>(h * (q + 1) + t)];
+            for (int64_t t = c.begin; t < c.end; ++t) {
+              double& e = expected[static_cast<size_t>(h * P + t)];
+              e = std::max(e, p[static_cast<size_t>(h * (q + 1) + t)] / z);
+            }
+          }
+        }
+        BOOST_TEST(std::memcmp(h_repeat[k].data(), h_sequence[k].data() + P * h_sequence[k].cols(),
+                               sizeof(float) * h_repeat[k].size()) == 0, "chunk " << k);
+      }
+      const auto r = mla::test::compare("reconstruction", {n, P}, expected, prompt.reconstruction.reconstruction, tol);
+      BOOST_TEST(r.ok, r.message);
+      // every context token is scored, by its own chunk's rows
+      BOOST_TEST(*std::min_element(expected.begin(), expected.end()) > 0);
+    }
   }
 }
 

@@ -312,7 +312,8 @@ BOOST_AUTO_TEST_CASE(decode_plan_counts_every_feature_array) {
       {"criticalkv", 1},                // output_norm
       {"criticalkv:press=knorm", 2},    // output_norm + key_norm
       {"criticalkv,value-aware", 1},    // one output_norm for both
-      {"adakv:press=expected-attention", 2}};
+      {"adakv:press=expected-attention", 2},
+      {"kvzip", 1}};                    // reconstruction
   for (const auto& [policies, arrays] : by_hand) BOOST_TEST(request_of(policies).features == arrays, policies);
   const mla::DecodeMemoryRequest keydiff = request_of("keydiff");
   BOOST_TEST(keydiff.steps == 128);
@@ -327,6 +328,18 @@ BOOST_AUTO_TEST_CASE(decode_plan_counts_every_feature_array) {
   };
   BOOST_TEST(steps_of(keydiff) == steps_of(request_of("knorm")));
   BOOST_TEST(steps_of(keydiff) - steps_of(request_of("streaming")) == kimi.num_attention_heads * (4096 + 128) * 8);
+  // kvzip's repeat on one layer: P = 4096 in two chunks of 2048, the second with the first's last
+  // 8 tokens (no text rows in decode): its largest chunk 2056 rows, and a phase that holds the
+  // [P + 2056, H] rows beside what the steps hold
+  const mla::DecodeMemoryRequest kvzip = request_of("kvzip");
+  BOOST_TEST(kvzip.reconstruction_rows == 2056);
+  BOOST_TEST(request_of("knorm").reconstruction_rows == 0);
+  int64_t repeat = -1;
+  for (const auto& phase : mla::estimate_decode_memory(kimi, kvzip).phases)
+    if (phase.name == "kvzip: context reconstruction") repeat = phase.bytes();
+  BOOST_TEST(repeat > int64_t{4096 + 2056} * kimi.hidden_size * 4);
+  for (const auto& phase : mla::estimate_decode_memory(kimi, request_of("knorm")).phases)
+    BOOST_TEST(phase.name != "kvzip: context reconstruction");
 }
 
 // eval's plan (mla/memory_plan.hpp): its request from the options, and how many windows run at
@@ -344,6 +357,20 @@ BOOST_AUTO_TEST_CASE(eval_plan_and_windows) {
   BOOST_TEST(req.streams == 5);  // full + 2 policies x 2 budgets
   BOOST_TEST(req.stream_rows == 32);
   BOOST_TEST(req.keep_hidden_states);
+  BOOST_TEST(req.extra_rows == 0);
+  {  // kvzip: its repeat's rows, one more stream (the text's bound: one id per byte; two chunks at P = 4096)
+    mla::EvalOptions k = o;
+    k.policies = mla::parse_policy_list("full,kvzip");
+    k.prompt_len = 4096;
+    const auto bytes = [](const char* t) { return static_cast<int64_t>(std::string(t).size()); };
+    const int64_t rows = bytes(mla::kReconstructionFirst) + 1 + 2048 + bytes(mla::kReconstructionLater) + 8 + 1 + 2048;
+    BOOST_TEST(mla::eval_memory_request(k, false).extra_rows == rows);
+    k.reconstruction_text = mla::ReconstructionText{{1, 2}, {3}, {4}};  // tokenized: its ids
+    BOOST_TEST(mla::eval_memory_request(k, false).extra_rows == 2 + 1 + 2048 + 1 + 8 + 1 + 2048);
+    mla::ModelMemoryRequest with = mla::eval_memory_request(k, false), without = with;
+    without.extra_rows = 0;
+    BOOST_TEST(mla::estimate_model_memory(m, with).host_peak_bytes > mla::estimate_model_memory(m, without).host_peak_bytes);
+  }
   const mla::MemoryEstimate one = mla::estimate_model_memory(m, req);
   BOOST_TEST(one.process_bytes == mla::kModelProcessBytes);
   BOOST_TEST(one.host_peak_bytes > one.process_bytes);

@@ -266,6 +266,71 @@ BOOST_AUTO_TEST_CASE(six_tokens_lagkv) {
   check(drive(with("lagkv:sinks=0,recent=1,lag=3"), 3, {kW}, kMass, &f), {1, 2, 3}, {1, 2, 3, 4}, {2, 3, 4, 5}, {1}, {2});
 }
 
+// kvzip (kvpress's KVzipPress): the context's repeat, chunk by chunk. P = 10 in chunks of 4 with
+// text ids first {7, 8}, later {9}, suffix {5} (row -(v+1) is text id v):
+//   chunk [0, 4):  7 8 | 5 | 0 1 2 3                 sinks 0
+//   chunk [4, 8):  9 | 0 1 2 3 (the previous chunk's last 8, here all 4) | 5 | 4 5 6 7   sinks min(4, 4)
+//   chunk [8, 10): 9 | 4 5 6 7 | 5 | 8 9             sinks 4
+// Row i of chunk [4, 8) scores over [0, 4) u [4, 8) u [10, 10 + i].
+BOOST_AUTO_TEST_CASE(kvzip_chunks_and_keys) {
+  const std::vector<ReconstructionChunk> c = reconstruction_chunks(10, ReconstructionText{{7, 8}, {9}, {5}}, 4);
+  BOOST_REQUIRE(c.size() == 3u);
+  BOOST_TEST(c[0].rows == (Positions{-8, -9, -6, 0, 1, 2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(c[1].rows == (Positions{-10, 0, 1, 2, 3, -6, 4, 5, 6, 7}), boost::test_tools::per_element());
+  BOOST_TEST(c[2].rows == (Positions{-10, 4, 5, 6, 7, -6, 8, 9}), boost::test_tools::per_element());
+  BOOST_TEST((c[0].begin == 0 && c[0].end == 4 && c[0].sinks == 0));
+  BOOST_TEST((c[1].begin == 4 && c[1].end == 8 && c[1].sinks == 4));
+  BOOST_TEST((c[2].begin == 8 && c[2].end == 10 && c[2].sinks == 4));
+  BOOST_TEST(reconstruction_rows(c) == 10);
+  BOOST_TEST(reconstruction_total_rows(c) == 25);
+  BOOST_TEST(reconstruction_keys(c[1], 10, 2) == (Positions{0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12}), boost::test_tools::per_element());
+  BOOST_TEST(reconstruction_keys(c[0], 10, 0) == (Positions{0, 1, 2, 3, 10}), boost::test_tools::per_element());
+  // kvpress's defaults: one chunk of the whole context up to 2048 tokens, its softmax the causal one
+  const std::vector<ReconstructionChunk> whole = reconstruction_chunks(2048, {});
+  BOOST_TEST((whole.size() == 1u && whole[0].sinks == 0 && whole[0].end == 2048 && whole[0].rows.size() == 2048u));
+  BOOST_TEST(reconstruction_chunks(2049, {}).size() == 2u);
+  // a later chunk's row: its attention on the sinks and on the repeat's own rows is not a score
+  TokenFeatures f;
+  f.heads = 1;
+  f.tokens = 12;
+  const Positions keys = reconstruction_keys(c[1], 10, 0);  // 0 1 2 3 4 5 6 7 10
+  add_reconstruction_row(f, c[1], keys, std::vector<double>{.2, .1, .1, .1, .05, .15, .02, .03, .24});
+  BOOST_TEST(f.reconstruction == (std::vector<double>{0, 0, 0, 0, .05, .15, .02, .03, 0, 0, 0, 0}),
+             boost::test_tools::per_element());
+  BOOST_CHECK_THROW(add_reconstruction_row(f, c[1], keys, std::vector<double>(8, .1)), std::exception);
+}
+
+// kvzip on the example, two heads, P = 4, one chunk: repeat rows 0 and 1 (keys [0, 4] and [0, 5])
+// give, per head over tokens 0..3 (the rest of each row on the repeat's own keys):
+//   row 0  head 0: .1 .2  .3  .1  | .3        head 1: .4 .05 .25 0   | .3
+//   row 1  head 0: .05 .5 .1  .05 | .2 .1     head 1: .1 .1  .05 .45 | .2 .1
+//   max over rows  head 0: .1 .5 .3 .1        head 1: .4 .1 .25 .45
+//   heads=max (the preset): .4 .5 .3 .45 -> at K = 3 (recent 1: 3 kept) 2 goes: {0, 1, 3}
+//   heads=sum:              .5 .6 .55 .55 -> 0 goes: {1, 2, 3}
+// Decode (scores fixed at the prefill, a decoded token above every context token): x = 4, cache
+// {0,1,3,4}, evictable {0,1,3}: 0 goes (.4); x = 5, cache {1,3,4,5}, evictable {1,3,4}: 3 goes.
+BOOST_AUTO_TEST_CASE(six_tokens_kvzip) {
+  const std::vector<ReconstructionChunk> c = reconstruction_chunks(4, ReconstructionText{{9}, {}, {}});
+  BOOST_REQUIRE(c.size() == 1u);
+  BOOST_TEST(c[0].rows == (Positions{-10, 0, 1, 2, 3}), boost::test_tools::per_element());
+  TokenFeatures f;
+  f.heads = 2;
+  f.tokens = 6;
+  add_reconstruction_row(f, c[0], reconstruction_keys(c[0], 4, 0),
+                         std::vector<double>{.1, .2, .3, .1, .3, /* head 1 */ .4, .05, .25, 0, .3});
+  add_reconstruction_row(f, c[0], reconstruction_keys(c[0], 4, 1),
+                         std::vector<double>{.05, .5, .1, .05, .2, .1, /* head 1 */ .1, .1, .05, .45, .2, .1});
+  BOOST_TEST(f.reconstruction == (std::vector<double>{.1, .5, .3, .1, 0, 0, .4, .1, .25, .45, 0, 0}),
+             boost::test_tools::per_element());
+  check(drive(with("kvzip"), 3, {kW, kW}, kMass, &f), {0, 1, 3}, {0, 1, 3, 4}, {1, 3, 4, 5}, {0}, {3});
+  BOOST_TEST(drive(with("kvzip:heads=sum"), 3, {kW, kW}, kMass, &f).prefill_kept == (Positions{1, 2, 3}),
+             boost::test_tools::per_element());
+  BOOST_TEST((policy_preset("kvzip").sinks == 0 && policy_preset("kvzip").recent == 1 &&
+              policy_preset("kvzip").heads == HeadAggregation::Max));  // max over the group (kvpress)
+  BOOST_TEST(feature_needs({policy_preset("kvzip")}).reconstruction);
+  BOOST_CHECK_THROW(make_cache_manager(policy_preset("kvzip"), 3, PolicyContext{2, 4, 6, nullptr}), std::exception);
+}
+
 // expected-attention (sinks 1, recent 1): score = expected attention x ||v||:
 // .5 x 1, .1 x 4, .2 x 1, .2 x 1, .3 x 2, .4 x 1 = .5, .4, .2, .2, .6, .4.
 // Prefill {1, 2}: 2 goes. Step 4 {1, 3}: 3 goes. Step 5 {1, 4}: 1 (.4 < .6) goes.
@@ -537,6 +602,7 @@ BOOST_AUTO_TEST_CASE(every_policy_holds_its_budget) {
   f.key_diff = {-.9, .2, -.1, .5, 0, -.3};
   f.leverage = {.3, -1.2, .8, -.1, .5, -.4};
   f.lagkv = {.5, 0, 0, .5, 0, .5};
+  f.reconstruction = {.3, .1, .4, .2, 0, 0};
   for (const std::string& name : policy_preset_names()) {
     if (name == "full") continue;
     PolicySettings s = policy_preset(name);
@@ -609,7 +675,7 @@ BOOST_AUTO_TEST_CASE(registry_is_the_one_list) {
   const std::vector<std::string> documented = {
       "full",  "h2o",  "h2o-normalized",     "tova",         "streaming",   "snapkv",  "snapkv-maxpool", "pyramidkv",
       "knorm", "expected-attention", "scissorhands", "value-aware", "keydiff", "leverage", "cur", "lagkv", "chunkkv",
-      "criticalkv", "adakv", "random", "oracle"};
+      "criticalkv", "adakv", "random", "kvzip", "oracle"};
   BOOST_TEST(policy_preset_names() == documented, boost::test_tools::per_element());
   const std::string root = test::data_dir() + "/../..";
   // the first run of lines of a file that start with `open`, each up to `close`: registry.def's
@@ -636,7 +702,7 @@ BOOST_AUTO_TEST_CASE(registry_is_the_one_list) {
   features.heads = 1;
   features.tokens = 160;
   for (std::vector<double>* v : {&features.key_norm, &features.value_norm, &features.output_norm,
-                                 &features.expected_attention, &features.key_diff, &features.lagkv})
+                                 &features.expected_attention, &features.key_diff, &features.lagkv, &features.reconstruction})
     v->assign(160, 1.0);
   features.leverage.assign(160, 1.0);
   for (const std::string& name : documented) {

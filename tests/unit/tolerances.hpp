@@ -521,6 +521,13 @@ inline constexpr Tolerance kTolerances[] = {
    "amax / 448). E4M3 keeps 3 fraction bits, so a normal value rounds to within half an ulp, 2^-4 "
    "= 0.0625 of itself (rtol); subnormals (below 2^-6 scale units) step by 2^-9, half a step 2^-10 "
    "= 9.765625e-4 scale units (atol)"},
+  {"reconstruction", "subset-softmax-vs-renormalized", "fp32", 1e-9, 2e-5, 2e-5, 1.0 - 1e-9,
+   "suite eval (kvzip_chunked_repeat_scores): kvzip's chunked softmax, attend_row over a subset S of "
+   "m <= 40 keys, against attend_row's causal probabilities over every key renormalized over S in "
+   "double. Both exponentiate the same fp32 logits, shifted by different maxima (the shifted "
+   "argument rounds within u32 of |l - max| <= ~30: ~1.8e-6 relative), normalise by fp32 sums of m "
+   "terms (<= m*u32 ~ 2.4e-6 each) and round each probability to fp32 (u32): ~6e-6 relative; ~3x "
+   "margin. atol for probabilities below 1e-9, where fp32 exp's own rounding dominates"},
 };
 // clang-format on
 
