@@ -527,7 +527,12 @@ BOOST_AUTO_TEST_CASE(wrapper_settings) {
     BOOST_TEST_CONTEXT(name) {
       const bool listed = choices.find("|" + name + "|") != std::string::npos;
       const bool wrapper = name == "chunkkv" || name == "criticalkv" || name == "adakv";
-      BOOST_TEST(listed == !(wrapper || name == "full" || name == "oracle" || name == "random" || name == "pyramidkv"));
+      // (leverage, cur, lagkv and kvzip, added beside the wrappers, are not yet inner presses: their
+      // managers give no per-head scores to adakv, or read features a wrapper does not ask for;
+      // docs/decode.md §2.1)
+      const bool not_yet = name == "leverage" || name == "cur" || name == "lagkv" || name == "kvzip";
+      BOOST_TEST(listed == !(wrapper || not_yet || name == "full" || name == "oracle" || name == "random" ||
+                             name == "pyramidkv"));
       for (const char* outer : {"chunkkv", "criticalkv", "adakv"}) {
         std::string what;
         try {

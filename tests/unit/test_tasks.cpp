@@ -340,7 +340,7 @@ BOOST_AUTO_TEST_CASE(teacher_forcing_is_causal) {
         "snapkv-maxpool:window=4,pyramidkv:window=4,beta=2,knorm:sinks=1,recent=2,expected-attention:sinks=1,recent=2,future=8,"
         "scissorhands:window=4,recent=2,value-aware:sinks=1,recent=2,keydiff:sinks=1,recent=2,leverage:sinks=1,recent=2,"
         "cur:sinks=1,recent=2,local=4,lagkv:sinks=1,recent=2,lag=4,"
-        "chunkkv:press=h2o,press.sinks=1,press.recent=2,chunk=3,criticalkv:press.window=4,adakv:press.window=4,alpha=50%,random,oracle");
+        "chunkkv:press=h2o,press.sinks=1,press.recent=2,chunk=3,criticalkv:press.window=4,adakv:press.window=4,alpha=50%,random,kvzip,oracle");
     o.precision = mla::Precision::FP32;
     o.compress = c;
     o.threads = 1;
@@ -349,8 +349,8 @@ BOOST_AUTO_TEST_CASE(teacher_forcing_is_causal) {
     std::vector<int64_t> changed = ids;
     changed[16 + 5] = (changed[16 + 5] + 50) % 97;
     const mla::EvalResult b = mla::run_eval(ckpt, cfg, changed, o);
-    BOOST_TEST_REQUIRE(a.runs.size() == 17u);
-    BOOST_TEST_REQUIRE(b.runs.size() == 17u);
+    BOOST_TEST_REQUIRE(a.runs.size() == 21u);  // every preset but full (not a run)
+    BOOST_TEST_REQUIRE(b.runs.size() == 21u);
     const int64_t V = cfg.attention.vocab_size;
     for (size_t k = 0; k < a.runs.size(); ++k) {
       BOOST_TEST_CONTEXT(a.runs[k].policy.label << " " << mla::compression_name(c)) {
