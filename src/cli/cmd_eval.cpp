@@ -1029,7 +1029,7 @@ std::string task_input_description(const EvalPlan& plan, const TaskSettings& t, 
          (t.context_unit == "bytes" ? "" : ", contexts in " + t.context_unit + " of the checkpoint's tokenizer");
 }
 
-// tasks.csv, task_samples.csv, eval.csv (each window at its own budgets), needle.svg and, with
+// tasks.csv, task_samples.csv, eval.csv (each window at its own budgets), needle.svg (RULER: ruler.svg) and, with
 // --dump-tensors, the first sample's tensors.
 void write_task_files(OutputSet& out, const EvalPlan& plan, const TaskSettings& t, const LoadedModel& m, const Tokenizer& tok,
                       const EvalOptions& opt, const std::vector<TaskSample>& samples, const std::vector<WindowJob>& jobs,
@@ -1045,6 +1045,12 @@ void write_task_files(OutputSet& out, const EvalPlan& plan, const TaskSettings& 
                                          query_placement_name(t.placement) + ", --compress " + compression_name(opt.compress) +
                                          ", " + precision_name(opt.precision) + ", " + std::to_string(t.samples) +
                                          (t.samples == 1 ? " sample" : " samples") + " per cell)"));
+  if (is_ruler_task(t.kind))
+    out.write("ruler.svg", ruler_svg(t, opt.compress, cells,
+                                     m.tag + (task_kinds(t).size() > 1 ? std::string("RULER average") : std::string(task_name(t.kind))) +
+                                         (t.ratios.empty() ? " against the cache budget K" : " against the compression ratio") + " by policy (query " + query_placement_name(t.placement) +
+                                         ", --compress " + compression_name(opt.compress) + ", " + precision_name(opt.precision) +
+                                         ", " + std::to_string(t.samples) + (t.samples == 1 ? " sample" : " samples") + " per task)"));
   if (plan.dump_tensors) {
     EvalOptions first = opt;
     first.prompt_len = samples.front().prompt_len;

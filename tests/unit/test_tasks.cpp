@@ -35,6 +35,7 @@
 #include "mla/tasks.hpp"
 #include "mla/tokenizer.hpp"
 #include "test_util.hpp"
+#include "tolerances.hpp"
 
 namespace {
 
@@ -747,6 +748,63 @@ BOOST_AUTO_TEST_CASE(cli_ruler_all_tasks) {
   expect_task_error(text + "--task niah_single_2 --context 1024 --depths 50 --cache-budget 64", "leave --depths out");
   expect_task_error(text + "--task niah_multikey_3 --context 150 --cache-budget 64", "--context 150 is too short for --task niah_multikey_3");
   expect_task_error(text + "--task ruler --context 1024 --cache-budget 64 --policy streaming", "--context 1024 is too short for --task niah_multikey_3");
+}
+
+
+// ruler.svg on the recall model: --task ruler at two ratios and two policies gives one panel, one
+// polyline per policy and full, the ratios as the x axis's labels, and every dot's value (its
+// tooltip) is tasks.csv's "ruler" row for that run, drawn where the y axis's ticks put that value.
+BOOST_AUTO_TEST_CASE(cli_ruler_svg) {
+  const std::string out = scratch_dir("tasks-ruler-svg") + "/o";
+  const RunResult r = run_cli("eval --checkpoint '" + recall_model() + "' --text '" + recall_model() +
+                              "/eval/heldout.txt' --task ruler --context 2048 --samples 1 --compression-ratio 0.25,0.75 --policy "
+                              "streaming:sinks=4,h2o --quiet --threads 2 --out '" + out + "'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string csv = mla::test::read_text(out + "/tasks.csv");
+  const std::string svg = mla::test::read_text(out + "/ruler.svg");
+  BOOST_TEST(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0u);
+  BOOST_TEST(svg.ends_with("</svg>\n"));
+  BOOST_TEST(count_of(svg, "<polyline ") == 3u);  // full, streaming, h2o
+  for (const char* id : {"ruler:full@2048", "ruler:streaming:sinks=4@2048", "ruler:h2o@2048"})
+    BOOST_TEST(count_of(svg, std::string("<polyline id=\"") + id + "\"") == 1u, id);
+  for (const char* x : {"0.25", "0.75"}) BOOST_TEST(contains(svg, std::string("text-anchor=\"middle\">") + x + "</text>"), x);
+  BOOST_TEST(contains(svg, "compression ratio r"));
+  // the y axis: the printed positions of its lowest and highest tick labels (y = Y(v) + 4)
+  std::vector<std::pair<double, double>> y_ticks;  // (value, pixel)
+  for (size_t at = svg.find("<text x=\"64.00\" y=\""); at != std::string::npos; at = svg.find("<text x=\"64.00\" y=\"", at + 1)) {
+    const size_t y = at + std::strlen("<text x=\"64.00\" y=\"");
+    const size_t v = svg.find('>', y) + 1;
+    y_ticks.emplace_back(std::stod(svg.substr(v, svg.find('<', v) - v)), std::stod(svg.substr(y)) - 4);
+  }
+  BOOST_TEST_REQUIRE(y_ticks.size() >= 2u);
+  const auto [v0, p0] = y_ticks.front();
+  const auto [v1, p1] = y_ticks.back();
+  const double px = mla::test::tolerance("ruler.svg dot y", "svg-printed-vs-tick-mapping", "double").atol;
+  // every ruler row of tasks.csv: its dot, with its value as tasks.csv prints it, at its height
+  size_t rows = 0, full_dots = 0;
+  for (size_t at = csv.find("\nruler,"); at != std::string::npos; at = csv.find("\nruler,", at + 1)) {
+    std::vector<std::string> f;
+    std::string x;
+    for (char c : csv.substr(at + 1, csv.find('\n', at + 1) - at - 1) + ",") {
+      if (c == ',') { f.push_back(x); x.clear(); } else { x += c; }
+    }
+    ++rows;
+    const std::string policy = f.at(3), budget = f.at(4), ratio = f.at(5), value = f.at(10);
+    char r_text[32];
+    std::snprintf(r_text, sizeof r_text, "%g", std::stod(ratio));
+    const std::string tip = policy == "full" ? "<title>full: " + value + "</title>"
+                                             : "<title>" + policy + " r=" + r_text + " (K=" + budget + "): " + value + "</title>";
+    const size_t dot = svg.find(tip);
+    BOOST_TEST_REQUIRE(dot != std::string::npos, tip + "\n" + svg);
+    const size_t circle = svg.rfind("<circle ", dot);
+    const size_t cy = svg.find("cy=\"", circle) + 4;
+    const double want = p0 + (std::stod(value) - v0) * (p1 - p0) / (v1 - v0);
+    BOOST_TEST(std::abs(std::stod(svg.substr(cy)) - want) <= px, tip);
+    if (policy == "full") full_dots = count_of(svg, tip);
+  }
+  BOOST_TEST(rows == 6u);       // (full, streaming, h2o) x 2 ratios
+  BOOST_TEST(full_dots == 2u);  // full: one value, drawn at both ends of the ratios' span
+  BOOST_TEST(count_of(svg, "<circle ") == 6u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
