@@ -9,7 +9,8 @@
 //             (--dump-tensors), report.json; the summary table on stdout
 // With --task (execute_eval_tasks, docs/eval.md §7) the same stages over generated samples: load
 // also reads the filler and generates every sample (mla/tasks.hpp), each sample is one window with
-// its own P and N, and outputs are tasks.csv, task_samples.csv, eval.csv, needle.svg, report.json.
+// its own P and N, and outputs are tasks.csv, task_samples.csv, eval.csv, needle.svg (RULER's tasks:
+// ruler.svg), report.json.
 //
 // Shape legend: T tokens, P prompt rows, N steps, V vocab_size, H hidden_size.
 #include <malloc.h>
@@ -1084,7 +1085,7 @@ int print_dry_run(const EvalPlan& plan, const MemoryEstimate& mem) {
 
 // --task (docs/eval.md §7): load (the samples from --text and --seed, every check), eval (each
 // sample one window with its own P and N), outputs (tasks.csv, task_samples.csv, eval.csv,
-// needle.svg, report.json; the table on stdout).
+// needle.svg or ruler.svg, report.json; the table on stdout).
 int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
   StageSeconds stages;
   // ---- load ----
