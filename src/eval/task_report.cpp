@@ -439,6 +439,7 @@ std::string ruler_svg(const TaskSettings& t, Compression compress, const std::ve
                                 ": " + format_double(y);
         if (a.policy == "full") {  // the reference: one value, drawn across the x span
           for (double x : {xs.empty() ? 0.0 : xs.front(), xs.empty() ? 0.0 : xs.back()}) {
+            if (!sr.points.empty() && sr.points.back().first == x) break;  // one x: one dot
             sr.points.emplace_back(x, y);
             sr.tips.push_back(tip);
           }

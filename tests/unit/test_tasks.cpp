@@ -702,6 +702,59 @@ BOOST_AUTO_TEST_CASE(ruler_string_match_all_by_hand) {
   BOOST_TEST(contains(csv, "\nniah_single_1,agnostic,decode,h2o,8,,900,1,1,1,100,1,1\n"), csv);
   BOOST_TEST(contains(csv, "\nruler,agnostic,decode,h2o,8,,900,2,5,4,87.5,,\n"), csv);           // (75 + 100) / 2
   BOOST_TEST(contains(csv, "\nruler,agnostic,decode,full,8,,900,2,5,5,100,,\n"), csv);
+  // ruler.svg with --cache-budget: K on the x axis, the averages above as the dots' values
+  const std::string svg = mla::ruler_svg(t, mla::Compression::Decode, cells, "t");
+  BOOST_TEST(contains(svg, "<title>h2o K=8: 87.5</title>"), svg);
+  BOOST_TEST(count_of(svg, "<title>full: 100</title>") == 1u, svg);  // one K: full's line is one point
+  BOOST_TEST(contains(svg, ">cache budget K (latent rows per layer)</text>"), svg);
+  BOOST_TEST(count_of(svg, "<polyline ") == 2u);
+}
+
+// ruler.svg from hand-made cells: one panel per context, a line per policy in each (ids unique in
+// the file), the ratios as x labels, the dots at the averages of the two tasks' scores.
+BOOST_AUTO_TEST_CASE(ruler_svg_panels_by_hand) {
+  mla::TaskSettings t;
+  t.kind = TaskKind::NiahSingle1;
+  t.kinds = {TaskKind::NiahSingle1, TaskKind::Vt};
+  t.contexts = {1000, 2000};
+  t.depths = {0};
+  t.ratios = {0.5, 0.25};
+  t.context_unit = "bytes";
+  std::vector<mla::TaskCell> cells;
+  // slot b: full then snapkv; per task and context one sample scored found / refs
+  for (size_t b = 0; b < 2; ++b)
+    for (const char* policy : {"full", "snapkv"})
+      for (TaskKind k : t.kinds)
+        for (int64_t L : t.contexts) {
+          mla::TaskCell c;
+          c.kind = k;
+          c.policy = policy;
+          c.slot = b;
+          c.ratio = t.ratios[b];
+          c.context = L;
+          c.budget = std::llround((1 - c.ratio) * static_cast<double>(L));
+          c.samples = 1;
+          c.refs = 4;
+          c.found = std::string(policy) == "full" ? 4 : static_cast<int64_t>(b) + (k == TaskKind::Vt ? 1 : 0) + (L == 2000 ? 1 : 0);
+          c.match_sum = static_cast<double>(c.found) / 4.0;
+          cells.push_back(c);
+        }
+  const std::string svg = mla::ruler_svg(t, mla::Compression::Prefill, cells, "t");
+  BOOST_TEST(count_of(svg, "<polyline ") == 4u);  // (full, snapkv) x 2 contexts
+  for (const char* id : {"ruler:full@1000", "ruler:snapkv@1000", "ruler:full@2000", "ruler:snapkv@2000"})
+    BOOST_TEST(count_of(svg, std::string("id=\"") + id + "\"") == 1u, id);
+  BOOST_TEST(contains(svg, ">context 1000 bytes, query agnostic, --compress prefill</text>"), svg);
+  BOOST_TEST(contains(svg, ">context 2000 bytes, query agnostic, --compress prefill</text>"), svg);
+  BOOST_TEST(count_of(svg, "text-anchor=\"middle\">0.25</text>") == 2u);
+  BOOST_TEST(count_of(svg, "text-anchor=\"middle\">0.5</text>") == 2u);
+  // snapkv at r = 0.5 (slot 0), context 1000: (0/4 + 1/4) x 100 / 2 tasks = 12.5; r = 0.25, 2000: (2/4 + 3/4) / 2 = 62.5
+  BOOST_TEST(contains(svg, "<title>snapkv r=0.5 (K=500): 12.5</title>"), svg);
+  BOOST_TEST(contains(svg, "<title>snapkv r=0.25 (K=1500): 62.5</title>"), svg);
+  BOOST_TEST(count_of(svg, "<title>full: 100</title>") == 4u);  // both ends of each panel's span
+  // the x axis ascends: r = 0.25 left of r = 0.5 in the first panel's snapkv line
+  const size_t line = svg.find("id=\"ruler:snapkv@1000\"");
+  const size_t pts = svg.find("points=\"", line) + 8;
+  BOOST_TEST(svg.substr(pts, 6) == "70.00,");
 }
 
 // --task ruler on the recall model: every task's row and RULER's average per run in tasks.csv
