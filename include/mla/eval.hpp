@@ -323,6 +323,10 @@ std::string ruler_table(const TaskSettings& t, const std::vector<TaskCell>& cell
 // needle.svg: one heat map per policy (full once, then per budget or ratio), context across, depth
 // down, each cell coloured by its exact-match share (red 0, yellow 0.5, green 1) and labelled in percent.
 std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells, const std::string& title);
+// ruler.svg (RULER's tasks): per context a panel of RULER's average (ruler_averages, as tasks.csv's
+// "ruler" rows give it) against the compression ratio (--cache-budget: against K), one line per
+// policy, full a horizontal line; each dot's tooltip "NAME r=R (K=k): VALUE" with tasks.csv's value.
+std::string ruler_svg(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells, const std::string& title);
 // report.json of a --task run (format "mla-h2o eval report v1", "task" set): what eval_report_json
 // says of the model, options and policies, then the task, every sample and the cells.
 std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,

@@ -9,7 +9,8 @@
 //             (--dump-tensors), report.json; the summary table on stdout
 // With --task (execute_eval_tasks, docs/eval.md §7) the same stages over generated samples: load
 // also reads the filler and generates every sample (mla/tasks.hpp), each sample is one window with
-// its own P and N, and outputs are tasks.csv, task_samples.csv, eval.csv, needle.svg, report.json.
+// its own P and N, and outputs are tasks.csv, task_samples.csv, eval.csv, needle.svg (RULER's tasks:
+// ruler.svg), report.json.
 //
 // Shape legend: T tokens, P prompt rows, N steps, V vocab_size, H hidden_size.
 #include <malloc.h>
@@ -1029,7 +1030,7 @@ std::string task_input_description(const EvalPlan& plan, const TaskSettings& t, 
          (t.context_unit == "bytes" ? "" : ", contexts in " + t.context_unit + " of the checkpoint's tokenizer");
 }
 
-// tasks.csv, task_samples.csv, eval.csv (each window at its own budgets), needle.svg and, with
+// tasks.csv, task_samples.csv, eval.csv (each window at its own budgets), needle.svg (RULER: ruler.svg) and, with
 // --dump-tensors, the first sample's tensors.
 void write_task_files(OutputSet& out, const EvalPlan& plan, const TaskSettings& t, const LoadedModel& m, const Tokenizer& tok,
                       const EvalOptions& opt, const std::vector<TaskSample>& samples, const std::vector<WindowJob>& jobs,
@@ -1045,6 +1046,12 @@ void write_task_files(OutputSet& out, const EvalPlan& plan, const TaskSettings& 
                                          query_placement_name(t.placement) + ", --compress " + compression_name(opt.compress) +
                                          ", " + precision_name(opt.precision) + ", " + std::to_string(t.samples) +
                                          (t.samples == 1 ? " sample" : " samples") + " per cell)"));
+  if (is_ruler_task(t.kind))
+    out.write("ruler.svg", ruler_svg(t, opt.compress, cells,
+                                     m.tag + (task_kinds(t).size() > 1 ? std::string("RULER average") : std::string(task_name(t.kind))) +
+                                         (t.ratios.empty() ? " against the cache budget K" : " against the compression ratio") + " by policy (query " + query_placement_name(t.placement) +
+                                         ", --compress " + compression_name(opt.compress) + ", " + precision_name(opt.precision) +
+                                         ", " + std::to_string(t.samples) + (t.samples == 1 ? " sample" : " samples") + " per task)"));
   if (plan.dump_tensors) {
     EvalOptions first = opt;
     first.prompt_len = samples.front().prompt_len;
@@ -1078,7 +1085,7 @@ int print_dry_run(const EvalPlan& plan, const MemoryEstimate& mem) {
 
 // --task (docs/eval.md §7): load (the samples from --text and --seed, every check), eval (each
 // sample one window with its own P and N), outputs (tasks.csv, task_samples.csv, eval.csv,
-// needle.svg, report.json; the table on stdout).
+// needle.svg or ruler.svg, report.json; the table on stdout).
 int execute_eval_tasks(const EvalPlan& plan, OutputSet* out_or_dry) {
   StageSeconds stages;
   // ---- load ----

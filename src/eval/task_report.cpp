@@ -2,7 +2,8 @@
 // docs/eval.md §7), each a pure function of the samples and their EvalResults:
 //   score_answer      one run's answer on one sample (teacher-forced top-1 = greedy exact match)
 //   task_cells        per (policy, budget, context, depth): samples answered exactly, tokens right
-//   tasks.csv, task_samples.csv, the stdout table, needle.svg (one heat map per policy), report.json
+//   tasks.csv, task_samples.csv, the stdout table, needle.svg (one heat map per policy), ruler.svg
+//   (RULER's average against the compression ratio, one line per policy), report.json
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -397,6 +398,70 @@ std::string needle_svg(const TaskSettings& t, const std::vector<TaskCell>& cells
   }
   s += "</svg>\n";
   return s;
+}
+
+// ---- ruler.svg -----------------------------------------------------------------------------
+//
+// kvpress's leaderboard figure: RULER's average (ruler_averages, the value of tasks.csv's "ruler"
+// rows, or the one task's string_match_all) against the compression ratio, one line per policy,
+// full as a horizontal line over the ratios' span; one panel per context. A run has one query
+// placement and one --compress, named in each panel's title. With --cache-budget the x axis is K.
+std::string ruler_svg(const TaskSettings& t, Compression compress, const std::vector<TaskCell>& cells, const std::string& title) {
+  const bool ratios = !t.ratios.empty();
+  const std::vector<TaskCell> avg = ruler_averages(cells);
+  std::vector<double> xs;  // the x of every slot but full's
+  for (const TaskCell& a : avg)
+    if (a.policy != "full") {
+      const double x = ratios ? a.ratio : static_cast<double>(a.budget);
+      if (std::find(xs.begin(), xs.end(), x) == xs.end()) xs.push_back(x);
+    }
+  std::sort(xs.begin(), xs.end());
+  std::vector<std::string> policies;  // full first, then the policies in run order
+  for (const TaskCell& a : avg)
+    if (std::find(policies.begin(), policies.end(), a.policy) == policies.end()) policies.push_back(a.policy);
+  std::stable_partition(policies.begin(), policies.end(), [](const std::string& p) { return p == "full"; });
+  std::vector<svg::Panel> panels;
+  for (int64_t L : t.contexts) {
+    svg::Panel panel{"context " + std::to_string(L) + " " + t.context_unit + ", query " + query_placement_name(t.placement) +
+                         ", --compress " + compression_name(compress),
+                     ratios ? "compression ratio r (K = round((1 - r) P) at each sample's P)" : "cache budget K (latent rows per layer)",
+                     task_kinds(t).size() > 1 ? "RULER average (string_match_all x 100, mean over the tasks)"
+                                              : std::string(task_name(t.kind)) + " string_match_all x 100",
+                     {}, ratios ? xs : std::vector<double>{}};
+    for (size_t k = 0; k < policies.size(); ++k) {
+      svg::Series sr{policies[k] == "full" ? "full (no eviction)" : policies[k], "", {}};
+      sr.id = "ruler:" + policies[k];
+      sr.style = static_cast<int64_t>(k);
+      for (const TaskCell& a : avg) {
+        if (a.policy != policies[k] || a.context != L) continue;
+        const double y = a.match_sum / static_cast<double>(a.tasks);  // tasks.csv's average
+        const std::string tip = run_name(a) + (ratios && a.policy != "full" ? " (K=" + std::to_string(a.budget) + ")" : "") +
+                                ": " + format_double(y);
+        if (a.policy == "full") {  // the reference: one value, drawn across the x span
+          for (double x : {xs.empty() ? 0.0 : xs.front(), xs.empty() ? 0.0 : xs.back()}) {
+            if (!sr.points.empty() && sr.points.back().first == x) break;  // one x: one dot
+            sr.points.emplace_back(x, y);
+            sr.tips.push_back(tip);
+          }
+          break;
+        }
+        sr.points.emplace_back(ratios ? a.ratio : static_cast<double>(a.budget), y);
+        sr.tips.push_back(tip);
+      }
+      std::vector<size_t> order(sr.points.size());  // ascending x
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sr.points[a].first < sr.points[b].first; });
+      svg::Series sorted = sr;
+      for (size_t i = 0; i < order.size(); ++i) {
+        sorted.points[i] = sr.points[order[i]];
+        sorted.tips[i] = sr.tips[order[i]];
+      }
+      if (!sorted.points.empty()) panel.series.push_back(sorted);
+    }
+    for (size_t k = 0; k < panel.series.size(); ++k) panel.series[k].id += "@" + std::to_string(L);  // unique in the file
+    panels.push_back(panel);
+  }
+  return svg::panel_chart(title, panels);
 }
 
 std::string eval_tasks_report_json(const EvalRunInfo& info, const ModelConfig& cfg, const EvalOptions& opt,

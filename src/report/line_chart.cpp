@@ -1,5 +1,5 @@
 // src/report/line_chart.cpp — the hand-written SVG charts of svg_util.hpp: line_chart and
-// panel_chart (decode's decode.svg and budget.svg, eval's budget.svg and layers.svg) and
+// panel_chart (decode's decode.svg and budget.svg, eval's budget.svg, layers.svg and ruler.svg) and
 // interval_chart (eval's leaderboard.svg).
 //
 // Line chart geometry: 1120 x 480 per panel; plot area x in [70, 760], y in [50, 420], legend
@@ -78,7 +78,7 @@ std::string line_panel(const Panel& p, double dy) {
   for (const double v : ticks(y_bottom, y_top, y_step))
     s += "<text x=\"" + num(left - 6) + "\" y=\"" + num(Y(v) + 4) + "\" text-anchor=\"end\">" +
          tick_label(std::abs(v) < y_step * 1e-9 ? 0.0 : v) + "</text>\n";
-  for (const double v : ticks(std::ceil(x_min / x_step) * x_step, x_max, x_step))
+  for (const double v : p.x_ticks.empty() ? ticks(std::ceil(x_min / x_step) * x_step, x_max, x_step) : p.x_ticks)
     s += "<text x=\"" + num(X(v)) + "\" y=\"" + num(dy + bottom + 16) + "\" text-anchor=\"middle\">" + tick_label(v) +
          "</text>\n";
   s += "</g>\n";
@@ -99,7 +99,9 @@ std::string line_panel(const Panel& p, double dy) {
     for (size_t i = 0; i < sr.points.size(); ++i) {  // points too, so a single budget still shows
       const auto& [x, y] = sr.points[i];
       if (!std::isfinite(y)) continue;
-      s += "<circle cx=\"" + num(X(x)) + "\" cy=\"" + num(Y(y)) + "\" r=\"2.5\" fill=\"" + colour + "\"/>\n";
+      const std::string tip = i < sr.tips.size() ? sr.tips[i] : std::string();
+      s += "<circle cx=\"" + num(X(x)) + "\" cy=\"" + num(Y(y)) + "\" r=\"2.5\" fill=\"" + colour +
+           (tip.empty() ? "\"/>\n" : "\"><title>" + xml_escape(tip) + "</title></circle>\n");
       if (i < sr.intervals.size() && std::isfinite(sr.intervals[i].first) && std::isfinite(sr.intervals[i].second)) {
         const double cx = X(x), lo = Y(sr.intervals[i].first), hi = Y(sr.intervals[i].second);
         s += "<path d=\"M" + num(cx) + "," + num(lo) + "V" + num(hi) + "M" + num(cx - 3) + "," + num(lo) + "H" +

@@ -68,7 +68,8 @@ inline std::vector<double> ticks(double from, double to, double step) {
 // (a non-finite y is skipped), optionally one (low, high) interval per point drawn as a whisker
 // (a non-finite bound: no whisker), the id of its polyline ("" = the label; ids are unique in a
 // file) and its style index (-1 = its index in the chart: panels of one figure pass the index
-// the series has in the whole figure, so a policy keeps its colour and dash in every panel).
+// the series has in the whole figure, so a policy keeps its colour and dash in every panel) and
+// optionally one tooltip per point (the <title> of its dot; "" or none: no tooltip).
 struct Series {
   std::string label;
   std::string colour;
@@ -76,6 +77,7 @@ struct Series {
   std::vector<std::pair<double, double>> intervals = {};
   std::string id = {};
   int64_t style = -1;
+  std::vector<std::string> tips = {};
 };
 // Style k: 8 colours, solid for k < 8, dashed for 8 <= k < 16, dotted after: 24 series are told
 // apart by colour and dash together.
@@ -84,10 +86,12 @@ struct SeriesStyle {
   const char* dash;  // SVG stroke-dasharray, "" = solid
 };
 SeriesStyle series_style(size_t k);
-// One panel of a figure (line_chart.cpp).
+// One panel of a figure (line_chart.cpp); x_ticks, when given, are the x axis's labelled values
+// (the compression ratios of ruler.svg) instead of evenly stepped ones.
 struct Panel {
   std::string title, x_label, y_label;
   std::vector<Series> series;
+  std::vector<double> x_ticks = {};
 };
 // 1120 x 480 SVG, one polyline (with dots and whiskers) per series, legend on the right. x ticks
 // are integers when every x is (layers, budgets, steps).

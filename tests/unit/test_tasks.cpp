@@ -35,6 +35,7 @@
 #include "mla/tasks.hpp"
 #include "mla/tokenizer.hpp"
 #include "test_util.hpp"
+#include "tolerances.hpp"
 
 namespace {
 
@@ -701,6 +702,59 @@ BOOST_AUTO_TEST_CASE(ruler_string_match_all_by_hand) {
   BOOST_TEST(contains(csv, "\nniah_single_1,agnostic,decode,h2o,8,,900,1,1,1,100,1,1\n"), csv);
   BOOST_TEST(contains(csv, "\nruler,agnostic,decode,h2o,8,,900,2,5,4,87.5,,\n"), csv);           // (75 + 100) / 2
   BOOST_TEST(contains(csv, "\nruler,agnostic,decode,full,8,,900,2,5,5,100,,\n"), csv);
+  // ruler.svg with --cache-budget: K on the x axis, the averages above as the dots' values
+  const std::string svg = mla::ruler_svg(t, mla::Compression::Decode, cells, "t");
+  BOOST_TEST(contains(svg, "<title>h2o K=8: 87.5</title>"), svg);
+  BOOST_TEST(count_of(svg, "<title>full: 100</title>") == 1u, svg);  // one K: full's line is one point
+  BOOST_TEST(contains(svg, ">cache budget K (latent rows per layer)</text>"), svg);
+  BOOST_TEST(count_of(svg, "<polyline ") == 2u);
+}
+
+// ruler.svg from hand-made cells: one panel per context, a line per policy in each (ids unique in
+// the file), the ratios as x labels, the dots at the averages of the two tasks' scores.
+BOOST_AUTO_TEST_CASE(ruler_svg_panels_by_hand) {
+  mla::TaskSettings t;
+  t.kind = TaskKind::NiahSingle1;
+  t.kinds = {TaskKind::NiahSingle1, TaskKind::Vt};
+  t.contexts = {1000, 2000};
+  t.depths = {0};
+  t.ratios = {0.5, 0.25};
+  t.context_unit = "bytes";
+  std::vector<mla::TaskCell> cells;
+  // slot b: full then snapkv; per task and context one sample scored found / refs
+  for (size_t b = 0; b < 2; ++b)
+    for (const char* policy : {"full", "snapkv"})
+      for (TaskKind k : t.kinds)
+        for (int64_t L : t.contexts) {
+          mla::TaskCell c;
+          c.kind = k;
+          c.policy = policy;
+          c.slot = b;
+          c.ratio = t.ratios[b];
+          c.context = L;
+          c.budget = std::llround((1 - c.ratio) * static_cast<double>(L));
+          c.samples = 1;
+          c.refs = 4;
+          c.found = std::string(policy) == "full" ? 4 : static_cast<int64_t>(b) + (k == TaskKind::Vt ? 1 : 0) + (L == 2000 ? 1 : 0);
+          c.match_sum = static_cast<double>(c.found) / 4.0;
+          cells.push_back(c);
+        }
+  const std::string svg = mla::ruler_svg(t, mla::Compression::Prefill, cells, "t");
+  BOOST_TEST(count_of(svg, "<polyline ") == 4u);  // (full, snapkv) x 2 contexts
+  for (const char* id : {"ruler:full@1000", "ruler:snapkv@1000", "ruler:full@2000", "ruler:snapkv@2000"})
+    BOOST_TEST(count_of(svg, std::string("id=\"") + id + "\"") == 1u, id);
+  BOOST_TEST(contains(svg, ">context 1000 bytes, query agnostic, --compress prefill</text>"), svg);
+  BOOST_TEST(contains(svg, ">context 2000 bytes, query agnostic, --compress prefill</text>"), svg);
+  BOOST_TEST(count_of(svg, "text-anchor=\"middle\">0.25</text>") == 2u);
+  BOOST_TEST(count_of(svg, "text-anchor=\"middle\">0.5</text>") == 2u);
+  // snapkv at r = 0.5 (slot 0), context 1000: (0/4 + 1/4) x 100 / 2 tasks = 12.5; r = 0.25, 2000: (2/4 + 3/4) / 2 = 62.5
+  BOOST_TEST(contains(svg, "<title>snapkv r=0.5 (K=500): 12.5</title>"), svg);
+  BOOST_TEST(contains(svg, "<title>snapkv r=0.25 (K=1500): 62.5</title>"), svg);
+  BOOST_TEST(count_of(svg, "<title>full: 100</title>") == 4u);  // both ends of each panel's span
+  // the x axis ascends: r = 0.25 left of r = 0.5 in the first panel's snapkv line
+  const size_t line = svg.find("id=\"ruler:snapkv@1000\"");
+  const size_t pts = svg.find("points=\"", line) + 8;
+  BOOST_TEST(svg.substr(pts, 6) == "70.00,");
 }
 
 // --task ruler on the recall model: every task's row and RULER's average per run in tasks.csv
@@ -747,6 +801,63 @@ BOOST_AUTO_TEST_CASE(cli_ruler_all_tasks) {
   expect_task_error(text + "--task niah_single_2 --context 1024 --depths 50 --cache-budget 64", "leave --depths out");
   expect_task_error(text + "--task niah_multikey_3 --context 150 --cache-budget 64", "--context 150 is too short for --task niah_multikey_3");
   expect_task_error(text + "--task ruler --context 1024 --cache-budget 64 --policy streaming", "--context 1024 is too short for --task niah_multikey_3");
+}
+
+
+// ruler.svg on the recall model: --task ruler at two ratios and two policies gives one panel, one
+// polyline per policy and full, the ratios as the x axis's labels, and every dot's value (its
+// tooltip) is tasks.csv's "ruler" row for that run, drawn where the y axis's ticks put that value.
+BOOST_AUTO_TEST_CASE(cli_ruler_svg) {
+  const std::string out = scratch_dir("tasks-ruler-svg") + "/o";
+  const RunResult r = run_cli("eval --checkpoint '" + recall_model() + "' --text '" + recall_model() +
+                              "/eval/heldout.txt' --task ruler --context 2048 --samples 1 --compression-ratio 0.25,0.75 --policy "
+                              "streaming:sinks=4,h2o --quiet --threads 2 --out '" + out + "'");
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string csv = mla::test::read_text(out + "/tasks.csv");
+  const std::string svg = mla::test::read_text(out + "/ruler.svg");
+  BOOST_TEST(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0u);
+  BOOST_TEST(svg.ends_with("</svg>\n"));
+  BOOST_TEST(count_of(svg, "<polyline ") == 3u);  // full, streaming, h2o
+  for (const char* id : {"ruler:full@2048", "ruler:streaming:sinks=4@2048", "ruler:h2o@2048"})
+    BOOST_TEST(count_of(svg, std::string("<polyline id=\"") + id + "\"") == 1u, id);
+  for (const char* x : {"0.25", "0.75"}) BOOST_TEST(contains(svg, std::string("text-anchor=\"middle\">") + x + "</text>"), x);
+  BOOST_TEST(contains(svg, "compression ratio r"));
+  // the y axis: the printed positions of its lowest and highest tick labels (y = Y(v) + 4)
+  std::vector<std::pair<double, double>> y_ticks;  // (value, pixel)
+  for (size_t at = svg.find("<text x=\"64.00\" y=\""); at != std::string::npos; at = svg.find("<text x=\"64.00\" y=\"", at + 1)) {
+    const size_t y = at + std::strlen("<text x=\"64.00\" y=\"");
+    const size_t v = svg.find('>', y) + 1;
+    y_ticks.emplace_back(std::stod(svg.substr(v, svg.find('<', v) - v)), std::stod(svg.substr(y)) - 4);
+  }
+  BOOST_TEST_REQUIRE(y_ticks.size() >= 2u);
+  const auto [v0, p0] = y_ticks.front();
+  const auto [v1, p1] = y_ticks.back();
+  const double px = mla::test::tolerance("ruler.svg dot y", "svg-printed-vs-tick-mapping", "double").atol;
+  // every ruler row of tasks.csv: its dot, with its value as tasks.csv prints it, at its height
+  size_t rows = 0, full_dots = 0;
+  for (size_t at = csv.find("\nruler,"); at != std::string::npos; at = csv.find("\nruler,", at + 1)) {
+    std::vector<std::string> f;
+    std::string x;
+    for (char c : csv.substr(at + 1, csv.find('\n', at + 1) - at - 1) + ",") {
+      if (c == ',') { f.push_back(x); x.clear(); } else { x += c; }
+    }
+    ++rows;
+    const std::string policy = f.at(3), budget = f.at(4), ratio = f.at(5), value = f.at(10);
+    char r_text[32];
+    std::snprintf(r_text, sizeof r_text, "%g", std::stod(ratio));
+    const std::string tip = policy == "full" ? "<title>full: " + value + "</title>"
+                                             : "<title>" + policy + " r=" + r_text + " (K=" + budget + "): " + value + "</title>";
+    const size_t dot = svg.find(tip);
+    BOOST_TEST_REQUIRE(dot != std::string::npos, tip + "\n" + svg);
+    const size_t circle = svg.rfind("<circle ", dot);
+    const size_t cy = svg.find("cy=\"", circle) + 4;
+    const double want = p0 + (std::stod(value) - v0) * (p1 - p0) / (v1 - v0);
+    BOOST_TEST(std::abs(std::stod(svg.substr(cy)) - want) <= px, tip);
+    if (policy == "full") full_dots = count_of(svg, tip);
+  }
+  BOOST_TEST(rows == 6u);       // (full, streaming, h2o) x 2 ratios
+  BOOST_TEST(full_dots == 2u);  // full: one value, drawn at both ends of the ratios' span
+  BOOST_TEST(count_of(svg, "<circle ") == 6u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -528,6 +528,12 @@ inline constexpr Tolerance kTolerances[] = {
    "argument rounds within u32 of |l - max| <= ~30: ~1.8e-6 relative), normalise by fp32 sums of m "
    "terms (<= m*u32 ~ 2.4e-6 each) and round each probability to fp32 (u32): ~6e-6 relative; ~3x "
    "margin. atol for probabilities below 1e-9, where fp32 exp's own rounding dominates"},
+  {"ruler.svg dot y", "svg-printed-vs-tick-mapping", "double", 0.011, 0.0, kNoBound, -1.0,
+   "suite tasks (cli_ruler_svg): a dot's printed cy against the y its value has on the axis drawn from "
+   "the lowest and highest y tick labels' printed positions. Every coordinate is printed with %.2f, "
+   "so each is within 0.005 px of the chart's double; the interpolation between the two ticks is "
+   "within 0.005 px of the exact map (a convex mix of two such errors), the dot itself 0.005 px: "
+   "<= 0.01 px plus double rounding (~1e-13 px); 10 % margin"},
 };
 // clang-format on
 
